@@ -1,0 +1,629 @@
+//! Validated configuration, and every default number hale uses.
+//!
+//! These are the *validated* types of DESIGN §9: the YAML layer
+//! ([`raw`]) deserialises into raw structs with `deny_unknown_fields`, then
+//! [`raw::validate`] builds these, reporting every problem with its path. Each
+//! default is written exactly once, in a `Default` impl or a `const` here;
+//! every other crate reads it from these types.
+
+pub mod raw;
+
+use crate::class::ErrorClass;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The default listen address of `hale serve`.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:3000";
+/// The default data directory.
+pub const DEFAULT_DATA_DIR: &str = "./hale-data";
+/// The agent name used when a request names none.
+pub const DEFAULT_AGENT: &str = "default";
+
+/// The whole validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// `postgres://…` for scale-out; `None` = SQLite in `data_dir`.
+    pub storage: Option<String>,
+    pub auth: AuthConfig,
+    /// Model name → ordered targets.
+    pub routes: BTreeMap<String, Vec<Target>>,
+    pub providers: Vec<ProviderConfig>,
+    pub agents: BTreeMap<String, AgentConfig>,
+    pub self_healing: SelfHealingConfig,
+    pub retry: RetryConfig,
+    pub cooldown: CooldownConfig,
+    pub guard: GuardConfig,
+    pub health: HealthConfig,
+    pub recovery: RecoveryConfig,
+    pub compaction: CompactionConfig,
+    pub events: EventsConfig,
+    /// Price overrides per model, USD per million tokens.
+    pub prices: BTreeMap<String, Price>,
+}
+
+impl Config {
+    /// A config with the given providers and every other section at its default.
+    pub fn with_providers(providers: Vec<ProviderConfig>) -> Self {
+        Self {
+            listen: DEFAULT_LISTEN.parse().expect("default listen address parses"),
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            storage: None,
+            auth: AuthConfig::default(),
+            routes: BTreeMap::new(),
+            providers,
+            agents: BTreeMap::new(),
+            self_healing: SelfHealingConfig::default(),
+            retry: RetryConfig::default(),
+            cooldown: CooldownConfig::default(),
+            guard: GuardConfig::default(),
+            health: HealthConfig::default(),
+            recovery: RecoveryConfig::default(),
+            compaction: CompactionConfig::default(),
+            events: EventsConfig::default(),
+            prices: BTreeMap::new(),
+        }
+    }
+
+    /// The provider with this name.
+    pub fn provider(&self, name: &str) -> Option<&ProviderConfig> {
+        self.providers.iter().find(|p| p.name == name)
+    }
+}
+
+/// API keys and their scopes.
+#[derive(Debug, Clone, Default)]
+pub struct AuthConfig {
+    /// No keys: only loopback clients are served.
+    pub keys: Vec<ApiKey>,
+}
+
+/// One bearer key.
+#[derive(Clone)]
+pub struct ApiKey {
+    pub name: String,
+    /// The token value, read from `token_env`. Never printed.
+    pub token: Secret,
+    pub scope: KeyScope,
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKey")
+            .field("name", &self.name)
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a key may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyScope {
+    /// Everything, including admin endpoints.
+    Admin,
+    /// Model calls for these agents only; the first is the key's default agent.
+    Agents(Vec<String>),
+}
+
+/// A secret string whose `Debug` and `Display` never show the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+    /// The value, for the one place that must send it upstream.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// `provider/model`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Target {
+    pub provider: String,
+    pub model: String,
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.provider, self.model)
+    }
+}
+
+/// The wire protocol a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    OpenAi,
+    Anthropic,
+}
+
+impl ProviderKind {
+    /// Whether this kind accepts an assistant prefill by default.
+    pub fn default_supports_prefill(self) -> bool {
+        match self {
+            ProviderKind::OpenAi => false,
+            ProviderKind::Anthropic => true,
+        }
+    }
+}
+
+/// Default: no response headers within this → timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default: no first token within this → timeout.
+pub const DEFAULT_FIRST_TOKEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default: no chunk within this mid-stream → stream_broken.
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One upstream provider.
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    pub name: String,
+    pub kind: ProviderKind,
+    /// e.g. `https://api.openai.com/v1` or `https://api.anthropic.com`.
+    pub base_url: String,
+    /// Read from `api_key_env`; `None` sends no key.
+    pub api_key: Option<Secret>,
+    pub default_model: String,
+    /// Models this provider offers; empty = any.
+    pub models: Vec<String>,
+    pub timeout: Duration,
+    pub first_token_timeout: Duration,
+    pub stream_idle_timeout: Duration,
+    pub supports_prefill: bool,
+    /// Context-window overrides, model → tokens.
+    pub context_windows: BTreeMap<String, u32>,
+}
+
+impl ProviderConfig {
+    /// A provider with every optional field at its default.
+    pub fn new(name: &str, kind: ProviderKind, base_url: &str, default_model: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            kind,
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            api_key: None,
+            default_model: default_model.to_owned(),
+            models: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+            first_token_timeout: DEFAULT_FIRST_TOKEN_TIMEOUT,
+            stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT,
+            supports_prefill: kind.default_supports_prefill(),
+            context_windows: BTreeMap::new(),
+        }
+    }
+
+    /// Whether this provider serves `model` (an empty list serves any).
+    pub fn offers(&self, model: &str) -> bool {
+        self.models.is_empty() || self.models.iter().any(|m| m == model) || self.default_model == model
+    }
+}
+
+/// One agent's settings.
+#[derive(Debug, Clone, Default)]
+pub struct AgentConfig {
+    /// The primary provider; `None` = the first provider.
+    pub provider: Option<String>,
+    /// Overrides `self_healing.fallback.providers`.
+    pub fallback: Option<Vec<String>>,
+    pub budget: BudgetConfig,
+}
+
+/// Token and cost caps. `None` = no cap.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BudgetConfig {
+    pub max_tokens_per_task: Option<u64>,
+    pub max_tokens_per_agent: Option<u64>,
+    pub max_cost_usd_per_task: Option<f64>,
+    pub max_cost_usd_per_agent: Option<f64>,
+}
+
+/// USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+/// `self_healing:`.
+#[derive(Debug, Clone)]
+pub struct SelfHealingConfig {
+    pub enabled: bool,
+    /// Failed turns in a row before the agent is paused.
+    pub max_consecutive_failures: u32,
+    /// First restart delay of a supervised process, doubling.
+    pub restart_delay: Duration,
+    pub circuit_breaker: BreakerConfig,
+    pub fallback_enabled: bool,
+    pub fallback_providers: Vec<String>,
+}
+
+impl Default for SelfHealingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_consecutive_failures: 3,
+            restart_delay: Duration::from_millis(2000),
+            circuit_breaker: BreakerConfig::default(),
+            fallback_enabled: true,
+            fallback_providers: Vec::new(),
+        }
+    }
+}
+
+/// A circuit breaker's rules (DESIGN §3). Every trip rule is optional.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerConfig {
+    pub enabled: bool,
+    /// Trip after N consecutive failures.
+    pub consecutive_failures: Option<u32>,
+    /// Trip after N failures within `window`.
+    pub failure_threshold: Option<u32>,
+    pub window: Duration,
+    /// Trip when the failure rate over the window exceeds this (0..=1)…
+    pub failure_rate: Option<f64>,
+    /// …with at least this many calls in the window.
+    pub min_calls: u32,
+    /// A call slower than this counts as a failure.
+    pub slow_call: Option<Duration>,
+    /// How long Open lasts before a trial is let through.
+    pub half_open_after: Duration,
+    /// Cap of the open duration when it doubles per failed trial.
+    pub max_open: Duration,
+    /// Trial calls admitted while HalfOpen.
+    pub half_open_requests: u32,
+    /// Successful trials needed to close.
+    pub success_threshold: u32,
+    /// Fraction of jitter applied to the open duration (0 = none).
+    pub open_jitter: f64,
+    /// Classes that count as failures against this breaker.
+    pub counted_classes: Vec<ErrorClass>,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            consecutive_failures: None,
+            failure_threshold: Some(5),
+            window: Duration::from_secs(60),
+            failure_rate: None,
+            min_calls: 10,
+            slow_call: None,
+            half_open_after: Duration::from_secs(10),
+            max_open: Duration::from_secs(10),
+            half_open_requests: 1,
+            success_threshold: 1,
+            open_jitter: 0.1,
+            counted_classes: vec![
+                ErrorClass::Network,
+                ErrorClass::Timeout,
+                ErrorClass::RateLimit,
+                ErrorClass::Overloaded,
+                ErrorClass::StreamBroken,
+                ErrorClass::Auth,
+                ErrorClass::Billing,
+                ErrorClass::Format,
+                ErrorClass::Unknown,
+            ],
+        }
+    }
+}
+
+/// One retry policy: attempts and backoff.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts on one target, including the first.
+    pub max_attempts: u32,
+    pub initial: Duration,
+    pub max: Duration,
+    pub jitter: Jitter,
+}
+
+/// How backoff is randomised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Jitter {
+    /// Uniform in [0, base·2^n] capped.
+    Full,
+    /// AWS "decorrelated": uniform in [initial, prev·3] capped.
+    Decorrelated,
+}
+
+/// `retry:`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryConfig {
+    /// A wait longer than this goes to the next healthy target instead.
+    pub max_retry_wait: Duration,
+    /// How often a skipped provider gets one live request as a probe.
+    pub probe_interval: Duration,
+    /// Timeout of a probe request.
+    pub probe_timeout: Duration,
+    pub rate_limit: RetryPolicy,
+    pub server_error: RetryPolicy,
+    pub network: RetryPolicy,
+    /// Retries may add at most this fraction to the request rate…
+    pub budget_ratio: f64,
+    /// …plus this many per second.
+    pub budget_min_per_sec: u32,
+    /// One deadline for a whole turn, all retries and failovers included.
+    pub turn_deadline: Duration,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            max_retry_wait: Duration::from_secs(5),
+            probe_interval: Duration::from_secs(10),
+            probe_timeout: Duration::from_secs(5),
+            rate_limit: RetryPolicy {
+                max_attempts: 5,
+                initial: Duration::from_secs(1),
+                max: Duration::from_secs(60),
+                jitter: Jitter::Full,
+            },
+            server_error: RetryPolicy {
+                max_attempts: 3,
+                initial: Duration::from_secs(1),
+                max: Duration::from_secs(30),
+                jitter: Jitter::Full,
+            },
+            network: RetryPolicy {
+                max_attempts: 3,
+                initial: Duration::from_secs(1),
+                max: Duration::from_secs(30),
+                jitter: Jitter::Full,
+            },
+            budget_ratio: 0.2,
+            budget_min_per_sec: 10,
+            turn_deadline: Duration::from_secs(300),
+        }
+    }
+}
+
+/// `cooldown_ms:` — the longest a provider is skipped per class. `None` = no cooldown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CooldownConfig {
+    pub by_class: BTreeMap<ErrorClass, Duration>,
+    /// First rate-limit cooldown when the provider gave no `Retry-After`.
+    pub rate_limit_initial: Duration,
+}
+
+impl CooldownConfig {
+    /// The configured cooldown for a class, if it has one.
+    pub fn for_class(&self, class: ErrorClass) -> Option<Duration> {
+        self.by_class.get(&class).copied()
+    }
+}
+
+impl Default for CooldownConfig {
+    fn default() -> Self {
+        let s = Duration::from_secs;
+        let by_class = ErrorClass::ALL
+            .iter()
+            .filter_map(|&c| {
+                let d = match c {
+                    ErrorClass::Network => Some(s(30)),
+                    ErrorClass::Timeout => Some(s(30)),
+                    ErrorClass::RateLimit => Some(s(60)),
+                    ErrorClass::Overloaded => Some(s(120)),
+                    ErrorClass::StreamBroken => Some(s(30)),
+                    ErrorClass::ContextOverflow => None,
+                    ErrorClass::ContentPolicy => None,
+                    ErrorClass::Auth => Some(s(600)),
+                    ErrorClass::Billing => Some(s(1800)),
+                    ErrorClass::ModelNotFound => Some(s(3600)),
+                    ErrorClass::BadRequest => None,
+                    ErrorClass::Format => None,
+                    ErrorClass::Budget => None,
+                    ErrorClass::Safety => None,
+                    ErrorClass::Policy => None,
+                    ErrorClass::Unknown => Some(s(30)),
+                };
+                d.map(|d| (c, d))
+            })
+            .collect();
+        Self {
+            by_class,
+            rate_limit_initial: s(1),
+        }
+    }
+}
+
+/// `guard:` (DESIGN §1 step 4).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuardConfig {
+    pub max_events: u64,
+    pub max_tool_calls: u64,
+    pub task_timeout: Duration,
+    pub tool_caps: BTreeMap<String, u64>,
+    /// The same tool with the same arguments this many times in a row stops the task.
+    pub tool_loop_threshold: u32,
+    /// The same call returning the same result this many times in a row stops the task.
+    pub result_loop_threshold: u32,
+    /// Edits of the same file this many times in a row stop the task.
+    pub file_edit_loop_threshold: u32,
+    /// Tools that edit files, and the argument that names the path.
+    pub edit_tools: BTreeMap<String, String>,
+    /// Tools exempt from edit counting.
+    pub read_only_tools: Vec<String>,
+}
+
+impl Default for GuardConfig {
+    fn default() -> Self {
+        let caps = [("edit_file", 8), ("delete_file", 3), ("run_command", 10), ("web_search", 8)];
+        let edits = [("edit_file", "path"), ("write_file", "path"), ("delete_file", "path")];
+        Self {
+            max_events: 2000,
+            max_tool_calls: 400,
+            task_timeout: Duration::from_secs(600),
+            tool_caps: caps.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            tool_loop_threshold: 4,
+            result_loop_threshold: 3,
+            file_edit_loop_threshold: 4,
+            edit_tools: edits.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            read_only_tools: ["read_file", "list_files", "search", "grep", "web_search"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        }
+    }
+}
+
+/// `health:` (DESIGN §5).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthConfig {
+    pub heartbeat_timeout: Duration,
+    /// Degraded when no heartbeat for this long (stale 10–20 min)…
+    pub stale_after: Duration,
+    /// …stuck when no progress for this long.
+    pub stuck_after: Duration,
+    /// Degraded above this error rate.
+    pub error_rate_threshold: f64,
+    /// Degraded when a turn's tokens exceed this multiple of the running mean.
+    pub token_spike_factor: f64,
+    /// Identical calls in a row that count as stuck.
+    pub repeated_call_threshold: u32,
+    /// Failing after more than this many consecutive failures.
+    pub failing_after_failures: u32,
+    pub nudge_max_attempts: u32,
+    pub nudge_interval: Duration,
+    pub escalation_timeout: Duration,
+    /// How often the monitor evaluates every agent.
+    pub evaluate_every: Duration,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        let m = |n: u64| Duration::from_secs(60 * n);
+        Self {
+            heartbeat_timeout: m(10),
+            stale_after: m(10),
+            stuck_after: m(30),
+            error_rate_threshold: 0.25,
+            token_spike_factor: 3.0,
+            repeated_call_threshold: 3,
+            failing_after_failures: 3,
+            nudge_max_attempts: 3,
+            nudge_interval: m(10),
+            escalation_timeout: m(15),
+            evaluate_every: Duration::from_secs(5),
+        }
+    }
+}
+
+/// `recovery:` (DESIGN §5).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecoveryConfig {
+    pub max_per_task: u32,
+    pub max_per_hour: u32,
+    pub backoff: Vec<Duration>,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        Self {
+            max_per_task: 3,
+            max_per_hour: 5,
+            backoff: vec![
+                Duration::from_secs(60),
+                Duration::from_secs(120),
+                Duration::from_secs(240),
+            ],
+        }
+    }
+}
+
+/// Compaction settings (DESIGN §4).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactionConfig {
+    pub warn_at: f64,
+    /// `self_healing.compaction_threshold`.
+    pub threshold: f64,
+    /// Tool results longer than this (chars) are stripped by tier 1.
+    pub strip_over_chars: usize,
+    /// Messages at the end never touched.
+    pub keep_last: usize,
+    /// Nothing is summarised under this many messages.
+    pub min_messages: usize,
+    /// The route or model the summariser calls; `None` = the request's own target.
+    pub summarizer_model: Option<String>,
+    /// Output-token budget of one summariser call.
+    pub summarizer_max_tokens: u32,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        Self {
+            warn_at: 0.80,
+            threshold: 0.85,
+            strip_over_chars: 200,
+            keep_last: 4,
+            min_messages: 6,
+            summarizer_model: None,
+            summarizer_max_tokens: 1024,
+        }
+    }
+}
+
+/// `events:` (DESIGN §6).
+#[derive(Debug, Clone)]
+pub struct EventsConfig {
+    pub webhooks: Vec<WebhookConfig>,
+    pub nats: Option<NatsConfig>,
+    pub outbox_cap: u64,
+    /// `true` = fsync every commit (power-loss durable); default survives kill -9.
+    pub fsync_always: bool,
+    /// Failed deliveries of one event before it moves to the dead letters.
+    pub max_delivery_attempts: u32,
+    /// Group commit: flush after this many events or this long, whichever first.
+    pub batch_max: usize,
+    pub batch_linger: Duration,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        Self {
+            webhooks: Vec::new(),
+            nats: None,
+            outbox_cap: 1_000_000,
+            fsync_always: false,
+            max_delivery_attempts: 3,
+            batch_max: 1024,
+            batch_linger: Duration::from_millis(5),
+        }
+    }
+}
+
+/// One webhook sink.
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    pub url: String,
+    pub secret: Option<Secret>,
+    /// Empty = every kind.
+    pub kinds: Vec<String>,
+}
+
+/// The NATS JetStream sink.
+#[derive(Debug, Clone)]
+pub struct NatsConfig {
+    pub url: String,
+    pub subject_prefix: String,
+    pub stream: String,
+}
+
+impl NatsConfig {
+    pub const DEFAULT_SUBJECT_PREFIX: &'static str = "hale.events";
+    pub const DEFAULT_STREAM: &'static str = "HALE_EVENTS";
+}

@@ -1,0 +1,25 @@
+//! hale-core: every decision hale makes, pure.
+//!
+//! This crate owns the rules of the turn pipeline — classification, retry,
+//! breakers, cooldowns, target selection, guard, budgets, health, recovery,
+//! compaction planning — and the typed events and validated configuration
+//! they speak. It has no tokio runtime, no sockets and no files: time comes in
+//! as an `Instant` (or a [`clock::Clock`]) and randomness as an `Rng`, so every
+//! rule is tested under a fake clock. Adapters (HTTP, storage, sinks,
+//! processes, CLI) call into this crate; it never calls them.
+
+pub mod budget;
+pub mod class;
+pub mod classify;
+pub mod clock;
+pub mod compaction;
+pub mod config;
+pub mod cooldown;
+pub mod breaker;
+pub mod event;
+pub mod guard;
+pub mod health;
+pub mod models;
+pub mod recovery;
+pub mod retry;
+pub mod select;
