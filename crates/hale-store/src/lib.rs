@@ -1,1 +1,3 @@
-//! placeholder
+//! hale-store: durable state.
+//!
+//! (being written)
