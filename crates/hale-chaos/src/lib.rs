@@ -1,1 +1,147 @@
-//! placeholder
+//! hale-chaos: a fault-injecting OpenAI/Anthropic-compatible provider.
+//!
+//! It owns the fake provider that hale's tests, `hale demo` and users'
+//! chaos tests point at. The fault is chosen per request from the requested
+//! model name (or the `x-chaos-fault` header, or a script), so one server on
+//! one port can play a healthy provider and every kind of broken one at once,
+//! and each test can spawn its own on port 0. The grammar below is the
+//! crate's README, pulled in so the two never drift.
+//!
+//! Module map: [`fault`] parses the grammar, [`script`] the YAML scripts,
+//! `answer` builds the deterministic answers, `wire` renders both dialects,
+//! `state` keeps counters, `server` runs the accept loop and handlers.
+//!
+#![doc = include_str!("../README.md")]
+
+mod answer;
+pub mod fault;
+pub mod script;
+mod server;
+mod state;
+mod wire;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use fault::{Fault, FaultSpec, SpecError};
+pub use script::{Script, Step, parse_script};
+pub use server::{APPLIED_HEADER, FAULT_HEADER, MAX_BODY_BYTES};
+pub use state::{MAX_KEPT_BODIES, Stats};
+
+/// How a chaos server is set up.
+#[derive(Debug, Clone, Default)]
+pub struct ChaosConfig {
+    /// Per-model fault sequences (`--script FILE`, parsed with [`parse_script`]).
+    pub script: Option<Script>,
+}
+
+/// A running chaos server. Dropping the handle stops the server too;
+/// [`ChaosHandle::shutdown`] also waits for the accept loop to end.
+#[derive(Debug)]
+pub struct ChaosHandle {
+    /// The bound address (the real port when 0 was asked for).
+    pub addr: SocketAddr,
+    /// `http://addr/v1`: an OpenAI client's `base_url`.
+    pub base_url_openai: String,
+    /// `http://addr`: an Anthropic client's `base_url`.
+    pub base_url_anthropic: String,
+    shared: Arc<state::Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl ChaosHandle {
+    /// The counters, as `GET /chaos/stats` returns them.
+    pub fn stats(&self) -> Stats {
+        self.shared.stats()
+    }
+
+    /// Chat requests received for `model` (the requested model name).
+    pub fn requests_for(&self, model: &str) -> u64 {
+        self.shared.requests_for(model)
+    }
+
+    /// The last request bodies (at most [`MAX_KEPT_BODIES`]), oldest first;
+    /// a body that is not JSON is given as a JSON string.
+    pub fn last_requests(&self) -> Vec<serde_json::Value> {
+        parse_bodies(&self.shared.bodies())
+    }
+
+    /// Same as `POST /chaos/reset`: clears counters, timers and statistics,
+    /// and brings `down-until-reset` models up.
+    pub fn reset(&self) {
+        self.shared.reset();
+    }
+
+    /// Same as `POST /chaos/down`: puts `down-until-reset` models down again.
+    pub fn bring_down(&self) {
+        self.shared.bring_down();
+    }
+
+    /// Stops accepting, drops open connections and waits for the accept loop.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for ChaosHandle {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+pub(crate) fn parse_bodies(bodies: &[Bytes]) -> Vec<serde_json::Value> {
+    bodies
+        .iter()
+        .map(|b| {
+            serde_json::from_slice(b).unwrap_or_else(|_| {
+                serde_json::Value::String(String::from_utf8_lossy(b).into_owned())
+            })
+        })
+        .collect()
+}
+
+/// Binds `addr` (port 0 picks a free port) and serves in a tokio task.
+pub async fn spawn(addr: SocketAddr, cfg: ChaosConfig) -> anyhow::Result<ChaosHandle> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("hale-chaos: cannot listen on {addr}: {e}"))?;
+    let addr = listener.local_addr()?;
+    let shared = Arc::new(state::Shared::new(cfg.script));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(server::run(listener, shared.clone(), async move {
+        // A dropped sender also means stop.
+        let _ = stopped.await;
+    }));
+    Ok(ChaosHandle {
+        addr,
+        base_url_openai: format!("http://{addr}/v1"),
+        base_url_anthropic: format!("http://{addr}"),
+        shared,
+        stop: Some(stop),
+        task: Some(task),
+    })
+}
+
+/// Serves on `listener` until `shutdown` resolves (the `hale chaos` command).
+pub async fn serve(
+    listener: TcpListener,
+    cfg: ChaosConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let shared = Arc::new(state::Shared::new(cfg.script));
+    server::run(listener, shared, shutdown).await
+}

@@ -93,3 +93,29 @@ impl std::fmt::Display for ErrorClass {
         f.write_str(self.as_str())
     }
 }
+
+impl ErrorClass {
+    /// Whether a turn that ended with this class counts as the agent failing
+    /// (towards `max_consecutive_failures`). The caller's own input being
+    /// refused (content policy, a malformed request) or hale's own limits do not.
+    pub fn counts_as_turn_failure(self) -> bool {
+        match self {
+            ErrorClass::Network
+            | ErrorClass::Timeout
+            | ErrorClass::RateLimit
+            | ErrorClass::Overloaded
+            | ErrorClass::StreamBroken
+            | ErrorClass::Auth
+            | ErrorClass::Billing
+            | ErrorClass::ModelNotFound
+            | ErrorClass::Format
+            | ErrorClass::Unknown => true,
+            ErrorClass::ContextOverflow
+            | ErrorClass::ContentPolicy
+            | ErrorClass::BadRequest
+            | ErrorClass::Budget
+            | ErrorClass::Safety
+            | ErrorClass::Policy => false,
+        }
+    }
+}

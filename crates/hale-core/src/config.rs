@@ -627,3 +627,7 @@ impl NatsConfig {
     pub const DEFAULT_SUBJECT_PREFIX: &'static str = "hale.events";
     pub const DEFAULT_STREAM: &'static str = "HALE_EVENTS";
 }
+
+/// After a stream's finish, how long hale waits for the provider's usage and
+/// `[DONE]` before finalising the stream itself.
+pub const FINISH_GRACE: Duration = Duration::from_secs(1);

@@ -1,3 +1,39 @@
-//! hale-store: durable state.
+//! hale-store: hale's durable state — the turn journal, agents, idempotency
+//! keys, checkpoints and the event outbox (DESIGN §1, §5, §6, §8).
 //!
-//! (being written)
+//! One API over two backends: SQLite in WAL mode in `data_dir/hale.db` (the
+//! embedded default) and PostgreSQL (scale-out). All writes go through one
+//! background writer per store that batches them into group commits (the
+//! rules are in `src/writer.rs`): a request never waits on an
+//! fsync of its own, and nothing a caller was told is committed is lost on
+//! kill -9 (SQLite `synchronous=NORMAL` in WAL mode: a commit has reached the
+//! OS before `commit()` returns; `fsync_always` makes it `FULL`, surviving
+//! power loss too).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), hale_store::StoreError> {
+//! use hale_store::{Store, StoreOptions, Write};
+//! let store = Store::open(None, std::path::Path::new("./hale-data"), StoreOptions::default()).await?;
+//! store.commit(vec![/* Write::Agent(..), Write::Event(..) */]).await?;
+//! let events = store.events_after(0, 100, None).await?;
+//! # let _ = events; store.close().await; Ok(()) }
+//! ```
+
+mod backend;
+mod error;
+mod model;
+mod outbox;
+mod rows;
+mod schema;
+mod store;
+mod writer;
+
+pub use error::{Result, StoreError};
+pub use model::{
+    AgentRecord, CheckpointRecord, DeadLetter, SinkCursor, StoredEvent, StoredResponse,
+    TurnRecord, TurnStatus, Write,
+};
+pub use schema::SCHEMA_VERSION;
+pub use store::{
+    Backend, PG_POOL_SIZE, SQLITE_BUSY_TIMEOUT, SQLITE_FILE, SQLITE_POOL_SIZE, Store, StoreOptions,
+};

@@ -1,1 +1,27 @@
-fn main() {}
+//! The `hale` binary: CLI glue only.
+//!
+//! Each subcommand parses its arguments and calls into the library crates
+//! (hale-gateway, hale-chaos, hale-store, hale-core). No rule lives here.
+
+mod cli;
+mod demo;
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = cli::Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: could not start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(cli::run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

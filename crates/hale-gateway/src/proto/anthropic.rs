@@ -1,1 +1,1202 @@
-//! (being written)
+//! The Anthropic Messages dialect (`/v1/messages`).
+//!
+//! Translates between Anthropic's wire shapes and the canonical types of
+//! [`super`]: requests, responses, error bodies and the SSE stream, both ways.
+//! Anthropic is stricter than OpenAI about the shape of a conversation, so
+//! rendering does the work a caller of the other dialect never had to:
+//!
+//! - roles must alternate: consecutive messages of the same role (several
+//!   tool results, a tool result then user text) merge into one message, and
+//!   in a user message the `tool_result` blocks come first, as Anthropic
+//!   requires;
+//! - there is no system role in `messages`: leading [`Role::System`] messages
+//!   join the `system` prompt, later ones (a nudge injected at the end) become
+//!   user text in place;
+//! - empty or whitespace-only text blocks and whitespace-only stop sequences
+//!   are rejected upstream, so they are left out; `temperature` is clamped to
+//!   Anthropic's range 0–1;
+//! - a final assistant message (the prefill) may not end in whitespace, so a
+//!   prefill is sent with its trailing whitespace trimmed ([`effective_prefill`]);
+//! - `tool_use.id` must match `^[a-zA-Z0-9_-]+$`: other characters in ids
+//!   minted by OpenAI-compatible servers are replaced by `_`, the same way in
+//!   the call and in its result, so they still pair up;
+//! - `tool_use.input` must be an object, while OpenAI arguments are a string
+//!   that may not parse: see [`arguments_to_input`] for the rule that keeps the
+//!   raw string so the round trip loses nothing.
+//!
+//! Parsing turns each `tool_result` block into its own [`Role::Tool`] message
+//! (the shape the OpenAI codec produces from `role: tool` messages), and a
+//! user message's other blocks into a [`Role::User`] message, in order.
+//! Usage sums `input_tokens` with the cache creation and cache read tokens, so
+//! `input_tokens` means the whole prompt, as OpenAI's `prompt_tokens` does.
+
+use serde_json::{Map, Value, json};
+
+pub use super::openai::SseFrame;
+use super::openai::{
+    as_object, at, count, empty_schema, err, error_message, field, join, kind_of, opt_array,
+    opt_bool, opt_f64, opt_str, opt_u32, req_array, req_str,
+};
+use super::{
+    ChatRequest, ChatResponse, Dialect, Message, Part, ProtoError, Role, StopReason, StreamEvent,
+    Tool, Usage,
+};
+
+/// `max_tokens` sent upstream when the request names none (Anthropic requires one).
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// The key under which tool-call arguments that are not a JSON object are
+/// kept in an Anthropic `tool_use.input` (see [`arguments_to_input`]).
+pub const RAW_ARGUMENTS_KEY: &str = "_hale_raw_arguments";
+
+/// Request fields this codec models; every other top-level field goes to `extra`.
+const KNOWN_REQUEST_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "system",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stop_sequences",
+    "stream",
+    "tools",
+    "tool_choice",
+];
+
+/// Tool-call arguments (a JSON string) as an Anthropic `tool_use.input`.
+///
+/// Arguments that parse to an object are that object; empty arguments are
+/// `{}`; anything else (truncated JSON, an array, a bare string) becomes
+/// `{"_hale_raw_arguments": "<the raw string>"}`, which
+/// [`input_to_arguments`] turns back into the raw string, so no argument text
+/// is lost and the model still sees what it produced.
+pub fn arguments_to_input(arguments: &str) -> Value {
+    if arguments.trim().is_empty() {
+        return json!({});
+    }
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) | Err(_) => json!({ RAW_ARGUMENTS_KEY: arguments }),
+    }
+}
+
+/// An Anthropic `tool_use.input` as arguments (a JSON string); inverse of [`arguments_to_input`].
+pub fn input_to_arguments(input: &Value) -> String {
+    if let Some(o) = input.as_object()
+        && o.len() == 1
+        && let Some(Value::String(raw)) = o.get(RAW_ARGUMENTS_KEY)
+    {
+        return raw.clone();
+    }
+    input.to_string()
+}
+
+/// The prefill text actually sent: Anthropic rejects a final assistant
+/// message that ends in whitespace, so trailing whitespace is trimmed (the
+/// continuation may then start with it). Empty means no prefill is sent.
+pub fn effective_prefill(prefill: &str) -> &str {
+    prefill.trim_end()
+}
+
+/// A tool-use id made valid for Anthropic (`^[a-zA-Z0-9_-]+$`).
+fn tool_id(id: &str) -> String {
+    if id.is_empty() {
+        return "toolu_hale".to_string();
+    }
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The Anthropic `stop_reason` of a canonical stop reason.
+pub fn stop_reason(r: StopReason) -> &'static str {
+    match r {
+        StopReason::EndTurn => "end_turn",
+        StopReason::MaxTokens => "max_tokens",
+        StopReason::ToolUse => "tool_use",
+        StopReason::ContentFilter => "refusal",
+    }
+}
+
+/// The canonical stop reason of an Anthropic `stop_reason`. `end_turn`,
+/// `stop_sequence`, `pause_turn` and unknown reasons end the turn normally.
+pub fn parse_stop_reason(s: &str) -> StopReason {
+    match s {
+        "max_tokens" | "model_context_window_exceeded" => StopReason::MaxTokens,
+        "tool_use" => StopReason::ToolUse,
+        "refusal" => StopReason::ContentFilter,
+        _ => StopReason::EndTurn,
+    }
+}
+
+/// Prompt tokens including cache writes and reads.
+fn input_tokens(u: Option<&Map<String, Value>>) -> u64 {
+    count(u, "input_tokens")
+        .saturating_add(count(u, "cache_creation_input_tokens"))
+        .saturating_add(count(u, "cache_read_input_tokens"))
+}
+
+/// An OpenAI `image_url` part as an Anthropic `image` block, when it is one.
+fn image_from_openai(part: &Value) -> Option<Value> {
+    if part.get("type").and_then(Value::as_str) != Some("image_url") {
+        return None;
+    }
+    let url = part.get("image_url")?.get("url")?.as_str()?;
+    if let Some(rest) = url.strip_prefix("data:") {
+        let (meta, data) = rest.split_once(',')?;
+        let media = meta.strip_suffix(";base64")?;
+        Some(
+            json!({"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}),
+        )
+    } else {
+        Some(json!({"type": "image", "source": {"type": "url", "url": url}}))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Requests.
+// ---------------------------------------------------------------------------
+
+/// Parses an incoming request body of this dialect.
+///
+/// Errors name the JSON path (e.g. `messages[2].content[0].tool_use_id`) and
+/// what is wrong. `system` may be a string or an array of text blocks (joined
+/// by a blank line). `tool_choice` becomes the OpenAI-shaped canonical form
+/// (`disable_parallel_tool_use` has no canonical form and is dropped).
+pub fn parse_request(body: &Value) -> Result<ChatRequest, ProtoError> {
+    let obj = as_object(body, "")?;
+    let model = req_str(obj, "model", "")?.to_string();
+    let raw_messages = req_array(obj, "messages", "")?;
+
+    let system = match field(obj, "system") {
+        None => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Array(blocks)) => {
+            let mut texts = Vec::with_capacity(blocks.len());
+            for (i, b) in blocks.iter().enumerate() {
+                let bp = at("system", i);
+                let bo = as_object(b, &bp)?;
+                match req_str(bo, "type", &bp)? {
+                    "text" => texts.push(req_str(bo, "text", &bp)?.to_string()),
+                    other => {
+                        return Err(err(
+                            join(&bp, "type"),
+                            format!("only `text` blocks are allowed in `system`, got `{other}`"),
+                        ));
+                    }
+                }
+            }
+            Some(texts.join("\n\n"))
+        }
+        Some(v) => {
+            return Err(err(
+                "system",
+                format!(
+                    "must be a string or an array of text blocks, got {}",
+                    kind_of(v)
+                ),
+            ));
+        }
+    };
+
+    let mut messages = Vec::new();
+    for (i, m) in raw_messages.iter().enumerate() {
+        let p = at("messages", i);
+        let mo = as_object(m, &p)?;
+        let role = match req_str(mo, "role", &p)? {
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "system" => {
+                return Err(err(
+                    join(&p, "role"),
+                    "unknown role `system` (Anthropic takes the system prompt in `system`)",
+                ));
+            }
+            other => {
+                return Err(err(
+                    join(&p, "role"),
+                    format!("unknown role `{other}` (expected user or assistant)"),
+                ));
+            }
+        };
+        let parts = parse_content(field(mo, "content"), role, &join(&p, "content"))?;
+        match role {
+            Role::User => {
+                // Each tool result becomes its own tool message; the other
+                // blocks stay user messages, in order.
+                let mut run = Vec::new();
+                for part in parts {
+                    match part {
+                        Part::ToolResult { .. } => {
+                            if !run.is_empty() {
+                                messages.push(Message {
+                                    role: Role::User,
+                                    content: std::mem::take(&mut run),
+                                });
+                            }
+                            messages.push(Message {
+                                role: Role::Tool,
+                                content: vec![part],
+                            });
+                        }
+                        Part::Text { .. } | Part::Opaque { .. } | Part::ToolCall { .. } => {
+                            run.push(part);
+                        }
+                    }
+                }
+                if !run.is_empty() {
+                    messages.push(Message {
+                        role: Role::User,
+                        content: run,
+                    });
+                }
+            }
+            Role::Assistant | Role::System | Role::Tool => messages.push(Message {
+                role,
+                content: parts,
+            }),
+        }
+    }
+
+    let mut tools = Vec::new();
+    if let Some(raw_tools) = opt_array(obj, "tools", "")? {
+        for (i, t) in raw_tools.iter().enumerate() {
+            tools.push(parse_tool(t, &at("tools", i))?);
+        }
+    }
+
+    let tool_choice = match field(obj, "tool_choice") {
+        None => None,
+        Some(tc) => Some(parse_tool_choice(tc)?),
+    };
+
+    let mut stop = Vec::new();
+    if let Some(seqs) = opt_array(obj, "stop_sequences", "")? {
+        for (i, s) in seqs.iter().enumerate() {
+            match s {
+                Value::String(s) => stop.push(s.clone()),
+                other => {
+                    return Err(err(
+                        at("stop_sequences", i),
+                        format!("must be a string, got {}", kind_of(other)),
+                    ));
+                }
+            }
+        }
+    }
+
+    let mut extra = Map::new();
+    for (k, v) in obj {
+        if !KNOWN_REQUEST_FIELDS.contains(&k.as_str()) {
+            extra.insert(k.clone(), v.clone());
+        }
+    }
+
+    Ok(ChatRequest {
+        model,
+        system,
+        messages,
+        tools,
+        tool_choice,
+        max_tokens: opt_u32(obj, "max_tokens", "")?,
+        temperature: opt_f64(obj, "temperature", "")?,
+        top_p: opt_f64(obj, "top_p", "")?,
+        stop,
+        stream: opt_bool(obj, "stream", "")?.unwrap_or(false),
+        include_usage: false,
+        extra,
+        dialect: Dialect::Anthropic,
+    })
+}
+
+/// Message content: a string or an array of blocks. `tool_use` is allowed in
+/// assistant messages only, `tool_result` in user messages only.
+fn parse_content(v: Option<&Value>, role: Role, path: &str) -> Result<Vec<Part>, ProtoError> {
+    let blocks = match v {
+        None => return Err(err(path, "missing `content`")),
+        Some(Value::String(s)) => {
+            return Ok(if s.is_empty() {
+                Vec::new()
+            } else {
+                vec![Part::Text { text: s.clone() }]
+            });
+        }
+        Some(Value::Array(a)) => a,
+        Some(other) => {
+            return Err(err(
+                path,
+                format!(
+                    "must be a string or an array of content blocks, got {}",
+                    kind_of(other)
+                ),
+            ));
+        }
+    };
+    let mut out = Vec::with_capacity(blocks.len());
+    for (j, b) in blocks.iter().enumerate() {
+        let bp = at(path, j);
+        let bo = as_object(b, &bp)?;
+        match req_str(bo, "type", &bp)? {
+            "text" => out.push(Part::Text {
+                text: req_str(bo, "text", &bp)?.to_string(),
+            }),
+            "tool_use" => {
+                if role != Role::Assistant {
+                    return Err(err(
+                        join(&bp, "type"),
+                        "`tool_use` blocks belong in assistant messages",
+                    ));
+                }
+                let id = req_str(bo, "id", &bp)?.to_string();
+                let name = req_str(bo, "name", &bp)?.to_string();
+                let arguments = match field(bo, "input") {
+                    None => "{}".to_string(),
+                    Some(input @ Value::Object(_)) => input_to_arguments(input),
+                    Some(other) => {
+                        return Err(err(
+                            join(&bp, "input"),
+                            format!("must be an object, got {}", kind_of(other)),
+                        ));
+                    }
+                };
+                out.push(Part::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                });
+            }
+            "tool_result" => {
+                if role != Role::User {
+                    return Err(err(
+                        join(&bp, "type"),
+                        "`tool_result` blocks belong in user messages",
+                    ));
+                }
+                let tool_call_id = req_str(bo, "tool_use_id", &bp)?.to_string();
+                let content = tool_result_text(field(bo, "content"), &join(&bp, "content"))?;
+                let is_error = opt_bool(bo, "is_error", &bp)?.unwrap_or(false);
+                out.push(Part::ToolResult {
+                    tool_call_id,
+                    content,
+                    is_error,
+                });
+            }
+            _ => out.push(Part::Opaque {
+                dialect: Dialect::Anthropic,
+                value: b.clone(),
+            }),
+        }
+    }
+    Ok(out)
+}
+
+/// A tool result's content flattened to text: text blocks joined by newlines;
+/// other blocks (images) have no text form and are left out.
+fn tool_result_text(v: Option<&Value>, path: &str) -> Result<String, ProtoError> {
+    match v {
+        None => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(blocks)) => {
+            let mut texts = Vec::new();
+            for (k, b) in blocks.iter().enumerate() {
+                let bp = at(path, k);
+                let bo = as_object(b, &bp)?;
+                if req_str(bo, "type", &bp)? == "text" {
+                    texts.push(req_str(bo, "text", &bp)?.to_string());
+                }
+            }
+            Ok(texts.join("\n"))
+        }
+        Some(other) => Err(err(
+            path,
+            format!(
+                "must be a string or an array of content blocks, got {}",
+                kind_of(other)
+            ),
+        )),
+    }
+}
+
+fn parse_tool(t: &Value, path: &str) -> Result<Tool, ProtoError> {
+    let to = as_object(t, path)?;
+    if let Some(ty) = opt_str(to, "type", path)?
+        && ty != "custom"
+    {
+        return Err(err(
+            join(path, "type"),
+            format!("unsupported tool type `{ty}` (only client tools with `input_schema`)"),
+        ));
+    }
+    let name = req_str(to, "name", path)?.to_string();
+    let description = opt_str(to, "description", path)?.map(str::to_string);
+    let parameters = match field(to, "input_schema") {
+        None => return Err(err(join(path, "input_schema"), "missing `input_schema`")),
+        Some(s @ Value::Object(_)) => s.clone(),
+        Some(v) => {
+            return Err(err(
+                join(path, "input_schema"),
+                format!("must be a JSON schema object, got {}", kind_of(v)),
+            ));
+        }
+    };
+    Ok(Tool {
+        name,
+        description,
+        parameters,
+    })
+}
+
+/// `{type:auto|any|none|tool}` as the OpenAI-shaped canonical tool choice.
+fn parse_tool_choice(tc: &Value) -> Result<Value, ProtoError> {
+    let o = as_object(tc, "tool_choice")?;
+    match req_str(o, "type", "tool_choice")? {
+        "auto" => Ok(json!("auto")),
+        "any" => Ok(json!("required")),
+        "none" => Ok(json!("none")),
+        "tool" => {
+            let name = req_str(o, "name", "tool_choice")?;
+            Ok(json!({"type": "function", "function": {"name": name}}))
+        }
+        other => Err(err(
+            "tool_choice.type",
+            format!("unknown tool_choice type `{other}` (expected auto, any, none or tool)"),
+        )),
+    }
+}
+
+/// The canonical (OpenAI-shaped) tool choice for Anthropic; unknown forms are left out.
+fn render_tool_choice(tc: &Value) -> Option<Value> {
+    match tc {
+        Value::String(s) => match s.as_str() {
+            "auto" => Some(json!({"type": "auto"})),
+            "none" => Some(json!({"type": "none"})),
+            "required" => Some(json!({"type": "any"})),
+            _ => None,
+        },
+        Value::Object(o) => {
+            if o.get("type").and_then(Value::as_str) != Some("function") {
+                return None;
+            }
+            let name = o.get("function")?.get("name")?.as_str()?;
+            Some(json!({"type": "tool", "name": name}))
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::Array(_) => None,
+    }
+}
+
+/// One Anthropic message being assembled.
+struct Turn {
+    role: &'static str,
+    blocks: Vec<Value>,
+}
+
+/// Appends blocks as a message of `role`, merging with the previous message
+/// when it has the same role (Anthropic requires alternating roles).
+fn push_turn(turns: &mut Vec<Turn>, role: &'static str, blocks: Vec<Value>) {
+    if blocks.is_empty() {
+        return;
+    }
+    match turns.last_mut() {
+        Some(last) if last.role == role => last.blocks.extend(blocks),
+        Some(_) | None => turns.push(Turn { role, blocks }),
+    }
+}
+
+fn text_block(text: &str) -> Option<Value> {
+    if text.trim().is_empty() {
+        None
+    } else {
+        Some(json!({"type": "text", "text": text}))
+    }
+}
+
+fn tool_use_block(id: &str, name: &str, arguments: &str) -> Value {
+    json!({"type": "tool_use", "id": tool_id(id), "name": name, "input": arguments_to_input(arguments)})
+}
+
+/// Blocks of one canonical message for Anthropic.
+fn blocks_of(m: &Message) -> Vec<Value> {
+    let mut out = Vec::with_capacity(m.content.len());
+    for p in &m.content {
+        match p {
+            Part::Text { text } => out.extend(text_block(text)),
+            Part::Opaque {
+                dialect: Dialect::Anthropic,
+                value,
+            } => out.push(value.clone()),
+            Part::Opaque {
+                dialect: Dialect::OpenAi,
+                value,
+            } => {
+                // Images have an Anthropic form; other OpenAI parts (audio,
+                // files) do not, and cannot be sent to this dialect.
+                if m.role != Role::Assistant {
+                    out.extend(image_from_openai(value));
+                }
+            }
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                if m.role == Role::Assistant {
+                    out.push(tool_use_block(id, name, arguments));
+                }
+            }
+            Part::ToolResult {
+                tool_call_id,
+                content,
+                is_error,
+            } => {
+                if m.role != Role::Assistant {
+                    let mut b = Map::new();
+                    b.insert("type".into(), json!("tool_result"));
+                    b.insert("tool_use_id".into(), json!(tool_id(tool_call_id)));
+                    if !content.is_empty() {
+                        b.insert("content".into(), json!(content));
+                    }
+                    if *is_error {
+                        b.insert("is_error".into(), json!(true));
+                    }
+                    out.push(Value::Object(b));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Renders a request for an Anthropic upstream serving `model`.
+///
+/// `prefill`, when given, is appended as a trailing assistant text block (see
+/// [`effective_prefill`]). `max_tokens` is `req.max_tokens`, else
+/// [`DEFAULT_MAX_TOKENS`]. Fields in `req.extra` pass through only when the
+/// request arrived in this dialect. `stream: true` is set when `req.stream`
+/// (Anthropic always reports usage in its stream).
+pub fn render_request(req: &ChatRequest, model: &str, prefill: Option<&str>) -> Value {
+    let mut body = Map::new();
+    if req.dialect == Dialect::Anthropic {
+        for (k, v) in &req.extra {
+            body.insert(k.clone(), v.clone());
+        }
+    }
+    body.insert("model".into(), json!(model));
+    body.insert(
+        "max_tokens".into(),
+        json!(req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
+    );
+
+    let mut system: Vec<String> = req
+        .system
+        .iter()
+        .filter(|s| !s.is_empty())
+        .cloned()
+        .collect();
+    let mut turns: Vec<Turn> = Vec::new();
+    let mut leading = true;
+    for m in &req.messages {
+        match m.role {
+            Role::System if leading => {
+                let t = m.joined_text();
+                if !t.is_empty() {
+                    system.push(t);
+                }
+            }
+            Role::System => {
+                leading = false;
+                push_turn(
+                    &mut turns,
+                    "user",
+                    text_block(&m.joined_text()).into_iter().collect(),
+                );
+            }
+            Role::User | Role::Tool => {
+                leading = false;
+                push_turn(&mut turns, "user", blocks_of(m));
+            }
+            Role::Assistant => {
+                leading = false;
+                push_turn(&mut turns, "assistant", blocks_of(m));
+            }
+        }
+    }
+    if let Some(p) = prefill
+        && let Some(b) = text_block(effective_prefill(p))
+    {
+        push_turn(&mut turns, "assistant", vec![b]);
+    }
+    let messages: Vec<Value> = turns
+        .into_iter()
+        .map(|t| {
+            let mut blocks = t.blocks;
+            if t.role == "user" {
+                // tool_result blocks must open a user message.
+                blocks
+                    .sort_by_key(|b| b.get("type").and_then(Value::as_str) != Some("tool_result"));
+            }
+            json!({"role": t.role, "content": blocks})
+        })
+        .collect();
+    if !system.is_empty() {
+        body.insert("system".into(), json!(system.join("\n\n")));
+    }
+    body.insert("messages".into(), Value::Array(messages));
+
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                let mut o = Map::new();
+                o.insert("name".into(), json!(t.name));
+                if let Some(d) = &t.description {
+                    o.insert("description".into(), json!(d));
+                }
+                let schema = if t.parameters.is_object() {
+                    t.parameters.clone()
+                } else {
+                    empty_schema()
+                };
+                o.insert("input_schema".into(), schema);
+                Value::Object(o)
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+        if let Some(tc) = req.tool_choice.as_ref().and_then(render_tool_choice) {
+            body.insert("tool_choice".into(), tc);
+        }
+    }
+    if let Some(t) = req.temperature {
+        body.insert("temperature".into(), json!(t.clamp(0.0, 1.0)));
+    }
+    if let Some(t) = req.top_p {
+        body.insert("top_p".into(), json!(t));
+    }
+    let stops: Vec<&String> = req.stop.iter().filter(|s| !s.trim().is_empty()).collect();
+    if !stops.is_empty() {
+        body.insert("stop_sequences".into(), json!(stops));
+    }
+    if req.stream {
+        body.insert("stream".into(), json!(true));
+    }
+    Value::Object(body)
+}
+
+// ---------------------------------------------------------------------------
+// Responses.
+// ---------------------------------------------------------------------------
+
+/// Parses a non-streaming upstream response body. Thinking blocks are kept
+/// as opaque parts (an Anthropic caller gets them back; OpenAI has no form).
+pub fn parse_response(body: &Value) -> Result<ChatResponse, ProtoError> {
+    let obj = as_object(body, "")?;
+    if obj.get("type").and_then(Value::as_str) == Some("error") || field(obj, "error").is_some() {
+        let e = field(obj, "error").unwrap_or(body);
+        return Err(err("error", error_message(e)));
+    }
+    let id = opt_str(obj, "id", "")?.unwrap_or_default().to_string();
+    let model = opt_str(obj, "model", "")?.unwrap_or_default().to_string();
+    let blocks = req_array(obj, "content", "")?;
+    let mut content = Vec::with_capacity(blocks.len());
+    for (j, b) in blocks.iter().enumerate() {
+        let bp = at("content", j);
+        let bo = as_object(b, &bp)?;
+        match req_str(bo, "type", &bp)? {
+            "text" => {
+                let text = req_str(bo, "text", &bp)?;
+                if !text.is_empty() {
+                    content.push(Part::Text {
+                        text: text.to_string(),
+                    });
+                }
+            }
+            "tool_use" => {
+                let id = req_str(bo, "id", &bp)?.to_string();
+                let name = req_str(bo, "name", &bp)?.to_string();
+                let arguments = match field(bo, "input") {
+                    None => "{}".to_string(),
+                    Some(input) => input_to_arguments(input),
+                };
+                content.push(Part::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                });
+            }
+            _ => content.push(Part::Opaque {
+                dialect: Dialect::Anthropic,
+                value: b.clone(),
+            }),
+        }
+    }
+    let stop_reason = opt_str(obj, "stop_reason", "")?.map(parse_stop_reason);
+    let usage = field(obj, "usage").and_then(Value::as_object);
+    Ok(ChatResponse {
+        id,
+        model,
+        content,
+        stop_reason,
+        usage: Usage {
+            input_tokens: input_tokens(usage),
+            output_tokens: count(usage, "output_tokens"),
+        },
+    })
+}
+
+/// Renders a canonical response for an Anthropic caller. A missing stop
+/// reason reads `tool_use` when the answer holds tool calls, else `end_turn`.
+pub fn render_response(resp: &ChatResponse) -> Value {
+    let mut blocks = Vec::with_capacity(resp.content.len());
+    let mut any_tool = false;
+    for p in &resp.content {
+        match p {
+            Part::Text { text } => {
+                if !text.is_empty() {
+                    blocks.push(json!({"type": "text", "text": text}));
+                }
+            }
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                any_tool = true;
+                blocks.push(json!({"type": "tool_use", "id": id, "name": name, "input": arguments_to_input(arguments)}));
+            }
+            Part::Opaque {
+                dialect: Dialect::Anthropic,
+                value,
+            } => blocks.push(value.clone()),
+            Part::Opaque {
+                dialect: Dialect::OpenAi,
+                ..
+            }
+            | Part::ToolResult { .. } => {}
+        }
+    }
+    let reason = resp.stop_reason.unwrap_or(if any_tool {
+        StopReason::ToolUse
+    } else {
+        StopReason::EndTurn
+    });
+    json!({
+        "id": resp.id,
+        "type": "message",
+        "role": "assistant",
+        "model": resp.model,
+        "content": blocks,
+        "stop_reason": stop_reason(reason),
+        "stop_sequence": null,
+        "usage": {"input_tokens": resp.usage.input_tokens, "output_tokens": resp.usage.output_tokens},
+    })
+}
+
+/// Renders hale's own error body:
+/// `{"type":"error","error":{"type":kind,"message":..,"hale":hale}}`.
+pub fn render_error(kind: &str, message: &str, hale: Value) -> Value {
+    json!({"type": "error", "error": {"type": kind, "message": message, "hale": hale}})
+}
+
+// ---------------------------------------------------------------------------
+// Streaming.
+// ---------------------------------------------------------------------------
+
+/// Decodes an Anthropic upstream SSE stream into canonical events.
+///
+/// Usage events are cumulative: `message_start` gives the input tokens,
+/// `message_delta` the output tokens (and, in newer API versions, the input
+/// again); each [`StreamEvent::Usage`] carries both as known so far. Thinking
+/// blocks and unknown event types produce no events.
+#[derive(Debug, Default)]
+pub struct StreamDecoder {
+    usage: Usage,
+    /// Anthropic block index → canonical tool-call index.
+    tools: Vec<(u64, u32)>,
+    next_tool: u32,
+}
+
+impl StreamDecoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Decodes one SSE event; `event: error` (or a `type: error` payload) is
+    /// `Err` with the provider's message, as is malformed data.
+    pub fn decode(
+        &mut self,
+        event: Option<&str>,
+        data: &str,
+    ) -> Result<Vec<StreamEvent>, ProtoError> {
+        let data = data.trim();
+        if event == Some("ping") || data.is_empty() {
+            return Ok(Vec::new());
+        }
+        let v: Value = serde_json::from_str(data)
+            .map_err(|e| err("data", format!("malformed event data: {e}")))?;
+        let obj = v.as_object().ok_or_else(|| {
+            err(
+                "data",
+                format!("event data must be an object, got {}", kind_of(&v)),
+            )
+        })?;
+        let ty = match obj.get("type").and_then(Value::as_str) {
+            Some(t) => t,
+            None => event.unwrap_or(""),
+        };
+        if event == Some("error") || ty == "error" {
+            let e = field(obj, "error").unwrap_or(&v);
+            return Err(err("error", error_message(e)));
+        }
+        let mut out = Vec::new();
+        match ty {
+            "message_start" => {
+                let m = match field(obj, "message") {
+                    None => return Err(err("message", "missing `message`")),
+                    Some(m) => as_object(m, "message")?,
+                };
+                let usage = field(m, "usage").and_then(Value::as_object);
+                self.usage = Usage {
+                    input_tokens: input_tokens(usage),
+                    output_tokens: count(usage, "output_tokens"),
+                };
+                out.push(StreamEvent::Start {
+                    id: opt_str(m, "id", "message")?.unwrap_or_default().to_string(),
+                    model: opt_str(m, "model", "message")?
+                        .unwrap_or_default()
+                        .to_string(),
+                });
+                out.push(StreamEvent::Usage(self.usage));
+            }
+            "content_block_start" => {
+                let index = block_index(obj)?;
+                let b = match field(obj, "content_block") {
+                    None => return Err(err("content_block", "missing `content_block`")),
+                    Some(b) => as_object(b, "content_block")?,
+                };
+                match b.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        if let Some(t) = opt_str(b, "text", "content_block")?
+                            && !t.is_empty()
+                        {
+                            out.push(StreamEvent::TextDelta(t.to_string()));
+                        }
+                    }
+                    Some("tool_use") => {
+                        let tool = self.next_tool;
+                        self.next_tool = self.next_tool.saturating_add(1);
+                        self.tools.push((index, tool));
+                        out.push(StreamEvent::ToolCallStart {
+                            index: tool,
+                            id: req_str(b, "id", "content_block")?.to_string(),
+                            name: req_str(b, "name", "content_block")?.to_string(),
+                        });
+                        if let Some(input) = field(b, "input").and_then(Value::as_object)
+                            && !input.is_empty()
+                        {
+                            out.push(StreamEvent::ToolCallDelta {
+                                index: tool,
+                                arguments: Value::Object(input.clone()).to_string(),
+                            });
+                        }
+                    }
+                    Some(_) | None => {}
+                }
+            }
+            "content_block_delta" => {
+                let index = block_index(obj)?;
+                let d = match field(obj, "delta") {
+                    None => return Err(err("delta", "missing `delta`")),
+                    Some(d) => as_object(d, "delta")?,
+                };
+                match d.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => {
+                        let t = req_str(d, "text", "delta")?;
+                        if !t.is_empty() {
+                            out.push(StreamEvent::TextDelta(t.to_string()));
+                        }
+                    }
+                    Some("input_json_delta") => {
+                        let piece = req_str(d, "partial_json", "delta")?;
+                        let Some(&(_, tool)) = self.tools.iter().rev().find(|(b, _)| *b == index)
+                        else {
+                            return Err(err(
+                                "index",
+                                format!(
+                                    "input_json_delta for block {index}, which is not a tool_use block"
+                                ),
+                            ));
+                        };
+                        if !piece.is_empty() {
+                            out.push(StreamEvent::ToolCallDelta {
+                                index: tool,
+                                arguments: piece.to_string(),
+                            });
+                        }
+                    }
+                    Some(_) | None => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(d) = field(obj, "delta").and_then(Value::as_object)
+                    && let Some(r) = opt_str(d, "stop_reason", "delta")?
+                {
+                    out.push(StreamEvent::Finish(parse_stop_reason(r)));
+                }
+                if let Some(u) = field(obj, "usage").and_then(Value::as_object) {
+                    if u.contains_key("output_tokens") {
+                        self.usage.output_tokens = count(Some(u), "output_tokens");
+                    }
+                    let input = input_tokens(Some(u));
+                    if input > 0 {
+                        self.usage.input_tokens = input;
+                    }
+                    out.push(StreamEvent::Usage(self.usage));
+                }
+            }
+            "message_stop" => out.push(StreamEvent::Done),
+            _ => {}
+        }
+        Ok(out)
+    }
+}
+
+fn block_index(obj: &Map<String, Value>) -> Result<u64, ProtoError> {
+    match field(obj, "index") {
+        None => Err(err("index", "missing `index`")),
+        Some(v) => v.as_u64().ok_or_else(|| {
+            err(
+                "index",
+                format!("must be a non-negative integer, got {}", kind_of(v)),
+            )
+        }),
+    }
+}
+
+/// The content block an encoder has open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpenBlock {
+    Text,
+    /// The tool call with this canonical index.
+    Tool(u32),
+}
+
+/// Encodes canonical events as an Anthropic Messages event stream.
+///
+/// The sequence is always `message_start`, then blocks (`content_block_start`,
+/// deltas, `content_block_stop`, one block open at a time), then one
+/// `message_delta`, then `message_stop`, whatever order the events came in:
+/// a missing `Start` is supplied; `Finish` and `Usage` are held until both are
+/// known (the `message_delta` goes out when a `Usage` follows the `Finish`,
+/// else at `Done`); a `Done` without `Finish` reads `tool_use` if a tool call
+/// was sent, else `end_turn`. Content after `Finish` is dropped, as is an
+/// argument piece for a tool call whose block was already closed (upstreams
+/// send tool calls one after the other). `include_usage` is accepted for
+/// symmetry: Anthropic streams always carry usage.
+#[derive(Debug)]
+pub struct StreamEncoder {
+    id: String,
+    model: String,
+    started: bool,
+    closed: bool,
+    delta_sent: bool,
+    next_block: u32,
+    open: Option<OpenBlock>,
+    any_tool: bool,
+    finish: Option<StopReason>,
+    usage: Usage,
+}
+
+impl StreamEncoder {
+    pub fn new(id: &str, model: &str, _include_usage: bool) -> Self {
+        Self {
+            id: id.to_string(),
+            model: model.to_string(),
+            started: false,
+            closed: false,
+            delta_sent: false,
+            next_block: 0,
+            open: None,
+            any_tool: false,
+            finish: None,
+            usage: Usage::default(),
+        }
+    }
+
+    fn frame(event: &'static str, data: Value) -> SseFrame {
+        SseFrame {
+            event: Some(event),
+            data: data.to_string(),
+        }
+    }
+
+    fn ensure_started(&mut self, out: &mut Vec<SseFrame>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        out.push(Self::frame(
+            "message_start",
+            json!({"type": "message_start", "message": {
+                "id": self.id,
+                "type": "message",
+                "role": "assistant",
+                "model": self.model,
+                "content": [],
+                "stop_reason": null,
+                "stop_sequence": null,
+                "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": 0},
+            }}),
+        ));
+    }
+
+    fn close_block(&mut self, out: &mut Vec<SseFrame>) {
+        if self.open.take().is_some() {
+            let index = self.next_block.saturating_sub(1);
+            out.push(Self::frame(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": index}),
+            ));
+        }
+    }
+
+    fn open_block(&mut self, kind: OpenBlock, block: Value, out: &mut Vec<SseFrame>) {
+        self.close_block(out);
+        let index = self.next_block;
+        self.next_block = self.next_block.saturating_add(1);
+        self.open = Some(kind);
+        out.push(Self::frame(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": block}),
+        ));
+    }
+
+    fn current_index(&self) -> u32 {
+        self.next_block.saturating_sub(1)
+    }
+
+    fn message_delta(&mut self, out: &mut Vec<SseFrame>) {
+        if self.delta_sent {
+            return;
+        }
+        self.delta_sent = true;
+        self.close_block(out);
+        let reason = self.finish.unwrap_or(if self.any_tool {
+            StopReason::ToolUse
+        } else {
+            StopReason::EndTurn
+        });
+        out.push(Self::frame(
+            "message_delta",
+            json!({
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason(reason), "stop_sequence": null},
+                "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens},
+            }),
+        ));
+    }
+
+    pub fn encode(&mut self, ev: &StreamEvent) -> Vec<SseFrame> {
+        let mut out = Vec::new();
+        if self.closed {
+            return out;
+        }
+        match ev {
+            StreamEvent::Start { id, model } => {
+                if self.id.is_empty() {
+                    self.id.clone_from(id);
+                }
+                if self.model.is_empty() {
+                    self.model.clone_from(model);
+                }
+                self.ensure_started(&mut out);
+            }
+            StreamEvent::TextDelta(text) => {
+                self.ensure_started(&mut out);
+                if text.is_empty() || self.finish.is_some() {
+                    return out;
+                }
+                if self.open != Some(OpenBlock::Text) {
+                    self.open_block(
+                        OpenBlock::Text,
+                        json!({"type": "text", "text": ""}),
+                        &mut out,
+                    );
+                }
+                out.push(Self::frame(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": self.current_index(),
+                           "delta": {"type": "text_delta", "text": text}}),
+                ));
+            }
+            StreamEvent::ToolCallStart { index, id, name } => {
+                self.ensure_started(&mut out);
+                if self.finish.is_some() {
+                    return out;
+                }
+                self.any_tool = true;
+                self.open_block(
+                    OpenBlock::Tool(*index),
+                    json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+                    &mut out,
+                );
+            }
+            StreamEvent::ToolCallDelta { index, arguments } => {
+                self.ensure_started(&mut out);
+                if arguments.is_empty()
+                    || self.finish.is_some()
+                    || self.open != Some(OpenBlock::Tool(*index))
+                {
+                    return out;
+                }
+                out.push(Self::frame(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": self.current_index(),
+                           "delta": {"type": "input_json_delta", "partial_json": arguments}}),
+                ));
+            }
+            StreamEvent::Finish(reason) => {
+                self.ensure_started(&mut out);
+                if self.finish.is_none() {
+                    self.finish = Some(*reason);
+                }
+                self.close_block(&mut out);
+            }
+            StreamEvent::Usage(u) => {
+                if !self.delta_sent {
+                    self.usage = *u;
+                }
+                if self.started && self.finish.is_some() {
+                    self.message_delta(&mut out);
+                }
+            }
+            StreamEvent::Done => {
+                self.ensure_started(&mut out);
+                self.message_delta(&mut out);
+                out.push(Self::frame("message_stop", json!({"type": "message_stop"})));
+                self.closed = true;
+            }
+        }
+        out
+    }
+
+    /// An in-band error for a stream that cannot be completed: `event: error`
+    /// with `{"type":"error","error":{"type":kind,"message":…}}`, and no
+    /// `message_delta` or `message_stop`, so the answer is never presented as
+    /// complete. The encoder emits nothing afterwards.
+    pub fn error(&mut self, kind: &str, message: &str) -> Vec<SseFrame> {
+        if self.closed {
+            return Vec::new();
+        }
+        self.closed = true;
+        vec![Self::frame(
+            "error",
+            json!({"type": "error", "error": {"type": kind, "message": message}}),
+        )]
+    }
+}

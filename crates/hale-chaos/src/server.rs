@@ -1,0 +1,581 @@
+//! The HTTP side: a hand-rolled accept loop in front of an axum router, the
+//! chat handlers that pick a fault and carry it out, and the `/chaos/*`
+//! control endpoints.
+//!
+//! Why an own accept loop rather than `axum::serve`: the `reset` fault must
+//! close a connection *before any response header*, which a handler cannot
+//! do. Each connection is served by hyper in its own task, and the task
+//! selects on the connection, a per-connection kill switch and the server's
+//! shutdown. The handler for a `reset` request flips the switch (found in the
+//! request's extensions) and waits; the task then drops the connection, and
+//! the client sees the socket close with no status line.
+//!
+//! A response is planned as a list of steps (frame, sleep, flush, fail) and
+//! played by a small stream, so cut, stall, malformed and slow-first-token are
+//! all just different plans. A `Fail` step makes the body error, which makes
+//! hyper abort the connection mid-body: that is how `cut` drops a stream.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, watch};
+use tower::ServiceExt;
+
+use crate::answer::{self, Answer, ChatRequest};
+use crate::fault::{self, Fault, FaultSpec};
+use crate::state::Shared;
+use crate::wire::{self, Ctx, Dialect, ErrorKind};
+
+/// Largest request body accepted (long contexts are the point of some tests).
+pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// The request header that overrides the model name as fault selector.
+pub const FAULT_HEADER: &str = "x-chaos-fault";
+
+/// The response header naming the fault that was applied.
+pub const APPLIED_HEADER: &str = "x-chaos-applied";
+
+/// A connection's kill switch, put in every request's extensions.
+#[derive(Clone)]
+struct ConnKill(Arc<Notify>);
+
+/// Accepts connections until `shutdown` resolves, then drops every open connection.
+pub(crate) async fn run(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let app = router(shared);
+    let (stop_tx, stop_rx) = watch::channel(());
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    tokio::spawn(serve_connection(stream, app.clone(), stop_rx.clone()));
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off briefly, keep serving.
+                    tracing::debug!(error = %e, "hale-chaos: accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+        }
+    }
+    drop(stop_tx);
+    Ok(())
+}
+
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    app: Router,
+    mut stop: watch::Receiver<()>,
+) {
+    let kill = Arc::new(Notify::new());
+    let ext = ConnKill(kill.clone());
+    let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(ext.clone());
+        app.clone().oneshot(req)
+    });
+    let conn =
+        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
+    tokio::select! {
+        _ = conn => {}
+        () = kill.notified() => {}
+        _ = stop.changed() => {}
+    }
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(openai_chat))
+        .route("/chat/completions", post(openai_chat))
+        .route("/v1/messages", post(anthropic_chat))
+        .route("/v1/models", get(models))
+        .route("/chaos/stats", get(stats))
+        .route("/chaos/requests", get(requests))
+        .route("/chaos/reset", post(reset))
+        .route("/chaos/down", post(down))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(shared)
+}
+
+async fn openai_chat(
+    State(s): State<Arc<Shared>>,
+    kill: Option<Extension<ConnKill>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    chat(Dialect::OpenAi, s, kill, headers, body).await
+}
+
+async fn anthropic_chat(
+    State(s): State<Arc<Shared>>,
+    kill: Option<Extension<ConnKill>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    chat(Dialect::Anthropic, s, kill, headers, body).await
+}
+
+async fn stats(State(s): State<Arc<Shared>>) -> Json<crate::Stats> {
+    Json(s.stats())
+}
+
+async fn requests(State(s): State<Arc<Shared>>) -> Json<Vec<serde_json::Value>> {
+    Json(crate::parse_bodies(&s.bodies()))
+}
+
+async fn reset(State(s): State<Arc<Shared>>) -> StatusCode {
+    s.reset();
+    StatusCode::NO_CONTENT
+}
+
+async fn down(State(s): State<Arc<Shared>>) -> StatusCode {
+    s.bring_down();
+    StatusCode::NO_CONTENT
+}
+
+async fn models(headers: HeaderMap) -> Response {
+    let anthropic = headers.contains_key("anthropic-version") || headers.contains_key("x-api-key");
+    let ids = std::iter::once("chaos").chain(fault::FAULT_NAMES.iter().copied());
+    let body = if anthropic {
+        let data: Vec<_> = ids
+            .map(|id| {
+                serde_json::json!({"type": "model", "id": id, "display_name": id,
+                                   "created_at": "2025-01-01T00:00:00Z"})
+            })
+            .collect();
+        serde_json::json!({"data": data, "has_more": false, "first_id": "chaos", "last_id": "summarize"})
+    } else {
+        let data: Vec<_> = ids
+            .map(|id| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "hale-chaos"}))
+            .collect();
+        serde_json::json!({"object": "list", "data": data})
+    };
+    Json(body).into_response()
+}
+
+fn json_response(status: u16, body: String, applied: &'static str) -> Response {
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(APPLIED_HEADER, HeaderValue::from_static(applied));
+    r
+}
+
+fn error_response(dialect: Dialect, kind: ErrorKind, applied: &'static str) -> Response {
+    json_response(kind.status(), wire::error_body(dialect, kind), applied)
+}
+
+/// One chat request: read it, count it, pick the fault, carry it out.
+async fn chat(
+    dialect: Dialect,
+    shared: Arc<Shared>,
+    kill: Option<Extension<ConnKill>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let req: ChatRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            let msg = format!("hale-chaos: cannot read the request body: {e}");
+            return json_response(400, wire::bad_request_body(dialect, &msg), "bad-request");
+        }
+    };
+    let model = req.model.as_deref().unwrap_or("");
+    let header = headers.get(FAULT_HEADER).and_then(|v| v.to_str().ok());
+    let key: Cow<'_, str> = match header {
+        Some(h) => Cow::Owned(format!("{model}\u{1f}{h}")),
+        None => Cow::Borrowed(model),
+    };
+    let now = Instant::now();
+    let seen = shared.record(model, &key, &body, now);
+
+    let parsed;
+    let ok_spec;
+    let spec: &FaultSpec = match (
+        header,
+        shared
+            .script
+            .as_ref()
+            .and_then(|s| s.step_for(model, seen.n)),
+    ) {
+        (Some(h), _) => match fault::parse_lenient(h) {
+            Ok(Some(s)) => {
+                parsed = s;
+                &parsed
+            }
+            Ok(None) => {
+                ok_spec = FaultSpec::ok();
+                &ok_spec
+            }
+            Err(e) => {
+                shared.record_fault("bad-spec");
+                let msg = format!("hale-chaos: {e}");
+                return json_response(400, wire::bad_request_body(dialect, &msg), "bad-spec");
+            }
+        },
+        (None, Some(step)) => step,
+        (None, None) => match fault::parse_lenient(model) {
+            Ok(Some(s)) => {
+                parsed = s;
+                &parsed
+            }
+            Ok(None) => {
+                ok_spec = FaultSpec::ok();
+                &ok_spec
+            }
+            Err(e) => {
+                shared.record_fault("bad-spec");
+                let msg = format!("hale-chaos: {e}");
+                return json_response(400, wire::bad_request_body(dialect, &msg), "bad-spec");
+            }
+        },
+    };
+
+    let fault = effective_fault(spec, &req, &shared, seen, now);
+    let applied = fault.name();
+    shared.record_fault(applied);
+
+    match fault {
+        Fault::RateLimit { retry_after } => {
+            let mut r = error_response(dialect, ErrorKind::RateLimit, applied);
+            if let Some(secs) = retry_after {
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(*secs));
+            }
+            r
+        }
+        Fault::Error500 => error_response(dialect, ErrorKind::Server500, applied),
+        Fault::Error503 | Fault::Down { .. } | Fault::DownUntilReset => {
+            error_response(dialect, ErrorKind::Unavailable503, applied)
+        }
+        Fault::Error529 => error_response(dialect, ErrorKind::Overloaded529, applied),
+        Fault::ContextOverflow { .. } => {
+            error_response(dialect, ErrorKind::ContextOverflow, applied)
+        }
+        Fault::ContentFilter => error_response(dialect, ErrorKind::ContentFilter, applied),
+        Fault::Auth => error_response(dialect, ErrorKind::Auth, applied),
+        Fault::NoPrefill => error_response(dialect, ErrorKind::NoPrefill, applied),
+        Fault::Reset => {
+            if let Some(Extension(k)) = kill {
+                k.0.notify_one();
+            }
+            // The connection task drops the socket; this future is dropped with it.
+            std::future::pending().await
+        }
+        Fault::Hang => std::future::pending().await,
+        Fault::Ok
+        | Fault::SlowFirstToken { .. }
+        | Fault::Cut { .. }
+        | Fault::Stall { .. }
+        | Fault::Malformed { .. }
+        | Fault::NoDone
+        | Fault::StreamError { .. }
+        | Fault::Tool { .. }
+        | Fault::Summarize => answer(dialect, &shared, &req, body.len(), spec.tokens, fault),
+    }
+}
+
+/// The fault that applies to this request after `times`, timers and
+/// request-dependent conditions; `Ok` when none does.
+fn effective_fault<'a>(
+    spec: &'a FaultSpec,
+    req: &ChatRequest,
+    shared: &Shared,
+    seen: crate::state::Seen,
+    now: Instant,
+) -> &'a Fault {
+    const OK: &Fault = &Fault::Ok;
+    if spec.times.is_some_and(|t| seen.n > t) {
+        return OK;
+    }
+    let f = &spec.fault;
+    match f {
+        Fault::Down { secs } => {
+            if now.duration_since(seen.first_seen) >= Duration::from_secs(*secs) {
+                OK
+            } else {
+                f
+            }
+        }
+        Fault::DownUntilReset => {
+            if shared.revived() {
+                OK
+            } else {
+                f
+            }
+        }
+        Fault::ContextOverflow { max_chars } => match max_chars {
+            Some(max) if req.message_chars() <= *max => OK,
+            Some(_) | None => f,
+        },
+        Fault::NoPrefill => {
+            if req.ends_with_assistant() {
+                f
+            } else {
+                OK
+            }
+        }
+        Fault::Ok
+        | Fault::RateLimit { .. }
+        | Fault::Error500
+        | Fault::Error503
+        | Fault::Error529
+        | Fault::Reset
+        | Fault::Hang
+        | Fault::SlowFirstToken { .. }
+        | Fault::Cut { .. }
+        | Fault::Stall { .. }
+        | Fault::Malformed { .. }
+        | Fault::NoDone
+        | Fault::StreamError { .. }
+        | Fault::ContentFilter
+        | Fault::Auth
+        | Fault::Tool { .. }
+        | Fault::Summarize => f,
+    }
+}
+
+/// One step of a planned response body.
+enum Step {
+    Frame(Bytes),
+    Sleep(Duration),
+    /// Let hyper write out what it has buffered (the body returns `Pending` once).
+    Flush,
+    /// Make the body fail: hyper aborts the connection.
+    Fail,
+}
+
+fn play(steps: Vec<Step>) -> Body {
+    let stream = futures::stream::unfold(steps.into_iter(), |mut it| async move {
+        loop {
+            match it.next()? {
+                Step::Frame(b) => return Some((Ok(b), it)),
+                Step::Sleep(d) => tokio::time::sleep(d).await,
+                Step::Flush => tokio::task::yield_now().await,
+                Step::Fail => {
+                    let e = std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "hale-chaos: cut",
+                    );
+                    return Some((Err(e), it));
+                }
+            }
+        }
+    });
+    Body::from_stream(stream)
+}
+
+/// The stream-shaping parameters of an answering fault.
+#[derive(Default)]
+struct Shape {
+    delay: Option<Duration>,
+    cut: Option<usize>,
+    stall: Option<(usize, Duration)>,
+    malformed: Option<usize>,
+    no_done: bool,
+    stream_error: Option<usize>,
+}
+
+impl Shape {
+    fn of(f: &Fault) -> Shape {
+        let mut s = Shape::default();
+        match f {
+            Fault::SlowFirstToken { ms } => s.delay = Some(Duration::from_millis(*ms)),
+            Fault::Cut { after } => s.cut = Some(*after),
+            Fault::Stall { after, ms } => s.stall = Some((*after, Duration::from_millis(*ms))),
+            Fault::Malformed { at } => s.malformed = Some(*at),
+            Fault::NoDone => s.no_done = true,
+            Fault::StreamError { after } => s.stream_error = Some(*after),
+            Fault::Ok
+            | Fault::RateLimit { .. }
+            | Fault::Error500
+            | Fault::Error503
+            | Fault::Error529
+            | Fault::Reset
+            | Fault::Hang
+            | Fault::ContextOverflow { .. }
+            | Fault::ContentFilter
+            | Fault::Auth
+            | Fault::NoPrefill
+            | Fault::Down { .. }
+            | Fault::DownUntilReset
+            | Fault::Tool { .. }
+            | Fault::Summarize => {}
+        }
+        s
+    }
+}
+
+fn answer(
+    dialect: Dialect,
+    shared: &Shared,
+    req: &ChatRequest,
+    body_len: usize,
+    tokens: usize,
+    fault: &Fault,
+) -> Response {
+    let seq = shared.next_seq();
+    let prefill = req.prefill();
+    let prefill = prefill.as_deref().unwrap_or("");
+    let answer = if matches!(fault, Fault::Summarize) || req.asks_for_summary() {
+        let chunks = answer::text_chunks(&req.summary());
+        Answer::text(answer::continue_after(chunks, prefill), req.max_output())
+    } else if let Fault::Tool { name, arguments } = fault {
+        let id = match dialect {
+            Dialect::OpenAi => format!("call_chaos{seq}"),
+            Dialect::Anthropic => format!("toolu_chaos{seq}"),
+        };
+        Answer::tool(id, name, arguments)
+    } else {
+        let chunks = answer::word_chunks(tokens);
+        Answer::text(answer::continue_after(chunks, prefill), req.max_output())
+    };
+    let ctx = Ctx {
+        id: match dialect {
+            Dialect::OpenAi => format!("chatcmpl-chaos{seq}"),
+            Dialect::Anthropic => format!("msg_chaos{seq}"),
+        },
+        model: req.model.clone().unwrap_or_default(),
+        created: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        input_tokens: (body_len as u64 / 4).max(1),
+        include_usage: req.include_usage(),
+    };
+    let shape = Shape::of(fault);
+    let applied = fault.name();
+    if req.is_stream() {
+        stream_response(dialect, &ctx, &answer, &shape, applied)
+    } else {
+        full_response(dialect, &ctx, &answer, &shape, fault, applied)
+    }
+}
+
+fn stream_response(
+    dialect: Dialect,
+    ctx: &Ctx,
+    a: &Answer,
+    shape: &Shape,
+    applied: &'static str,
+) -> Response {
+    let pieces = a.pieces();
+    let len = pieces.len();
+    let mut steps = Vec::with_capacity(len + 10);
+    if let Some(d) = shape.delay {
+        steps.push(Step::Sleep(d));
+    }
+    steps.extend(
+        wire::stream_head(dialect, ctx, a)
+            .into_iter()
+            .map(Step::Frame),
+    );
+    let at = |x: Option<usize>| x.map(|x| x.min(len));
+    let (cut, malformed, stream_error) =
+        (at(shape.cut), at(shape.malformed), at(shape.stream_error));
+    let stall = shape.stall.map(|(after, d)| (after.min(len), d));
+    let mut ended = false;
+    for i in 0..=len {
+        if malformed == Some(i) {
+            steps.push(Step::Frame(wire::malformed_frame(dialect)));
+        }
+        if cut == Some(i) {
+            steps.push(Step::Flush);
+            steps.push(Step::Fail);
+            ended = true;
+            break;
+        }
+        if stream_error == Some(i) {
+            steps.push(Step::Frame(wire::error_frame(dialect)));
+            ended = true;
+            break;
+        }
+        if let Some((after, d)) = stall
+            && after == i
+        {
+            steps.push(Step::Sleep(d));
+        }
+        if let Some(p) = pieces.get(i) {
+            steps.push(Step::Frame(wire::stream_piece(dialect, ctx, a, p)));
+        }
+    }
+    if !ended {
+        steps.extend(
+            wire::stream_finish(dialect, ctx, a, shape.no_done)
+                .into_iter()
+                .map(Step::Frame),
+        );
+    }
+    let mut r = Response::new(play(steps));
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(APPLIED_HEADER, HeaderValue::from_static(applied));
+    r
+}
+
+fn full_response(
+    dialect: Dialect,
+    ctx: &Ctx,
+    a: &Answer,
+    shape: &Shape,
+    fault: &Fault,
+    applied: &'static str,
+) -> Response {
+    if matches!(fault, Fault::Malformed { .. }) {
+        return json_response(200, wire::malformed_body(dialect).to_owned(), applied);
+    }
+    let body = wire::full_body(dialect, ctx, a);
+    if shape.delay.is_none() && shape.cut.is_none() && shape.stall.is_none() {
+        return json_response(200, body, applied);
+    }
+    let total = body.len();
+    let body = Bytes::from(body);
+    let half = total / 2;
+    let mut steps = Vec::with_capacity(4);
+    if let Some(d) = shape.delay {
+        steps.push(Step::Sleep(d));
+    }
+    if shape.cut.is_some() {
+        steps.push(Step::Frame(body.slice(..half)));
+        steps.push(Step::Flush);
+        steps.push(Step::Fail);
+    } else if let Some((_, d)) = shape.stall {
+        steps.push(Step::Frame(body.slice(..half)));
+        steps.push(Step::Sleep(d));
+        steps.push(Step::Frame(body.slice(half..)));
+    } else {
+        steps.push(Step::Frame(body));
+    }
+    let mut r = Response::new(play(steps));
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(total));
+    h.insert(APPLIED_HEADER, HeaderValue::from_static(applied));
+    r
+}

@@ -1,0 +1,172 @@
+//! The server's memory: per-key request counters (for `times` and scripts),
+//! `down` timers, the `down-until-reset` switch, statistics and the last
+//! request bodies.
+//!
+//! One `std::sync::Mutex` guards it; it is held only for a few map updates
+//! and never across an `.await`, so the `ok` path stays cheap. Bodies are kept
+//! as `Bytes`, which are reference-counted: keeping them copies nothing.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::script::Script;
+
+/// Request bodies kept for `/chaos/requests` and [`crate::ChaosHandle::last_requests`].
+pub const MAX_KEPT_BODIES: usize = 32;
+
+/// Counters the server exposes on `GET /chaos/stats`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Chat requests received (both dialects) since start or the last reset.
+    pub requests_total: u64,
+    /// Requests per requested model name.
+    pub requests_per_model: BTreeMap<String, u64>,
+    /// Requests per fault actually applied (`ok` once a fault's `times` ran out).
+    pub requests_per_fault: BTreeMap<String, u64>,
+    /// How many request bodies are kept (at most [`MAX_KEPT_BODIES`]).
+    pub last_request_bodies: usize,
+}
+
+#[derive(Debug)]
+struct KeyState {
+    count: u64,
+    first_seen: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    keys: HashMap<String, KeyState>,
+    stats: Stats,
+    bodies: VecDeque<Bytes>,
+}
+
+/// What the server remembers, shared by every connection.
+#[derive(Debug)]
+pub struct Shared {
+    pub script: Option<Script>,
+    inner: Mutex<Inner>,
+    /// `down-until-reset` answers ok once this is set (by a reset).
+    revived: AtomicBool,
+    seq: AtomicU64,
+}
+
+/// What the counters say about one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen {
+    /// 1-based position of this request among those of its key.
+    pub n: u64,
+    /// When the first request of its key arrived.
+    pub first_seen: Instant,
+}
+
+impl Shared {
+    pub fn new(script: Option<Script>) -> Self {
+        Shared {
+            script,
+            inner: Mutex::new(Inner::default()),
+            revived: AtomicBool::new(false),
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain counters behind; they stay usable.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A fresh sequence number for ids.
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Counts one chat request for `model` under `key` and keeps its body.
+    pub fn record(&self, model: &str, key: &str, body: &Bytes, now: Instant) -> Seen {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        inner.stats.requests_total += 1;
+        match inner.stats.requests_per_model.get_mut(model) {
+            Some(n) => *n += 1,
+            None => {
+                inner.stats.requests_per_model.insert(model.to_owned(), 1);
+            }
+        }
+        if inner.bodies.len() >= MAX_KEPT_BODIES {
+            inner.bodies.pop_front();
+        }
+        inner.bodies.push_back(body.clone());
+        inner.stats.last_request_bodies = inner.bodies.len();
+        match inner.keys.get_mut(key) {
+            Some(k) => {
+                k.count += 1;
+                Seen {
+                    n: k.count,
+                    first_seen: k.first_seen,
+                }
+            }
+            None => {
+                inner.keys.insert(
+                    key.to_owned(),
+                    KeyState {
+                        count: 1,
+                        first_seen: now,
+                    },
+                );
+                Seen {
+                    n: 1,
+                    first_seen: now,
+                }
+            }
+        }
+    }
+
+    /// Counts the fault applied to a request.
+    pub fn record_fault(&self, name: &'static str) {
+        let mut g = self.lock();
+        match g.stats.requests_per_fault.get_mut(name) {
+            Some(n) => *n += 1,
+            None => {
+                g.stats.requests_per_fault.insert(name.to_owned(), 1);
+            }
+        }
+    }
+
+    /// Whether `down-until-reset` answers ok.
+    pub fn revived(&self) -> bool {
+        self.revived.load(Ordering::Relaxed)
+    }
+
+    /// Puts `down-until-reset` models down again.
+    pub fn bring_down(&self) {
+        self.revived.store(false, Ordering::Relaxed);
+    }
+
+    /// Clears counters, timers, statistics and kept bodies, and brings
+    /// `down-until-reset` models up.
+    pub fn reset(&self) {
+        let mut g = self.lock();
+        *g = Inner::default();
+        self.revived.store(true, Ordering::Relaxed);
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.lock().stats.clone()
+    }
+
+    pub fn requests_for(&self, model: &str) -> u64 {
+        self.lock()
+            .stats
+            .requests_per_model
+            .get(model)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn bodies(&self) -> Vec<Bytes> {
+        self.lock().bodies.iter().cloned().collect()
+    }
+}

@@ -1,0 +1,991 @@
+//! Tests of config loading: the DESIGN §9 example, the minimal example, one
+//! test per validation rule (path and line), defaults, and secret hygiene.
+
+use super::{ConfigError, ConfigErrors, MINIMAL_EXAMPLE, load};
+use crate::class::ErrorClass;
+use crate::config::{
+    BreakerConfig, CompactionConfig, Config, CooldownConfig, EventsConfig, GuardConfig,
+    HealthConfig, Jitter, KeyScope, NatsConfig, ProviderKind, RecoveryConfig, RetryConfig,
+    SelfHealingConfig, Target,
+};
+use std::time::Duration;
+
+/// The example of DESIGN §9, verbatim.
+const DESIGN_EXAMPLE: &str = r#"listen: 127.0.0.1:3000
+data_dir: ./hale-data            # SQLite, lockfile, outbox live here
+# storage: postgres://hale@db/hale   # scale-out; default is SQLite in data_dir
+
+auth:                            # no keys: only loopback clients, with a warning
+  keys:
+    - {name: admin, token_env: HALE_TOKEN, scope: admin}
+    - {name: research, token_env: RESEARCH_TOKEN, agents: [research-agent]}
+
+routes:                          # model name -> ordered targets provider/model
+  smart: [openai/gpt-4o, anthropic/claude-sonnet-4]
+
+providers:
+  - name: openai
+    kind: openai                 # any OpenAI-compatible endpoint (vLLM, Groq, Ollama, ...)
+    base_url: https://api.openai.com/v1
+    api_key_env: OPENAI_API_KEY
+    default_model: gpt-4o
+    models: [gpt-4o, gpt-4o-mini]
+    timeout_ms: 60000            # no response headers within this: timeout
+    first_token_timeout_ms: 30000
+    stream_idle_timeout_ms: 30000
+    supports_prefill: false      # default per kind: anthropic true, openai false
+  - name: anthropic
+    kind: anthropic
+    base_url: https://api.anthropic.com
+    api_key_env: ANTHROPIC_API_KEY
+    default_model: claude-sonnet-4
+
+agents:
+  default: {provider: openai}
+  research-agent:
+    provider: openai
+    fallback: [anthropic]        # overrides self_healing.fallback.providers
+    budget: {max_tokens_per_task: 2000000}
+
+self_healing:
+  enabled: true
+  max_consecutive_failures: 3    # failed turns in a row before the agent is paused
+  restart_delay_ms: 2000         # first restart delay, doubling
+  compaction_threshold: 0.85
+  circuit_breaker: {enabled: true, failure_threshold: 5, window_ms: 60000,
+                    half_open_after_ms: 10000, max_open_ms: 10000,
+                    half_open_requests: 1, success_threshold: 1}
+  fallback: {enabled: true, providers: [anthropic]}
+
+retry:                           # per class of §2
+  max_retry_wait_ms: 5000
+  probe_interval_ms: 10000
+  rate_limit:   {max_attempts: 5, initial_ms: 1000, max_ms: 60000}
+  server_error: {max_attempts: 3, initial_ms: 1000, max_ms: 30000}
+  network:      {max_attempts: 3, initial_ms: 1000, max_ms: 30000}
+
+cooldown_ms: {auth: 600000, rate_limit: 60000, billing: 1800000, timeout: 30000,
+              overloaded: 120000, model_not_found: 3600000, unknown: 30000}
+guard: {max_events: 2000, max_tool_calls: 400, task_timeout_ms: 600000,
+        tool_caps: {edit_file: 8, delete_file: 3, run_command: 10, web_search: 8},
+        tool_loop_threshold: 4, file_edit_loop_threshold: 4}
+health: {heartbeat_timeout_ms: 600000, stale_after_ms: 600000, stuck_after_ms: 1800000,
+         nudge: {max_attempts: 3, interval_ms: 600000}, escalation_timeout_ms: 900000}
+recovery: {max_per_task: 3, max_per_hour: 5, backoff_ms: [60000, 120000, 240000]}
+events:
+  webhooks: [{url: "https://ops.example/hale", secret_env: HOOK_SECRET, kinds: [agent.paused, agent.circuit_open]}]
+  nats: {url: "nats://127.0.0.1:4222", subject_prefix: hale.events, stream: HALE_EVENTS}
+  outbox_cap: 1000000
+"#;
+
+const SECRET_VALUES: [(&str, &str); 5] = [
+    ("HALE_TOKEN", "tok-admin-5f3a9c"),
+    ("RESEARCH_TOKEN", "tok-research-77e1b2"),
+    ("OPENAI_API_KEY", "sk-openai-secret-4d2f"),
+    ("ANTHROPIC_API_KEY", "sk-ant-secret-9a8b"),
+    ("HOOK_SECRET", "whsec-0c1d2e3f"),
+];
+
+/// An environment holding every variable the examples name.
+fn full_env(name: &str) -> Option<String> {
+    SECRET_VALUES
+        .iter()
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| (*v).to_owned())
+}
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+/// Two valid providers on lines 1–9; tests append their own sections after.
+const BASE: &str = "\
+providers:
+  - name: openai
+    kind: openai
+    base_url: https://api.openai.com/v1
+    default_model: gpt-4o
+  - name: anthropic
+    kind: anthropic
+    base_url: https://api.anthropic.com
+    default_model: claude-sonnet-4
+";
+
+fn with_base(rest: &str) -> String {
+    format!("{BASE}{rest}")
+}
+
+fn load_ok(yaml: &str) -> Config {
+    match load(yaml, &full_env) {
+        Ok(c) => c,
+        Err(e) => panic!("expected the config to load, got:\n{e}"),
+    }
+}
+
+fn load_err(yaml: &str) -> Vec<ConfigError> {
+    match load(yaml, &full_env) {
+        Ok(_) => panic!("expected errors, the config loaded"),
+        Err(ConfigErrors(errs)) => errs,
+    }
+}
+
+/// Asserts that exactly one error has `path`, on `line`, with `needle` in its message.
+#[track_caller]
+fn assert_error(errs: &[ConfigError], path: &str, line: Option<usize>, needle: &str) {
+    let found: Vec<&ConfigError> = errs.iter().filter(|e| e.path == path).collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "one error at {path} expected, got {errs:#?}"
+    );
+    let e = found[0];
+    assert_eq!(e.line, line, "line of {path}: {errs:#?}");
+    assert!(
+        e.message.contains(needle),
+        "message of {path} should contain {needle:?}: {e}"
+    );
+}
+
+#[test]
+fn design_example_loads_with_expected_values() {
+    let c = load_ok(DESIGN_EXAMPLE);
+    assert_eq!(c.listen, "127.0.0.1:3000".parse().unwrap());
+    assert_eq!(c.data_dir, std::path::PathBuf::from("./hale-data"));
+    assert_eq!(c.storage, None);
+
+    assert_eq!(c.auth.keys.len(), 2);
+    assert_eq!(c.auth.keys[0].name, "admin");
+    assert_eq!(c.auth.keys[0].token.expose(), "tok-admin-5f3a9c");
+    assert_eq!(c.auth.keys[0].scope, KeyScope::Admin);
+    assert_eq!(c.auth.keys[1].name, "research");
+    assert_eq!(
+        c.auth.keys[1].scope,
+        KeyScope::Agents(vec!["research-agent".into()])
+    );
+
+    let smart = &c.routes["smart"];
+    assert_eq!(
+        smart,
+        &vec![
+            Target {
+                provider: "openai".into(),
+                model: "gpt-4o".into()
+            },
+            Target {
+                provider: "anthropic".into(),
+                model: "claude-sonnet-4".into()
+            },
+        ]
+    );
+
+    assert_eq!(c.providers.len(), 2);
+    let o = c.provider("openai").unwrap();
+    assert_eq!(o.kind, ProviderKind::OpenAi);
+    assert_eq!(o.base_url, "https://api.openai.com/v1");
+    assert_eq!(
+        o.api_key.as_ref().unwrap().expose(),
+        "sk-openai-secret-4d2f"
+    );
+    assert_eq!(o.default_model, "gpt-4o");
+    assert_eq!(
+        o.models,
+        vec!["gpt-4o".to_owned(), "gpt-4o-mini".to_owned()]
+    );
+    assert_eq!(o.timeout, Duration::from_millis(60000));
+    assert_eq!(o.first_token_timeout, Duration::from_millis(30000));
+    assert_eq!(o.stream_idle_timeout, Duration::from_millis(30000));
+    assert!(!o.supports_prefill);
+    let a = c.provider("anthropic").unwrap();
+    assert_eq!(a.kind, ProviderKind::Anthropic);
+    assert_eq!(a.api_key.as_ref().unwrap().expose(), "sk-ant-secret-9a8b");
+    assert!(a.supports_prefill, "anthropic accepts prefill by default");
+    assert!(a.models.is_empty());
+
+    assert_eq!(c.agents["default"].provider.as_deref(), Some("openai"));
+    assert_eq!(c.agents["default"].fallback, None);
+    let r = &c.agents["research-agent"];
+    assert_eq!(r.provider.as_deref(), Some("openai"));
+    assert_eq!(r.fallback, Some(vec!["anthropic".to_owned()]));
+    assert_eq!(r.budget.max_tokens_per_task, Some(2_000_000));
+    assert_eq!(r.budget.max_cost_usd_per_task, None);
+
+    let sh = &c.self_healing;
+    assert!(sh.enabled);
+    assert_eq!(sh.max_consecutive_failures, 3);
+    assert_eq!(sh.restart_delay, Duration::from_millis(2000));
+    assert_eq!(c.compaction.threshold, 0.85);
+    let b = &sh.circuit_breaker;
+    assert!(b.enabled);
+    assert_eq!(b.failure_threshold, Some(5));
+    assert_eq!(b.window, Duration::from_secs(60));
+    assert_eq!(b.half_open_after, Duration::from_secs(10));
+    assert_eq!(b.max_open, Duration::from_secs(10));
+    assert_eq!(b.half_open_requests, 1);
+    assert_eq!(b.success_threshold, 1);
+    assert!(sh.fallback_enabled);
+    assert_eq!(sh.fallback_providers, vec!["anthropic".to_owned()]);
+
+    assert_eq!(c.retry.max_retry_wait, Duration::from_secs(5));
+    assert_eq!(c.retry.probe_interval, Duration::from_secs(10));
+    assert_eq!(c.retry.rate_limit.max_attempts, 5);
+    assert_eq!(c.retry.rate_limit.max, Duration::from_secs(60));
+    assert_eq!(c.retry.server_error.max_attempts, 3);
+    assert_eq!(c.retry.network.max, Duration::from_secs(30));
+
+    assert_eq!(
+        c.cooldown.for_class(ErrorClass::Auth),
+        Some(Duration::from_secs(600))
+    );
+    assert_eq!(
+        c.cooldown.for_class(ErrorClass::Billing),
+        Some(Duration::from_secs(1800))
+    );
+    assert_eq!(
+        c.cooldown.for_class(ErrorClass::ModelNotFound),
+        Some(Duration::from_secs(3600))
+    );
+    assert_eq!(c.cooldown.for_class(ErrorClass::ContentPolicy), None);
+
+    assert_eq!(c.guard.max_events, 2000);
+    assert_eq!(c.guard.max_tool_calls, 400);
+    assert_eq!(c.guard.task_timeout, Duration::from_secs(600));
+    assert_eq!(c.guard.tool_caps["run_command"], 10);
+    assert_eq!(c.guard.tool_loop_threshold, 4);
+
+    assert_eq!(c.health.stuck_after, Duration::from_secs(1800));
+    assert_eq!(c.health.nudge_max_attempts, 3);
+    assert_eq!(c.health.escalation_timeout, Duration::from_secs(900));
+
+    assert_eq!(c.recovery.max_per_hour, 5);
+    assert_eq!(c.recovery.backoff[2], Duration::from_secs(240));
+
+    assert_eq!(c.events.webhooks.len(), 1);
+    let w = &c.events.webhooks[0];
+    assert_eq!(w.url, "https://ops.example/hale");
+    assert_eq!(w.secret.as_ref().unwrap().expose(), "whsec-0c1d2e3f");
+    assert_eq!(
+        w.kinds,
+        vec!["agent.paused".to_owned(), "agent.circuit_open".to_owned()]
+    );
+    let n = c.events.nats.as_ref().unwrap();
+    assert_eq!(n.url, "nats://127.0.0.1:4222");
+    assert_eq!(n.subject_prefix, "hale.events");
+    assert_eq!(n.stream, "HALE_EVENTS");
+    assert_eq!(c.events.outbox_cap, 1_000_000);
+}
+
+#[test]
+fn design_example_restates_the_defaults() {
+    // Every number in the example is a default: sections given in full must
+    // equal their Default, so the example and the code cannot drift apart.
+    let c = load_ok(DESIGN_EXAMPLE);
+    assert_eq!(c.retry, RetryConfig::default());
+    assert_eq!(c.health, HealthConfig::default());
+    assert_eq!(c.recovery, RecoveryConfig::default());
+    assert_eq!(c.guard, GuardConfig::default());
+    assert_eq!(c.cooldown, CooldownConfig::default());
+    assert_eq!(c.self_healing.circuit_breaker, BreakerConfig::default());
+    assert_eq!(c.compaction, CompactionConfig::default());
+}
+
+#[test]
+fn minimal_example_loads() {
+    let env = |k: &str| (k == "OPENAI_API_KEY").then(|| "sk-minimal".to_owned());
+    let c = load(MINIMAL_EXAMPLE, &env).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.providers.len(), 1);
+    assert_eq!(c.providers[0].name, "openai");
+    assert_eq!(
+        c.providers[0].api_key.as_ref().unwrap().expose(),
+        "sk-minimal"
+    );
+    assert_eq!(c.listen, "127.0.0.1:3000".parse().unwrap());
+}
+
+#[test]
+fn minimal_example_without_its_env_var_names_it() {
+    let errs = load(MINIMAL_EXAMPLE, &no_env).unwrap_err().0;
+    assert_error(
+        &errs,
+        "providers[0].api_key_env",
+        Some(7),
+        "OPENAI_API_KEY is not set",
+    );
+}
+
+#[test]
+fn omitted_fields_keep_defaults() {
+    let c = load_ok(BASE);
+    let d = Config::with_providers(Vec::new());
+    assert_eq!(c.listen, d.listen);
+    assert_eq!(c.data_dir, d.data_dir);
+    assert_eq!(c.storage, None);
+    assert!(c.auth.keys.is_empty());
+    assert!(c.routes.is_empty() && c.agents.is_empty() && c.prices.is_empty());
+    let sh = SelfHealingConfig::default();
+    assert_eq!(c.self_healing.enabled, sh.enabled);
+    assert_eq!(
+        c.self_healing.max_consecutive_failures,
+        sh.max_consecutive_failures
+    );
+    assert_eq!(c.self_healing.restart_delay, sh.restart_delay);
+    assert_eq!(c.self_healing.circuit_breaker, sh.circuit_breaker);
+    assert_eq!(c.self_healing.fallback_enabled, sh.fallback_enabled);
+    assert_eq!(c.self_healing.fallback_providers, sh.fallback_providers);
+    assert_eq!(c.retry, RetryConfig::default());
+    assert_eq!(c.cooldown, CooldownConfig::default());
+    assert_eq!(c.guard, GuardConfig::default());
+    assert_eq!(c.health, HealthConfig::default());
+    assert_eq!(c.recovery, RecoveryConfig::default());
+    assert_eq!(c.compaction, CompactionConfig::default());
+    let ev = EventsConfig::default();
+    assert_eq!(c.events.outbox_cap, ev.outbox_cap);
+    assert_eq!(c.events.fsync_always, ev.fsync_always);
+    assert!(c.events.webhooks.is_empty() && c.events.nats.is_none());
+    let p = &c.providers[0];
+    assert_eq!(p.timeout, crate::config::DEFAULT_TIMEOUT);
+    assert_eq!(
+        p.first_token_timeout,
+        crate::config::DEFAULT_FIRST_TOKEN_TIMEOUT
+    );
+    assert_eq!(
+        p.stream_idle_timeout,
+        crate::config::DEFAULT_STREAM_IDLE_TIMEOUT
+    );
+    assert!(p.api_key.is_none());
+}
+
+#[test]
+fn partial_sections_override_only_what_is_given() {
+    let c = load_ok(&with_base(
+        "retry: {rate_limit: {max_attempts: 7, jitter: decorrelated}}\n\
+         self_healing: {circuit_breaker: {window_ms: 1000}}\n\
+         health: {nudge: {max_attempts: 5}}\n\
+         events: {nats: {url: \"nats://n:4222\"}, fsync: always}\n",
+    ));
+    let d = RetryConfig::default();
+    assert_eq!(c.retry.rate_limit.max_attempts, 7);
+    assert_eq!(c.retry.rate_limit.jitter, Jitter::Decorrelated);
+    assert_eq!(c.retry.rate_limit.initial, d.rate_limit.initial);
+    assert_eq!(c.retry.rate_limit.max, d.rate_limit.max);
+    assert_eq!(c.retry.server_error, d.server_error);
+    let b = &c.self_healing.circuit_breaker;
+    assert_eq!(b.window, Duration::from_secs(1));
+    assert_eq!(
+        b.failure_threshold,
+        BreakerConfig::default().failure_threshold
+    );
+    assert_eq!(c.health.nudge_max_attempts, 5);
+    assert_eq!(
+        c.health.nudge_interval,
+        HealthConfig::default().nudge_interval
+    );
+    let n = c.events.nats.unwrap();
+    assert_eq!(n.subject_prefix, NatsConfig::DEFAULT_SUBJECT_PREFIX);
+    assert_eq!(n.stream, NatsConfig::DEFAULT_STREAM);
+    assert!(c.events.fsync_always);
+}
+
+#[test]
+fn null_switches_a_breaker_rule_off() {
+    let c = load_ok(&with_base(
+        "self_healing:\n  circuit_breaker:\n    failure_threshold: null\n    consecutive_failures: 4\n    failure_rate: 0.5\n    slow_call_ms: 2000\n",
+    ));
+    let b = &c.self_healing.circuit_breaker;
+    assert_eq!(b.failure_threshold, None);
+    assert_eq!(b.consecutive_failures, Some(4));
+    assert_eq!(b.failure_rate, Some(0.5));
+    assert_eq!(b.slow_call, Some(Duration::from_secs(2)));
+}
+
+#[test]
+fn prices_and_context_windows_load() {
+    let c = load_ok(
+        "providers:\n  - {name: p, kind: openai, base_url: \"http://localhost:8000/v1/\", default_model: m, context_windows: {m: 32768}}\nprices:\n  m: {input_per_mtok: 2.5, output_per_mtok: 10}\n",
+    );
+    assert_eq!(c.providers[0].base_url, "http://localhost:8000/v1");
+    assert_eq!(c.providers[0].context_windows["m"], 32768);
+    assert_eq!(c.prices["m"].input_per_mtok, 2.5);
+    assert_eq!(c.prices["m"].output_per_mtok, 10.0);
+}
+
+// ---- parse errors: the parser stops at the first, with path and line ----
+
+#[test]
+fn unknown_key_is_reported_with_path_and_line() {
+    let errs = load_err(&with_base("    bogus: 1\n"));
+    assert_error(
+        &errs,
+        "providers[1].bogus",
+        Some(10),
+        "unknown field `bogus`",
+    );
+    let errs = load_err(&with_base("retries: {}\n"));
+    assert_error(&errs, "retries", Some(10), "unknown field `retries`");
+}
+
+#[test]
+fn wrong_type_is_reported_with_path_and_line() {
+    let errs = load_err(&with_base(
+        "retry:\n  rate_limit:\n    max_attempts: lots\n",
+    ));
+    assert_error(
+        &errs,
+        "retry.rate_limit.max_attempts",
+        Some(12),
+        "expected a whole number",
+    );
+    let errs = load_err("providers: 5\n");
+    assert_error(&errs, "providers", Some(1), "sequence");
+    let errs = load_err("- just\n- a list\n");
+    assert_error(&errs, "", Some(1), "mapping");
+}
+
+#[test]
+fn duplicate_yaml_key_is_reported() {
+    let errs = load_err("listen: 127.0.0.1:1\nlisten: 127.0.0.1:2\n");
+    assert_error(&errs, "listen", Some(2), "duplicate key `listen`");
+    let errs = load_err(&with_base(
+        "routes:\n  smart: [openai/gpt-4o]\n  smart: [anthropic/x]\n",
+    ));
+    assert_error(&errs, "routes.smart", Some(12), "duplicate key `smart`");
+}
+
+#[test]
+fn yaml_syntax_error_has_a_line() {
+    let errs = load_err("providers:\n  - name: \"unclosed\n");
+    assert_eq!(errs.len(), 1);
+    assert!(errs[0].line.is_some(), "{errs:?}");
+}
+
+// ---- validation rules: one test each ----
+
+#[test]
+fn no_providers_is_an_error() {
+    assert_error(&load_err(""), "providers", None, "at least one provider");
+    assert_error(
+        &load_err("listen: 127.0.0.1:1\nproviders: []\n"),
+        "providers",
+        Some(2),
+        "at least one provider",
+    );
+}
+
+#[test]
+fn duplicate_provider_name_is_an_error() {
+    let errs = load_err(&with_base(
+        "  - {name: openai, kind: openai, base_url: \"https://x\", default_model: m}\n",
+    ));
+    assert_error(
+        &errs,
+        "providers[2].name",
+        Some(10),
+        "duplicate provider name `openai` (also providers[0])",
+    );
+}
+
+#[test]
+fn unknown_provider_kind_is_an_error() {
+    let errs = load_err(
+        "providers:\n  - name: p\n    kind: gemini\n    base_url: https://x\n    default_model: m\n",
+    );
+    assert_error(
+        &errs,
+        "providers[0].kind",
+        Some(3),
+        "unknown provider kind `gemini`",
+    );
+}
+
+#[test]
+fn missing_required_provider_keys_are_all_reported() {
+    let errs = load_err("providers:\n  - name: p\n");
+    assert_error(&errs, "providers[0].kind", Some(2), "`kind` is required");
+    assert_error(
+        &errs,
+        "providers[0].base_url",
+        Some(2),
+        "`base_url` is required",
+    );
+    assert_error(
+        &errs,
+        "providers[0].default_model",
+        Some(2),
+        "`default_model` is required",
+    );
+}
+
+#[test]
+fn base_url_must_be_http() {
+    let errs = load_err(
+        "providers:\n  - {name: p, kind: openai, default_model: m,\n     base_url: \"ftp://example.com\"}\n",
+    );
+    assert_error(
+        &errs,
+        "providers[0].base_url",
+        Some(3),
+        "http:// or https://",
+    );
+}
+
+#[test]
+fn undefined_provider_in_route_is_an_error() {
+    let errs = load_err(&with_base(
+        "routes:\n  smart: [openai/gpt-4o, mistral/large]\n",
+    ));
+    assert_error(
+        &errs,
+        "routes.smart[1]",
+        Some(11),
+        "provider `mistral` is not defined",
+    );
+}
+
+#[test]
+fn route_target_must_be_provider_slash_model() {
+    let errs = load_err(&with_base(
+        "routes:\n  smart:\n    - openai\n    - /gpt-4o\n",
+    ));
+    assert_error(
+        &errs,
+        "routes.smart[0]",
+        Some(12),
+        "not of the form provider/model",
+    );
+    assert_error(
+        &errs,
+        "routes.smart[1]",
+        Some(13),
+        "not of the form provider/model",
+    );
+}
+
+#[test]
+fn route_model_must_be_offered_when_models_are_listed() {
+    let errs = load_err(
+        "providers:\n  - {name: o, kind: openai, base_url: \"https://x\", default_model: a, models: [a, b]}\nroutes:\n  r: [o/c]\n",
+    );
+    assert_error(&errs, "routes.r[0]", Some(4), "does not list model `c`");
+}
+
+#[test]
+fn undefined_provider_in_agent_is_an_error() {
+    let errs = load_err(&with_base(
+        "agents:\n  coder:\n    provider: opneai\n    fallback: [anthropic, groq]\n",
+    ));
+    assert_error(
+        &errs,
+        "agents.coder.provider",
+        Some(12),
+        "provider `opneai` is not defined",
+    );
+    assert_error(
+        &errs,
+        "agents.coder.fallback[1]",
+        Some(13),
+        "provider `groq` is not defined",
+    );
+}
+
+#[test]
+fn undefined_provider_in_self_healing_fallback_is_an_error() {
+    let errs = load_err(&with_base(
+        "self_healing:\n  fallback:\n    providers: [nope]\n",
+    ));
+    assert_error(
+        &errs,
+        "self_healing.fallback.providers[0]",
+        Some(12),
+        "provider `nope` is not defined",
+    );
+}
+
+#[test]
+fn unset_api_key_env_is_an_error() {
+    let errs = load_err(
+        "providers:\n  - name: p\n    kind: openai\n    base_url: https://x\n    default_model: m\n    api_key_env: NOT_SET_ANYWHERE\n",
+    );
+    assert_error(
+        &errs,
+        "providers[0].api_key_env",
+        Some(6),
+        "environment variable NOT_SET_ANYWHERE is not set",
+    );
+    let shown = ConfigErrors(errs).to_string();
+    assert_eq!(
+        shown,
+        "line 6: providers[0].api_key_env: environment variable NOT_SET_ANYWHERE is not set"
+    );
+}
+
+#[test]
+fn unset_token_env_is_an_error() {
+    let errs = load_err(&with_base(
+        "auth:\n  keys:\n    - {name: a, token_env: MISSING_TOKEN, scope: admin}\n",
+    ));
+    assert_error(
+        &errs,
+        "auth.keys[0].token_env",
+        Some(12),
+        "MISSING_TOKEN is not set",
+    );
+}
+
+#[test]
+fn unset_secret_env_is_an_error() {
+    let errs = load_err(&with_base(
+        "events:\n  webhooks:\n    - url: https://hook.example\n      secret_env: NO_SUCH_SECRET\n",
+    ));
+    assert_error(
+        &errs,
+        "events.webhooks[0].secret_env",
+        Some(13),
+        "NO_SUCH_SECRET is not set",
+    );
+}
+
+#[test]
+fn empty_env_value_is_an_error() {
+    let env = |k: &str| (k == "EMPTY").then(String::new);
+    let yaml = "providers:\n  - {name: p, kind: openai, base_url: \"https://x\", default_model: m, api_key_env: EMPTY}\n";
+    let errs = load(yaml, &env).unwrap_err().0;
+    assert_error(&errs, "providers[0].api_key_env", Some(2), "EMPTY is empty");
+}
+
+#[test]
+fn key_scope_rules() {
+    let errs = load_err(&with_base(
+        "auth:\n  keys:\n    - {name: a, token_env: HALE_TOKEN, scope: root}\n    - {name: b, token_env: RESEARCH_TOKEN}\n    - {name: c, token_env: OPENAI_API_KEY, scope: admin, agents: [x]}\n",
+    ));
+    assert_error(
+        &errs,
+        "auth.keys[0].scope",
+        Some(12),
+        "unknown scope `root`",
+    );
+    assert_error(
+        &errs,
+        "auth.keys[1]",
+        Some(13),
+        "needs `scope: admin` or a list of `agents`",
+    );
+    assert_error(&errs, "auth.keys[2].scope", Some(14), "not both");
+}
+
+#[test]
+fn two_keys_with_one_token_is_an_error() {
+    let errs = load_err(&with_base(
+        "auth:\n  keys:\n    - {name: a, token_env: HALE_TOKEN, scope: admin}\n    - {name: b, token_env: HALE_TOKEN, agents: [x]}\n",
+    ));
+    assert_error(
+        &errs,
+        "auth.keys[1].token_env",
+        Some(13),
+        "same token as auth.keys[0]",
+    );
+}
+
+#[test]
+fn thresholds_must_be_in_zero_one() {
+    let errs = load_err(&with_base(
+        "self_healing:\n  compaction_threshold: 1.5\n  circuit_breaker: {failure_rate: 0}\ncompaction:\n  warn_at: -0.1\n",
+    ));
+    assert_error(
+        &errs,
+        "self_healing.compaction_threshold",
+        Some(11),
+        "outside (0, 1]",
+    );
+    assert_error(
+        &errs,
+        "self_healing.circuit_breaker.failure_rate",
+        Some(12),
+        "outside (0, 1]",
+    );
+    assert_error(&errs, "compaction.warn_at", Some(14), "outside (0, 1]");
+}
+
+#[test]
+fn warn_at_must_be_below_threshold() {
+    let errs = load_err(&with_base(
+        "self_healing:\n  compaction_threshold: 0.7\ncompaction:\n  warn_at: 0.7\n",
+    ));
+    assert_error(
+        &errs,
+        "compaction.warn_at",
+        Some(13),
+        "must be below self_healing.compaction_threshold (0.7) set on line 11",
+    );
+    // Against the default threshold too.
+    let errs = load_err(&with_base("compaction: {warn_at: 0.9}\n"));
+    assert_error(&errs, "compaction.warn_at", Some(10), "(0.85)");
+}
+
+#[test]
+fn max_attempts_zero_is_an_error() {
+    let errs = load_err(&with_base("retry:\n  network: {max_attempts: 0}\n"));
+    assert_error(&errs, "retry.network.max_attempts", Some(11), "at least 1");
+}
+
+#[test]
+fn initial_greater_than_max_is_an_error() {
+    let errs = load_err(&with_base(
+        "retry:\n  server_error:\n    initial_ms: 5000\n    max_ms: 1000\n",
+    ));
+    assert_error(
+        &errs,
+        "retry.server_error.initial_ms",
+        Some(12),
+        "initial_ms (5000) is greater than max_ms (1000)",
+    );
+    // Given only one side, the other is the default.
+    let errs = load_err(&with_base("retry:\n  server_error: {max_ms: 10}\n"));
+    assert_error(
+        &errs,
+        "retry.server_error.max_ms",
+        Some(11),
+        "greater than max_ms (10)",
+    );
+}
+
+#[test]
+fn unknown_jitter_is_an_error() {
+    let errs = load_err(&with_base("retry: {network: {jitter: equal}}\n"));
+    assert_error(
+        &errs,
+        "retry.network.jitter",
+        Some(10),
+        "unknown jitter `equal`",
+    );
+}
+
+#[test]
+fn listen_must_be_a_socket_address() {
+    let errs = load_err(&format!("listen: localhost\n{BASE}"));
+    assert_error(&errs, "listen", Some(1), "not a socket address");
+}
+
+#[test]
+fn webhook_url_must_be_http() {
+    let errs = load_err(&with_base("events:\n  webhooks: [{url: \"nats://x\"}]\n"));
+    assert_error(
+        &errs,
+        "events.webhooks[0].url",
+        Some(11),
+        "http:// or https://",
+    );
+}
+
+#[test]
+fn unknown_event_kind_in_webhook_filter_is_an_error() {
+    let errs = load_err(&with_base(
+        "events:\n  webhooks:\n    - url: https://h.example\n      kinds: [agent.paused, agent.exploded]\n",
+    ));
+    assert_error(
+        &errs,
+        "events.webhooks[0].kinds[1]",
+        Some(13),
+        "unknown event kind `agent.exploded`",
+    );
+}
+
+#[test]
+fn unknown_fsync_mode_is_an_error() {
+    let errs = load_err(&with_base("events: {fsync: sometimes}\n"));
+    assert_error(
+        &errs,
+        "events.fsync",
+        Some(10),
+        "unknown fsync mode `sometimes`",
+    );
+}
+
+#[test]
+fn storage_must_be_postgres_and_is_not_echoed() {
+    let errs = load_err(&with_base("storage: mysql://u:hunter2@db/x\n"));
+    assert_error(&errs, "storage", Some(10), "postgres://");
+    assert!(!errs[0].message.contains("hunter2"));
+}
+
+#[test]
+fn zero_durations_and_counts_are_errors() {
+    let errs = load_err(&with_base(
+        "    timeout_ms: 0\nself_healing: {max_consecutive_failures: 0, circuit_breaker: {half_open_requests: 0, failure_threshold: 0}}\nrecovery: {backoff_ms: []}\nevents: {outbox_cap: 0}\n",
+    ));
+    assert_error(&errs, "providers[1].timeout_ms", Some(10), "greater than 0");
+    assert_error(
+        &errs,
+        "self_healing.max_consecutive_failures",
+        Some(11),
+        "at least 1",
+    );
+    assert_error(
+        &errs,
+        "self_healing.circuit_breaker.half_open_requests",
+        Some(11),
+        "at least 1",
+    );
+    assert_error(
+        &errs,
+        "self_healing.circuit_breaker.failure_threshold",
+        Some(11),
+        "null switches",
+    );
+    assert_error(&errs, "recovery.backoff_ms", Some(12), "at least one");
+    assert_error(&errs, "events.outbox_cap", Some(13), "at least 1");
+}
+
+#[test]
+fn bad_prices_are_errors() {
+    let errs = load_err(&with_base("prices:\n  gpt-4o: {input_per_mtok: -1}\n"));
+    assert_error(
+        &errs,
+        "prices.gpt-4o.input_per_mtok",
+        Some(11),
+        "finite price",
+    );
+    assert_error(
+        &errs,
+        "prices.gpt-4o.output_per_mtok",
+        Some(11),
+        "is required",
+    );
+}
+
+#[test]
+fn several_problems_are_reported_at_once_in_line_order() {
+    let yaml = "\
+listen: nowhere
+providers:
+  - name: a
+    kind: cohere
+    base_url: https://x
+    default_model: m
+    api_key_env: UNSET_KEY
+  - name: a
+    kind: openai
+    base_url: gopher://y
+    default_model: m
+routes:
+  r: [b/m]
+retry: {rate_limit: {max_attempts: 0}}
+";
+    let errs = load(yaml, &no_env).unwrap_err().0;
+    let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        vec![
+            "listen",
+            "providers[0].kind",
+            "providers[0].api_key_env",
+            "providers[1].name",
+            "providers[1].base_url",
+            "routes.r[0]",
+            "retry.rate_limit.max_attempts",
+        ],
+        "{errs:#?}"
+    );
+    let lines: Vec<Option<usize>> = errs.iter().map(|e| e.line).collect();
+    assert_eq!(
+        lines,
+        vec![
+            Some(1),
+            Some(4),
+            Some(7),
+            Some(8),
+            Some(10),
+            Some(13),
+            Some(14)
+        ]
+    );
+    let shown = ConfigErrors(errs).to_string();
+    assert_eq!(shown.lines().count(), 7, "one problem per line:\n{shown}");
+}
+
+// ---- secrets ----
+
+#[test]
+fn secret_values_never_appear_in_debug_output() {
+    let c = load_ok(DESIGN_EXAMPLE);
+    let debug = format!("{c:?}");
+    for (_, value) in SECRET_VALUES {
+        assert!(!debug.contains(value), "{value} leaked into Debug output");
+    }
+    assert!(debug.contains("Secret(***)"));
+}
+
+#[test]
+fn secret_values_never_appear_in_error_messages() {
+    // Every secret is set, and the file has problems around each of them,
+    // including two keys sharing one token.
+    let yaml =
+        format!("{DESIGN_EXAMPLE}prices:\n  m: {{input_per_mtok: -1, output_per_mtok: 1}}\n")
+            .replace("RESEARCH_TOKEN, agents", "HALE_TOKEN, agents")
+            .replace("kind: anthropic\n", "kind: anthropic\n    timeout_ms: 0\n");
+    let errs = load(&yaml, &full_env).unwrap_err();
+    assert!(errs.0.len() >= 3, "{errs}");
+    let shown = format!("{errs}\n{errs:?}");
+    for (_, value) in SECRET_VALUES {
+        assert!(!shown.contains(value), "{value} leaked into an error");
+    }
+}
+
+#[test]
+fn config_error_display_formats() {
+    let e = ConfigError {
+        path: "a.b".into(),
+        line: Some(3),
+        message: "bad".into(),
+    };
+    assert_eq!(e.to_string(), "line 3: a.b: bad");
+    let e = ConfigError {
+        path: "a".into(),
+        line: None,
+        message: "bad".into(),
+    };
+    assert_eq!(e.to_string(), "a: bad");
+    let e = ConfigError {
+        path: String::new(),
+        line: Some(1),
+        message: "bad".into(),
+    };
+    assert_eq!(e.to_string(), "line 1: bad");
+}
+
+// ---- properties ----
+
+mod properties {
+    use super::{DESIGN_EXAMPLE, SECRET_VALUES, full_env, load};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Arbitrary text never panics the loader.
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+            let _ = load(&text, &full_env);
+        }
+
+        /// Dropping any line of the design example, or cutting it anywhere,
+        /// either still loads or reports errors; never a panic, never a secret.
+        #[test]
+        fn damaged_example_never_leaks_a_secret(drop in 0usize..70, cut in 0usize..4000) {
+            let damaged: String = DESIGN_EXAMPLE
+                .lines()
+                .enumerate()
+                .filter(|(i, _)| *i != drop)
+                .map(|(_, l)| format!("{l}\n"))
+                .collect();
+            let cut = damaged.char_indices().map(|(i, _)| i).find(|&i| i >= cut).unwrap_or(damaged.len());
+            for text in [&damaged[..], &damaged[..cut]] {
+                if let Err(errs) = load(text, &full_env) {
+                    prop_assert!(!errs.0.is_empty());
+                    let shown = format!("{errs}\n{errs:?}");
+                    for (_, value) in SECRET_VALUES {
+                        prop_assert!(!shown.contains(value));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! Health of many agents: a name → slot map, the slots, and a schedule.
+//!
+//! Built for 100k agents heartbeating at once:
+//! - a heartbeat for a known agent is one hash-map lookup and O(1) counter
+//!   updates, with no allocation (the dirty list below has room reserved for
+//!   every slot);
+//! - `evaluate_all` touches only agents that heartbeated (or were changed by
+//!   a setter) since the last call — the dirty list — and agents whose next
+//!   time-based deadline has passed — a min-heap of deadlines. An agent that
+//!   is quiet and far from any deadline costs nothing. Heap entries are lazy:
+//!   each slot remembers the deadline of its live entry, older duplicates are
+//!   skipped when popped, and because heartbeats only push deadlines later, a
+//!   live entry is always a lower bound (popping early just re-checks).
+//! - names are stored once (`Arc<str>` shared by the map and the slot).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::{
+    AgentHealth, DecideError, Decision, HealthSnapshot, HealthState, Heartbeat, Intervention,
+    InterventionPhase, Interventions, StateChange,
+};
+use crate::config::HealthConfig;
+
+/// What `evaluate_all` reports for one agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthOutput {
+    /// Emit `health.state_changed`.
+    StateChanged(StateChange),
+    /// Act on it (nudge pending, escalate, terminate).
+    Intervention(Intervention),
+}
+
+#[derive(Debug)]
+struct Slot {
+    name: Arc<str>,
+    health: AgentHealth,
+    interventions: Interventions,
+    /// Deadline of this slot's live heap entry.
+    scheduled: Option<Instant>,
+    dirty: bool,
+}
+
+/// The health of every agent the gateway has seen.
+#[derive(Debug, Default)]
+pub struct HealthRegistry {
+    index: HashMap<Arc<str>, u32>,
+    slots: Vec<Slot>,
+    dirty: Vec<u32>,
+    heap: BinaryHeap<Reverse<(Instant, u32)>>,
+    /// Reused by `evaluate_all` so a steady state allocates nothing.
+    due: Vec<u32>,
+    name_bytes: usize,
+}
+
+impl HealthRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of agents.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The slot of `agent`, registering it (healthy at `now`) when new.
+    pub fn register(&mut self, agent: &str, now: Instant) -> u32 {
+        if let Some(&i) = self.index.get(agent) {
+            return i;
+        }
+        let i = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
+        let name: Arc<str> = Arc::from(agent);
+        self.name_bytes += agent.len();
+        self.index.insert(name.clone(), i);
+        self.slots.push(Slot {
+            name,
+            health: AgentHealth::new(now),
+            interventions: Interventions::new(),
+            scheduled: None,
+            dirty: false,
+        });
+        // Room for every slot to be dirty at once: marking never allocates.
+        self.dirty
+            .reserve(self.slots.len().saturating_sub(self.dirty.len()));
+        self.due
+            .reserve(self.slots.len().saturating_sub(self.due.len()));
+        self.mark_dirty(i);
+        i
+    }
+
+    fn mark_dirty(&mut self, i: u32) {
+        if let Some(slot) = self.slots.get_mut(i as usize)
+            && !slot.dirty
+        {
+            slot.dirty = true;
+            self.dirty.push(i);
+        }
+    }
+
+    fn slot_mut(&mut self, agent: &str) -> Option<(u32, &mut Slot)> {
+        let i = *self.index.get(agent)?;
+        self.slots.get_mut(i as usize).map(|s| (i, s))
+    }
+
+    /// Records a heartbeat; registers an unknown agent first (the only case
+    /// that allocates).
+    pub fn heartbeat(&mut self, agent: &str, hb: &Heartbeat<'_>, now: Instant) {
+        let i = match self.index.get(agent) {
+            Some(&i) => i,
+            None => self.register(agent, now),
+        };
+        if let Some(slot) = self.slots.get_mut(i as usize) {
+            slot.health.heartbeat(hb, now);
+        }
+        self.mark_dirty(i);
+    }
+
+    /// The breaker of `agent`'s provider opened or closed. Unknown agent: no-op.
+    pub fn set_breaker_open(&mut self, agent: &str, open: bool) {
+        if let Some((i, slot)) = self.slot_mut(agent) {
+            slot.health.set_breaker_open(open);
+            self.mark_dirty(i);
+        }
+    }
+
+    /// The gateway could not make `agent`'s context fit. Unknown agent: no-op.
+    pub fn set_context_exhausted(&mut self, agent: &str, v: bool) {
+        if let Some((i, slot)) = self.slot_mut(agent) {
+            slot.health.set_context_exhausted(v);
+            self.mark_dirty(i);
+        }
+    }
+
+    /// The pending nudge for `agent`, taken (delivered once).
+    pub fn take_pending_nudge(&mut self, agent: &str) -> Option<String> {
+        self.slot_mut(agent)?.1.interventions.take_pending_nudge()
+    }
+
+    /// An operator's decision; `Terminate` also terminates the agent's health
+    /// and returns that change.
+    pub fn decide(
+        &mut self,
+        agent: &str,
+        d: Decision,
+        now: Instant,
+    ) -> Result<Option<StateChange>, DecideError> {
+        let Some((i, slot)) = self.slot_mut(agent) else {
+            return Err(DecideError::NoEscalation);
+        };
+        slot.interventions.decide(d, now)?;
+        let change = match d {
+            Decision::Terminate => slot
+                .health
+                .terminate("terminated by operator decision", now),
+            Decision::MoreTime(_) | Decision::HandOff => None,
+        };
+        self.mark_dirty(i);
+        Ok(change)
+    }
+
+    /// Terminates `agent` (operator or limit). Unknown agent: `None`.
+    pub fn terminate(&mut self, agent: &str, reason: &str, now: Instant) -> Option<StateChange> {
+        let (i, slot) = self.slot_mut(agent)?;
+        let change = slot.health.terminate(reason, now);
+        slot.interventions.mark_terminated();
+        self.mark_dirty(i);
+        change
+    }
+
+    /// Resets `agent` to healthy and watching (operator reset / resume).
+    pub fn reset(&mut self, agent: &str, now: Instant) -> Option<StateChange> {
+        let (i, slot) = self.slot_mut(agent)?;
+        let change = slot.health.reset(now);
+        slot.interventions.clear();
+        self.mark_dirty(i);
+        change
+    }
+
+    pub fn state(&self, agent: &str) -> Option<HealthState> {
+        let i = *self.index.get(agent)?;
+        self.slots.get(i as usize).map(|s| s.health.state())
+    }
+
+    pub fn phase(&self, agent: &str) -> Option<InterventionPhase> {
+        let i = *self.index.get(agent)?;
+        self.slots.get(i as usize).map(|s| s.interventions.phase())
+    }
+
+    pub fn snapshot(&self, agent: &str, now: Instant) -> Option<HealthSnapshot> {
+        let i = *self.index.get(agent)?;
+        self.slots.get(i as usize).map(|s| s.health.snapshot(now))
+    }
+
+    /// Every agent's name and state, in registration order.
+    pub fn states(&self) -> impl Iterator<Item = (&str, HealthState)> {
+        self.slots.iter().map(|s| (&*s.name, s.health.state()))
+    }
+
+    /// Evaluates the agents that changed or whose deadline passed, appending
+    /// every state change and intervention to `out`.
+    pub fn evaluate_all(
+        &mut self,
+        cfg: &HealthConfig,
+        now: Instant,
+        out: &mut Vec<(Arc<str>, HealthOutput)>,
+    ) {
+        let mut due = std::mem::take(&mut self.due);
+        due.clear();
+        due.append(&mut self.dirty);
+        while let Some(&Reverse((t, i))) = self.heap.peek() {
+            if t > now {
+                break;
+            }
+            self.heap.pop();
+            let Some(slot) = self.slots.get_mut(i as usize) else {
+                continue;
+            };
+            if slot.scheduled != Some(t) {
+                continue; // a stale duplicate
+            }
+            slot.scheduled = None;
+            if !slot.dirty {
+                slot.dirty = true;
+                due.push(i);
+            }
+        }
+        for &i in &due {
+            let Some(slot) = self.slots.get_mut(i as usize) else {
+                continue;
+            };
+            slot.dirty = false;
+            evaluate_slot(slot, cfg, now, out);
+            let deadline = [
+                slot.health.next_deadline(cfg, now),
+                slot.interventions.next_deadline(cfg),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            if let Some(d) = deadline
+                && slot.scheduled.is_none_or(|s| d < s)
+            {
+                // Never schedule in the past: the next call picks it up.
+                let d = d.max(now);
+                slot.scheduled = Some(d);
+                self.heap.push(Reverse((d, i)));
+            }
+        }
+        self.due = due;
+    }
+
+    /// Estimated bytes per agent: slot, map entry, name, heap and dirty
+    /// entries, counting reserved capacity.
+    pub fn mem_per_agent(&self) -> usize {
+        let n = self.slots.len().max(1);
+        let slots = self.slots.capacity() * size_of::<Slot>();
+        // hashbrown: one control byte per bucket; buckets ≈ capacity × 8/7.
+        let buckets = self.index.capacity() * 8 / 7;
+        let map = buckets * (size_of::<(Arc<str>, u32)>() + 1);
+        // Arc<str>: two counters beside the bytes, rounded up by the allocator.
+        let names = self.name_bytes + self.slots.len() * 2 * size_of::<usize>();
+        let heap = self.heap.capacity() * size_of::<Reverse<(Instant, u32)>>();
+        let lists = (self.dirty.capacity() + self.due.capacity()) * size_of::<u32>();
+        let pending: usize = self
+            .slots
+            .iter()
+            .filter(|s| s.interventions.has_pending_nudge())
+            .count()
+            * 256;
+        (slots + map + names + heap + lists + pending) / n
+    }
+}
+
+fn evaluate_slot(
+    slot: &mut Slot,
+    cfg: &HealthConfig,
+    now: Instant,
+    out: &mut Vec<(Arc<str>, HealthOutput)>,
+) {
+    if let Some(change) = slot.health.evaluate(cfg, now) {
+        out.push((slot.name.clone(), HealthOutput::StateChanged(change)));
+    }
+    if let Some(iv) = slot.interventions.plan(cfg, slot.health.state(), now) {
+        let terminate_reason = match &iv {
+            Intervention::Terminate { reason } => Some(reason.clone()),
+            Intervention::Nudge { .. } | Intervention::Escalate { .. } => None,
+        };
+        out.push((slot.name.clone(), HealthOutput::Intervention(iv)));
+        if let Some(reason) = terminate_reason
+            && let Some(change) = slot.health.terminate(&reason, now)
+        {
+            out.push((slot.name.clone(), HealthOutput::StateChanged(change)));
+        }
+    }
+}

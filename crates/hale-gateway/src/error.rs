@@ -1,0 +1,116 @@
+//! hale's own error responses.
+//!
+//! Errors become responses only here, at the edge: the OpenAI error shape (or
+//! Anthropic's, for `/v1/messages` callers) with hale's detail beside it —
+//! `{"error": {"type", "message", "hale": {turn_id, agent, timeline}}}`.
+
+use crate::proto::{self, Dialect};
+use crate::turn::Turn;
+use crate::upstream::Failure;
+use axum::body::Body;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::Response;
+use hale_core::class::ErrorClass;
+
+/// An error hale returns to a caller.
+#[derive(Debug, Clone)]
+pub struct HaleError {
+    pub status: StatusCode,
+    /// Low-cardinality type, e.g. `agent_paused`.
+    pub kind: &'static str,
+    pub message: String,
+    pub hale: serde_json::Value,
+    pub turn_id: Option<String>,
+}
+
+impl HaleError {
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            kind,
+            message: message.into(),
+            hale: serde_json::json!({}),
+            turn_id: None,
+        }
+    }
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+    pub fn unauthorized() -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or unknown API key")
+    }
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+    pub fn agent_paused(agent: &str, failures: u32) -> Self {
+        let mut e = Self::new(
+            StatusCode::LOCKED,
+            "agent_paused",
+            format!("agent {agent} is paused after {failures} consecutive failed turns; resume it with POST /agents/{agent}/resume"),
+        );
+        e.hale = serde_json::json!({"agent": agent});
+        e
+    }
+
+    /// The response for a turn whose attempt loop gave up with `f`.
+    pub fn from_failure(turn: &Turn, f: &Failure) -> Self {
+        let (status, kind, message) = match f.class {
+            ErrorClass::ContentPolicy => (StatusCode::BAD_REQUEST, "content_policy", format!("refused by the provider's content policy: {}", f.message)),
+            ErrorClass::BadRequest => (
+                StatusCode::from_u16(f.status.unwrap_or(400)).unwrap_or(StatusCode::BAD_REQUEST),
+                "invalid_request_error",
+                f.message.clone(),
+            ),
+            ErrorClass::ContextOverflow => (
+                StatusCode::BAD_REQUEST,
+                "context_length_exceeded",
+                format!("the conversation does not fit any target's context window: {}", f.message),
+            ),
+            ErrorClass::Network
+            | ErrorClass::Timeout
+            | ErrorClass::RateLimit
+            | ErrorClass::Overloaded
+            | ErrorClass::StreamBroken
+            | ErrorClass::Auth
+            | ErrorClass::Billing
+            | ErrorClass::ModelNotFound
+            | ErrorClass::Format
+            | ErrorClass::Budget
+            | ErrorClass::Safety
+            | ErrorClass::Policy
+            | ErrorClass::Unknown => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "all_providers_failed",
+                format!("every target failed; last: {} ({})", f.class, f.message),
+            ),
+        };
+        let mut e = Self::new(status, kind, message);
+        e.hale = serde_json::json!({
+            "turn_id": turn.id,
+            "agent": turn.agent,
+            "class": f.class,
+            "timeline": turn.timeline,
+        });
+        e.turn_id = Some(turn.id.clone());
+        e
+    }
+
+    /// Renders in the caller's dialect.
+    pub fn into_response(self, dialect: Dialect) -> Response {
+        let body = match dialect {
+            Dialect::OpenAi => proto::openai::render_error(self.kind, &self.message, self.hale),
+            Dialect::Anthropic => proto::anthropic::render_error(self.kind, &self.message, self.hale),
+        };
+        let mut resp = Response::new(Body::from(serde_json::to_vec(&body).unwrap_or_default()));
+        *resp.status_mut() = self.status;
+        resp.headers_mut()
+            .insert("content-type", HeaderValue::from_static("application/json"));
+        if let Some(id) = self.turn_id.as_deref().and_then(|t| HeaderValue::from_str(t).ok()) {
+            resp.headers_mut().insert("x-hale-turn-id", id);
+        }
+        resp
+    }
+}

@@ -1,0 +1,155 @@
+//! Prometheus metrics (DESIGN §8 "Operations").
+//!
+//! One explicit registry, no global state. Labels are low-cardinality only:
+//! class names, `provider/model` targets from the config, event kinds — never
+//! free text. Gauges that mirror state (breakers, cooldowns, outbox depth) are
+//! refreshed when `/metrics` is scraped rather than on every change.
+
+use hale_core::class::ErrorClass;
+use hale_core::config::Target;
+use hale_core::event::EventKind;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AttemptLabels {
+    target: String,
+    class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BreakerLabels {
+    pub agent: String,
+    pub provider: String,
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderLabels {
+    pub provider: String,
+}
+
+/// Every metric hale exports.
+pub struct Metrics {
+    registry: Registry,
+    turns: Family<OutcomeLabels, Counter>,
+    turns_started: Counter,
+    attempts: Family<AttemptLabels, Counter>,
+    turn_latency: Histogram,
+    attempt_latency: Histogram,
+    events: Family<KindLabels, Counter>,
+    malformed_chunks: Counter,
+    stream_resumes: Counter,
+    /// 1 for the current state of each breaker, 0 for the others.
+    pub breaker_state: Family<BreakerLabels, Gauge>,
+    /// Remaining cooldown per provider, in seconds.
+    pub cooldown_seconds: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub outbox_depth: Gauge,
+    pub dead_letters: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("hale");
+        let turns = Family::<OutcomeLabels, Counter>::default();
+        registry.register("turns", "Finished turns by outcome", turns.clone());
+        let turns_started = Counter::default();
+        registry.register("turns_started", "Turns started", turns_started.clone());
+        let attempts = Family::<AttemptLabels, Counter>::default();
+        registry.register("attempts", "Upstream attempts by target and class (ok = success)", attempts.clone());
+        let turn_latency = Histogram::new(exponential_buckets(0.001, 2.0, 18));
+        registry.register("turn_duration_seconds", "Turn latency", turn_latency.clone());
+        let attempt_latency = Histogram::new(exponential_buckets(0.001, 2.0, 18));
+        registry.register("attempt_duration_seconds", "Attempt latency", attempt_latency.clone());
+        let events = Family::<KindLabels, Counter>::default();
+        registry.register("events", "Events emitted by kind", events.clone());
+        let malformed_chunks = Counter::default();
+        registry.register("malformed_chunks", "Malformed upstream stream chunks skipped", malformed_chunks.clone());
+        let stream_resumes = Counter::default();
+        registry.register("stream_resumes", "Broken streams resumed on another attempt", stream_resumes.clone());
+        let breaker_state = Family::<BreakerLabels, Gauge>::default();
+        registry.register("breaker_state", "Circuit breaker state (1 = current)", breaker_state.clone());
+        let cooldown_seconds = Family::<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register("provider_cooldown_seconds", "Remaining cooldown per provider", cooldown_seconds.clone());
+        let outbox_depth = Gauge::default();
+        registry.register("outbox_depth", "Events not yet delivered to every sink", outbox_depth.clone());
+        let dead_letters = Gauge::default();
+        registry.register("dead_letters", "Events in the dead-letter table", dead_letters.clone());
+        Self {
+            registry,
+            turns,
+            turns_started,
+            attempts,
+            turn_latency,
+            attempt_latency,
+            events,
+            malformed_chunks,
+            stream_resumes,
+            breaker_state,
+            cooldown_seconds,
+            outbox_depth,
+            dead_letters,
+        }
+    }
+
+    pub fn turn_started(&self) {
+        self.turns_started.inc();
+    }
+
+    pub fn turn_finished(&self, ok: bool, latency: Duration) {
+        let outcome = if ok { "ok" } else { "failed" };
+        self.turns.get_or_create(&OutcomeLabels { outcome: outcome.into() }).inc();
+        self.turn_latency.observe(latency.as_secs_f64());
+    }
+
+    pub fn attempt(&self, target: &Target, class: Option<ErrorClass>, latency: Duration) {
+        let class = class.map(ErrorClass::as_str).unwrap_or("ok");
+        self.attempts
+            .get_or_create(&AttemptLabels {
+                target: target.to_string(),
+                class: class.into(),
+            })
+            .inc();
+        self.attempt_latency.observe(latency.as_secs_f64());
+    }
+
+    pub fn event(&self, kind: EventKind) {
+        self.events.get_or_create(&KindLabels { kind: kind.as_str().into() }).inc();
+    }
+
+    pub fn malformed_chunk(&self) {
+        self.malformed_chunks.inc();
+    }
+
+    pub fn stream_done(&self, _malformed: u32, resumes: u32) {
+        self.stream_resumes.inc_by(resumes as u64);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,370 @@
+//! The turn pipeline of DESIGN §1, top to bottom, in one place.
+//!
+//! [`handle_chat`] is the whole turn: parse → agent gate → idempotency →
+//! plan targets → attempt loop → relay (stream) or render (complete) →
+//! evidence → journal. Each step is a call into a module that owns it; this
+//! file only orders them, so the flow of a request reads top to bottom.
+
+use crate::error::HaleError;
+use crate::proto::{self, ChatRequest, Dialect};
+use crate::relay::{self, Encoder};
+use crate::state::{Gateway, wall_ms};
+use crate::turn::{self, Served, Turn};
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+use hale_core::config::DEFAULT_AGENT;
+use hale_core::event::EventKind;
+use hale_core::select;
+use hale_store::{StoredResponse, TurnRecord, TurnStatus, Write};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+
+/// Header naming the agent.
+pub const AGENT_HEADER: &str = "x-hale-agent";
+/// Header naming the task.
+pub const TASK_HEADER: &str = "x-hale-task";
+/// Size of the channel between the relay and the response body, in SSE frames.
+const STREAM_CHANNEL: usize = 64;
+
+/// Who is calling, after auth.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The key's default agent, if it has one.
+    pub default_agent: Option<String>,
+    /// Agents this caller may act as; `None` = any.
+    pub agents: Option<Vec<String>>,
+}
+
+/// One chat call, in either dialect: the whole turn.
+pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, headers: HeaderMap, body: Bytes) -> Response {
+    // Parse.
+    let value: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return HaleError::bad_request(format!("request body is not valid JSON: {e}")).into_response(dialect),
+    };
+    let parsed = match dialect {
+        Dialect::OpenAi => proto::openai::parse_request(&value),
+        Dialect::Anthropic => proto::anthropic::parse_request(&value),
+    };
+    let req = match parsed {
+        Ok(r) => r,
+        Err(e) => return HaleError::bad_request(format!("invalid request: {e}")).into_response(dialect),
+    };
+
+    // Agent gate.
+    let agent = header(&headers, AGENT_HEADER)
+        .or(caller.default_agent.clone())
+        .unwrap_or_else(|| DEFAULT_AGENT.to_owned());
+    if let Some(allowed) = &caller.agents
+        && !allowed.iter().any(|a| a == &agent)
+    {
+        return HaleError::forbidden(format!("this key may not act as agent {agent}")).into_response(dialect);
+    }
+    let task = header(&headers, TASK_HEADER);
+    let record = gw.agent_record(&agent);
+    if record.paused {
+        return HaleError::agent_paused(&agent, record.consecutive_failures).into_response(dialect);
+    }
+
+    // Idempotency: a key seen before returns the stored response; a concurrent duplicate waits.
+    let idem_key = header(&headers, "idempotency-key").map(|k| format!("{agent}\u{1f}{k}"));
+    let _idem_guard = match &idem_key {
+        None => None,
+        Some(key) => match idempotency_begin(&gw, key).await {
+            IdemStart::Stored(resp) => return stored_response(resp),
+            IdemStart::Fresh(guard) => Some(guard),
+        },
+    };
+
+    // Plan targets.
+    let targets = match select::plan(&gw.cfg, &agent, &req.model) {
+        Ok(t) => t,
+        Err(e) => return HaleError::bad_request(e.to_string()).into_response(dialect),
+    };
+    let turn_id = ulid::Ulid::new().to_string();
+    let mut turn = Turn::new(&gw, turn_id, agent, task, targets);
+    let request_hash = hex::encode(Sha256::digest(&body));
+    gw.metrics.turn_started();
+
+    // Attempt loop.
+    let result = turn::run(&gw, &mut turn, &req, None, None).await;
+    let resp = match result {
+        Err(f) => {
+            let err = HaleError::from_failure(&turn, &f);
+            finish_turn(&gw, &turn, &req, &request_hash, None, Some(&f), None);
+            err.into_response(dialect)
+        }
+        Ok((served, Served::Complete(mut answer))) => {
+            let target = turn.targets[served].clone();
+            if answer.model.is_empty() {
+                answer.model = target.model.clone();
+            }
+            let rendered = match dialect {
+                Dialect::OpenAi => proto::openai::render_response(&answer),
+                Dialect::Anthropic => proto::anthropic::render_response(&answer),
+            };
+            let body = serde_json::to_vec(&rendered).unwrap_or_default();
+            let mut resp = Response::new(Body::from(body.clone()));
+            resp.headers_mut()
+                .insert("content-type", HeaderValue::from_static("application/json"));
+            evidence(&mut resp, &turn, served, &answer.model);
+            let stored = StoredResponse {
+                status: 200,
+                headers: evidence_pairs(&resp),
+                body,
+                content_type: "application/json".into(),
+            };
+            finish_turn(&gw, &turn, &req, &request_hash, Some(served), None, Some((stored.clone(), answer.usage)));
+            if let Some(key) = &idem_key {
+                gw.store.submit(vec![Write::Idempotency { key: key.clone(), response: stored }]);
+            }
+            resp
+        }
+        Ok((served, Served::Stream(live))) => {
+            let target = turn.targets[served].clone();
+            let (tx, rx) = tokio::sync::mpsc::channel(STREAM_CHANNEL);
+            let enc = Encoder::new(dialect, &turn.id, &target.model, req.include_usage);
+            let mut resp = Response::new(Body::from_stream(tokio_stream_from(rx)));
+            let h = resp.headers_mut();
+            h.insert("content-type", HeaderValue::from_static("text/event-stream"));
+            h.insert("cache-control", HeaderValue::from_static("no-cache"));
+            evidence(&mut resp, &turn, served, &target.model);
+            let pairs = evidence_pairs(&resp);
+            let input_estimate = input_tokens_estimate(&req);
+            let gw2 = gw.clone();
+            tokio::spawn(async move {
+                let r = relay::relay(&gw2, &mut turn, &req, served, live, enc, tx, input_estimate).await;
+                gw2.metrics.stream_done(r.malformed, r.resumes);
+                let stored = StoredResponse {
+                    status: 200,
+                    headers: pairs,
+                    body: r.body.clone(),
+                    content_type: "text/event-stream".into(),
+                };
+                finish_turn(
+                    &gw2,
+                    &turn,
+                    &req,
+                    &request_hash,
+                    Some(r.served),
+                    r.failure.as_ref(),
+                    Some((stored.clone(), r.usage)),
+                );
+                if r.failure.is_none()
+                    && let Some(key) = &idem_key
+                {
+                    gw2.store.submit(vec![Write::Idempotency { key: key.clone(), response: stored }]);
+                }
+                drop(_idem_guard);
+            });
+            return resp;
+        }
+    };
+    drop(_idem_guard);
+    resp
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::convert::Infallible>>,
+) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+fn header(h: &HeaderMap, name: &str) -> Option<String> {
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+/// A rough input-token count used only when the provider reported no usage.
+fn input_tokens_estimate(req: &ChatRequest) -> u64 {
+    let mut n = req.system.as_deref().map(hale_tokens::Tokenizer::approximate).unwrap_or(0) as u64;
+    for m in &req.messages {
+        n += hale_tokens::Tokenizer::approximate(&m.joined_text()) as u64 + 3;
+    }
+    n
+}
+
+/// Sets the evidence headers of DESIGN §1 step 10.
+fn evidence(resp: &mut Response, turn: &Turn, served: usize, model: &str) {
+    let h = resp.headers_mut();
+    let t = &turn.targets[served];
+    let set = |h: &mut HeaderMap, k: &'static str, v: &str| {
+        if let Ok(v) = HeaderValue::from_str(v) {
+            h.insert(k, v);
+        }
+    };
+    set(h, "x-hale-turn-id", &turn.id);
+    set(h, "x-hale-provider", &t.provider);
+    set(h, "x-hale-model", model);
+    set(h, "x-hale-attempts", &turn.timeline.len().to_string());
+    set(h, "x-hale-degraded", if turn.degraded(served) { "true" } else { "false" });
+    set(h, "x-hale-compacted", if turn.compacted { "true" } else { "false" });
+}
+
+fn evidence_pairs(resp: &Response) -> Vec<(String, String)> {
+    resp.headers()
+        .iter()
+        .filter(|(k, _)| k.as_str().starts_with("x-hale-"))
+        .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+        .collect()
+}
+
+fn stored_response(s: StoredResponse) -> Response {
+    let mut resp = Response::new(Body::from(s.body));
+    *resp.status_mut() = StatusCode::from_u16(s.status).unwrap_or(StatusCode::OK);
+    if let Ok(v) = HeaderValue::from_str(&s.content_type) {
+        resp.headers_mut().insert("content-type", v);
+    }
+    for (k, v) in s.headers {
+        if let (Ok(k), Ok(v)) = (axum::http::HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(&v)) {
+            resp.headers_mut().insert(k, v);
+        }
+    }
+    resp.headers_mut()
+        .insert("x-hale-idempotent-replay", HeaderValue::from_static("true"));
+    resp
+}
+
+enum IdemStart {
+    Stored(StoredResponse),
+    Fresh(IdemGuard),
+}
+
+/// Removes an in-flight idempotency key and wakes its waiters when dropped.
+pub struct IdemGuard {
+    gw: Arc<Gateway>,
+    key: String,
+    done: tokio::sync::watch::Sender<bool>,
+}
+
+impl Drop for IdemGuard {
+    fn drop(&mut self) {
+        let gw = self.gw.clone();
+        let key = self.key.clone();
+        let done = self.done.clone();
+        // Wake waiters only once the stored response is committed.
+        tokio::spawn(async move {
+            let _ = gw.store.flush().await;
+            gw.inflight.lock().expect("inflight lock").remove(&key);
+            let _ = done.send(true);
+        });
+    }
+}
+
+async fn idempotency_begin(gw: &Arc<Gateway>, key: &str) -> IdemStart {
+    loop {
+        if let Ok(Some(s)) = gw.store.idempotent(key).await {
+            return IdemStart::Stored(s);
+        }
+        let waiter = {
+            let mut map = gw.inflight.lock().expect("inflight lock");
+            match map.get(key) {
+                Some(rx) => Some(rx.clone()),
+                None => {
+                    let (tx, rx) = tokio::sync::watch::channel(false);
+                    map.insert(key.to_owned(), rx);
+                    return IdemStart::Fresh(IdemGuard {
+                        gw: gw.clone(),
+                        key: key.to_owned(),
+                        done: tx,
+                    });
+                }
+            }
+        };
+        if let Some(mut rx) = waiter {
+            let _ = rx.wait_for(|d| *d).await;
+        }
+    }
+}
+
+/// Journals the turn and updates the agent's gate state.
+fn finish_turn(
+    gw: &Gateway,
+    turn: &Turn,
+    req: &ChatRequest,
+    request_hash: &str,
+    served: Option<usize>,
+    failure: Option<&crate::upstream::Failure>,
+    answer: Option<(StoredResponse, proto::Usage)>,
+) {
+    let now_ms = wall_ms();
+    let ok = failure.is_none();
+    let usage = answer.as_ref().map(|(_, u)| *u).unwrap_or_default();
+    let target = served.map(|i| turn.targets[i].clone());
+    let record = TurnRecord {
+        id: turn.id.clone(),
+        agent: turn.agent.clone(),
+        task: turn.task.clone(),
+        request_hash: request_hash.to_owned(),
+        model_requested: req.model.clone(),
+        status: if ok { TurnStatus::Succeeded } else { TurnStatus::Failed },
+        started_ms: turn.started_ms,
+        duration_ms: Some(now_ms.saturating_sub(turn.started_ms)),
+        provider: target.as_ref().map(|t| t.provider.clone()),
+        model: target.as_ref().map(|t| t.model.clone()),
+        attempts: serde_json::to_value(&turn.timeline).unwrap_or_default(),
+        usage_in: usage.input_tokens,
+        usage_out: usage.output_tokens,
+        error_class: failure.map(|f| f.class.as_str().to_owned()),
+        response: if ok { answer.map(|(s, _)| s) } else { None },
+    };
+    gw.metrics.turn_finished(ok, turn.started.elapsed());
+    let mut writes = vec![Write::Turn(record)];
+    // Content-policy and bad-request failures are the caller's input, not the agent failing.
+    let counts = failure.is_some_and(|f| f.class.counts_as_turn_failure());
+    let max = gw.cfg.self_healing.max_consecutive_failures;
+    let mut paused_now = false;
+    let rec = gw.update_agent(&turn.agent, |a| {
+        a.turns += 1;
+        a.last_seen_ms = Some(now_ms);
+        a.tokens_in += usage.input_tokens;
+        a.tokens_out += usage.output_tokens;
+        if ok {
+            a.consecutive_failures = 0;
+        } else if counts {
+            a.failed_turns += 1;
+            a.consecutive_failures += 1;
+            a.last_failure_ms = Some(now_ms);
+            if gw.cfg.self_healing.enabled && !a.paused && a.consecutive_failures >= max {
+                a.paused = true;
+                paused_now = true;
+            }
+        }
+    });
+    if let Some(t) = &target
+        && served != Some(0)
+        && ok
+    {
+        gw.emit(
+            gw.event(EventKind::AgentFallbackUsed)
+                .agent(&turn.agent)
+                .turn(&turn.id)
+                .payload(serde_json::json!({"served_by": t.to_string(), "first_choice": turn.targets[0].to_string()})),
+        );
+    }
+    if let Some(f) = failure {
+        let ev = gw
+            .event(EventKind::AgentFailed)
+            .agent(&turn.agent)
+            .turn(&turn.id)
+            .payload(serde_json::json!({"class": f.class, "message": f.message, "consecutive_failures": rec.consecutive_failures}));
+        gw.metrics.event(ev.kind);
+        writes.push(Write::Event(ev));
+    }
+    writes.push(Write::Agent(rec.clone()));
+    if paused_now {
+        let ev = gw
+            .event(EventKind::AgentPaused)
+            .agent(&turn.agent)
+            .turn(&turn.id)
+            .payload(serde_json::json!({"reason": format!("{} consecutive failed turns", rec.consecutive_failures)}));
+        gw.metrics.event(ev.kind);
+        writes.push(Write::Event(ev));
+    }
+    gw.store.submit(writes);
+}

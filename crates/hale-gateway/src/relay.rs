@@ -1,0 +1,330 @@
+//! The stream relay and mid-stream recovery (DESIGN §1 step 9, §3).
+//!
+//! Events are relayed to the caller one by one as they arrive — nothing is
+//! buffered beyond the event in hand. When the upstream breaks after content
+//! reached the caller (cut, stall, error event, end without finish), the relay
+//! runs the attempt loop again: a target that takes a prefill continues from
+//! the delivered text; any other answers afresh and its output is aligned with
+//! what was delivered, skipping that prefix. If nothing can continue the
+//! answer, the stream ends with an in-band error event — never `[DONE]` or a
+//! finish after a cut, so a truncated answer is never presented as complete.
+
+use crate::proto::{self, ChatRequest, Dialect, StopReason, StreamEvent, Usage};
+use crate::state::Gateway;
+use crate::turn::{self, Served, Turn};
+use crate::upstream::{EventStream, Failure};
+use bytes::Bytes;
+use futures::StreamExt;
+use hale_core::classify::Transport;
+use hale_core::config::FINISH_GRACE;
+use std::collections::VecDeque;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// How many times one turn may resume a broken stream.
+pub const MAX_RESUMES: u32 = 3;
+
+/// A dialect's stream encoder.
+pub enum Encoder {
+    OpenAi(proto::openai::StreamEncoder),
+    Anthropic(proto::anthropic::StreamEncoder),
+}
+
+impl Encoder {
+    pub fn new(dialect: Dialect, id: &str, model: &str, include_usage: bool) -> Self {
+        match dialect {
+            Dialect::OpenAi => Encoder::OpenAi(proto::openai::StreamEncoder::new(id, model, include_usage)),
+            Dialect::Anthropic => Encoder::Anthropic(proto::anthropic::StreamEncoder::new(id, model, include_usage)),
+        }
+    }
+
+    fn encode(&mut self, ev: &StreamEvent) -> Bytes {
+        let frames = match self {
+            Encoder::OpenAi(e) => e.encode(ev),
+            Encoder::Anthropic(e) => e.encode(ev),
+        };
+        frames_to_bytes(&frames)
+    }
+
+    fn error(&mut self, kind: &str, message: &str) -> Bytes {
+        let frames = match self {
+            Encoder::OpenAi(e) => e.error(kind, message),
+            Encoder::Anthropic(e) => e.error(kind, message),
+        };
+        frames_to_bytes(&frames)
+    }
+}
+
+fn frames_to_bytes(frames: &[proto::openai::SseFrame]) -> Bytes {
+    let mut out = String::new();
+    for f in frames {
+        if let Some(ev) = f.event {
+            out.push_str("event: ");
+            out.push_str(ev);
+            out.push('\n');
+        }
+        for line in f.data.split('\n') {
+            out.push_str("data: ");
+            out.push_str(line);
+            out.push('\n');
+        }
+        out.push('\n');
+    }
+    Bytes::from(out)
+}
+
+/// How a relayed stream ended.
+pub struct Relayed {
+    pub served: usize,
+    pub model: String,
+    pub usage: Usage,
+    /// `None` = complete; otherwise the failure named in the in-band error.
+    pub failure: Option<Failure>,
+    pub malformed: u32,
+    pub resumes: u32,
+    /// Every byte sent, kept for idempotent replays.
+    pub body: Vec<u8>,
+}
+
+/// Relays `live` to `tx`, resuming on failure. Returns when the stream ended.
+#[allow(clippy::too_many_arguments)]
+pub async fn relay(
+    gw: &Gateway,
+    turn: &mut Turn,
+    req: &ChatRequest,
+    mut served: usize,
+    live: turn::Live,
+    mut enc: Encoder,
+    tx: mpsc::Sender<Result<Bytes, std::convert::Infallible>>,
+    input_tokens_estimate: u64,
+) -> Relayed {
+    let mut out = Sink { tx, body: Vec::new(), gone: false };
+    let mut pending: VecDeque<StreamEvent> = live.head.into();
+    let mut stream: EventStream = live.rest;
+    let mut malformed = live.malformed;
+    let mut delivered = String::new();
+    let mut tool_delivered = false;
+    let mut started = false;
+    let mut finish: Option<StopReason> = None;
+    let mut usage: Option<Usage> = None;
+    let mut skip = String::new();
+    let mut resumes = 0u32;
+    let mut model = turn.targets[served].model.clone();
+    let mut attempt_start = Instant::now();
+
+    let failure: Option<Failure> = 'relay: loop {
+        let ev = match pending.pop_front() {
+            Some(ev) => ev,
+            None => {
+                let next = if finish.is_some() {
+                    // After a finish, a missing [DONE] must not hold the caller.
+                    match tokio::time::timeout(FINISH_GRACE, stream.next()).await {
+                        Ok(n) => n,
+                        Err(_) => None,
+                    }
+                } else {
+                    stream.next().await
+                };
+                let fault = match next {
+                    Some(Ok(Some(evs))) => {
+                        pending.extend(evs);
+                        continue;
+                    }
+                    Some(Ok(None)) => {
+                        malformed += 1;
+                        gw.metrics.malformed_chunk();
+                        continue;
+                    }
+                    None if finish.is_some() => break 'relay None,
+                    None => Failure::transport(Transport::StreamEndedWithoutFinish, "stream ended without a finish"),
+                    Some(Err(f)) => f,
+                };
+                // The stream broke mid-answer: resume it, or end with an in-band error.
+                let target = turn.targets[served].clone();
+                turn::on_failure(gw, turn, &target, &fault, attempt_start.elapsed());
+                turn.timeline.push(turn::AttemptRecord {
+                    target: target.to_string(),
+                    start_ms: attempt_start.saturating_duration_since(turn.started).as_millis() as u64,
+                    duration_ms: attempt_start.elapsed().as_millis() as u64,
+                    mode: turn::Mode::Normal,
+                    class: Some(fault.class),
+                    status: None,
+                    message: Some(fault.message.clone()),
+                    resume: Some("broke mid-stream"),
+                });
+                gw.metrics.attempt(&target, Some(fault.class), attempt_start.elapsed());
+                if tool_delivered || resumes >= MAX_RESUMES || out.gone {
+                    break 'relay Some(fault);
+                }
+                resumes += 1;
+                turn.exhausted[served] = true;
+                if turn.exhausted.iter().all(|e| *e) {
+                    // No other target: the same one may still finish the answer.
+                    turn.exhausted[served] = false;
+                }
+                attempt_start = Instant::now();
+                let resumed = turn::run(gw, turn, req, Some(delivered.clone()), Some("resumed")).await;
+                match resumed {
+                    Ok((idx, Served::Stream(l))) => {
+                        served = idx;
+                        model = turn.targets[idx].model.clone();
+                        skip = if turn.prefilled { String::new() } else { delivered.clone() };
+                        usage = None;
+                        pending = l.head.into();
+                        stream = l.rest;
+                        malformed += l.malformed;
+                        continue;
+                    }
+                    Ok((_, Served::Complete(_))) | Err(_) => break 'relay Some(fault),
+                }
+            }
+        };
+        match ev {
+            StreamEvent::Start { .. } => {
+                if !started {
+                    started = true;
+                    out.send(enc.encode(&ev)).await;
+                }
+            }
+            StreamEvent::TextDelta(t) => {
+                if !started {
+                    started = true;
+                    let start = StreamEvent::Start { id: turn.id.clone(), model: model.clone() };
+                    out.send(enc.encode(&start)).await;
+                }
+                let rest = match align(&mut skip, &t) {
+                    Some(rest) => rest,
+                    None => {
+                        break 'relay Some(Failure::transport(
+                            Transport::StreamCut,
+                            "the stream broke and the resumed answer did not match what was delivered",
+                        ));
+                    }
+                };
+                if !rest.is_empty() {
+                    delivered.push_str(rest);
+                    out.send(enc.encode(&StreamEvent::TextDelta(rest.to_owned()))).await;
+                }
+            }
+            StreamEvent::ToolCallStart { .. } | StreamEvent::ToolCallDelta { .. } => {
+                if !skip.is_empty() {
+                    break 'relay Some(Failure::transport(
+                        Transport::StreamCut,
+                        "the stream broke and the resumed answer did not match what was delivered",
+                    ));
+                }
+                if !started {
+                    started = true;
+                    let start = StreamEvent::Start { id: turn.id.clone(), model: model.clone() };
+                    out.send(enc.encode(&start)).await;
+                }
+                tool_delivered = true;
+                out.send(enc.encode(&ev)).await;
+            }
+            StreamEvent::Finish(r) => {
+                if !skip.is_empty() {
+                    break 'relay Some(Failure::transport(
+                        Transport::StreamCut,
+                        "the resumed answer ended before reaching what was delivered",
+                    ));
+                }
+                finish = Some(r);
+                out.send(enc.encode(&ev)).await;
+            }
+            StreamEvent::Usage(u) => usage = Some(u),
+            StreamEvent::Done => {
+                if finish.is_some() {
+                    break 'relay None;
+                }
+                // [DONE] without a finish is a cut in disguise.
+                pending.clear();
+                stream = Box::pin(futures::stream::empty());
+            }
+        }
+    };
+
+    let usage = usage.unwrap_or(Usage {
+        input_tokens: input_tokens_estimate,
+        output_tokens: hale_tokens::Tokenizer::approximate(&delivered) as u64,
+    });
+    match &failure {
+        None => {
+            out.send(enc.encode(&StreamEvent::Usage(usage))).await;
+            out.send(enc.encode(&StreamEvent::Done)).await;
+        }
+        Some(f) => {
+            out.send(enc.error(f.class.as_str(), &f.message)).await;
+        }
+    }
+    let target = turn.targets[served].clone();
+    if failure.is_none() {
+        turn::on_success(gw, turn, &target, turn::Mode::Normal, attempt_start.elapsed());
+    }
+    Relayed {
+        served,
+        model,
+        usage,
+        failure,
+        malformed,
+        resumes,
+        body: out.body,
+    }
+}
+
+/// Skips the part of `t` that repeats what was already delivered.
+/// Returns the new part, or `None` when `t` contradicts the delivered text.
+fn align<'a>(skip: &mut String, t: &'a str) -> Option<&'a str> {
+    if skip.is_empty() {
+        return Some(t);
+    }
+    let n = skip.len().min(t.len());
+    if skip.as_bytes()[..n] != t.as_bytes()[..n] {
+        return None;
+    }
+    // Equal byte prefixes of two valid strings end on a char boundary of both.
+    skip.drain(..n);
+    Some(&t[n..])
+}
+
+struct Sink {
+    tx: mpsc::Sender<Result<Bytes, std::convert::Infallible>>,
+    body: Vec<u8>,
+    gone: bool,
+}
+
+impl Sink {
+    async fn send(&mut self, b: Bytes) {
+        self.body.extend_from_slice(&b);
+        if !self.gone && self.tx.send(Ok(b)).await.is_err() {
+            self.gone = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::align;
+
+    #[test]
+    fn align_skips_the_delivered_prefix_across_chunks() {
+        let mut skip = "w0 w1 w2".to_owned();
+        assert_eq!(align(&mut skip, "w0"), Some(""));
+        assert_eq!(align(&mut skip, " w1 w"), Some(""));
+        assert_eq!(align(&mut skip, "2 w3"), Some(" w3"));
+        assert!(skip.is_empty());
+        assert_eq!(align(&mut skip, " w4"), Some(" w4"));
+    }
+
+    #[test]
+    fn align_rejects_a_different_answer() {
+        let mut skip = "w0 w1".to_owned();
+        assert_eq!(align(&mut skip, "x0"), None);
+    }
+
+    #[test]
+    fn align_handles_multibyte_text() {
+        let mut skip = "héllo".to_owned();
+        assert_eq!(align(&mut skip, "hé"), Some(""));
+        assert_eq!(align(&mut skip, "llo wörld"), Some(" wörld"));
+    }
+}

@@ -1,0 +1,160 @@
+//! The gateway's live state: providers' cooldowns and retry budgets, breakers
+//! per agent × provider, agents' gate state, and the handles to the store and
+//! metrics. The rules that change this state are in hale-core; this module
+//! only holds it behind locks that are never held across an `.await`.
+
+use crate::metrics::Metrics;
+use hale_core::breaker::SharedBreaker;
+use hale_core::config::Config;
+use hale_core::cooldown::Cooldown;
+use hale_core::event::{Event, EventKind};
+use hale_core::retry::RetryBudget;
+use hale_store::{AgentRecord, Store, Write};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// Per-provider runtime state.
+pub struct ProviderRt {
+    pub cooldown: Mutex<Cooldown>,
+    pub budget: Mutex<RetryBudget>,
+}
+
+/// Per-agent gate state (mirrored to the store).
+#[derive(Debug, Clone, Default)]
+pub struct AgentRt {
+    pub record: AgentRecord,
+}
+
+/// Everything a turn needs, shared by all requests.
+pub struct Gateway {
+    pub cfg: Arc<Config>,
+    pub http: reqwest::Client,
+    pub store: Store,
+    pub metrics: Metrics,
+    pub providers: HashMap<String, ProviderRt>,
+    breakers: RwLock<HashMap<(String, String), Arc<SharedBreaker>>>,
+    pub agents: Mutex<HashMap<String, AgentRt>>,
+    /// Idempotency keys being served right now: a duplicate waits on the watch.
+    pub inflight: Mutex<HashMap<String, tokio::sync::watch::Receiver<bool>>>,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Gateway {
+    /// Builds the state; loads agents from the store.
+    pub async fn new(cfg: Arc<Config>, store: Store) -> anyhow::Result<Arc<Self>> {
+        let http = reqwest::Client::builder()
+            .pool_idle_timeout(std::time::Duration::from_secs(90))
+            .tcp_nodelay(true)
+            .build()?;
+        let now = Instant::now();
+        let providers = cfg
+            .providers
+            .iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    ProviderRt {
+                        cooldown: Mutex::new(Cooldown::new()),
+                        budget: Mutex::new(RetryBudget::new(&cfg.retry, now)),
+                    },
+                )
+            })
+            .collect();
+        let agents = store
+            .agents()
+            .await?
+            .into_iter()
+            .map(|r| (r.id.clone(), AgentRt { record: r }))
+            .collect();
+        Ok(Arc::new(Self {
+            cfg,
+            http,
+            store,
+            metrics: Metrics::new(),
+            providers,
+            breakers: RwLock::new(HashMap::new()),
+            agents: Mutex::new(agents),
+            inflight: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// The breaker of `agent` × `provider`, created on first use.
+    pub fn breaker(&self, agent: &str, provider: &str) -> Arc<SharedBreaker> {
+        let key = (agent.to_owned(), provider.to_owned());
+        if let Some(b) = self.breakers.read().expect("breaker map lock").get(&key) {
+            return b.clone();
+        }
+        self.breakers
+            .write()
+            .expect("breaker map lock")
+            .entry(key)
+            .or_insert_with(|| Arc::new(SharedBreaker::new(self.cfg.self_healing.circuit_breaker.clone())))
+            .clone()
+    }
+
+    /// Every breaker of one agent, by provider.
+    pub fn breakers_of(&self, agent: &str) -> Vec<(String, Arc<SharedBreaker>)> {
+        self.breakers
+            .read()
+            .expect("breaker map lock")
+            .iter()
+            .filter(|((a, _), _)| a == agent)
+            .map(|((_, p), b)| (p.clone(), b.clone()))
+            .collect()
+    }
+
+    /// Every breaker.
+    pub fn all_breakers(&self) -> Vec<((String, String), Arc<SharedBreaker>)> {
+        self.breakers
+            .read()
+            .expect("breaker map lock")
+            .iter()
+            .map(|(k, b)| (k.clone(), b.clone()))
+            .collect()
+    }
+
+    /// A new event at the current wall time.
+    pub fn event(&self, kind: EventKind) -> Event {
+        Event::new(kind, wall_ms(), &mut rand::rng())
+    }
+
+    /// Records an event that is not tied to a state change (group-committed, no wait).
+    pub fn emit(&self, ev: Event) {
+        self.metrics.event(ev.kind);
+        self.store.submit(vec![Write::Event(ev)]);
+    }
+
+    /// An agent's record (a fresh one when unknown).
+    pub fn agent_record(&self, agent: &str) -> AgentRecord {
+        self.agents
+            .lock()
+            .expect("agents lock")
+            .get(agent)
+            .map(|a| a.record.clone())
+            .unwrap_or_else(|| AgentRecord {
+                id: agent.to_owned(),
+                ..AgentRecord::default()
+            })
+    }
+
+    /// Applies `f` to an agent's record and returns the updated copy.
+    pub fn update_agent(&self, agent: &str, f: impl FnOnce(&mut AgentRecord)) -> AgentRecord {
+        let mut map = self.agents.lock().expect("agents lock");
+        let rt = map.entry(agent.to_owned()).or_insert_with(|| AgentRt {
+            record: AgentRecord {
+                id: agent.to_owned(),
+                ..AgentRecord::default()
+            },
+        });
+        f(&mut rt.record);
+        rt.record.clone()
+    }
+}

@@ -1,0 +1,264 @@
+//! Provider clients: one attempt against one provider.
+//!
+//! An attempt renders the canonical request in the provider's dialect, sends
+//! it with the provider's key, and turns whatever comes back into either a
+//! response, a live stream of canonical events, or a [`Failure`] already
+//! classified by hale-core. Timeouts are applied here because they are a
+//! property of the wire (headers, first token, idle gap), but what a timeout
+//! *means* is decided by the classifier.
+
+use crate::proto::{self, ChatRequest, ChatResponse, Dialect, StreamEvent};
+use futures::{Stream, StreamExt};
+use hale_core::class::ErrorClass;
+use hale_core::classify::{self, Classified, Observation, Transport};
+use hale_core::config::{ProviderConfig, ProviderKind};
+use std::pin::Pin;
+use std::time::{Duration, SystemTime};
+
+/// The Anthropic API version hale speaks.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+/// The most of an upstream error body hale reads (bigger bodies are cut).
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// A classified failed attempt.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub class: ErrorClass,
+    pub retry_after: Option<Duration>,
+    pub status: Option<u16>,
+    /// The provider's reason, safe to show (no keys, no request headers).
+    pub message: String,
+}
+
+impl Failure {
+    pub fn from_classified(c: Classified, status: Option<u16>) -> Self {
+        Self {
+            class: c.class,
+            retry_after: c.retry_after,
+            status,
+            message: c.message,
+        }
+    }
+
+    /// A failure below HTTP (no response).
+    pub fn transport(t: Transport, detail: &str) -> Self {
+        let c = classify::classify(&Observation {
+            status: None,
+            retry_after: None,
+            body: None,
+            transport: Some(t),
+            now_wall: SystemTime::now(),
+        });
+        let mut f = Self::from_classified(c, None);
+        if f.message.is_empty() {
+            f.message = detail.to_owned();
+        }
+        f
+    }
+}
+
+/// A stream of canonical events from a provider. `Err` items are faults that
+/// end the stream (cut, stall, upstream error event); malformed chunks are
+/// reported as `Ok(None)` so the relay can count and skip them.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<Option<Vec<StreamEvent>>, Failure>> + Send>>;
+
+/// What a successful attempt produced.
+pub enum Answer {
+    Complete(ChatResponse),
+    Stream(EventStream),
+}
+
+/// How long the attempt may take for headers (a probe uses a shorter timeout).
+pub struct AttemptLimits {
+    pub headers: Duration,
+    pub stream_idle: Duration,
+}
+
+/// The dialect a provider kind speaks.
+pub fn dialect_of(kind: ProviderKind) -> Dialect {
+    match kind {
+        ProviderKind::OpenAi => Dialect::OpenAi,
+        ProviderKind::Anthropic => Dialect::Anthropic,
+    }
+}
+
+/// Sends one attempt. `prefill` is delivered text to continue from.
+pub async fn send(
+    http: &reqwest::Client,
+    provider: &ProviderConfig,
+    req: &ChatRequest,
+    model: &str,
+    prefill: Option<&str>,
+    limits: &AttemptLimits,
+) -> Result<Answer, Failure> {
+    let (url, body) = match provider.kind {
+        ProviderKind::OpenAi => (
+            format!("{}/chat/completions", provider.base_url),
+            proto::openai::render_request(req, model, prefill),
+        ),
+        ProviderKind::Anthropic => (
+            format!("{}/v1/messages", provider.base_url),
+            proto::anthropic::render_request(req, model, prefill),
+        ),
+    };
+    let mut rb = http.post(&url).json(&body);
+    rb = match (provider.kind, &provider.api_key) {
+        (ProviderKind::OpenAi, Some(k)) => rb.bearer_auth(k.expose()),
+        (ProviderKind::Anthropic, Some(k)) => rb.header("x-api-key", k.expose()),
+        (_, None) => rb,
+    };
+    if provider.kind == ProviderKind::Anthropic {
+        rb = rb.header("anthropic-version", ANTHROPIC_VERSION);
+    }
+    let resp = match tokio::time::timeout(limits.headers, rb.send()).await {
+        Err(_) => return Err(Failure::transport(Transport::HeadersTimeout, "no response headers in time")),
+        Ok(Err(e)) => return Err(Failure::transport(classify::transport_of(&e), &redact(&e))),
+        Ok(Ok(r)) => r,
+    };
+    let status = resp.status().as_u16();
+    if !resp.status().is_success() {
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = read_capped(resp, limits.headers).await;
+        let c = classify::classify(&Observation {
+            status: Some(status),
+            retry_after: retry_after.as_deref(),
+            body: Some(&body),
+            transport: None,
+            now_wall: SystemTime::now(),
+        });
+        return Err(Failure::from_classified(c, Some(status)));
+    }
+    if req.stream {
+        Ok(Answer::Stream(event_stream(resp, provider.kind, limits.stream_idle)))
+    } else {
+        let bytes = match tokio::time::timeout(limits.headers, resp.bytes()).await {
+            Err(_) => return Err(Failure::transport(Transport::HeadersTimeout, "response body did not arrive in time")),
+            Ok(Err(e)) => return Err(Failure::transport(classify::transport_of(&e), &redact(&e))),
+            Ok(Ok(b)) => b,
+        };
+        let parsed = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|v| match provider.kind {
+                ProviderKind::OpenAi => proto::openai::parse_response(&v).map_err(|e| e.to_string()),
+                ProviderKind::Anthropic => proto::anthropic::parse_response(&v).map_err(|e| e.to_string()),
+            });
+        match parsed {
+            Ok(r) => Ok(Answer::Complete(r)),
+            Err(e) => Err(Failure::transport(Transport::MalformedBody, &format!("unparsable response body: {e}"))),
+        }
+    }
+}
+
+/// Reads at most [`MAX_ERROR_BODY`] of an error body, within `limit`.
+async fn read_capped(resp: reqwest::Response, limit: Duration) -> String {
+    let mut out = Vec::new();
+    let mut s = resp.bytes_stream();
+    let read = async {
+        while let Some(Ok(chunk)) = s.next().await {
+            out.extend_from_slice(&chunk);
+            if out.len() >= MAX_ERROR_BODY {
+                out.truncate(MAX_ERROR_BODY);
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(limit, read).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A transport error's text without the URL (which could carry a key in a query string).
+fn redact(e: &reqwest::Error) -> String {
+    e.without_url_ref().to_string()
+}
+
+trait WithoutUrl {
+    fn without_url_ref(&self) -> String;
+}
+
+impl WithoutUrl for reqwest::Error {
+    fn without_url_ref(&self) -> String {
+        let mut parts = Vec::new();
+        let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(self);
+        while let Some(e) = src {
+            parts.push(e.to_string());
+            src = e.source();
+            if parts.len() >= 5 {
+                break;
+            }
+        }
+        let head = if self.is_timeout() {
+            "timed out"
+        } else if self.is_connect() {
+            "connection failed"
+        } else if self.is_body() || self.is_decode() {
+            "body error"
+        } else {
+            "request failed"
+        };
+        if parts.is_empty() {
+            head.to_owned()
+        } else {
+            format!("{head}: {}", parts.join(": "))
+        }
+    }
+}
+
+/// Decodes an upstream SSE body into canonical events, with the idle timeout.
+fn event_stream(resp: reqwest::Response, kind: ProviderKind, idle: Duration) -> EventStream {
+    enum Decoder {
+        OpenAi(proto::openai::StreamDecoder),
+        Anthropic(proto::anthropic::StreamDecoder),
+    }
+    let decoder = match kind {
+        ProviderKind::OpenAi => Decoder::OpenAi(proto::openai::StreamDecoder::new()),
+        ProviderKind::Anthropic => Decoder::Anthropic(proto::anthropic::StreamDecoder::new()),
+    };
+    let sse = sse_stream::SseByteStream::new(resp.bytes_stream());
+    let state = (Box::pin(sse), decoder, false);
+    Box::pin(futures::stream::unfold(state, move |(mut sse, mut dec, ended)| async move {
+        if ended {
+            return None;
+        }
+        let item = match tokio::time::timeout(idle, sse.next()).await {
+            Err(_) => Err(Failure::transport(Transport::StreamStalled, "stream stalled past the idle timeout")),
+            Ok(None) => return None,
+            Ok(Some(Err(e))) => Err(Failure::transport(Transport::StreamCut, &format!("stream cut: {e}"))),
+            Ok(Some(Ok(ev))) => {
+                let Some(data) = ev.data.as_deref() else {
+                    return Some((Ok(Some(Vec::new())), (sse, dec, false)));
+                };
+                let decoded = match &mut dec {
+                    Decoder::OpenAi(d) => d.decode(ev.event.as_deref(), data),
+                    Decoder::Anthropic(d) => d.decode(ev.event.as_deref(), data),
+                };
+                match decoded {
+                    Ok(evs) => Ok(Some(evs)),
+                    Err(e) if ev.event.as_deref() == Some("error") => {
+                        let c = classify::classify(&Observation {
+                            status: None,
+                            retry_after: None,
+                            body: Some(data),
+                            transport: None,
+                            now_wall: SystemTime::now(),
+                        });
+                        let mut f = Failure::from_classified(c, None);
+                        if f.class == ErrorClass::Unknown {
+                            f.class = ErrorClass::StreamBroken;
+                        }
+                        if f.message.is_empty() {
+                            f.message = e.to_string();
+                        }
+                        Err(f)
+                    }
+                    Err(_) => Ok(None),
+                }
+            }
+        };
+        let end = item.is_err();
+        Some((item, (sse, dec, end)))
+    }))
+}

@@ -1,0 +1,242 @@
+//! The two backends behind one API.
+//!
+//! [`Pool`] is an enum of the SQLite and PostgreSQL pools rather than a trait
+//! object or `sqlx::Any`: every query is written once with `$N` placeholders
+//! (SQLite accepts them too) and [`on_pool!`] expands it once per backend, so
+//! each expansion is checked against the real driver types. Only the DDL and
+//! the PostgreSQL outbox lock differ.
+//!
+//! Why the outbox lock: a `BIGSERIAL` value is drawn at insert time, not at
+//! commit time, so two PostgreSQL writers (two hale instances) could commit
+//! seq 11 before seq 10, and a relay that already moved past 11 would never
+//! see 10. Every transaction that appends events first takes one
+//! transaction-scoped advisory lock, so seqs become visible in order. SQLite
+//! has a single writer (this process's writer task; `BEGIN IMMEDIATE`), which
+//! gives the same order for free.
+
+use std::collections::HashSet;
+
+use sqlx::{PgPool, QueryBuilder, SqlitePool};
+
+use crate::rows::{Encoded, EventRow};
+
+/// The pool of one backend.
+#[derive(Clone, Debug)]
+pub(crate) enum Pool {
+    Sqlite(SqlitePool),
+    Pg(PgPool),
+}
+
+/// Expands `$body` once per backend with `$p` bound to the pool and `$db` to
+/// the `sqlx::Database` type.
+macro_rules! on_pool {
+    ($pool:expr, |$p:ident, $db:ident| $body:expr) => {
+        match $pool {
+            $crate::backend::Pool::Sqlite($p) => {
+                #[allow(dead_code)]
+                type $db = sqlx::Sqlite;
+                $body
+            }
+            $crate::backend::Pool::Pg($p) => {
+                #[allow(dead_code)]
+                type $db = sqlx::Postgres;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use on_pool;
+
+/// Key of the PostgreSQL advisory lock that orders outbox appends ("hale").
+pub(crate) const OUTBOX_LOCK: i64 = 0x6861_6c65_0001;
+/// Key of the PostgreSQL advisory lock held while creating the schema.
+pub(crate) const SCHEMA_LOCK: i64 = 0x6861_6c65_0002;
+
+/// Events per multi-row `INSERT` (5 binds each: well under both backends'
+/// parameter limits, and few distinct statement texts to cache).
+const EVENT_CHUNK: usize = 200;
+
+macro_rules! gen_apply {
+    ($name:ident, $db:ty, $pg:expr) => {
+        /// Applies the writes of `jobs`, in order, on an open transaction;
+        /// returns the highest seq appended.
+        pub(crate) async fn $name(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            jobs: &[&[Encoded]],
+        ) -> Result<Option<i64>, sqlx::Error> {
+            let rows = || jobs.iter().flat_map(|j| j.iter());
+            let events: Vec<&EventRow> = rows()
+                .filter_map(|r| match r {
+                    Encoded::Event(e) => Some(e),
+                    Encoded::Turn(_)
+                    | Encoded::Agent(_)
+                    | Encoded::Idempotency(_)
+                    | Encoded::Checkpoint(_) => None,
+                })
+                .collect();
+            if $pg && !events.is_empty() {
+                sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                    .bind(OUTBOX_LOCK)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            for row in rows() {
+                match row {
+                    Encoded::Event(_) => {}
+                    Encoded::Turn(t) => {
+                        let r = t.response.as_ref();
+                        sqlx::query(
+                            "INSERT INTO turns (id, agent, task, request_hash, model_requested, \
+                             status, started_ms, duration_ms, provider, model, attempts, usage_in, \
+                             usage_out, error_class, resp_status, resp_headers, resp_body, \
+                             resp_content_type) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+                             $11, $12, $13, $14, $15, $16, $17, $18) ON CONFLICT (id) DO UPDATE SET \
+                             agent = excluded.agent, task = excluded.task, \
+                             request_hash = excluded.request_hash, \
+                             model_requested = excluded.model_requested, status = excluded.status, \
+                             started_ms = excluded.started_ms, duration_ms = excluded.duration_ms, \
+                             provider = excluded.provider, model = excluded.model, \
+                             attempts = excluded.attempts, usage_in = excluded.usage_in, \
+                             usage_out = excluded.usage_out, error_class = excluded.error_class, \
+                             resp_status = excluded.resp_status, \
+                             resp_headers = excluded.resp_headers, resp_body = excluded.resp_body, \
+                             resp_content_type = excluded.resp_content_type",
+                        )
+                        .bind(&t.id)
+                        .bind(&t.agent)
+                        .bind(&t.task)
+                        .bind(&t.request_hash)
+                        .bind(&t.model_requested)
+                        .bind(t.status)
+                        .bind(t.started_ms)
+                        .bind(t.duration_ms)
+                        .bind(&t.provider)
+                        .bind(&t.model)
+                        .bind(&t.attempts)
+                        .bind(t.usage_in)
+                        .bind(t.usage_out)
+                        .bind(&t.error_class)
+                        .bind(r.map(|r| r.status))
+                        .bind(r.map(|r| &r.headers))
+                        .bind(r.map(|r| &r.body))
+                        .bind(r.map(|r| &r.content_type))
+                        .execute(&mut *conn)
+                        .await?;
+                    }
+                    Encoded::Agent(a) => {
+                        sqlx::query(
+                            "INSERT INTO agents (id, paused, consecutive_failures, turns, \
+                             failed_turns, tokens_in, tokens_out, cost_usd, last_failure_ms, \
+                             last_seen_ms, state) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+                             $10, $11) ON CONFLICT (id) DO UPDATE SET paused = excluded.paused, \
+                             consecutive_failures = excluded.consecutive_failures, \
+                             turns = excluded.turns, failed_turns = excluded.failed_turns, \
+                             tokens_in = excluded.tokens_in, tokens_out = excluded.tokens_out, \
+                             cost_usd = excluded.cost_usd, \
+                             last_failure_ms = excluded.last_failure_ms, \
+                             last_seen_ms = excluded.last_seen_ms, state = excluded.state",
+                        )
+                        .bind(&a.id)
+                        .bind(a.paused)
+                        .bind(a.consecutive_failures)
+                        .bind(a.turns)
+                        .bind(a.failed_turns)
+                        .bind(a.tokens_in)
+                        .bind(a.tokens_out)
+                        .bind(a.cost_usd)
+                        .bind(a.last_failure_ms)
+                        .bind(a.last_seen_ms)
+                        .bind(&a.state)
+                        .execute(&mut *conn)
+                        .await?;
+                    }
+                    Encoded::Idempotency(i) => {
+                        sqlx::query(
+                            "INSERT INTO idempotency (key, status, headers, body, content_type, \
+                             created_ms) VALUES ($1, $2, $3, $4, $5, $6) \
+                             ON CONFLICT (key) DO NOTHING",
+                        )
+                        .bind(&i.key)
+                        .bind(i.resp.status)
+                        .bind(&i.resp.headers)
+                        .bind(&i.resp.body)
+                        .bind(&i.resp.content_type)
+                        .bind(i.created_ms)
+                        .execute(&mut *conn)
+                        .await?;
+                    }
+                    Encoded::Checkpoint(c) => {
+                        sqlx::query(
+                            "INSERT INTO checkpoints (agent, id, task, parent, body, sha256, \
+                             created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                             ON CONFLICT (agent, id) DO NOTHING",
+                        )
+                        .bind(&c.agent)
+                        .bind(&c.id)
+                        .bind(&c.task)
+                        .bind(&c.parent)
+                        .bind(&c.body)
+                        .bind(&c.sha256)
+                        .bind(c.created_ms)
+                        .execute(&mut *conn)
+                        .await?;
+                    }
+                }
+            }
+            let mut max_seq = None;
+            // A multi-row INSERT must not name one id twice (PostgreSQL
+            // refuses a row affected twice); a repeat in the same chunk goes
+            // to a later chunk, where ON CONFLICT skips it.
+            let mut rest: Vec<&EventRow> = events;
+            while !rest.is_empty() {
+                let mut seen = HashSet::new();
+                let mut chunk = Vec::with_capacity(EVENT_CHUNK.min(rest.len()));
+                let mut later = Vec::new();
+                for e in rest {
+                    if chunk.len() < EVENT_CHUNK && seen.insert(e.id.as_str()) {
+                        chunk.push(e);
+                    } else {
+                        later.push(e);
+                    }
+                }
+                rest = later;
+                let mut qb =
+                    QueryBuilder::<$db>::new("INSERT INTO events (id, kind, time_ms, agent, body) ");
+                qb.push_values(&chunk, |mut b, e| {
+                    b.push_bind(&e.id)
+                        .push_bind(e.kind)
+                        .push_bind(e.time_ms)
+                        .push_bind(&e.agent)
+                        .push_bind(&e.body);
+                });
+                qb.push(" ON CONFLICT (id) DO NOTHING RETURNING seq");
+                let seqs: Vec<i64> = qb.build_query_scalar().fetch_all(&mut *conn).await?;
+                if let Some(m) = seqs.into_iter().max() {
+                    max_seq = Some(max_seq.map_or(m, |x: i64| x.max(m)));
+                }
+            }
+            Ok(max_seq)
+        }
+    };
+}
+
+gen_apply!(apply_sqlite, sqlx::Sqlite, false);
+gen_apply!(apply_pg, sqlx::Postgres, true);
+
+/// Applies `jobs` in one transaction and commits it.
+pub(crate) async fn apply(pool: &Pool, jobs: &[&[Encoded]]) -> Result<Option<i64>, sqlx::Error> {
+    match pool {
+        Pool::Sqlite(p) => {
+            let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
+            let max = apply_sqlite(&mut tx, jobs).await?;
+            tx.commit().await?;
+            Ok(max)
+        }
+        Pool::Pg(p) => {
+            let mut tx = p.begin().await?;
+            let max = apply_pg(&mut tx, jobs).await?;
+            tx.commit().await?;
+            Ok(max)
+        }
+    }
+}

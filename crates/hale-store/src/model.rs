@@ -1,0 +1,145 @@
+//! The records the store keeps, and the writes that change them.
+//!
+//! These are plain data: the gateway builds them, the writer encodes them into
+//! rows, the readers decode rows back. Numbers are `u64` here and `BIGINT` in
+//! the database; a value past `i64::MAX` is refused at `commit`/`submit`
+//! rather than wrapped.
+
+use hale_core::event::Event;
+use serde::{Deserialize, Serialize};
+
+/// One write, applied inside a group commit.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Appended to the outbox; gets the next `seq`. Writing the same event id
+    /// twice keeps the first (the outbox is idempotent by event id).
+    Event(Event),
+    /// Upserted by id.
+    Turn(TurnRecord),
+    /// Upserted by id.
+    Agent(AgentRecord),
+    /// The response stored for an `Idempotency-Key`. The first response stored
+    /// for a key wins; later ones are ignored.
+    Idempotency { key: String, response: StoredResponse },
+    /// Checkpoints are immutable: the first write of an (agent, id) wins.
+    Checkpoint(CheckpointRecord),
+}
+
+/// How a turn ended (or that it has not yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnStatus {
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl TurnStatus {
+    /// The name stored in the database and shown in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnStatus::Running => "running",
+            TurnStatus::Succeeded => "succeeded",
+            TurnStatus::Failed => "failed",
+        }
+    }
+
+    /// Parses [`TurnStatus::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "running" => Some(TurnStatus::Running),
+            "succeeded" => Some(TurnStatus::Succeeded),
+            "failed" => Some(TurnStatus::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// A response as it was returned to the caller, kept for idempotent replays
+/// and journal replays.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub content_type: String,
+}
+
+/// One turn of the journal (DESIGN §1, §5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnRecord {
+    pub id: String,
+    pub agent: String,
+    pub task: Option<String>,
+    /// Hash of the request, the key of replay-instead-of-re-billing.
+    pub request_hash: String,
+    pub model_requested: String,
+    pub status: TurnStatus,
+    pub started_ms: u64,
+    pub duration_ms: Option<u64>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    /// The timeline: one element per attempt.
+    pub attempts: serde_json::Value,
+    pub usage_in: u64,
+    pub usage_out: u64,
+    pub error_class: Option<String>,
+    pub response: Option<StoredResponse>,
+}
+
+/// The durable state of one agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    pub id: String,
+    pub paused: bool,
+    pub consecutive_failures: u32,
+    pub turns: u64,
+    pub failed_turns: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: f64,
+    pub last_failure_ms: Option<u64>,
+    pub last_seen_ms: Option<u64>,
+    /// Free-form: health, budgets, current task.
+    pub state: serde_json::Value,
+}
+
+/// One checkpoint of an agent's task (DESIGN §5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointRecord {
+    pub id: String,
+    pub agent: String,
+    pub task: String,
+    pub parent: Option<String>,
+    pub body: Vec<u8>,
+    /// Hex SHA-256 of `body`, as given by the writer; checked by recovery.
+    pub sha256: String,
+    pub created_ms: u64,
+}
+
+/// An event with its place in the outbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub seq: i64,
+    pub event: Event,
+}
+
+/// An event a sink gave up on (DESIGN §6).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    /// The event's id.
+    pub id: String,
+    pub seq: i64,
+    pub sink: String,
+    pub attempts: u32,
+    pub error: String,
+    pub failed_ms: u64,
+    pub event: Event,
+}
+
+/// A registered sink and the last seq it acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkCursor {
+    pub sink: String,
+    pub acked_seq: i64,
+}

@@ -1,0 +1,408 @@
+//! Records ⇄ rows.
+//!
+//! Encoding happens in the caller's task, before a write is queued: a value
+//! that cannot be stored is refused to that caller alone, and the writer task
+//! only binds ready values. Decoding goes through the small [`Cols`] trait,
+//! implemented for the row type of each backend, so one decoder serves both;
+//! any decode failure becomes [`StoreError::Corrupt`] naming the table and id.
+
+use hale_core::event::Event;
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+
+use crate::error::StoreError;
+use crate::model::{
+    AgentRecord, CheckpointRecord, DeadLetter, StoredEvent, StoredResponse, TurnRecord, TurnStatus,
+    Write,
+};
+
+/// A write, ready to bind.
+#[derive(Debug)]
+pub(crate) enum Encoded {
+    Event(EventRow),
+    Turn(Box<TurnRow>),
+    Agent(AgentRow),
+    Idempotency(IdemRow),
+    Checkpoint(CheckpointRow),
+}
+
+#[derive(Debug)]
+pub(crate) struct EventRow {
+    pub id: String,
+    pub kind: &'static str,
+    pub time_ms: i64,
+    pub agent: Option<String>,
+    pub body: String,
+}
+
+#[derive(Debug)]
+pub(crate) struct RespCols {
+    pub status: i64,
+    pub headers: String,
+    pub body: Vec<u8>,
+    pub content_type: String,
+}
+
+#[derive(Debug)]
+pub(crate) struct TurnRow {
+    pub id: String,
+    pub agent: String,
+    pub task: Option<String>,
+    pub request_hash: String,
+    pub model_requested: String,
+    pub status: &'static str,
+    pub started_ms: i64,
+    pub duration_ms: Option<i64>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub attempts: String,
+    pub usage_in: i64,
+    pub usage_out: i64,
+    pub error_class: Option<String>,
+    pub response: Option<RespCols>,
+}
+
+#[derive(Debug)]
+pub(crate) struct AgentRow {
+    pub id: String,
+    pub paused: bool,
+    pub consecutive_failures: i64,
+    pub turns: i64,
+    pub failed_turns: i64,
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+    pub cost_usd: f64,
+    pub last_failure_ms: Option<i64>,
+    pub last_seen_ms: Option<i64>,
+    pub state: String,
+}
+
+#[derive(Debug)]
+pub(crate) struct IdemRow {
+    pub key: String,
+    pub resp: RespCols,
+    pub created_ms: i64,
+}
+
+#[derive(Debug)]
+pub(crate) struct CheckpointRow {
+    pub agent: String,
+    pub id: String,
+    pub task: String,
+    pub parent: Option<String>,
+    pub body: Vec<u8>,
+    pub sha256: String,
+    pub created_ms: i64,
+}
+
+fn num(what: &str, field: &str, v: u64) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| StoreError::Invalid {
+        what: what.to_string(),
+        detail: format!("{field} = {v} exceeds the 64-bit signed range"),
+    })
+}
+
+fn opt_num(what: &str, field: &str, v: Option<u64>) -> Result<Option<i64>, StoreError> {
+    v.map(|v| num(what, field, v)).transpose()
+}
+
+fn json(what: &str, v: &impl serde::Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Invalid {
+        what: what.to_string(),
+        detail: e.to_string(),
+    })
+}
+
+fn resp_cols(what: &str, r: &StoredResponse) -> Result<RespCols, StoreError> {
+    Ok(RespCols {
+        status: i64::from(r.status),
+        headers: json(what, &r.headers)?,
+        body: r.body.clone(),
+        content_type: r.content_type.clone(),
+    })
+}
+
+/// Encodes one write; `now_ms` stamps idempotency rows.
+pub(crate) fn encode(w: Write, now_ms: u64) -> Result<Encoded, StoreError> {
+    Ok(match w {
+        Write::Event(e) => {
+            let what = format!("event {}", e.id);
+            Encoded::Event(EventRow {
+                time_ms: num(&what, "time_ms", e.time_ms)?,
+                kind: e.kind.as_str(),
+                body: json(&what, &e)?,
+                agent: e.agent,
+                id: e.id,
+            })
+        }
+        Write::Turn(t) => {
+            let what = format!("turn {}", t.id);
+            Encoded::Turn(Box::new(TurnRow {
+                status: t.status.as_str(),
+                started_ms: num(&what, "started_ms", t.started_ms)?,
+                duration_ms: opt_num(&what, "duration_ms", t.duration_ms)?,
+                attempts: json(&what, &t.attempts)?,
+                usage_in: num(&what, "usage_in", t.usage_in)?,
+                usage_out: num(&what, "usage_out", t.usage_out)?,
+                response: t.response.as_ref().map(|r| resp_cols(&what, r)).transpose()?,
+                id: t.id,
+                agent: t.agent,
+                task: t.task,
+                request_hash: t.request_hash,
+                model_requested: t.model_requested,
+                provider: t.provider,
+                model: t.model,
+                error_class: t.error_class,
+            }))
+        }
+        Write::Agent(a) => {
+            let what = format!("agent {}", a.id);
+            Encoded::Agent(AgentRow {
+                paused: a.paused,
+                consecutive_failures: i64::from(a.consecutive_failures),
+                turns: num(&what, "turns", a.turns)?,
+                failed_turns: num(&what, "failed_turns", a.failed_turns)?,
+                tokens_in: num(&what, "tokens_in", a.tokens_in)?,
+                tokens_out: num(&what, "tokens_out", a.tokens_out)?,
+                cost_usd: a.cost_usd,
+                last_failure_ms: opt_num(&what, "last_failure_ms", a.last_failure_ms)?,
+                last_seen_ms: opt_num(&what, "last_seen_ms", a.last_seen_ms)?,
+                state: json(&what, &a.state)?,
+                id: a.id,
+            })
+        }
+        Write::Idempotency { key, response } => {
+            let what = format!("idempotency key {key}");
+            Encoded::Idempotency(IdemRow {
+                resp: resp_cols(&what, &response)?,
+                created_ms: num(&what, "created_ms", now_ms)?,
+                key,
+            })
+        }
+        Write::Checkpoint(c) => {
+            let what = format!("checkpoint {}", c.id);
+            Encoded::Checkpoint(CheckpointRow {
+                created_ms: num(&what, "created_ms", c.created_ms)?,
+                agent: c.agent,
+                id: c.id,
+                task: c.task,
+                parent: c.parent,
+                body: c.body,
+                sha256: c.sha256,
+            })
+        }
+    })
+}
+
+/// Typed column access, one impl per backend row type.
+pub(crate) trait Cols {
+    fn i64(&self, c: &str) -> Result<i64, sqlx::Error>;
+    fn opt_i64(&self, c: &str) -> Result<Option<i64>, sqlx::Error>;
+    fn text(&self, c: &str) -> Result<String, sqlx::Error>;
+    fn opt_text(&self, c: &str) -> Result<Option<String>, sqlx::Error>;
+    fn blob(&self, c: &str) -> Result<Vec<u8>, sqlx::Error>;
+    fn opt_blob(&self, c: &str) -> Result<Option<Vec<u8>>, sqlx::Error>;
+    fn f64(&self, c: &str) -> Result<f64, sqlx::Error>;
+    fn bool(&self, c: &str) -> Result<bool, sqlx::Error>;
+}
+
+macro_rules! impl_cols {
+    ($row:ty) => {
+        impl Cols for $row {
+            fn i64(&self, c: &str) -> Result<i64, sqlx::Error> {
+                self.try_get(c)
+            }
+            fn opt_i64(&self, c: &str) -> Result<Option<i64>, sqlx::Error> {
+                self.try_get(c)
+            }
+            fn text(&self, c: &str) -> Result<String, sqlx::Error> {
+                self.try_get(c)
+            }
+            fn opt_text(&self, c: &str) -> Result<Option<String>, sqlx::Error> {
+                self.try_get(c)
+            }
+            fn blob(&self, c: &str) -> Result<Vec<u8>, sqlx::Error> {
+                self.try_get(c)
+            }
+            fn opt_blob(&self, c: &str) -> Result<Option<Vec<u8>>, sqlx::Error> {
+                self.try_get(c)
+            }
+            fn f64(&self, c: &str) -> Result<f64, sqlx::Error> {
+                self.try_get(c)
+            }
+            fn bool(&self, c: &str) -> Result<bool, sqlx::Error> {
+                self.try_get(c)
+            }
+        }
+    };
+}
+
+impl_cols!(SqliteRow);
+impl_cols!(PgRow);
+
+/// Builds the `Corrupt` error of one row.
+struct Ctx {
+    table: &'static str,
+    id: String,
+}
+
+impl Ctx {
+    fn new(table: &'static str, row: &impl Cols, id_col: &str) -> Self {
+        let id = match row.i64(id_col) {
+            Ok(n) => n.to_string(),
+            Err(_) => row.text(id_col).unwrap_or_else(|_| "?".into()),
+        };
+        Ctx { table, id }
+    }
+    fn err(&self, detail: impl std::fmt::Display) -> StoreError {
+        StoreError::Corrupt {
+            table: self.table,
+            id: self.id.clone(),
+            detail: detail.to_string(),
+        }
+    }
+    fn col<T>(&self, r: Result<T, sqlx::Error>) -> Result<T, StoreError> {
+        r.map_err(|e| self.err(e))
+    }
+    fn unsigned(&self, field: &str, v: i64) -> Result<u64, StoreError> {
+        u64::try_from(v).map_err(|_| self.err(format!("{field} is negative ({v})")))
+    }
+    fn opt_unsigned(&self, field: &str, v: Option<i64>) -> Result<Option<u64>, StoreError> {
+        v.map(|v| self.unsigned(field, v)).transpose()
+    }
+    fn json<T: serde::de::DeserializeOwned>(&self, field: &str, s: &str) -> Result<T, StoreError> {
+        serde_json::from_str(s).map_err(|e| self.err(format!("{field} does not parse: {e}")))
+    }
+    fn u32(&self, field: &str, v: i64) -> Result<u32, StoreError> {
+        u32::try_from(v).map_err(|_| self.err(format!("{field} out of range ({v})")))
+    }
+}
+
+fn decode_resp(
+    ctx: &Ctx,
+    status: i64,
+    headers: &str,
+    body: Vec<u8>,
+    content_type: String,
+) -> Result<StoredResponse, StoreError> {
+    Ok(StoredResponse {
+        status: u16::try_from(status)
+            .map_err(|_| ctx.err(format!("response status out of range ({status})")))?,
+        headers: ctx.json("response headers", headers)?,
+        body,
+        content_type,
+    })
+}
+
+pub(crate) const TURN_COLS: &str = "id, agent, task, request_hash, model_requested, status, \
+    started_ms, duration_ms, provider, model, attempts, usage_in, usage_out, error_class, \
+    resp_status, resp_headers, resp_body, resp_content_type";
+
+pub(crate) fn decode_turn(r: &impl Cols) -> Result<TurnRecord, StoreError> {
+    let c = Ctx::new("turns", r, "id");
+    let status = c.col(r.text("status"))?;
+    let resp_status = c.col(r.opt_i64("resp_status"))?;
+    let response = match resp_status {
+        None => None,
+        Some(s) => Some(decode_resp(
+            &c,
+            s,
+            &c.col(r.opt_text("resp_headers"))?.unwrap_or_else(|| "[]".into()),
+            c.col(r.opt_blob("resp_body"))?.unwrap_or_default(),
+            c.col(r.opt_text("resp_content_type"))?.unwrap_or_default(),
+        )?),
+    };
+    Ok(TurnRecord {
+        id: c.col(r.text("id"))?,
+        agent: c.col(r.text("agent"))?,
+        task: c.col(r.opt_text("task"))?,
+        request_hash: c.col(r.text("request_hash"))?,
+        model_requested: c.col(r.text("model_requested"))?,
+        status: TurnStatus::parse(&status)
+            .ok_or_else(|| c.err(format!("unknown status {status:?}")))?,
+        started_ms: c.unsigned("started_ms", c.col(r.i64("started_ms"))?)?,
+        duration_ms: c.opt_unsigned("duration_ms", c.col(r.opt_i64("duration_ms"))?)?,
+        provider: c.col(r.opt_text("provider"))?,
+        model: c.col(r.opt_text("model"))?,
+        attempts: c.json("attempts", &c.col(r.text("attempts"))?)?,
+        usage_in: c.unsigned("usage_in", c.col(r.i64("usage_in"))?)?,
+        usage_out: c.unsigned("usage_out", c.col(r.i64("usage_out"))?)?,
+        error_class: c.col(r.opt_text("error_class"))?,
+        response,
+    })
+}
+
+pub(crate) const AGENT_COLS: &str = "id, paused, consecutive_failures, turns, failed_turns, \
+    tokens_in, tokens_out, cost_usd, last_failure_ms, last_seen_ms, state";
+
+pub(crate) fn decode_agent(r: &impl Cols) -> Result<AgentRecord, StoreError> {
+    let c = Ctx::new("agents", r, "id");
+    Ok(AgentRecord {
+        id: c.col(r.text("id"))?,
+        paused: c.col(r.bool("paused"))?,
+        consecutive_failures: c.u32(
+            "consecutive_failures",
+            c.col(r.i64("consecutive_failures"))?,
+        )?,
+        turns: c.unsigned("turns", c.col(r.i64("turns"))?)?,
+        failed_turns: c.unsigned("failed_turns", c.col(r.i64("failed_turns"))?)?,
+        tokens_in: c.unsigned("tokens_in", c.col(r.i64("tokens_in"))?)?,
+        tokens_out: c.unsigned("tokens_out", c.col(r.i64("tokens_out"))?)?,
+        cost_usd: c.col(r.f64("cost_usd"))?,
+        last_failure_ms: c.opt_unsigned("last_failure_ms", c.col(r.opt_i64("last_failure_ms"))?)?,
+        last_seen_ms: c.opt_unsigned("last_seen_ms", c.col(r.opt_i64("last_seen_ms"))?)?,
+        state: c.json("state", &c.col(r.text("state"))?)?,
+    })
+}
+
+pub(crate) fn decode_idempotency(r: &impl Cols) -> Result<StoredResponse, StoreError> {
+    let c = Ctx::new("idempotency", r, "key");
+    decode_resp(
+        &c,
+        c.col(r.i64("status"))?,
+        &c.col(r.text("headers"))?,
+        c.col(r.blob("body"))?,
+        c.col(r.text("content_type"))?,
+    )
+}
+
+pub(crate) const CHECKPOINT_COLS: &str = "agent, id, task, parent, body, sha256, created_ms";
+
+pub(crate) fn decode_checkpoint(r: &impl Cols) -> Result<CheckpointRecord, StoreError> {
+    let c = Ctx::new("checkpoints", r, "id");
+    Ok(CheckpointRecord {
+        id: c.col(r.text("id"))?,
+        agent: c.col(r.text("agent"))?,
+        task: c.col(r.text("task"))?,
+        parent: c.col(r.opt_text("parent"))?,
+        body: c.col(r.blob("body"))?,
+        sha256: c.col(r.text("sha256"))?,
+        created_ms: c.unsigned("created_ms", c.col(r.i64("created_ms"))?)?,
+    })
+}
+
+/// Decodes `seq, body` of the events table.
+pub(crate) fn decode_event(r: &impl Cols) -> Result<StoredEvent, StoreError> {
+    let c = Ctx::new("events", r, "seq");
+    let event: Event = c.json("body", &c.col(r.text("body"))?)?;
+    Ok(StoredEvent {
+        seq: c.col(r.i64("seq"))?,
+        event,
+    })
+}
+
+pub(crate) const DLQ_COLS: &str = "sink, seq, event_id, attempts, error, failed_ms, body";
+
+pub(crate) fn decode_dead_letter(r: &impl Cols) -> Result<DeadLetter, StoreError> {
+    let c = Ctx::new("dead_letters", r, "event_id");
+    Ok(DeadLetter {
+        id: c.col(r.text("event_id"))?,
+        seq: c.col(r.i64("seq"))?,
+        sink: c.col(r.text("sink"))?,
+        attempts: c.u32("attempts", c.col(r.i64("attempts"))?)?,
+        error: c.col(r.text("error"))?,
+        failed_ms: c.unsigned("failed_ms", c.col(r.i64("failed_ms"))?)?,
+        event: c.json("body", &c.col(r.text("body"))?)?,
+    })
+}

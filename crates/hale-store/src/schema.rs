@@ -1,0 +1,165 @@
+//! The schema, once per backend.
+//!
+//! Two short DDL lists instead of a migration framework: the tables are
+//! created with `IF NOT EXISTS` at open, and `meta.schema_version` records the
+//! version so a future change can migrate. The differences between the two
+//! backends are only the types: `INTEGER PRIMARY KEY AUTOINCREMENT` /
+//! `BIGSERIAL` for the outbox seq (AUTOINCREMENT so a seq is never reused
+//! after the outbox was pruned empty — sink cursors rely on it), `BLOB` /
+//! `BYTEA`, `REAL` / `DOUBLE PRECISION`. Every number is 64-bit. JSON is
+//! stored as text so both backends decode it the same way.
+
+/// The version these statements create.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// SQLite DDL.
+pub(crate) const SQLITE: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL,
+        time_ms INTEGER NOT NULL,
+        agent TEXT,
+        body TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS events_kind ON events (kind, seq)",
+    "CREATE TABLE IF NOT EXISTS sinks (
+        name TEXT PRIMARY KEY,
+        acked_seq INTEGER NOT NULL,
+        registered_ms INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS dead_letters (
+        sink TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        event_id TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        error TEXT NOT NULL,
+        failed_ms INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (sink, seq))",
+    "CREATE TABLE IF NOT EXISTS turns (
+        id TEXT PRIMARY KEY,
+        agent TEXT NOT NULL,
+        task TEXT,
+        request_hash TEXT NOT NULL,
+        model_requested TEXT NOT NULL,
+        status TEXT NOT NULL,
+        started_ms INTEGER NOT NULL,
+        duration_ms INTEGER,
+        provider TEXT,
+        model TEXT,
+        attempts TEXT NOT NULL,
+        usage_in INTEGER NOT NULL,
+        usage_out INTEGER NOT NULL,
+        error_class TEXT,
+        resp_status INTEGER,
+        resp_headers TEXT,
+        resp_body BLOB,
+        resp_content_type TEXT)",
+    "CREATE INDEX IF NOT EXISTS turns_replay ON turns (agent, task, request_hash, started_ms)",
+    "CREATE TABLE IF NOT EXISTS agents (
+        id TEXT PRIMARY KEY,
+        paused BOOLEAN NOT NULL,
+        consecutive_failures INTEGER NOT NULL,
+        turns INTEGER NOT NULL,
+        failed_turns INTEGER NOT NULL,
+        tokens_in INTEGER NOT NULL,
+        tokens_out INTEGER NOT NULL,
+        cost_usd REAL NOT NULL,
+        last_failure_ms INTEGER,
+        last_seen_ms INTEGER,
+        state TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS idempotency (
+        key TEXT PRIMARY KEY,
+        status INTEGER NOT NULL,
+        headers TEXT NOT NULL,
+        body BLOB NOT NULL,
+        content_type TEXT NOT NULL,
+        created_ms INTEGER NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency (created_ms)",
+    "CREATE TABLE IF NOT EXISTS checkpoints (
+        agent TEXT NOT NULL,
+        id TEXT NOT NULL,
+        task TEXT NOT NULL,
+        parent TEXT,
+        body BLOB NOT NULL,
+        sha256 TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        PRIMARY KEY (agent, id))",
+    "CREATE INDEX IF NOT EXISTS checkpoints_task ON checkpoints (agent, task, created_ms)",
+];
+
+/// PostgreSQL DDL.
+pub(crate) const POSTGRES: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS events (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL,
+        time_ms BIGINT NOT NULL,
+        agent TEXT,
+        body TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS events_kind ON events (kind, seq)",
+    "CREATE TABLE IF NOT EXISTS sinks (
+        name TEXT PRIMARY KEY,
+        acked_seq BIGINT NOT NULL,
+        registered_ms BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS dead_letters (
+        sink TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        event_id TEXT NOT NULL,
+        attempts BIGINT NOT NULL,
+        error TEXT NOT NULL,
+        failed_ms BIGINT NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (sink, seq))",
+    "CREATE TABLE IF NOT EXISTS turns (
+        id TEXT PRIMARY KEY,
+        agent TEXT NOT NULL,
+        task TEXT,
+        request_hash TEXT NOT NULL,
+        model_requested TEXT NOT NULL,
+        status TEXT NOT NULL,
+        started_ms BIGINT NOT NULL,
+        duration_ms BIGINT,
+        provider TEXT,
+        model TEXT,
+        attempts TEXT NOT NULL,
+        usage_in BIGINT NOT NULL,
+        usage_out BIGINT NOT NULL,
+        error_class TEXT,
+        resp_status BIGINT,
+        resp_headers TEXT,
+        resp_body BYTEA,
+        resp_content_type TEXT)",
+    "CREATE INDEX IF NOT EXISTS turns_replay ON turns (agent, task, request_hash, started_ms)",
+    "CREATE TABLE IF NOT EXISTS agents (
+        id TEXT PRIMARY KEY,
+        paused BOOLEAN NOT NULL,
+        consecutive_failures BIGINT NOT NULL,
+        turns BIGINT NOT NULL,
+        failed_turns BIGINT NOT NULL,
+        tokens_in BIGINT NOT NULL,
+        tokens_out BIGINT NOT NULL,
+        cost_usd DOUBLE PRECISION NOT NULL,
+        last_failure_ms BIGINT,
+        last_seen_ms BIGINT,
+        state TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS idempotency (
+        key TEXT PRIMARY KEY,
+        status BIGINT NOT NULL,
+        headers TEXT NOT NULL,
+        body BYTEA NOT NULL,
+        content_type TEXT NOT NULL,
+        created_ms BIGINT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency (created_ms)",
+    "CREATE TABLE IF NOT EXISTS checkpoints (
+        agent TEXT NOT NULL,
+        id TEXT NOT NULL,
+        task TEXT NOT NULL,
+        parent TEXT,
+        body BYTEA NOT NULL,
+        sha256 TEXT NOT NULL,
+        created_ms BIGINT NOT NULL,
+        PRIMARY KEY (agent, id))",
+    "CREATE INDEX IF NOT EXISTS checkpoints_task ON checkpoints (agent, task, created_ms)",
+];

@@ -1,0 +1,497 @@
+//! [`Store`]: opening a backend, the write path and the state reads.
+//!
+//! Writes go through the group-commit writer (see [`crate::writer`]); reads
+//! go straight to the pool. With SQLite in WAL mode readers never block the
+//! writer nor each other; a read after `commit()` returned sees that commit.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hale_core::config::EventsConfig;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::backend::{Pool, SCHEMA_LOCK, on_pool};
+use crate::error::{Result, StoreError};
+use crate::model::{AgentRecord, CheckpointRecord, StoredResponse, TurnRecord, Write};
+use crate::rows::{
+    self, AGENT_COLS, CHECKPOINT_COLS, TURN_COLS, decode_agent, decode_checkpoint,
+    decode_idempotency, decode_turn,
+};
+use crate::schema::{self, SCHEMA_VERSION};
+use crate::writer::{self, Msg, Shared};
+
+/// The SQLite file inside the data directory.
+pub const SQLITE_FILE: &str = "hale.db";
+/// Connections of the SQLite pool (readers; the writer borrows one per commit).
+pub const SQLITE_POOL_SIZE: u32 = 4;
+/// Connections of the PostgreSQL pool.
+pub const PG_POOL_SIZE: u32 = 8;
+/// How long a SQLite statement waits for the write lock held by another
+/// connection before failing.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Knobs of the write path; see [`EventsConfig`] for their defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// SQLite `synchronous=FULL` (fsync every commit: survives power loss)
+    /// instead of `NORMAL` (survives kill -9 of the process).
+    pub fsync_always: bool,
+    /// Most writes in one group commit.
+    pub batch_max: usize,
+    /// How long fire-and-forget writes may wait for company.
+    pub batch_linger: Duration,
+}
+
+impl From<&EventsConfig> for StoreOptions {
+    fn from(c: &EventsConfig) -> Self {
+        StoreOptions {
+            fsync_always: c.fsync_always,
+            batch_max: c.batch_max,
+            batch_linger: c.batch_linger,
+        }
+    }
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions::from(&EventsConfig::default())
+    }
+}
+
+/// Which backend a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// hale's durable state. Cheap to clone; all clones share one writer.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) pool: Pool,
+    tx: mpsc::UnboundedSender<Msg>,
+    pub(crate) shared: Arc<Shared>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    location: String,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("location", &self.inner.location)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+impl Store {
+    /// Opens (creating when needed) `data_dir/hale.db` in WAL mode.
+    pub async fn open_sqlite(data_dir: &Path, opts: StoreOptions) -> Result<Store> {
+        tokio::fs::create_dir_all(data_dir)
+            .await
+            .map_err(|source| StoreError::DataDir {
+                path: data_dir.to_path_buf(),
+                source,
+            })?;
+        let path: PathBuf = data_dir.join(SQLITE_FILE);
+        let location = path.display().to_string();
+        let open_err = |source| StoreError::Open {
+            backend: "sqlite",
+            location: location.clone(),
+            source,
+        };
+        let connect = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(if opts.fsync_always {
+                SqliteSynchronous::Full
+            } else {
+                SqliteSynchronous::Normal
+            })
+            .busy_timeout(SQLITE_BUSY_TIMEOUT);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(SQLITE_POOL_SIZE)
+            .connect_with(connect)
+            .await
+            .map_err(open_err)?;
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(open_err)?;
+        for stmt in schema::SQLITE {
+            sqlx::query(*stmt).execute(&mut *tx).await.map_err(open_err)?;
+        }
+        tx.commit().await.map_err(open_err)?;
+        let pool = Pool::Sqlite(pool);
+        check_version(&pool, "sqlite", &location).await?;
+        Self::start(pool, opts, location).await
+    }
+
+    /// Connects to PostgreSQL and creates the schema (in the connection's
+    /// `search_path`; a URL may set it with `?options[search_path]=NAME`).
+    pub async fn open_postgres(url: &str, opts: StoreOptions) -> Result<Store> {
+        let location = redact(url);
+        let open_err = |source| StoreError::Open {
+            backend: "postgres",
+            location: location.clone(),
+            source,
+        };
+        let connect = PgConnectOptions::from_str(url).map_err(open_err)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(PG_POOL_SIZE)
+            .connect_with(connect)
+            .await
+            .map_err(open_err)?;
+        let mut tx = pool.begin().await.map_err(open_err)?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(SCHEMA_LOCK)
+            .execute(&mut *tx)
+            .await
+            .map_err(open_err)?;
+        for stmt in schema::POSTGRES {
+            sqlx::query(*stmt).execute(&mut *tx).await.map_err(open_err)?;
+        }
+        tx.commit().await.map_err(open_err)?;
+        let pool = Pool::Pg(pool);
+        check_version(&pool, "postgres", &location).await?;
+        Self::start(pool, opts, location).await
+    }
+
+    /// Opens the store named by config `storage:`: none or `sqlite` is SQLite
+    /// in `data_dir`, a `postgres://` (or `postgresql://`) URL is PostgreSQL.
+    pub async fn open(storage: Option<&str>, data_dir: &Path, opts: StoreOptions) -> Result<Store> {
+        match storage.map(str::trim) {
+            None | Some("") | Some("sqlite") => Self::open_sqlite(data_dir, opts).await,
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Self::open_postgres(url, opts).await
+            }
+            Some(other) => Err(StoreError::UnsupportedStorage(redact(other))),
+        }
+    }
+
+    async fn start(pool: Pool, opts: StoreOptions, location: String) -> Result<Store> {
+        let last = last_seq(&pool).await?;
+        let (seq, _) = watch::channel(last);
+        let shared = Arc::new(Shared {
+            commits: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
+            seq,
+            submit_failures: Mutex::new(writer::SubmitFailures::default()),
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        let handle = tokio::spawn(writer::run(
+            pool.clone(),
+            shared.clone(),
+            rx,
+            opts.batch_max,
+            opts.batch_linger,
+        ));
+        Ok(Store {
+            inner: Arc::new(Inner {
+                pool,
+                tx,
+                shared,
+                writer: Mutex::new(Some(handle)),
+                location,
+            }),
+        })
+    }
+
+    /// The backend in use.
+    pub fn backend(&self) -> Backend {
+        match self.inner.pool {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Pg(_) => Backend::Postgres,
+        }
+    }
+
+    /// Where the store lives (file path, or URL without its password).
+    pub fn location(&self) -> &str {
+        &self.inner.location
+    }
+
+    fn encode(writes: Vec<Write>) -> Result<Vec<rows::Encoded>> {
+        let now = now_ms();
+        writes.into_iter().map(|w| rows::encode(w, now)).collect()
+    }
+
+    /// Queues writes into the next group commit and waits until that commit
+    /// is durable. Everything in one call lands in the same transaction (e.g.
+    /// an agent's state change and the event reporting it).
+    pub async fn commit(&self, writes: Vec<Write>) -> Result<()> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let rows = Self::encode(writes)?;
+        let n = rows.len() as u64;
+        let (done, rx) = oneshot::channel();
+        self.inner.shared.queued.fetch_add(n, Ordering::Relaxed);
+        let msg = Msg::Writes {
+            rows,
+            done: Some(done),
+            at: tokio::time::Instant::now(),
+        };
+        if self.inner.tx.send(msg).is_err() {
+            self.inner.shared.queued.fetch_sub(n, Ordering::Relaxed);
+            return Err(StoreError::Closed);
+        }
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Queues writes into the next group commit without waiting (journal
+    /// rows, events not tied to a state change). A failure is logged and
+    /// reported by the next [`Store::flush`].
+    pub fn submit(&self, writes: Vec<Write>) {
+        if writes.is_empty() {
+            return;
+        }
+        let rows = match Self::encode(writes) {
+            Ok(rows) => rows,
+            Err(e) => return self.inner.shared.record_submit_failure(&e),
+        };
+        let n = rows.len() as u64;
+        self.inner.shared.queued.fetch_add(n, Ordering::Relaxed);
+        let msg = Msg::Writes {
+            rows,
+            done: None,
+            at: tokio::time::Instant::now(),
+        };
+        if self.inner.tx.send(msg).is_err() {
+            self.inner.shared.queued.fetch_sub(n, Ordering::Relaxed);
+            self.inner.shared.record_submit_failure(&StoreError::Closed);
+        }
+    }
+
+    /// Waits until everything submitted so far is committed. Returns
+    /// [`StoreError::SubmitFailed`] when submitted writes failed since the
+    /// previous flush.
+    pub async fn flush(&self) -> Result<()> {
+        let (done, rx) = oneshot::channel();
+        self.inner
+            .tx
+            .send(Msg::Flush(done))
+            .map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Commits everything queued, stops the writer and closes the pool.
+    /// Later writes fail with [`StoreError::Closed`].
+    pub async fn close(&self) {
+        let (done, rx) = oneshot::channel();
+        if self.inner.tx.send(Msg::Close(done)).is_ok() {
+            let _ = rx.await;
+        }
+        let handle = self
+            .inner
+            .writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(handle) = handle
+            && let Err(e) = handle.await
+        {
+            tracing::error!(error = %e, "store writer task ended abnormally");
+        }
+        on_pool!(&self.inner.pool, |p, _Db| p.close().await);
+    }
+
+    /// Group commits (transactions) made so far by this handle's writer.
+    pub fn commits(&self) -> u64 {
+        self.inner.shared.commits.load(Ordering::Relaxed)
+    }
+
+    /// Writes queued and not yet taken by the writer.
+    pub fn queued(&self) -> u64 {
+        self.inner.shared.queued.load(Ordering::Relaxed)
+    }
+
+    // ---- reads -------------------------------------------------------------
+
+    /// One turn of the journal.
+    pub async fn turn(&self, id: &str) -> Result<Option<TurnRecord>> {
+        on_pool!(&self.inner.pool, |p, _Db| {
+            let sql = format!("SELECT {TURN_COLS} FROM turns WHERE id = $1");
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(id)
+                .fetch_optional(p)
+                .await
+                .map_err(StoreError::db("reading a turn"))?;
+            row.as_ref().map(decode_turn).transpose()
+        })
+    }
+
+    /// The response stored for an idempotency key.
+    pub async fn idempotent(&self, key: &str) -> Result<Option<StoredResponse>> {
+        on_pool!(&self.inner.pool, |p, _Db| {
+            let row = sqlx::query(
+                "SELECT key, status, headers, body, content_type FROM idempotency WHERE key = $1",
+            )
+            .bind(key)
+            .fetch_optional(p)
+            .await
+            .map_err(StoreError::db("reading an idempotency key"))?;
+            row.as_ref().map(decode_idempotency).transpose()
+        })
+    }
+
+    /// Deletes idempotency records stored before `before_ms`; returns how many.
+    pub async fn prune_idempotency(&self, before_ms: u64) -> Result<u64> {
+        let before = i64::try_from(before_ms).unwrap_or(i64::MAX);
+        on_pool!(&self.inner.pool, |p, _Db| {
+            let r = sqlx::query("DELETE FROM idempotency WHERE created_ms < $1")
+                .bind(before)
+                .execute(p)
+                .await
+                .map_err(StoreError::db("pruning idempotency keys"))?;
+            Ok(r.rows_affected())
+        })
+    }
+
+    /// The most recent succeeded turn of (agent, task) with this request
+    /// hash, with its stored response (replay instead of re-billing).
+    pub async fn completed_turn(
+        &self,
+        agent: &str,
+        task: &str,
+        request_hash: &str,
+    ) -> Result<Option<TurnRecord>> {
+        on_pool!(&self.inner.pool, |p, _Db| {
+            let sql = format!(
+                "SELECT {TURN_COLS} FROM turns WHERE agent = $1 AND task = $2 \
+                 AND request_hash = $3 AND status = 'succeeded' \
+                 ORDER BY started_ms DESC, id DESC LIMIT 1"
+            );
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(agent)
+                .bind(task)
+                .bind(request_hash)
+                .fetch_optional(p)
+                .await
+                .map_err(StoreError::db("looking up a completed turn"))?;
+            row.as_ref().map(decode_turn).transpose()
+        })
+    }
+
+    /// One agent's durable state.
+    pub async fn agent(&self, id: &str) -> Result<Option<AgentRecord>> {
+        on_pool!(&self.inner.pool, |p, _Db| {
+            let sql = format!("SELECT {AGENT_COLS} FROM agents WHERE id = $1");
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(id)
+                .fetch_optional(p)
+                .await
+                .map_err(StoreError::db("reading an agent"))?;
+            row.as_ref().map(decode_agent).transpose()
+        })
+    }
+
+    /// Every agent, by id.
+    pub async fn agents(&self) -> Result<Vec<AgentRecord>> {
+        on_pool!(&self.inner.pool, |p, _Db| {
+            let sql = format!("SELECT {AGENT_COLS} FROM agents ORDER BY id");
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .fetch_all(p)
+                .await
+                .map_err(StoreError::db("listing agents"))?;
+            rows.iter().map(decode_agent).collect()
+        })
+    }
+
+    /// An agent's checkpoints, of one task or of all, newest first.
+    pub async fn checkpoints(
+        &self,
+        agent: &str,
+        task: Option<&str>,
+    ) -> Result<Vec<CheckpointRecord>> {
+        on_pool!(&self.inner.pool, |p, _Db| {
+            let sql = format!(
+                "SELECT {CHECKPOINT_COLS} FROM checkpoints WHERE agent = $1 \
+                 AND ($2 IS NULL OR task = $2) ORDER BY created_ms DESC, id DESC"
+            );
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(agent)
+                .bind(task)
+                .fetch_all(p)
+                .await
+                .map_err(StoreError::db("listing checkpoints"))?;
+            rows.iter().map(decode_checkpoint).collect()
+        })
+    }
+
+    /// One checkpoint.
+    pub async fn checkpoint(&self, agent: &str, id: &str) -> Result<Option<CheckpointRecord>> {
+        on_pool!(&self.inner.pool, |p, _Db| {
+            let sql =
+                format!("SELECT {CHECKPOINT_COLS} FROM checkpoints WHERE agent = $1 AND id = $2");
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(agent)
+                .bind(id)
+                .fetch_optional(p)
+                .await
+                .map_err(StoreError::db("reading a checkpoint"))?;
+            row.as_ref().map(decode_checkpoint).transpose()
+        })
+    }
+}
+
+async fn check_version(pool: &Pool, backend: &'static str, location: &str) -> Result<()> {
+    let found: String = on_pool!(pool, |p, _Db| {
+        sqlx::query("INSERT INTO meta (key, value) VALUES ('schema_version', $1) ON CONFLICT (key) DO NOTHING")
+            .bind(SCHEMA_VERSION.to_string())
+            .execute(p)
+            .await
+            .map_err(StoreError::db("recording the schema version"))?;
+        sqlx::query_scalar("SELECT value FROM meta WHERE key = 'schema_version'")
+            .fetch_one(p)
+            .await
+            .map_err(StoreError::db("reading the schema version"))?
+    });
+    match found.parse::<i64>() {
+        Ok(v) if v <= SCHEMA_VERSION => Ok(()),
+        Ok(_) | Err(_) => Err(StoreError::Corrupt {
+            table: "meta",
+            id: "schema_version".into(),
+            detail: format!(
+                "the {backend} store at {location} has schema version {found:?}; this hale knows up to {SCHEMA_VERSION}"
+            ),
+        }),
+    }
+}
+
+pub(crate) async fn last_seq(pool: &Pool) -> Result<i64> {
+    on_pool!(pool, |p, _Db| {
+        let v: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM events")
+            .fetch_one(p)
+            .await
+            .map_err(StoreError::db("reading the last outbox seq"))?;
+        Ok(v.unwrap_or(0))
+    })
+}

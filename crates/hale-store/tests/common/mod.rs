@@ -1,0 +1,542 @@
+//! The API suite shared by the SQLite and PostgreSQL test files: every
+//! function takes an open store and asserts one behaviour of the contract.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hale_core::event::{Event, EventKind};
+use hale_store::{
+    AgentRecord, CheckpointRecord, Store, StoreError, StoreOptions, StoredResponse, TurnRecord,
+    TurnStatus, Write,
+};
+use serde_json::json;
+
+pub const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// A store under test, with what must be cleaned up after it.
+pub struct TestStore {
+    pub store: Store,
+    pub dir: Option<tempfile::TempDir>,
+    pub pg: Option<PgScratch>,
+}
+
+pub struct PgScratch {
+    pub base_url: String,
+    pub schema: String,
+    pub url: String,
+}
+
+impl TestStore {
+    pub async fn finish(self) {
+        self.store.close().await;
+        if let Some(pg) = self.pg {
+            drop_schema(&pg).await;
+        }
+    }
+}
+
+pub fn opts() -> StoreOptions {
+    StoreOptions::default()
+}
+
+pub async fn sqlite() -> Option<TestStore> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open_sqlite(dir.path(), opts()).await.expect("open sqlite");
+    Some(TestStore {
+        store,
+        dir: Some(dir),
+        pg: None,
+    })
+}
+
+pub async fn sqlite_at(dir: &Path) -> Store {
+    Store::open_sqlite(dir, opts()).await.expect("open sqlite")
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh schema on the test PostgreSQL, or `None` (with the reason
+/// printed) when the server is unreachable — unless `CI=true`.
+pub async fn pg_scratch() -> Option<PgScratch> {
+    use sqlx::Connection;
+    let base_url = std::env::var("HALE_TEST_PG_URL").unwrap_or_else(|_| DEFAULT_PG_URL.into());
+    let mut conn = match sqlx::PgConnection::connect(&base_url).await {
+        Ok(c) => c,
+        Err(e) => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("CI=true and PostgreSQL at {base_url} is unreachable: {e}");
+            }
+            eprintln!("SKIPPED: PostgreSQL at {base_url} is unreachable ({e}); set CI=true to fail instead");
+            return None;
+        }
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let schema = format!(
+        "hale_test_{}_{}_{}",
+        std::process::id(),
+        nanos % 1_000_000_000_000,
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+        .execute(&mut conn)
+        .await
+        .expect("create test schema");
+    let _ = conn.close().await;
+    let sep = if base_url.contains('?') { '&' } else { '?' };
+    let url = format!("{base_url}{sep}options[search_path]={schema}");
+    Some(PgScratch {
+        base_url,
+        schema,
+        url,
+    })
+}
+
+pub async fn drop_schema(pg: &PgScratch) {
+    use sqlx::Connection;
+    if let Ok(mut conn) = sqlx::PgConnection::connect(&pg.base_url).await {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS {} CASCADE",
+            pg.schema
+        )))
+        .execute(&mut conn)
+        .await;
+        let _ = conn.close().await;
+    }
+}
+
+pub async fn postgres() -> Option<TestStore> {
+    let pg = pg_scratch().await?;
+    let store = Store::open_postgres(&pg.url, opts()).await.expect("open postgres");
+    Some(TestStore {
+        store,
+        dir: None,
+        pg: Some(pg),
+    })
+}
+
+/// Generates one `#[tokio::test]` per suite function, on the given opener.
+#[macro_export]
+macro_rules! suite {
+    ($open:path; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let Some(t) = $open().await else { return };
+                common::$name(&t.store).await;
+                t.finish().await;
+            }
+        )*
+    };
+}
+
+// ---- builders ---------------------------------------------------------------
+
+pub fn ev(n: u64, kind: EventKind) -> Event {
+    Event {
+        id: format!("01HALE{n:020}"),
+        time_ms: 1_700_000_000_000 + n,
+        kind,
+        agent: Some("a1".into()),
+        task: None,
+        turn: None,
+        payload: json!({"n": n}),
+    }
+}
+
+pub fn resp(body: &str) -> StoredResponse {
+    StoredResponse {
+        status: 200,
+        headers: vec![("x-hale-provider".into(), "openai".into())],
+        body: body.as_bytes().to_vec(),
+        content_type: "application/json".into(),
+    }
+}
+
+pub fn turn(id: &str, task: &str, hash: &str, status: TurnStatus, started_ms: u64) -> TurnRecord {
+    TurnRecord {
+        id: id.into(),
+        agent: "a1".into(),
+        task: Some(task.into()),
+        request_hash: hash.into(),
+        model_requested: "smart".into(),
+        status,
+        started_ms,
+        duration_ms: None,
+        provider: None,
+        model: None,
+        attempts: json!([]),
+        usage_in: 0,
+        usage_out: 0,
+        error_class: None,
+        response: None,
+    }
+}
+
+pub fn agent(id: &str) -> AgentRecord {
+    AgentRecord {
+        id: id.into(),
+        paused: false,
+        consecutive_failures: 0,
+        turns: 0,
+        failed_turns: 0,
+        tokens_in: 0,
+        tokens_out: 0,
+        cost_usd: 0.0,
+        last_failure_ms: None,
+        last_seen_ms: None,
+        state: json!({"health": "healthy"}),
+    }
+}
+
+pub fn checkpoint(id: &str, task: &str, parent: Option<&str>, created_ms: u64) -> CheckpointRecord {
+    CheckpointRecord {
+        id: id.into(),
+        agent: "a1".into(),
+        task: task.into(),
+        parent: parent.map(Into::into),
+        body: format!("{{\"step\":\"{id}\"}}").into_bytes(),
+        sha256: "00".repeat(32),
+        created_ms,
+    }
+}
+
+async fn all_events(s: &Store) -> Vec<hale_store::StoredEvent> {
+    s.events_after(0, 1_000_000, None).await.expect("events_after")
+}
+
+// ---- the suite ----------------------------------------------------------------
+
+pub async fn group_commit_batches_submits(s: &Store) {
+    let before = s.commits();
+    let n = 2_000u64;
+    for i in 0..n {
+        s.submit(vec![Write::Event(ev(i, EventKind::TurnCompleted))]);
+    }
+    s.flush().await.expect("flush");
+    let commits = s.commits() - before;
+    let events = all_events(s).await;
+    assert_eq!(events.len() as u64, n, "every submitted event is stored");
+    assert!(
+        commits * 20 <= n,
+        "{n} submits took {commits} transactions; group commit should need far fewer"
+    );
+    let ids: Vec<&str> = events.iter().map(|e| e.event.id.as_str()).collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(ids, sorted, "seq order is submit order");
+}
+
+pub async fn concurrent_commits_share_transactions(s: &Store) {
+    let before = s.commits();
+    let mut tasks = Vec::new();
+    for i in 0..200u64 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            s.commit(vec![
+                Write::Agent(agent(&format!("agent-{i}"))),
+                Write::Event(ev(i, EventKind::AgentPaused)),
+            ])
+            .await
+        }));
+    }
+    for t in tasks {
+        t.await.expect("join").expect("commit");
+    }
+    let commits = s.commits() - before;
+    assert_eq!(s.agents().await.expect("agents").len(), 200);
+    assert_eq!(all_events(s).await.len(), 200);
+    assert!(commits < 200, "200 concurrent commits took {commits} transactions");
+}
+
+pub async fn commit_is_visible_on_return(s: &Store) {
+    let mut a = agent("a1");
+    a.paused = true;
+    s.commit(vec![
+        Write::Agent(a.clone()),
+        Write::Event(ev(1, EventKind::AgentPaused)),
+    ])
+    .await
+    .expect("commit");
+    assert_eq!(s.agent("a1").await.expect("agent"), Some(a));
+    assert_eq!(s.seq_of(&ev(1, EventKind::AgentPaused).id).await.expect("seq_of"), Some(1));
+}
+
+pub async fn upserts_replace_by_id(s: &Store) {
+    let mut t = turn("t1", "task", "h1", TurnStatus::Running, 10);
+    s.commit(vec![Write::Turn(t.clone())]).await.expect("commit");
+    assert_eq!(s.turn("t1").await.expect("turn"), Some(t.clone()));
+    t.status = TurnStatus::Succeeded;
+    t.duration_ms = Some(1234);
+    t.provider = Some("openai".into());
+    t.model = Some("gpt-4o".into());
+    t.attempts = json!([{"provider": "openai", "class": null}]);
+    t.usage_in = 100;
+    t.usage_out = 20;
+    t.response = Some(resp("{\"ok\":true}"));
+    s.commit(vec![Write::Turn(t.clone())]).await.expect("commit");
+    assert_eq!(s.turn("t1").await.expect("turn"), Some(t));
+    assert_eq!(s.turn("nope").await.expect("turn"), None);
+
+    let mut a = agent("a1");
+    s.commit(vec![Write::Agent(a.clone())]).await.expect("commit");
+    a.consecutive_failures = 2;
+    a.turns = 7;
+    a.failed_turns = 2;
+    a.tokens_in = 1_000;
+    a.tokens_out = 50;
+    a.cost_usd = 0.125;
+    a.last_failure_ms = Some(99);
+    a.last_seen_ms = Some(100);
+    a.state = json!({"health": "degraded", "task": "t"});
+    s.commit(vec![Write::Agent(a.clone()), Write::Agent(agent("b2"))])
+        .await
+        .expect("commit");
+    assert_eq!(s.agent("a1").await.expect("agent"), Some(a.clone()));
+    let all = s.agents().await.expect("agents");
+    assert_eq!(all.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["a1", "b2"]);
+}
+
+pub async fn idempotency_keeps_first_response(s: &Store) {
+    assert_eq!(s.idempotent("k1").await.expect("read"), None);
+    s.commit(vec![Write::Idempotency {
+        key: "k1".into(),
+        response: resp("first"),
+    }])
+    .await
+    .expect("commit");
+    s.commit(vec![Write::Idempotency {
+        key: "k1".into(),
+        response: resp("second"),
+    }])
+    .await
+    .expect("commit");
+    assert_eq!(s.idempotent("k1").await.expect("read"), Some(resp("first")));
+    assert_eq!(s.prune_idempotency(0).await.expect("prune"), 0);
+    assert_eq!(s.prune_idempotency(u64::MAX).await.expect("prune"), 1);
+    assert_eq!(s.idempotent("k1").await.expect("read"), None);
+}
+
+pub async fn completed_turn_finds_latest_success(s: &Store) {
+    let mut old = turn("t1", "task", "h", TurnStatus::Succeeded, 100);
+    old.response = Some(resp("old"));
+    let mut new = turn("t2", "task", "h", TurnStatus::Succeeded, 200);
+    new.response = Some(resp("new"));
+    let failed = turn("t3", "task", "h", TurnStatus::Failed, 300);
+    let running = turn("t4", "task", "h", TurnStatus::Running, 400);
+    let other_task = turn("t5", "other", "h", TurnStatus::Succeeded, 500);
+    let other_hash = turn("t6", "task", "h2", TurnStatus::Succeeded, 600);
+    s.commit(
+        [old, new.clone(), failed, running, other_task, other_hash]
+            .into_iter()
+            .map(Write::Turn)
+            .collect(),
+    )
+    .await
+    .expect("commit");
+    let found = s.completed_turn("a1", "task", "h").await.expect("lookup");
+    assert_eq!(found, Some(new));
+    assert_eq!(found.and_then(|t| t.response).map(|r| r.body), Some(b"new".to_vec()));
+    assert_eq!(s.completed_turn("a1", "task", "zz").await.expect("lookup"), None);
+    assert_eq!(s.completed_turn("a2", "task", "h").await.expect("lookup"), None);
+}
+
+pub async fn checkpoints_newest_first(s: &Store) {
+    s.commit(vec![
+        Write::Checkpoint(checkpoint("c1", "t", None, 100)),
+        Write::Checkpoint(checkpoint("c3", "t", Some("c2"), 300)),
+        Write::Checkpoint(checkpoint("c2", "t", Some("c1"), 200)),
+        Write::Checkpoint(checkpoint("x1", "other", None, 250)),
+    ])
+    .await
+    .expect("commit");
+    let ids = |v: Vec<CheckpointRecord>| v.into_iter().map(|c| c.id).collect::<Vec<_>>();
+    assert_eq!(ids(s.checkpoints("a1", Some("t")).await.expect("list")), ["c3", "c2", "c1"]);
+    assert_eq!(ids(s.checkpoints("a1", None).await.expect("list")), ["c3", "x1", "c2", "c1"]);
+    assert!(s.checkpoints("a2", None).await.expect("list").is_empty());
+    assert_eq!(
+        s.checkpoint("a1", "c2").await.expect("get"),
+        Some(checkpoint("c2", "t", Some("c1"), 200))
+    );
+    // Immutable: a second write of the same id keeps the first.
+    let mut changed = checkpoint("c2", "t", None, 999);
+    changed.body = b"other".to_vec();
+    s.commit(vec![Write::Checkpoint(changed)]).await.expect("commit");
+    assert_eq!(
+        s.checkpoint("a1", "c2").await.expect("get"),
+        Some(checkpoint("c2", "t", Some("c1"), 200))
+    );
+    assert_eq!(s.checkpoint("a2", "c2").await.expect("get"), None);
+}
+
+pub async fn outbox_orders_and_filters(s: &Store) {
+    assert_eq!(s.last_seq().await.expect("last"), 0);
+    let kinds = [
+        EventKind::AgentPaused,
+        EventKind::TurnCompleted,
+        EventKind::AgentCircuitOpen,
+        EventKind::TurnCompleted,
+        EventKind::AgentPaused,
+    ];
+    for (i, k) in kinds.iter().enumerate() {
+        s.commit(vec![Write::Event(ev(i as u64, *k))]).await.expect("commit");
+    }
+    // The same event id again is not a second event.
+    s.commit(vec![Write::Event(ev(0, EventKind::AgentPaused))]).await.expect("commit");
+    let all = all_events(s).await;
+    assert_eq!(all.len(), 5);
+    assert!(all.windows(2).all(|w| w[0].seq < w[1].seq), "seq grows");
+    assert_eq!(all.iter().map(|e| e.event.kind).collect::<Vec<_>>(), kinds);
+    assert_eq!(all[2].event, ev(2, EventKind::AgentCircuitOpen), "event round-trips");
+    let last = s.last_seq().await.expect("last");
+    assert_eq!(last, all[4].seq);
+
+    let paused = s
+        .events_after(0, 100, Some(&[EventKind::AgentPaused, EventKind::AgentCircuitOpen]))
+        .await
+        .expect("filtered");
+    assert_eq!(
+        paused.iter().map(|e| e.event.id.clone()).collect::<Vec<_>>(),
+        [ev(0, kinds[0]).id, ev(2, kinds[2]).id, ev(4, kinds[4]).id]
+    );
+    let after = s.events_after(all[1].seq, 2, None).await.expect("after");
+    assert_eq!(after.iter().map(|e| e.seq).collect::<Vec<_>>(), [all[2].seq, all[3].seq]);
+    assert!(s.events_after(0, 10, Some(&[])).await.expect("empty filter").is_empty());
+    assert_eq!(s.seq_of(&ev(3, kinds[3]).id).await.expect("seq_of"), Some(all[3].seq));
+    assert_eq!(s.seq_of("missing").await.expect("seq_of"), None);
+}
+
+pub async fn sink_cursors_move_forward(s: &Store) {
+    assert_eq!(s.sink_cursor("webhook:https://x").await.expect("cursor"), 0);
+    s.register_sink("webhook:https://x").await.expect("register");
+    s.register_sink("nats").await.expect("register");
+    s.ack_sink("nats", 5).await.expect("ack");
+    s.register_sink("nats").await.expect("register again keeps the cursor");
+    assert_eq!(s.sink_cursor("nats").await.expect("cursor"), 5);
+    s.ack_sink("nats", 3).await.expect("ack");
+    assert_eq!(s.sink_cursor("nats").await.expect("cursor"), 5, "cursors never go back");
+    s.ack_sink("nats", 9).await.expect("ack");
+    assert_eq!(s.sink_cursor("nats").await.expect("cursor"), 9);
+    let sinks = s.sinks().await.expect("sinks");
+    assert_eq!(
+        sinks.iter().map(|c| (c.sink.as_str(), c.acked_seq)).collect::<Vec<_>>(),
+        [("nats", 9), ("webhook:https://x", 0)]
+    );
+    s.remove_sink("nats").await.expect("remove");
+    assert_eq!(s.sink_cursor("nats").await.expect("cursor"), 0);
+}
+
+pub async fn dlq_take_in_seq_order(s: &Store) {
+    let writes = (1..=5).map(|i| Write::Event(ev(i, EventKind::AgentFailed))).collect();
+    s.commit(writes).await.expect("commit");
+    let seq = |i: u64| {
+        let id = ev(i, EventKind::AgentFailed).id;
+        async move { s.seq_of(&id).await.expect("seq_of").expect("stored") }
+    };
+    let (s1, s2, s4, s5) = (seq(1).await, seq(2).await, seq(4).await, seq(5).await);
+    s.dead_letter("hook", s4, 3, "503 from hook").await.expect("dlq");
+    s.dead_letter("hook", s1, 3, "timeout").await.expect("dlq");
+    s.dead_letter("hook", s5, 3, "refused").await.expect("dlq");
+    s.dead_letter("nats", s2, 3, "no ack").await.expect("dlq");
+    s.dead_letter("hook", s1, 4, "timeout again").await.expect("dlq again updates");
+    match s.dead_letter("hook", 999_999, 3, "x").await {
+        Err(StoreError::NoSuchEvent(999_999)) => {}
+        other => panic!("expected NoSuchEvent, got {other:?}"),
+    }
+    assert_eq!(s.sink_cursor("hook").await.expect("cursor"), 0, "dead-lettering advances nothing");
+
+    let listed = s.dlq_list(Some("hook")).await.expect("list");
+    assert_eq!(listed.iter().map(|d| d.seq).collect::<Vec<_>>(), [s1, s4, s5]);
+    assert_eq!(listed[0].attempts, 4);
+    assert_eq!(listed[0].error, "timeout again");
+    assert_eq!(listed[0].event, ev(1, EventKind::AgentFailed));
+    assert_eq!(listed[0].id, ev(1, EventKind::AgentFailed).id);
+    assert_eq!(s.dlq_list(None).await.expect("list").len(), 4);
+
+    let some = s
+        .dlq_take("hook", Some(&[ev(5, EventKind::AgentFailed).id, ev(1, EventKind::AgentFailed).id]))
+        .await
+        .expect("take");
+    assert_eq!(some.iter().map(|d| d.seq).collect::<Vec<_>>(), [s1, s5]);
+    let rest = s.dlq_take("hook", None).await.expect("take");
+    assert_eq!(rest.iter().map(|d| d.seq).collect::<Vec<_>>(), [s4]);
+    assert!(s.dlq_list(Some("hook")).await.expect("list").is_empty());
+    assert_eq!(s.dlq_list(None).await.expect("list").len(), 1, "other sinks untouched");
+}
+
+pub async fn shed_over_cap_drops_oldest(s: &Store) {
+    let writes = (1..=10).map(|i| Write::Event(ev(i, EventKind::TurnCompleted))).collect();
+    s.commit(writes).await.expect("commit");
+    let all = all_events(s).await;
+    s.register_sink("hook").await.expect("register");
+    s.register_sink("nats").await.expect("register");
+    s.ack_sink("hook", all[2].seq).await.expect("ack");
+    s.ack_sink("nats", all[6].seq).await.expect("ack");
+    assert_eq!(s.outbox_depth().await.expect("depth"), 7, "slowest sink is 7 behind");
+    assert_eq!(s.shed_over_cap(20).await.expect("shed"), 0, "under the cap nothing goes");
+    assert_eq!(all_events(s).await.len(), 10);
+    // Over cap 5: the 3 acked by both are pruned (not counted), 2 more shed.
+    assert_eq!(s.shed_over_cap(5).await.expect("shed"), 2);
+    let left = all_events(s).await;
+    assert_eq!(left.iter().map(|e| e.seq).collect::<Vec<_>>(), all[5..].iter().map(|e| e.seq).collect::<Vec<_>>());
+    assert_eq!(s.outbox_depth().await.expect("depth"), 5);
+    s.ack_sink("hook", all[9].seq).await.expect("ack");
+    assert_eq!(s.prune_delivered().await.expect("prune"), 2, "acked by both: seqs 6 and 7");
+    assert_eq!(s.outbox_depth().await.expect("depth"), 3);
+    // Seqs are never reused after pruning.
+    s.ack_sink("nats", all[9].seq).await.expect("ack");
+    s.prune_delivered().await.expect("prune");
+    s.commit(vec![Write::Event(ev(11, EventKind::TurnCompleted))]).await.expect("commit");
+    assert!(s.last_seq().await.expect("last") > all[9].seq);
+}
+
+pub async fn watch_seq_wakes(s: &Store) {
+    let mut rx = s.watch_seq();
+    let start = *rx.borrow_and_update();
+    let writer = s.clone();
+    tokio::spawn(async move {
+        writer.submit(vec![Write::Event(ev(1, EventKind::AgentPaused))]);
+    });
+    tokio::time::timeout(Duration::from_secs(10), rx.changed())
+        .await
+        .expect("woken within 10 s")
+        .expect("watch open");
+    let now = *rx.borrow();
+    assert!(now > start);
+    assert_eq!(Some(now), s.seq_of(&ev(1, EventKind::AgentPaused).id).await.expect("seq_of"));
+}
+
+pub async fn bad_writes_fail_alone(s: &Store) {
+    let mut bad = agent("bad");
+    bad.turns = u64::MAX;
+    match s.commit(vec![Write::Agent(bad.clone()), Write::Event(ev(1, EventKind::AgentPaused))]).await {
+        Err(StoreError::Invalid { what, detail }) => {
+            assert_eq!(what, "agent bad");
+            assert!(detail.contains("turns"), "{detail}");
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+    assert_eq!(s.seq_of(&ev(1, EventKind::AgentPaused).id).await.expect("seq_of"), None, "nothing of a refused commit lands");
+    s.submit(vec![Write::Agent(bad)]);
+    s.submit(vec![Write::Agent(agent("good"))]);
+    match s.flush().await {
+        Err(StoreError::SubmitFailed { count: 1, .. }) => {}
+        other => panic!("expected SubmitFailed, got {other:?}"),
+    }
+    s.flush().await.expect("failures are reported once");
+    assert!(s.agent("good").await.expect("agent").is_some());
+}
+
+pub async fn closed_store_refuses_writes(s: &Store) {
+    s.submit(vec![Write::Event(ev(1, EventKind::AgentPaused))]);
+    s.close().await;
+    assert!(matches!(
+        s.commit(vec![Write::Agent(agent("x"))]).await,
+        Err(StoreError::Closed)
+    ));
+    assert!(matches!(s.flush().await, Err(StoreError::Closed)));
+}

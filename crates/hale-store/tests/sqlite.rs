@@ -1,0 +1,183 @@
+//! The store API against SQLite (tempdir per test), plus what only SQLite
+//! can show here: reopen after close, WAL mode, corrupt rows.
+
+mod common;
+
+use common::{agent, ev, sqlite_at};
+use hale_core::event::EventKind;
+use hale_store::{Store, StoreError, StoreOptions, Write};
+
+suite!(common::sqlite;
+    group_commit_batches_submits,
+    concurrent_commits_share_transactions,
+    commit_is_visible_on_return,
+    upserts_replace_by_id,
+    idempotency_keeps_first_response,
+    completed_turn_finds_latest_success,
+    checkpoints_newest_first,
+    outbox_orders_and_filters,
+    sink_cursors_move_forward,
+    dlq_take_in_seq_order,
+    shed_over_cap_drops_oldest,
+    watch_seq_wakes,
+    bad_writes_fail_alone,
+    closed_store_refuses_writes,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_survives_close_and_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = sqlite_at(dir.path()).await;
+    s.commit(vec![
+        Write::Agent(agent("a1")),
+        Write::Event(ev(1, EventKind::AgentPaused)),
+    ])
+    .await
+    .expect("commit");
+    s.submit(vec![Write::Event(ev(2, EventKind::AgentResumed))]);
+    s.close().await;
+    let s = sqlite_at(dir.path()).await;
+    assert_eq!(s.agent("a1").await.expect("agent"), Some(agent("a1")));
+    let events = s.events_after(0, 10, None).await.expect("events");
+    assert_eq!(
+        events.iter().map(|e| e.event.clone()).collect::<Vec<_>>(),
+        [ev(1, EventKind::AgentPaused), ev(2, EventKind::AgentResumed)],
+        "close() commits what was submitted"
+    );
+    assert_eq!(*s.watch_seq().borrow(), events[1].seq, "watch starts at the stored last seq");
+    s.close().await;
+}
+
+#[tokio::test]
+async fn opens_wal_in_data_dir() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("nested/data");
+    let s = Store::open(None, &data, StoreOptions::default()).await.expect("open");
+    assert_eq!(s.backend(), hale_store::Backend::Sqlite);
+    assert!(data.join("hale.db").exists());
+    s.commit(vec![Write::Event(ev(1, EventKind::AgentPaused))]).await.expect("commit");
+    assert!(data.join("hale.db-wal").exists(), "WAL mode");
+    s.close().await;
+    match Store::open(Some("mysql://x"), &data, StoreOptions::default()).await {
+        Err(StoreError::UnsupportedStorage(s)) => assert_eq!(s, "mysql://x"),
+        other => panic!("expected UnsupportedStorage, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn options_come_from_events_config() {
+    let mut c = hale_core::config::EventsConfig::default();
+    c.fsync_always = true;
+    c.batch_max = 7;
+    let o = StoreOptions::from(&c);
+    assert!(o.fsync_always);
+    assert_eq!(o.batch_max, 7);
+    assert_eq!(o.batch_linger, c.batch_linger);
+}
+
+#[tokio::test]
+async fn corrupt_rows_are_errors_naming_table_and_id() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = sqlite_at(dir.path()).await;
+    s.commit(vec![
+        Write::Event(ev(1, EventKind::AgentPaused)),
+        Write::Agent(agent("a1")),
+    ])
+    .await
+    .expect("commit");
+    let url = format!("sqlite://{}", dir.path().join("hale.db").display());
+    let mut raw = sqlx::SqliteConnection::connect(&url).await.expect("raw connection");
+    sqlx::query("UPDATE events SET body = '{not json'").execute(&mut raw).await.expect("corrupt");
+    sqlx::query("UPDATE agents SET state = 'nope'").execute(&mut raw).await.expect("corrupt");
+    raw.close().await.expect("close raw");
+    match s.events_after(0, 10, None).await {
+        Err(e @ StoreError::Corrupt { table: "events", .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("table events (id 1)"), "{msg}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    match s.agent("a1").await {
+        Err(StoreError::Corrupt { table: "agents", id, detail }) => {
+            assert_eq!(id, "a1");
+            assert!(detail.contains("state"), "{detail}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    s.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_max_bounds_a_group_commit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = StoreOptions {
+        batch_max: 10,
+        ..StoreOptions::default()
+    };
+    let s = Store::open_sqlite(dir.path(), opts).await.expect("open");
+    for i in 0..100 {
+        s.submit(vec![Write::Event(ev(i, EventKind::TurnCompleted))]);
+    }
+    s.flush().await.expect("flush");
+    assert!(s.commits() >= 10, "100 writes at batch_max 10 need ≥ 10 commits, got {}", s.commits());
+    assert_eq!(s.events_after(0, 1000, None).await.expect("events").len(), 100);
+    s.close().await;
+}
+
+fn lingering() -> StoreOptions {
+    StoreOptions {
+        batch_linger: std::time::Duration::from_secs(3600),
+        ..StoreOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submits_linger_for_company_and_flush_cuts_the_linger() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Store::open_sqlite(dir.path(), lingering()).await.expect("open");
+    s.submit(vec![Write::Event(ev(1, EventKind::TurnCompleted))]);
+    // Wait until the writer has taken the first write and is lingering.
+    while s.queued() > 0 {
+        tokio::task::yield_now().await;
+    }
+    s.submit(vec![Write::Event(ev(2, EventKind::TurnCompleted))]);
+    tokio::time::timeout(std::time::Duration::from_secs(10), s.flush())
+        .await
+        .expect("flush does not wait out the linger")
+        .expect("flush");
+    assert_eq!(s.commits(), 1, "both submits joined the lingering batch");
+    assert_eq!(s.events_after(0, 10, None).await.expect("events").len(), 2);
+    s.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_commit_is_not_held_for_the_linger() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Store::open_sqlite(dir.path(), lingering()).await.expect("open");
+    s.submit(vec![Write::Event(ev(1, EventKind::TurnCompleted))]);
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        s.commit(vec![Write::Event(ev(2, EventKind::AgentPaused))]),
+    )
+    .await
+    .expect("commit returns without waiting out a one-hour linger")
+    .expect("commit");
+    assert!(s.seq_of(&ev(2, EventKind::AgentPaused).id).await.expect("seq_of").is_some());
+    s.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_queued_behind_close_are_refused_not_dropped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Store::open_sqlite(dir.path(), lingering()).await.expect("open");
+    let closer = s.clone();
+    let close = tokio::spawn(async move { closer.close().await });
+    let r = s.commit(vec![Write::Agent(agent("late"))]).await;
+    close.await.expect("close");
+    match r {
+        Ok(()) => assert!(s.agent("late").await.is_err(), "pool closed after close()"),
+        Err(StoreError::Closed) => {}
+        Err(other) => panic!("expected Ok or Closed, got {other:?}"),
+    }
+}

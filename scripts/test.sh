@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs hale's whole test suite from a clean clone.
+# Installs what a fresh machine lacks: nats-server (Debian package) and a
+# Python venv with the official `openai` and `anthropic` SDKs used by the
+# end-to-end SDK tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v nats-server >/dev/null 2>&1; then
+  echo "installing nats-server (Debian package)"
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq nats-server
+  else
+    sudo apt-get update -qq && sudo apt-get install -y -qq nats-server
+  fi
+fi
+
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import openai' >/dev/null 2>&1; then
+  echo "creating .venv with the openai SDK"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check openai
+fi
+export HALE_PYTHON="$PWD/.venv/bin/python"
+
+cargo test --workspace --all-targets "$@"
