@@ -21,6 +21,8 @@ pub struct HaleError {
     pub message: String,
     pub hale: serde_json::Value,
     pub turn_id: Option<String>,
+    /// Attempts made, for the `x-hale-attempts` evidence header.
+    pub attempts: Option<usize>,
 }
 
 impl HaleError {
@@ -31,6 +33,7 @@ impl HaleError {
             message: message.into(),
             hale: serde_json::json!({}),
             turn_id: None,
+            attempts: None,
         }
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -95,6 +98,7 @@ impl HaleError {
             "timeline": turn.timeline,
         });
         e.turn_id = Some(turn.id.clone());
+        e.attempts = Some(turn.timeline.len());
         e
     }
 
@@ -110,6 +114,9 @@ impl HaleError {
             .insert("content-type", HeaderValue::from_static("application/json"));
         if let Some(id) = self.turn_id.as_deref().and_then(|t| HeaderValue::from_str(t).ok()) {
             resp.headers_mut().insert("x-hale-turn-id", id);
+        }
+        if let Some(n) = self.attempts {
+            resp.headers_mut().insert("x-hale-attempts", HeaderValue::from(n));
         }
         resp
     }

@@ -1,5 +1,24 @@
 //! hale-gateway: the HTTP adapter around hale-core.
 //!
-//! (modules are being wired in)
+//! It owns the OpenAI/Anthropic-compatible proxy, the provider clients, the
+//! turn pipeline that asks hale-core what to do at every step and does it, and
+//! the admin API. Decisions live in hale-core; this crate carries them out.
+//!
+//! - [`pipeline`]: the whole turn, top to bottom.
+//! - [`turn`]: the attempt loop (retry, breaker, cooldown, failover).
+//! - [`relay`]: streaming relay and mid-stream recovery.
+//! - [`upstream`]: one attempt against one provider.
+//! - [`proto`]: the canonical chat model and the two wire dialects.
+//! - [`http`]: routes, auth, admin API. [`metrics`]: Prometheus.
 
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod pipeline;
 pub mod proto;
+pub mod relay;
+pub mod state;
+pub mod turn;
+pub mod upstream;
+
+pub use state::Gateway;

@@ -83,7 +83,7 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
         Ok(t) => t,
         Err(e) => return HaleError::bad_request(e.to_string()).into_response(dialect),
     };
-    let turn_id = ulid::Ulid::new().to_string();
+    let turn_id = ulid::Ulid::from_parts(wall_ms(), rand::random::<u128>()).to_string();
     let mut turn = Turn::new(&gw, turn_id, agent, task, targets);
     let request_hash = hex::encode(Sha256::digest(&body));
     gw.metrics.turn_started();

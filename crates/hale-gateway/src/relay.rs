@@ -142,16 +142,15 @@ pub async fn relay(
                 // The stream broke mid-answer: resume it, or end with an in-band error.
                 let target = turn.targets[served].clone();
                 turn::on_failure(gw, turn, &target, &fault, attempt_start.elapsed());
-                turn.timeline.push(turn::AttemptRecord {
-                    target: target.to_string(),
-                    start_ms: attempt_start.saturating_duration_since(turn.started).as_millis() as u64,
-                    duration_ms: attempt_start.elapsed().as_millis() as u64,
-                    mode: turn::Mode::Normal,
-                    class: Some(fault.class),
-                    status: None,
-                    message: Some(fault.message.clone()),
-                    resume: Some("broke mid-stream"),
-                });
+                // The attempt that was serving broke: its timeline row says so.
+                let label = target.to_string();
+                if let Some(row) = turn.timeline.iter_mut().rev().find(|r| r.target == label && r.class.is_none()) {
+                    row.class = Some(fault.class);
+                    row.status = None;
+                    row.message = Some(fault.message.clone());
+                    row.duration_ms = (turn.started.elapsed().as_millis() as u64).saturating_sub(row.start_ms);
+                    row.resume = Some("broke mid-stream");
+                }
                 gw.metrics.attempt(&target, Some(fault.class), attempt_start.elapsed());
                 if tool_delivered || resumes >= MAX_RESUMES || out.gone {
                     break 'relay Some(fault);
@@ -256,10 +255,7 @@ pub async fn relay(
             out.send(enc.error(f.class.as_str(), &f.message)).await;
         }
     }
-    let target = turn.targets[served].clone();
-    if failure.is_none() {
-        turn::on_success(gw, turn, &target, turn::Mode::Normal, attempt_start.elapsed());
-    }
+    // Success was fed back at the first content (turn::run); a break was fed back above.
     Relayed {
         served,
         model,

@@ -21,7 +21,7 @@ pub struct ProviderRt {
 }
 
 /// Per-agent gate state (mirrored to the store).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct AgentRt {
     pub record: AgentRecord,
 }
@@ -139,22 +139,33 @@ impl Gateway {
             .expect("agents lock")
             .get(agent)
             .map(|a| a.record.clone())
-            .unwrap_or_else(|| AgentRecord {
-                id: agent.to_owned(),
-                ..AgentRecord::default()
-            })
+            .unwrap_or_else(|| new_agent(agent))
     }
 
     /// Applies `f` to an agent's record and returns the updated copy.
     pub fn update_agent(&self, agent: &str, f: impl FnOnce(&mut AgentRecord)) -> AgentRecord {
         let mut map = self.agents.lock().expect("agents lock");
         let rt = map.entry(agent.to_owned()).or_insert_with(|| AgentRt {
-            record: AgentRecord {
-                id: agent.to_owned(),
-                ..AgentRecord::default()
-            },
+            record: new_agent(agent),
         });
         f(&mut rt.record);
         rt.record.clone()
+    }
+}
+
+/// The record of an agent hale has not seen before.
+fn new_agent(id: &str) -> AgentRecord {
+    AgentRecord {
+        id: id.to_owned(),
+        paused: false,
+        consecutive_failures: 0,
+        turns: 0,
+        failed_turns: 0,
+        tokens_in: 0,
+        tokens_out: 0,
+        cost_usd: 0.0,
+        last_failure_ms: None,
+        last_seen_ms: None,
+        state: serde_json::Value::Null,
     }
 }

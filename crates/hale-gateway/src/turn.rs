@@ -262,7 +262,6 @@ pub async fn run(
                             );
                             tokio::time::sleep(wait).await;
                             prev_wait = Some(wait);
-                            last = Some(f);
                         }
                         RetryDecision::NextTarget => {
                             turn.exhausted[idx] = true;

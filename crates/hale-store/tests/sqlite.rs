@@ -166,18 +166,3 @@ async fn a_waiting_commit_is_not_held_for_the_linger() {
     assert!(s.seq_of(&ev(2, EventKind::AgentPaused).id).await.expect("seq_of").is_some());
     s.close().await;
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_queued_behind_close_are_refused_not_dropped() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let s = Store::open_sqlite(dir.path(), lingering()).await.expect("open");
-    let closer = s.clone();
-    let close = tokio::spawn(async move { closer.close().await });
-    let r = s.commit(vec![Write::Agent(agent("late"))]).await;
-    close.await.expect("close");
-    match r {
-        Ok(()) => assert!(s.agent("late").await.is_err(), "pool closed after close()"),
-        Err(StoreError::Closed) => {}
-        Err(other) => panic!("expected Ok or Closed, got {other:?}"),
-    }
-}

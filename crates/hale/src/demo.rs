@@ -28,32 +28,41 @@ struct Outcome {
     elapsed: Duration,
 }
 
-/// The demo's config: two chaos providers, one route per scenario, short timings.
+/// Each scenario's route: a primary (OpenAI-shaped chaos) and a backup
+/// (Anthropic-shaped chaos) of its own, so one scenario's cooldowns and
+/// breakers do not colour the next.
+const SCENARIOS: &[(&str, &str, &str)] = &[
+    ("rate-limited", "rate-limit:retry_after=1:times=1", "ok"),
+    ("filtered", "content-filter", "ok"),
+    ("outage", "error-503", "ok"),
+    ("flapping", "down:secs=5", "ok"),
+    ("cut", "cut:after=20:tokens=40", "ok:tokens=40"),
+    ("broken", "auth", "auth"),
+    ("healthy", "ok", "ok"),
+];
+
+/// The demo's config: chaos providers per scenario, one route each, short timings.
 fn demo_config(primary_url: &str, backup_url: &str, data_dir: PathBuf) -> Config {
-    let mut primary = ProviderConfig::new("primary", ProviderKind::OpenAi, primary_url, "ok");
-    let mut backup = ProviderConfig::new("backup", ProviderKind::Anthropic, backup_url, "ok");
-    for p in [&mut primary, &mut backup] {
-        p.timeout = Duration::from_secs(3);
-        p.first_token_timeout = Duration::from_secs(3);
-        p.stream_idle_timeout = Duration::from_secs(2);
+    let mut providers = Vec::new();
+    for (route, primary_model, backup_model) in SCENARIOS {
+        let mut primary = ProviderConfig::new(&format!("{route}-primary"), ProviderKind::OpenAi, primary_url, primary_model);
+        let mut backup = ProviderConfig::new(&format!("{route}-backup"), ProviderKind::Anthropic, backup_url, backup_model);
+        for p in [&mut primary, &mut backup] {
+            p.timeout = Duration::from_secs(3);
+            p.first_token_timeout = Duration::from_secs(3);
+            p.stream_idle_timeout = Duration::from_secs(2);
+        }
+        providers.push(primary);
+        providers.push(backup);
     }
-    let mut cfg = Config::with_providers(vec![primary, backup]);
+    let mut cfg = Config::with_providers(providers);
     cfg.data_dir = data_dir;
-    let t = |p: &str, m: &str| Target {
-        provider: p.into(),
-        model: m.into(),
-    };
-    let routes = [
-        ("rate-limited", vec![t("primary", "rate-limit:retry_after=1:times=1"), t("backup", "ok")]),
-        ("outage", vec![t("primary", "error-503"), t("backup", "ok")]),
-        ("flapping", vec![t("primary", "down:secs=5"), t("backup", "ok")]),
-        ("cut", vec![t("primary", "cut:after=20:tokens=40"), t("backup", "ok:tokens=40")]),
-        ("filtered", vec![t("primary", "content-filter"), t("backup", "ok")]),
-        ("broken", vec![t("primary", "auth"), t("backup", "auth")]),
-        ("healthy", vec![t("primary", "ok"), t("backup", "ok")]),
-    ];
-    for (name, targets) in routes {
-        cfg.routes.insert(name.into(), targets);
+    for (route, primary_model, backup_model) in SCENARIOS {
+        let t = |p: String, m: &str| Target { provider: p, model: m.to_string() };
+        cfg.routes.insert(
+            route.to_string(),
+            vec![t(format!("{route}-primary"), primary_model), t(format!("{route}-backup"), backup_model)],
+        );
     }
     // Short timings so the whole show fits in well under a minute.
     cfg.retry.probe_interval = Duration::from_secs(1);
@@ -89,9 +98,9 @@ pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     }));
 
     println!("hale demo — a scripted agent against two chaos providers, through hale at {base}");
-    println!("  primary: OpenAI-shaped chaos at {}", chaos_a.base_url_openai);
-    println!("  backup:  Anthropic-shaped chaos at {}", chaos_b.base_url_anthropic);
-    println!("  data:    {} (SQLite, WAL)\n", dir.display());
+    println!("  primaries: OpenAI-shaped chaos at {}", chaos_a.base_url_openai);
+    println!("  backups:   Anthropic-shaped chaos at {}", chaos_b.base_url_anthropic);
+    println!("  data:      {} (SQLite, WAL)\n", dir.display());
 
     let http = reqwest::Client::new();
     let agent = Agent { http: &http, base: &base, started: Instant::now() };
@@ -101,7 +110,7 @@ pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     outcomes.push(
         agent
             .scenario("rate limit honoured", "waits Retry-After, same target", "rate-agent", "rate-limited", false, |r| {
-                r.status == 200 && r.provider == "primary" && r.elapsed >= Duration::from_millis(900)
+                r.status == 200 && r.provider.ends_with("-primary") && r.elapsed >= Duration::from_millis(900)
             })
             .await?,
     );
@@ -109,7 +118,7 @@ pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     outcomes.push(
         agent
             .scenario("outage failed over", "503 retried, then the backup", "outage-agent", "outage", false, |r| {
-                r.status == 200 && r.provider == "backup"
+                r.status == 200 && r.provider.ends_with("-backup")
             })
             .await?,
     );
@@ -120,13 +129,13 @@ pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let mut last = None;
     for i in 0..12 {
         let r = agent.call("flap-agent", "flapping", false).await?;
-        let note = format!("request {:>2}: served by {:<7} attempts {}", i + 1, r.provider, r.attempts);
+        let note = format!("request {:>2}: served by {:<16} attempts {}", i + 1, r.provider, r.attempts);
         agent.print_turn(&note, &r).await;
         flapping_ok &= r.status == 200;
         last = Some(r);
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
-    let back_on_primary = last.as_ref().is_some_and(|r| r.provider == "primary");
+    let back_on_primary = last.as_ref().is_some_and(|r| r.provider.ends_with("-primary"));
     outcomes.push(Outcome {
         scenario: "breaker opens, probes, closes",
         expected: "backup during the outage, primary after",
@@ -189,13 +198,13 @@ pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         *kinds.entry(e.event.kind.as_str()).or_default() += 1;
     }
 
-    println!("\n{:<32} {:<40} {:<30} {:<8} {:<9} {:>7}", "scenario", "expected", "got", "served", "attempts", "time");
-    println!("{}", "─".repeat(132));
+    println!("\n  {:<30} {:<40} {:<30} {:<20} {:<9} {:>7}", "scenario", "expected", "got", "served", "attempts", "time");
+    println!("{}", "─".repeat(140));
     let mut all_ok = true;
     for o in &outcomes {
         all_ok &= o.ok;
         println!(
-            "{} {:<30} {:<40} {:<30} {:<8} {:<9} {:>6.1}s",
+            "{} {:<30} {:<40} {:<30} {:<20} {:<9} {:>6.1}s",
             if o.ok { "✓" } else { "✗" },
             o.scenario,
             o.expected,

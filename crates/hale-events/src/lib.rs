@@ -1,0 +1,30 @@
+//! hale-events: the delivery side of hale's event spine (DESIGN §6) and the
+//! process guard rails of DESIGN §8.
+//!
+//! The durable outbox lives in `hale-store`; this crate moves events out of
+//! it. Each sink (a webhook, NATS JetStream) has one relay task that reads the
+//! outbox from the sink's cursor, delivers in order and acknowledges the
+//! cursor only after the sink acknowledged the event — at least once, in
+//! order, nothing dropped silently ([`relay`], [`webhook`], [`nats`]). The live
+//! stream `GET /events` and the dead-letter endpoints are in [`sse`]; the CLI
+//! clients of those endpoints in [`cli`].
+//!
+//! The guard rails: [`lock`] holds the data directory for one process, and
+//! [`tasks`] registers background tasks by name so that one dying brings the
+//! process down cleanly, and shutdown is bounded.
+
+pub mod cli;
+pub mod lock;
+pub mod nats;
+pub mod relay;
+pub mod sse;
+pub mod tasks;
+pub mod webhook;
+
+/// Milliseconds since the Unix epoch (wall time, for event stamps).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
