@@ -365,6 +365,36 @@ enum Step {
     Fail,
 }
 
+/// Joins frames that are sent back to back into one write: the client sees
+/// the same SSE events, hyper does one chunk instead of dozens.
+fn coalesce(steps: Vec<Step>) -> Vec<Step> {
+    let mut out = Vec::with_capacity(8);
+    let mut run: Vec<Bytes> = Vec::new();
+    let flush_run = |run: &mut Vec<Bytes>, out: &mut Vec<Step>| match run.len() {
+        0 => {}
+        1 => out.extend(run.drain(..).map(Step::Frame)),
+        _ => {
+            let total = run.iter().map(Bytes::len).sum();
+            let mut joined = Vec::with_capacity(total);
+            for b in run.drain(..) {
+                joined.extend_from_slice(&b);
+            }
+            out.push(Step::Frame(Bytes::from(joined)));
+        }
+    };
+    for step in steps {
+        match step {
+            Step::Frame(b) => run.push(b),
+            other @ (Step::Sleep(_) | Step::Flush | Step::Fail) => {
+                flush_run(&mut run, &mut out);
+                out.push(other);
+            }
+        }
+    }
+    flush_run(&mut run, &mut out);
+    out
+}
+
 fn play(steps: Vec<Step>) -> Body {
     let stream = futures::stream::unfold(steps.into_iter(), |mut it| async move {
         loop {
@@ -493,6 +523,7 @@ fn stream_response(
     let (cut, malformed, stream_error) =
         (at(shape.cut), at(shape.malformed), at(shape.stream_error));
     let stall = shape.stall.map(|(after, d)| (after.min(len), d));
+    let framer = wire::PieceFramer::new(dialect, ctx, a);
     let mut ended = false;
     for i in 0..=len {
         if malformed == Some(i) {
@@ -515,7 +546,7 @@ fn stream_response(
             steps.push(Step::Sleep(d));
         }
         if let Some(p) = pieces.get(i) {
-            steps.push(Step::Frame(wire::stream_piece(dialect, ctx, a, p)));
+            steps.push(Step::Frame(framer.frame(p)));
         }
     }
     if !ended {

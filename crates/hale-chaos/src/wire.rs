@@ -293,23 +293,68 @@ pub fn stream_head(dialect: Dialect, ctx: &Ctx, a: &Answer) -> Vec<Bytes> {
     }
 }
 
-/// One piece of content (a word, or a fragment of tool arguments).
-pub fn stream_piece(dialect: Dialect, ctx: &Ctx, a: &Answer, piece: &str) -> Bytes {
-    match (dialect, &a.content) {
-        (Dialect::OpenAi, Content::Text(_)) => openai_chunk(ctx, json!({"content": piece}), None),
-        (Dialect::OpenAi, Content::Tool { .. }) => openai_chunk(
-            ctx,
-            json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
-            None,
-        ),
-        (Dialect::Anthropic, Content::Text(_)) => sse_event(
-            "content_block_delta",
-            &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}),
-        ),
-        (Dialect::Anthropic, Content::Tool { .. }) => sse_event(
-            "content_block_delta",
-            &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": piece}}),
-        ),
+/// Renders content pieces (words, or fragments of tool arguments) from a
+/// prefix and suffix built once per response: a stream of N words costs N
+/// string copies, not N JSON trees.
+pub struct PieceFramer {
+    prefix: String,
+    suffix: String,
+}
+
+impl PieceFramer {
+    /// The framer for one response.
+    pub fn new(dialect: Dialect, ctx: &Ctx, a: &Answer) -> Self {
+        let s = |v: &str| Value::String(v.to_owned()).to_string();
+        match dialect {
+            Dialect::OpenAi => {
+                let head = format!(
+                    "data: {{\"id\":{},\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[{{\"index\":0,\"delta\":",
+                    s(&ctx.id),
+                    ctx.created,
+                    s(&ctx.model)
+                );
+                let usage = if ctx.include_usage {
+                    ",\"usage\":null"
+                } else {
+                    ""
+                };
+                let (open, close) = match a.content {
+                    Content::Text(_) => ("{\"content\":", "}"),
+                    Content::Tool { .. } => (
+                        "{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":",
+                        "}}]}",
+                    ),
+                };
+                PieceFramer {
+                    prefix: format!("{head}{open}"),
+                    suffix: format!(
+                        "{close},\"logprobs\":null,\"finish_reason\":null}}]{usage}}}\n\n"
+                    ),
+                }
+            }
+            Dialect::Anthropic => {
+                let (ty, field) = match a.content {
+                    Content::Text(_) => ("text_delta", "text"),
+                    Content::Tool { .. } => ("input_json_delta", "partial_json"),
+                };
+                PieceFramer {
+                    prefix: format!(
+                        "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"{ty}\",\"{field}\":"
+                    ),
+                    suffix: "}}\n\n".to_owned(),
+                }
+            }
+        }
+    }
+
+    /// The frame carrying one piece.
+    pub fn frame(&self, piece: &str) -> Bytes {
+        let mut out = Vec::with_capacity(self.prefix.len() + piece.len() + self.suffix.len() + 8);
+        out.extend_from_slice(self.prefix.as_bytes());
+        // Writing a &str into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut out, piece);
+        out.extend_from_slice(self.suffix.as_bytes());
+        Bytes::from(out)
     }
 }
 

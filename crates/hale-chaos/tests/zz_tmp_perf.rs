@@ -5,7 +5,8 @@ use serde_json::json;
 async fn perf() {
     let h = server().await;
     let c = client();
-    let b = body("ok", true, json!({}));
+    for stream in [true, false] {
+    let b = body("ok", stream, json!({}));
     let t0 = std::time::Instant::now();
     let n = 4000;
     let mut js = tokio::task::JoinSet::new();
@@ -14,5 +15,6 @@ async fn perf() {
         js.spawn(async move { for _ in 0..n/32 { let r = c.post(&u).json(&b).send().await.unwrap(); let _ = r.bytes().await.unwrap(); } w });
     }
     while js.join_next().await.is_some() {}
-    eprintln!("{} req/s (stream, 60 words)", n as f64 / t0.elapsed().as_secs_f64());
+    eprintln!("{} req/s (stream={stream}, 60 words)", n as f64 / t0.elapsed().as_secs_f64());
+    }
 }

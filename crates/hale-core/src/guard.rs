@@ -60,7 +60,7 @@ pub struct ToolResultSeen<'a> {
 
 /// Which limit stopped the task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "limit", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Limit {
     MaxEvents,
     MaxToolCalls,
@@ -231,7 +231,8 @@ impl TaskGuard {
     }
 
     /// Checks the limits that move without new input (the task timeout), and
-    /// returns the final hit if one was reached before.
+    /// returns the final hit if one was reached before. Being `&self`, it does
+    /// not record a new hit; the next `on_request`/`on_response` makes it final.
     pub fn check(&self, cfg: &GuardConfig, now: Instant) -> Result<(), GuardHit> {
         if let Some(hit) = &self.hit {
             return Err(hit.clone());
@@ -1014,14 +1015,15 @@ mod tests {
 
     #[test]
     fn hit_serialises_with_limit_tag_and_ms() {
-        let hit = TaskGuard::new(Instant::now()).make_hit(
+        let t0 = Instant::now();
+        let hit = TaskGuard::new(t0).make_hit(
             Limit::FileEditLoop { path: "a".into() },
             &cfg(),
-            Instant::now() + Duration::from_millis(1500),
+            t0 + Duration::from_millis(1500),
         );
         let v = serde_json::to_value(&hit).unwrap();
-        assert_eq!(v["limit"]["limit"], "file_edit_loop");
+        assert_eq!(v["limit"]["kind"], "file_edit_loop");
         assert_eq!(v["limit"]["path"], "a");
-        assert!(v["elapsed_ms"].as_u64().unwrap() >= 1500);
+        assert_eq!(v["elapsed_ms"], 1500);
     }
 }

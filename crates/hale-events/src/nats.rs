@@ -112,7 +112,7 @@ impl JetStreamSink {
                     continue;
                 }
             };
-            let msg = jetstream::context::Publish::build()
+            let msg = jetstream::message::PublishMessage::build()
                 .payload(payload)
                 .message_id(&ev.id);
             match self.js.send_publish(self.subject(ev), msg).await {

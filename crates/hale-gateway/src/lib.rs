@@ -11,7 +11,9 @@
 //! - [`proto`]: the canonical chat model and the two wire dialects.
 //! - [`http`]: routes, auth, admin API. [`metrics`]: Prometheus.
 
+pub mod compact;
 pub mod error;
+pub mod guardrails;
 pub mod http;
 pub mod metrics;
 pub mod pipeline;

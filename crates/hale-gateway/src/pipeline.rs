@@ -1,11 +1,14 @@
 //! The turn pipeline of DESIGN §1, top to bottom, in one place.
 //!
 //! [`handle_chat`] is the whole turn: parse → agent gate → idempotency →
-//! plan targets → attempt loop → relay (stream) or render (complete) →
-//! evidence → journal. Each step is a call into a module that owns it; this
+//! guard → plan targets → compaction → budget → attempt loop (with one
+//! compact-and-retry on a context overflow) → relay (stream) or render
+//! (complete) → evidence → journal, guard and spend accounting. Each step is a call into a module that owns it; this
 //! file only orders them, so the flow of a request reads top to bottom.
 
+use crate::compact;
 use crate::error::HaleError;
+use crate::guardrails;
 use crate::proto::{self, ChatRequest, Dialect};
 use crate::relay::{self, Encoder};
 use crate::state::{Gateway, wall_ms};
@@ -14,6 +17,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
+use hale_core::class::ErrorClass;
 use hale_core::config::DEFAULT_AGENT;
 use hale_core::event::EventKind;
 use hale_core::select;
@@ -48,7 +52,7 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
         Dialect::OpenAi => proto::openai::parse_request(&value),
         Dialect::Anthropic => proto::anthropic::parse_request(&value),
     };
-    let req = match parsed {
+    let mut req = match parsed {
         Ok(r) => r,
         Err(e) => return HaleError::bad_request(format!("invalid request: {e}")).into_response(dialect),
     };
@@ -62,7 +66,7 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
     {
         return HaleError::forbidden(format!("this key may not act as agent {agent}")).into_response(dialect);
     }
-    let task = header(&headers, TASK_HEADER);
+    let task = header(&headers, TASK_HEADER).unwrap_or_else(|| guardrails::DEFAULT_TASK.to_owned());
     let record = gw.agent_record(&agent);
     if record.paused {
         return HaleError::agent_paused(&agent, record.consecutive_failures).into_response(dialect);
@@ -78,18 +82,45 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
         },
     };
 
+    // Guard: the task's limits; a hit is final.
+    if let Err(e) = guardrails::check_request(&gw, &agent, &task, &req) {
+        return e.into_response(dialect);
+    }
+
     // Plan targets.
     let targets = match select::plan(&gw.cfg, &agent, &req.model) {
         Ok(t) => t,
         Err(e) => return HaleError::bad_request(e.to_string()).into_response(dialect),
     };
     let turn_id = ulid::Ulid::from_parts(wall_ms(), rand::random::<u128>()).to_string();
-    let mut turn = Turn::new(&gw, turn_id, agent, task, targets);
+    let mut turn = Turn::new(&gw, turn_id, agent.clone(), Some(task.clone()), targets);
     let request_hash = hex::encode(Sha256::digest(&body));
     gw.metrics.turn_started();
 
-    // Attempt loop.
-    let result = turn::run(&gw, &mut turn, &req, None, None).await;
+    // Compaction against the first target's window.
+    let first = turn.targets[0].clone();
+    let window = compact::window_of(gw.cfg.provider(&first.provider), &first.model);
+    if let Some(c) = compact::compact(&gw, &turn, &mut req, &first.model, window, false).await {
+        turn.compacted |= c.tier != hale_core::compaction::Tier::None || c.reused;
+        compact::emit(&gw, &turn, &c);
+    }
+
+    // Budget: the agent's and the task's caps.
+    if let Err(e) = guardrails::check_budget(&gw, &agent, &task) {
+        return e.into_response(dialect);
+    }
+
+    // Attempt loop; a context overflow is compacted and retried once.
+    turn.compact_on_overflow = true;
+    let mut result = turn::run(&gw, &mut turn, &req, None, None).await;
+    if let Err(f) = &result
+        && f.class == ErrorClass::ContextOverflow
+        && let Some(idx) = turn.overflow_at.take()
+    {
+        turn.compact_on_overflow = false;
+        retry_after_overflow(&gw, &mut turn, &mut req, idx).await;
+        result = turn::run(&gw, &mut turn, &req, None, None).await;
+    }
     let resp = match result {
         Err(f) => {
             let err = HaleError::from_failure(&turn, &f);
@@ -116,6 +147,7 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
                 body,
                 content_type: "application/json".into(),
             };
+            guardrails::record_response(&gw, &agent, &task, &guardrails::tool_calls(&answer.content));
             finish_turn(&gw, &turn, &req, &request_hash, Some(served), None, Some((stored.clone(), answer.usage)));
             if let Some(key) = &idem_key {
                 gw.store.submit(vec![Write::Idempotency { key: key.clone(), response: stored }]);
@@ -137,6 +169,7 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
             tokio::spawn(async move {
                 let r = relay::relay(&gw2, &mut turn, &req, served, live, enc, tx, input_estimate).await;
                 gw2.metrics.stream_done(r.malformed, r.resumes);
+                guardrails::record_response(&gw2, &agent, &task, &r.tool_calls);
                 let stored = StoredResponse {
                     status: 200,
                     headers: pairs,
@@ -164,6 +197,29 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
     };
     drop(_idem_guard);
     resp
+}
+
+/// After a `context_overflow` at target `idx`: compact below what was sent and
+/// try again; when that did not make the request smaller, leave that target
+/// and every later one known to have a smaller window.
+async fn retry_after_overflow(gw: &Gateway, turn: &mut Turn, req: &mut ChatRequest, idx: usize) {
+    let t = turn.targets[idx].clone();
+    let provider = gw.cfg.provider(&t.provider);
+    let window = compact::window_of(provider, &t.model);
+    if let Some(c) = compact::compact(gw, turn, req, &t.model, window, true).await
+        && c.after_tokens < c.before_tokens
+    {
+        turn.compacted = true;
+        compact::emit(gw, turn, &c);
+        return;
+    }
+    turn.exhausted[idx] = true;
+    for (j, tj) in turn.targets.iter().enumerate() {
+        let pj = gw.cfg.provider(&tj.provider);
+        if compact::window_known(pj, &tj.model) && compact::window_of(pj, &tj.model) < window {
+            turn.exhausted[j] = true;
+        }
+    }
 }
 
 fn tokio_stream_from(
@@ -296,6 +352,10 @@ fn finish_turn(
     let ok = failure.is_none();
     let usage = answer.as_ref().map(|(_, u)| *u).unwrap_or_default();
     let target = served.map(|i| turn.targets[i].clone());
+    let cost = match (&target, &turn.task) {
+        (Some(t), Some(task)) => guardrails::record_spend(gw, &turn.agent, task, &t.model, usage),
+        (Some(_), None) | (None, _) => 0.0,
+    };
     let record = TurnRecord {
         id: turn.id.clone(),
         agent: turn.agent.clone(),
@@ -324,6 +384,7 @@ fn finish_turn(
         a.last_seen_ms = Some(now_ms);
         a.tokens_in += usage.input_tokens;
         a.tokens_out += usage.output_tokens;
+        a.cost_usd += cost;
         if ok {
             a.consecutive_failures = 0;
         } else if counts {

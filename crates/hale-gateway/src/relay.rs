@@ -84,6 +84,8 @@ pub struct Relayed {
     pub resumes: u32,
     /// Every byte sent, kept for idempotent replays.
     pub body: Vec<u8>,
+    /// The tool calls delivered (id, name, arguments), for the guard.
+    pub tool_calls: Vec<crate::guardrails::CallSeen>,
 }
 
 /// Relays `live` to `tx`, resuming on failure. Returns when the stream ended.
@@ -104,6 +106,7 @@ pub async fn relay(
     let mut malformed = live.malformed;
     let mut delivered = String::new();
     let mut tool_delivered = false;
+    let mut tool_calls: Vec<crate::guardrails::CallSeen> = Vec::new();
     let mut started = false;
     let mut finish: Option<StopReason> = None;
     let mut usage: Option<Usage> = None;
@@ -218,6 +221,26 @@ pub async fn relay(
                     out.send(enc.encode(&start)).await;
                 }
                 tool_delivered = true;
+                match &ev {
+                    StreamEvent::ToolCallStart { index, id, name } => {
+                        let i = *index as usize;
+                        if tool_calls.len() <= i {
+                            tool_calls.resize(i + 1, Default::default());
+                        }
+                        tool_calls[i].0 = id.clone();
+                        tool_calls[i].1 = name.clone();
+                    }
+                    StreamEvent::ToolCallDelta { index, arguments } => {
+                        if let Some(c) = tool_calls.get_mut(*index as usize) {
+                            c.2.push_str(arguments);
+                        }
+                    }
+                    StreamEvent::Start { .. }
+                    | StreamEvent::TextDelta(_)
+                    | StreamEvent::Finish(_)
+                    | StreamEvent::Usage(_)
+                    | StreamEvent::Done => {}
+                }
                 out.send(enc.encode(&ev)).await;
             }
             StreamEvent::Finish(r) => {
@@ -264,6 +287,7 @@ pub async fn relay(
         malformed,
         resumes,
         body: out.body,
+        tool_calls,
     }
 }
 

@@ -37,6 +37,11 @@ pub struct Gateway {
     pub agents: Mutex<HashMap<String, AgentRt>>,
     /// Idempotency keys being served right now: a duplicate waits on the watch.
     pub inflight: Mutex<HashMap<String, tokio::sync::watch::Receiver<bool>>>,
+    /// Per-task guard and spend.
+    pub tasks: crate::guardrails::Tasks,
+    /// Stored compactions by message prefix.
+    pub compactions: crate::compact::PrefixCache,
+    pub tokenizer: hale_tokens::Tokenizer,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -83,6 +88,9 @@ impl Gateway {
             breakers: RwLock::new(HashMap::new()),
             agents: Mutex::new(agents),
             inflight: Mutex::new(HashMap::new()),
+            tasks: Default::default(),
+            compactions: Default::default(),
+            tokenizer: hale_tokens::Tokenizer::new(),
         }))
     }
 

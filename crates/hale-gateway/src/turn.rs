@@ -71,6 +71,11 @@ pub struct Turn {
     pub compacted: bool,
     /// Whether the last successful attempt continued from a prefill.
     pub prefilled: bool,
+    /// When set, a `context_overflow` ends the loop at once so the pipeline can
+    /// compact and retry (DESIGN §2: "once, only if compaction made it smaller").
+    pub compact_on_overflow: bool,
+    /// The target that last answered `context_overflow`.
+    pub overflow_at: Option<usize>,
 }
 
 /// A live stream after its first content: the events read so far and the rest.
@@ -103,6 +108,8 @@ impl Turn {
             timeline: Vec::new(),
             compacted: false,
             prefilled: false,
+            compact_on_overflow: false,
+            overflow_at: None,
         }
     }
 
@@ -209,6 +216,10 @@ pub async fn run(
                         prefill = None;
                         attempts_on_target -= 1;
                         continue;
+                    }
+                    if f.class == ErrorClass::ContextOverflow && turn.compact_on_overflow {
+                        turn.overflow_at = Some(idx);
+                        return Err(f);
                     }
                     on_failure(gw, turn, &target, &f, elapsed);
                     if f.class == ErrorClass::RateLimit {

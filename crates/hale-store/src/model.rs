@@ -20,7 +20,10 @@ pub enum Write {
     Agent(AgentRecord),
     /// The response stored for an `Idempotency-Key`. The first response stored
     /// for a key wins; later ones are ignored.
-    Idempotency { key: String, response: StoredResponse },
+    Idempotency {
+        key: String,
+        response: StoredResponse,
+    },
     /// Checkpoints are immutable: the first write of an (agent, id) wins.
     Checkpoint(CheckpointRecord),
 }

@@ -173,7 +173,13 @@ impl Store {
     /// Moves the event at `seq` to `sink`'s dead letters (a copy; the outbox
     /// and the cursor are untouched). Dead-lettering the same (sink, seq)
     /// again updates attempts and error.
-    pub async fn dead_letter(&self, sink: &str, seq: i64, attempts: u32, error: &str) -> Result<()> {
+    pub async fn dead_letter(
+        &self,
+        sink: &str,
+        seq: i64,
+        attempts: u32,
+        error: &str,
+    ) -> Result<()> {
         let affected = on_pool!(&self.inner.pool, |p, _Db| {
             sqlx::query(
                 "INSERT INTO dead_letters (sink, seq, event_id, attempts, error, failed_ms, body) \
@@ -307,7 +313,11 @@ impl Store {
             shed
         });
         if shed > 0 {
-            tracing::warn!(shed, cap, "outbox over its cap: shed the oldest undelivered events");
+            tracing::warn!(
+                shed,
+                cap,
+                "outbox over its cap: shed the oldest undelivered events"
+            );
         }
         Ok(shed)
     }

@@ -145,7 +145,11 @@ pub(crate) fn encode(w: Write, now_ms: u64) -> Result<Encoded, StoreError> {
                 attempts: json(&what, &t.attempts)?,
                 usage_in: num(&what, "usage_in", t.usage_in)?,
                 usage_out: num(&what, "usage_out", t.usage_out)?,
-                response: t.response.as_ref().map(|r| resp_cols(&what, r)).transpose()?,
+                response: t
+                    .response
+                    .as_ref()
+                    .map(|r| resp_cols(&what, r))
+                    .transpose()?,
                 id: t.id,
                 agent: t.agent,
                 task: t.task,
@@ -308,7 +312,8 @@ pub(crate) fn decode_turn(r: &impl Cols) -> Result<TurnRecord, StoreError> {
         Some(s) => Some(decode_resp(
             &c,
             s,
-            &c.col(r.opt_text("resp_headers"))?.unwrap_or_else(|| "[]".into()),
+            &c.col(r.opt_text("resp_headers"))?
+                .unwrap_or_else(|| "[]".into()),
             c.col(r.opt_blob("resp_body"))?.unwrap_or_default(),
             c.col(r.opt_text("resp_content_type"))?.unwrap_or_default(),
         )?),

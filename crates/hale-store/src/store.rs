@@ -147,7 +147,10 @@ impl Store {
             .map_err(open_err)?;
         let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(open_err)?;
         for stmt in schema::SQLITE {
-            sqlx::query(*stmt).execute(&mut *tx).await.map_err(open_err)?;
+            sqlx::query(*stmt)
+                .execute(&mut *tx)
+                .await
+                .map_err(open_err)?;
         }
         tx.commit().await.map_err(open_err)?;
         let pool = Pool::Sqlite(pool);
@@ -177,7 +180,10 @@ impl Store {
             .await
             .map_err(open_err)?;
         for stmt in schema::POSTGRES {
-            sqlx::query(*stmt).execute(&mut *tx).await.map_err(open_err)?;
+            sqlx::query(*stmt)
+                .execute(&mut *tx)
+                .await
+                .map_err(open_err)?;
         }
         tx.commit().await.map_err(open_err)?;
         let pool = Pool::Pg(pool);

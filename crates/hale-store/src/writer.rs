@@ -109,7 +109,9 @@ impl Batch {
     fn push(&mut self, m: Msg, shared: &Shared) -> bool {
         match m {
             Msg::Writes { rows, done, .. } => {
-                shared.queued.fetch_sub(rows.len() as u64, Ordering::Relaxed);
+                shared
+                    .queued
+                    .fetch_sub(rows.len() as u64, Ordering::Relaxed);
                 self.rows += rows.len();
                 self.waiter |= done.is_some();
                 self.jobs.push(Job { rows, done });
@@ -152,7 +154,10 @@ pub(crate) async fn run(
                     if batch.waiter || linger.is_zero() {
                         None
                     } else {
-                        tokio::time::timeout_at(deadline, rx.recv()).await.ok().flatten()
+                        tokio::time::timeout_at(deadline, rx.recv())
+                            .await
+                            .ok()
+                            .flatten()
                     }
                 }
             };
@@ -177,7 +182,9 @@ fn refuse_after_close(shared: &Shared, rx: &mut mpsc::UnboundedReceiver<Msg>) {
     while let Ok(m) = rx.try_recv() {
         match m {
             Msg::Writes { rows, done, .. } => {
-                shared.queued.fetch_sub(rows.len() as u64, Ordering::Relaxed);
+                shared
+                    .queued
+                    .fetch_sub(rows.len() as u64, Ordering::Relaxed);
                 match done {
                     Some(reply) => {
                         let _ = reply.send(Err(StoreError::Closed));
@@ -238,7 +245,11 @@ fn committed(shared: &Shared, max_seq: Option<i64>) {
 }
 
 async fn commit_batch(pool: &Pool, shared: &Shared, batch: Batch) {
-    let jobs: Vec<Job> = batch.jobs.into_iter().filter(|j| !j.rows.is_empty()).collect();
+    let jobs: Vec<Job> = batch
+        .jobs
+        .into_iter()
+        .filter(|j| !j.rows.is_empty())
+        .collect();
     if !jobs.is_empty() {
         let all: Vec<&[Encoded]> = jobs.iter().map(|j| j.rows.as_slice()).collect();
         match backend::apply(pool, &all).await {

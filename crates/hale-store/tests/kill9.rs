@@ -97,7 +97,11 @@ async fn kill9_loses_nothing_committed() {
     }
     let status = proc.wait().expect("reap child");
     assert!(!status.success(), "the child was killed, not finished");
-    assert!(committed.len() >= KILL_AFTER, "child printed only {} commits", committed.len());
+    assert!(
+        committed.len() >= KILL_AFTER,
+        "child printed only {} commits",
+        committed.len()
+    );
 
     let store = Store::open_sqlite(dir.path(), StoreOptions::default())
         .await

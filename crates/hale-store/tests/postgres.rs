@@ -28,22 +28,42 @@ suite!(common::postgres;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_commit_survives_reopen_and_two_instances_share_the_outbox() {
-    let Some(pg) = common::pg_scratch().await else { return };
-    let a = Store::open(Some(&pg.url), std::path::Path::new("unused"), common::opts())
-        .await
-        .expect("open");
+    let Some(pg) = common::pg_scratch().await else {
+        return;
+    };
+    let a = Store::open(
+        Some(&pg.url),
+        std::path::Path::new("unused"),
+        common::opts(),
+    )
+    .await
+    .expect("open");
     assert_eq!(a.backend(), hale_store::Backend::Postgres);
-    let b = Store::open_postgres(&pg.url, common::opts()).await.expect("second instance");
+    let b = Store::open_postgres(&pg.url, common::opts())
+        .await
+        .expect("second instance");
     let (ra, rb) = tokio::join!(
-        a.commit((0..50).map(|i| Write::Event(ev(i, EventKind::TurnCompleted))).collect()),
-        b.commit((50..100).map(|i| Write::Event(ev(i, EventKind::TurnCompleted))).collect()),
+        a.commit(
+            (0..50)
+                .map(|i| Write::Event(ev(i, EventKind::TurnCompleted)))
+                .collect()
+        ),
+        b.commit(
+            (50..100)
+                .map(|i| Write::Event(ev(i, EventKind::TurnCompleted)))
+                .collect()
+        ),
     );
     ra.expect("commit a");
     rb.expect("commit b");
-    a.commit(vec![Write::Agent(agent("a1"))]).await.expect("commit");
+    a.commit(vec![Write::Agent(agent("a1"))])
+        .await
+        .expect("commit");
     a.close().await;
     b.close().await;
-    let c = Store::open_postgres(&pg.url, common::opts()).await.expect("reopen");
+    let c = Store::open_postgres(&pg.url, common::opts())
+        .await
+        .expect("reopen");
     assert_eq!(c.agent("a1").await.expect("agent"), Some(agent("a1")));
     let events = c.events_after(0, 1000, None).await.expect("events");
     assert_eq!(events.len(), 100);

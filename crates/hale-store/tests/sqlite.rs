@@ -41,10 +41,17 @@ async fn commit_survives_close_and_reopen() {
     let events = s.events_after(0, 10, None).await.expect("events");
     assert_eq!(
         events.iter().map(|e| e.event.clone()).collect::<Vec<_>>(),
-        [ev(1, EventKind::AgentPaused), ev(2, EventKind::AgentResumed)],
+        [
+            ev(1, EventKind::AgentPaused),
+            ev(2, EventKind::AgentResumed)
+        ],
         "close() commits what was submitted"
     );
-    assert_eq!(*s.watch_seq().borrow(), events[1].seq, "watch starts at the stored last seq");
+    assert_eq!(
+        *s.watch_seq().borrow(),
+        events[1].seq,
+        "watch starts at the stored last seq"
+    );
     s.close().await;
 }
 
@@ -52,10 +59,14 @@ async fn commit_survives_close_and_reopen() {
 async fn opens_wal_in_data_dir() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("nested/data");
-    let s = Store::open(None, &data, StoreOptions::default()).await.expect("open");
+    let s = Store::open(None, &data, StoreOptions::default())
+        .await
+        .expect("open");
     assert_eq!(s.backend(), hale_store::Backend::Sqlite);
     assert!(data.join("hale.db").exists());
-    s.commit(vec![Write::Event(ev(1, EventKind::AgentPaused))]).await.expect("commit");
+    s.commit(vec![Write::Event(ev(1, EventKind::AgentPaused))])
+        .await
+        .expect("commit");
     assert!(data.join("hale.db-wal").exists(), "WAL mode");
     s.close().await;
     match Store::open(Some("mysql://x"), &data, StoreOptions::default()).await {
@@ -66,9 +77,11 @@ async fn opens_wal_in_data_dir() {
 
 #[tokio::test]
 async fn options_come_from_events_config() {
-    let mut c = hale_core::config::EventsConfig::default();
-    c.fsync_always = true;
-    c.batch_max = 7;
+    let c = hale_core::config::EventsConfig {
+        fsync_always: true,
+        batch_max: 7,
+        ..Default::default()
+    };
     let o = StoreOptions::from(&c);
     assert!(o.fsync_always);
     assert_eq!(o.batch_max, 7);
@@ -87,19 +100,35 @@ async fn corrupt_rows_are_errors_naming_table_and_id() {
     .await
     .expect("commit");
     let url = format!("sqlite://{}", dir.path().join("hale.db").display());
-    let mut raw = sqlx::SqliteConnection::connect(&url).await.expect("raw connection");
-    sqlx::query("UPDATE events SET body = '{not json'").execute(&mut raw).await.expect("corrupt");
-    sqlx::query("UPDATE agents SET state = 'nope'").execute(&mut raw).await.expect("corrupt");
+    let mut raw = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("raw connection");
+    sqlx::query("UPDATE events SET body = '{not json'")
+        .execute(&mut raw)
+        .await
+        .expect("corrupt");
+    sqlx::query("UPDATE agents SET state = 'nope'")
+        .execute(&mut raw)
+        .await
+        .expect("corrupt");
     raw.close().await.expect("close raw");
     match s.events_after(0, 10, None).await {
-        Err(e @ StoreError::Corrupt { table: "events", .. }) => {
+        Err(
+            e @ StoreError::Corrupt {
+                table: "events", ..
+            },
+        ) => {
             let msg = e.to_string();
             assert!(msg.contains("table events (id 1)"), "{msg}");
         }
         other => panic!("expected Corrupt, got {other:?}"),
     }
     match s.agent("a1").await {
-        Err(StoreError::Corrupt { table: "agents", id, detail }) => {
+        Err(StoreError::Corrupt {
+            table: "agents",
+            id,
+            detail,
+        }) => {
             assert_eq!(id, "a1");
             assert!(detail.contains("state"), "{detail}");
         }
@@ -120,8 +149,15 @@ async fn batch_max_bounds_a_group_commit() {
         s.submit(vec![Write::Event(ev(i, EventKind::TurnCompleted))]);
     }
     s.flush().await.expect("flush");
-    assert!(s.commits() >= 10, "100 writes at batch_max 10 need ≥ 10 commits, got {}", s.commits());
-    assert_eq!(s.events_after(0, 1000, None).await.expect("events").len(), 100);
+    assert!(
+        s.commits() >= 10,
+        "100 writes at batch_max 10 need ≥ 10 commits, got {}",
+        s.commits()
+    );
+    assert_eq!(
+        s.events_after(0, 1000, None).await.expect("events").len(),
+        100
+    );
     s.close().await;
 }
 
@@ -135,7 +171,9 @@ fn lingering() -> StoreOptions {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submits_linger_for_company_and_flush_cuts_the_linger() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let s = Store::open_sqlite(dir.path(), lingering()).await.expect("open");
+    let s = Store::open_sqlite(dir.path(), lingering())
+        .await
+        .expect("open");
     s.submit(vec![Write::Event(ev(1, EventKind::TurnCompleted))]);
     // Wait until the writer has taken the first write and is lingering.
     while s.queued() > 0 {
@@ -154,7 +192,9 @@ async fn submits_linger_for_company_and_flush_cuts_the_linger() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_commit_is_not_held_for_the_linger() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let s = Store::open_sqlite(dir.path(), lingering()).await.expect("open");
+    let s = Store::open_sqlite(dir.path(), lingering())
+        .await
+        .expect("open");
     s.submit(vec![Write::Event(ev(1, EventKind::TurnCompleted))]);
     tokio::time::timeout(
         std::time::Duration::from_secs(10),
@@ -163,6 +203,11 @@ async fn a_waiting_commit_is_not_held_for_the_linger() {
     .await
     .expect("commit returns without waiting out a one-hour linger")
     .expect("commit");
-    assert!(s.seq_of(&ev(2, EventKind::AgentPaused).id).await.expect("seq_of").is_some());
+    assert!(
+        s.seq_of(&ev(2, EventKind::AgentPaused).id)
+            .await
+            .expect("seq_of")
+            .is_some()
+    );
     s.close().await;
 }

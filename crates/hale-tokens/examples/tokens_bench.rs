@@ -72,7 +72,11 @@ fn text(bytes: usize, seed: u64) -> String {
             .wrapping_add(1442695040888963407);
         let w = WORDS[((x >> 33) as usize) % WORDS.len()];
         s.push_str(w);
-        s.push(if (x >> 20) % 13 == 0 { '\n' } else { ' ' });
+        s.push(if (x >> 20).is_multiple_of(13) {
+            '\n'
+        } else {
+            ' '
+        });
     }
     s
 }
@@ -205,7 +209,7 @@ fn main() {
         // A small window forces a real plan (tiers 1–2), the expensive path.
         let plan = compaction::plan(&views, window / 8, &ccfg);
         p_time += t.elapsed();
-        std::hint::black_box((g, b, cost, &plan));
+        let _ = std::hint::black_box((g, b, cost, &plan));
     }
     let per = |d: Duration| d.as_secs_f64() * 1e6 / f64::from(iters);
     println!(

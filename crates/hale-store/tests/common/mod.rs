@@ -43,7 +43,9 @@ pub fn opts() -> StoreOptions {
 
 pub async fn sqlite() -> Option<TestStore> {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = Store::open_sqlite(dir.path(), opts()).await.expect("open sqlite");
+    let store = Store::open_sqlite(dir.path(), opts())
+        .await
+        .expect("open sqlite");
     Some(TestStore {
         store,
         dir: Some(dir),
@@ -68,7 +70,9 @@ pub async fn pg_scratch() -> Option<PgScratch> {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
                 panic!("CI=true and PostgreSQL at {base_url} is unreachable: {e}");
             }
-            eprintln!("SKIPPED: PostgreSQL at {base_url} is unreachable ({e}); set CI=true to fail instead");
+            eprintln!(
+                "SKIPPED: PostgreSQL at {base_url} is unreachable ({e}); set CI=true to fail instead"
+            );
             return None;
         }
     };
@@ -111,7 +115,9 @@ pub async fn drop_schema(pg: &PgScratch) {
 
 pub async fn postgres() -> Option<TestStore> {
     let pg = pg_scratch().await?;
-    let store = Store::open_postgres(&pg.url, opts()).await.expect("open postgres");
+    let store = Store::open_postgres(&pg.url, opts())
+        .await
+        .expect("open postgres");
     Some(TestStore {
         store,
         dir: None,
@@ -206,7 +212,9 @@ pub fn checkpoint(id: &str, task: &str, parent: Option<&str>, created_ms: u64) -
 }
 
 async fn all_events(s: &Store) -> Vec<hale_store::StoredEvent> {
-    s.events_after(0, 1_000_000, None).await.expect("events_after")
+    s.events_after(0, 1_000_000, None)
+        .await
+        .expect("events_after")
 }
 
 // ---- the suite ----------------------------------------------------------------
@@ -250,7 +258,10 @@ pub async fn concurrent_commits_share_transactions(s: &Store) {
     let commits = s.commits() - before;
     assert_eq!(s.agents().await.expect("agents").len(), 200);
     assert_eq!(all_events(s).await.len(), 200);
-    assert!(commits < 200, "200 concurrent commits took {commits} transactions");
+    assert!(
+        commits < 200,
+        "200 concurrent commits took {commits} transactions"
+    );
 }
 
 pub async fn commit_is_visible_on_return(s: &Store) {
@@ -263,12 +274,19 @@ pub async fn commit_is_visible_on_return(s: &Store) {
     .await
     .expect("commit");
     assert_eq!(s.agent("a1").await.expect("agent"), Some(a));
-    assert_eq!(s.seq_of(&ev(1, EventKind::AgentPaused).id).await.expect("seq_of"), Some(1));
+    assert_eq!(
+        s.seq_of(&ev(1, EventKind::AgentPaused).id)
+            .await
+            .expect("seq_of"),
+        Some(1)
+    );
 }
 
 pub async fn upserts_replace_by_id(s: &Store) {
     let mut t = turn("t1", "task", "h1", TurnStatus::Running, 10);
-    s.commit(vec![Write::Turn(t.clone())]).await.expect("commit");
+    s.commit(vec![Write::Turn(t.clone())])
+        .await
+        .expect("commit");
     assert_eq!(s.turn("t1").await.expect("turn"), Some(t.clone()));
     t.status = TurnStatus::Succeeded;
     t.duration_ms = Some(1234);
@@ -278,12 +296,16 @@ pub async fn upserts_replace_by_id(s: &Store) {
     t.usage_in = 100;
     t.usage_out = 20;
     t.response = Some(resp("{\"ok\":true}"));
-    s.commit(vec![Write::Turn(t.clone())]).await.expect("commit");
+    s.commit(vec![Write::Turn(t.clone())])
+        .await
+        .expect("commit");
     assert_eq!(s.turn("t1").await.expect("turn"), Some(t));
     assert_eq!(s.turn("nope").await.expect("turn"), None);
 
     let mut a = agent("a1");
-    s.commit(vec![Write::Agent(a.clone())]).await.expect("commit");
+    s.commit(vec![Write::Agent(a.clone())])
+        .await
+        .expect("commit");
     a.consecutive_failures = 2;
     a.turns = 7;
     a.failed_turns = 2;
@@ -298,7 +320,10 @@ pub async fn upserts_replace_by_id(s: &Store) {
         .expect("commit");
     assert_eq!(s.agent("a1").await.expect("agent"), Some(a.clone()));
     let all = s.agents().await.expect("agents");
-    assert_eq!(all.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["a1", "b2"]);
+    assert_eq!(
+        all.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(),
+        ["a1", "b2"]
+    );
 }
 
 pub async fn idempotency_keeps_first_response(s: &Store) {
@@ -340,9 +365,18 @@ pub async fn completed_turn_finds_latest_success(s: &Store) {
     .expect("commit");
     let found = s.completed_turn("a1", "task", "h").await.expect("lookup");
     assert_eq!(found, Some(new));
-    assert_eq!(found.and_then(|t| t.response).map(|r| r.body), Some(b"new".to_vec()));
-    assert_eq!(s.completed_turn("a1", "task", "zz").await.expect("lookup"), None);
-    assert_eq!(s.completed_turn("a2", "task", "h").await.expect("lookup"), None);
+    assert_eq!(
+        found.and_then(|t| t.response).map(|r| r.body),
+        Some(b"new".to_vec())
+    );
+    assert_eq!(
+        s.completed_turn("a1", "task", "zz").await.expect("lookup"),
+        None
+    );
+    assert_eq!(
+        s.completed_turn("a2", "task", "h").await.expect("lookup"),
+        None
+    );
 }
 
 pub async fn checkpoints_newest_first(s: &Store) {
@@ -355,8 +389,14 @@ pub async fn checkpoints_newest_first(s: &Store) {
     .await
     .expect("commit");
     let ids = |v: Vec<CheckpointRecord>| v.into_iter().map(|c| c.id).collect::<Vec<_>>();
-    assert_eq!(ids(s.checkpoints("a1", Some("t")).await.expect("list")), ["c3", "c2", "c1"]);
-    assert_eq!(ids(s.checkpoints("a1", None).await.expect("list")), ["c3", "x1", "c2", "c1"]);
+    assert_eq!(
+        ids(s.checkpoints("a1", Some("t")).await.expect("list")),
+        ["c3", "c2", "c1"]
+    );
+    assert_eq!(
+        ids(s.checkpoints("a1", None).await.expect("list")),
+        ["c3", "x1", "c2", "c1"]
+    );
     assert!(s.checkpoints("a2", None).await.expect("list").is_empty());
     assert_eq!(
         s.checkpoint("a1", "c2").await.expect("get"),
@@ -365,7 +405,9 @@ pub async fn checkpoints_newest_first(s: &Store) {
     // Immutable: a second write of the same id keeps the first.
     let mut changed = checkpoint("c2", "t", None, 999);
     changed.body = b"other".to_vec();
-    s.commit(vec![Write::Checkpoint(changed)]).await.expect("commit");
+    s.commit(vec![Write::Checkpoint(changed)])
+        .await
+        .expect("commit");
     assert_eq!(
         s.checkpoint("a1", "c2").await.expect("get"),
         Some(checkpoint("c2", "t", Some("c1"), 200))
@@ -383,47 +425,84 @@ pub async fn outbox_orders_and_filters(s: &Store) {
         EventKind::AgentPaused,
     ];
     for (i, k) in kinds.iter().enumerate() {
-        s.commit(vec![Write::Event(ev(i as u64, *k))]).await.expect("commit");
+        s.commit(vec![Write::Event(ev(i as u64, *k))])
+            .await
+            .expect("commit");
     }
     // The same event id again is not a second event.
-    s.commit(vec![Write::Event(ev(0, EventKind::AgentPaused))]).await.expect("commit");
+    s.commit(vec![Write::Event(ev(0, EventKind::AgentPaused))])
+        .await
+        .expect("commit");
     let all = all_events(s).await;
     assert_eq!(all.len(), 5);
     assert!(all.windows(2).all(|w| w[0].seq < w[1].seq), "seq grows");
     assert_eq!(all.iter().map(|e| e.event.kind).collect::<Vec<_>>(), kinds);
-    assert_eq!(all[2].event, ev(2, EventKind::AgentCircuitOpen), "event round-trips");
+    assert_eq!(
+        all[2].event,
+        ev(2, EventKind::AgentCircuitOpen),
+        "event round-trips"
+    );
     let last = s.last_seq().await.expect("last");
     assert_eq!(last, all[4].seq);
 
     let paused = s
-        .events_after(0, 100, Some(&[EventKind::AgentPaused, EventKind::AgentCircuitOpen]))
+        .events_after(
+            0,
+            100,
+            Some(&[EventKind::AgentPaused, EventKind::AgentCircuitOpen]),
+        )
         .await
         .expect("filtered");
     assert_eq!(
-        paused.iter().map(|e| e.event.id.clone()).collect::<Vec<_>>(),
+        paused
+            .iter()
+            .map(|e| e.event.id.clone())
+            .collect::<Vec<_>>(),
         [ev(0, kinds[0]).id, ev(2, kinds[2]).id, ev(4, kinds[4]).id]
     );
     let after = s.events_after(all[1].seq, 2, None).await.expect("after");
-    assert_eq!(after.iter().map(|e| e.seq).collect::<Vec<_>>(), [all[2].seq, all[3].seq]);
-    assert!(s.events_after(0, 10, Some(&[])).await.expect("empty filter").is_empty());
-    assert_eq!(s.seq_of(&ev(3, kinds[3]).id).await.expect("seq_of"), Some(all[3].seq));
+    assert_eq!(
+        after.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [all[2].seq, all[3].seq]
+    );
+    assert!(
+        s.events_after(0, 10, Some(&[]))
+            .await
+            .expect("empty filter")
+            .is_empty()
+    );
+    assert_eq!(
+        s.seq_of(&ev(3, kinds[3]).id).await.expect("seq_of"),
+        Some(all[3].seq)
+    );
     assert_eq!(s.seq_of("missing").await.expect("seq_of"), None);
 }
 
 pub async fn sink_cursors_move_forward(s: &Store) {
     assert_eq!(s.sink_cursor("webhook:https://x").await.expect("cursor"), 0);
-    s.register_sink("webhook:https://x").await.expect("register");
+    s.register_sink("webhook:https://x")
+        .await
+        .expect("register");
     s.register_sink("nats").await.expect("register");
     s.ack_sink("nats", 5).await.expect("ack");
-    s.register_sink("nats").await.expect("register again keeps the cursor");
+    s.register_sink("nats")
+        .await
+        .expect("register again keeps the cursor");
     assert_eq!(s.sink_cursor("nats").await.expect("cursor"), 5);
     s.ack_sink("nats", 3).await.expect("ack");
-    assert_eq!(s.sink_cursor("nats").await.expect("cursor"), 5, "cursors never go back");
+    assert_eq!(
+        s.sink_cursor("nats").await.expect("cursor"),
+        5,
+        "cursors never go back"
+    );
     s.ack_sink("nats", 9).await.expect("ack");
     assert_eq!(s.sink_cursor("nats").await.expect("cursor"), 9);
     let sinks = s.sinks().await.expect("sinks");
     assert_eq!(
-        sinks.iter().map(|c| (c.sink.as_str(), c.acked_seq)).collect::<Vec<_>>(),
+        sinks
+            .iter()
+            .map(|c| (c.sink.as_str(), c.acked_seq))
+            .collect::<Vec<_>>(),
         [("nats", 9), ("webhook:https://x", 0)]
     );
     s.remove_sink("nats").await.expect("remove");
@@ -431,26 +510,39 @@ pub async fn sink_cursors_move_forward(s: &Store) {
 }
 
 pub async fn dlq_take_in_seq_order(s: &Store) {
-    let writes = (1..=5).map(|i| Write::Event(ev(i, EventKind::AgentFailed))).collect();
+    let writes = (1..=5)
+        .map(|i| Write::Event(ev(i, EventKind::AgentFailed)))
+        .collect();
     s.commit(writes).await.expect("commit");
     let seq = |i: u64| {
         let id = ev(i, EventKind::AgentFailed).id;
         async move { s.seq_of(&id).await.expect("seq_of").expect("stored") }
     };
     let (s1, s2, s4, s5) = (seq(1).await, seq(2).await, seq(4).await, seq(5).await);
-    s.dead_letter("hook", s4, 3, "503 from hook").await.expect("dlq");
+    s.dead_letter("hook", s4, 3, "503 from hook")
+        .await
+        .expect("dlq");
     s.dead_letter("hook", s1, 3, "timeout").await.expect("dlq");
     s.dead_letter("hook", s5, 3, "refused").await.expect("dlq");
     s.dead_letter("nats", s2, 3, "no ack").await.expect("dlq");
-    s.dead_letter("hook", s1, 4, "timeout again").await.expect("dlq again updates");
+    s.dead_letter("hook", s1, 4, "timeout again")
+        .await
+        .expect("dlq again updates");
     match s.dead_letter("hook", 999_999, 3, "x").await {
         Err(StoreError::NoSuchEvent(999_999)) => {}
         other => panic!("expected NoSuchEvent, got {other:?}"),
     }
-    assert_eq!(s.sink_cursor("hook").await.expect("cursor"), 0, "dead-lettering advances nothing");
+    assert_eq!(
+        s.sink_cursor("hook").await.expect("cursor"),
+        0,
+        "dead-lettering advances nothing"
+    );
 
     let listed = s.dlq_list(Some("hook")).await.expect("list");
-    assert_eq!(listed.iter().map(|d| d.seq).collect::<Vec<_>>(), [s1, s4, s5]);
+    assert_eq!(
+        listed.iter().map(|d| d.seq).collect::<Vec<_>>(),
+        [s1, s4, s5]
+    );
     assert_eq!(listed[0].attempts, 4);
     assert_eq!(listed[0].error, "timeout again");
     assert_eq!(listed[0].event, ev(1, EventKind::AgentFailed));
@@ -458,39 +550,68 @@ pub async fn dlq_take_in_seq_order(s: &Store) {
     assert_eq!(s.dlq_list(None).await.expect("list").len(), 4);
 
     let some = s
-        .dlq_take("hook", Some(&[ev(5, EventKind::AgentFailed).id, ev(1, EventKind::AgentFailed).id]))
+        .dlq_take(
+            "hook",
+            Some(&[
+                ev(5, EventKind::AgentFailed).id,
+                ev(1, EventKind::AgentFailed).id,
+            ]),
+        )
         .await
         .expect("take");
     assert_eq!(some.iter().map(|d| d.seq).collect::<Vec<_>>(), [s1, s5]);
     let rest = s.dlq_take("hook", None).await.expect("take");
     assert_eq!(rest.iter().map(|d| d.seq).collect::<Vec<_>>(), [s4]);
     assert!(s.dlq_list(Some("hook")).await.expect("list").is_empty());
-    assert_eq!(s.dlq_list(None).await.expect("list").len(), 1, "other sinks untouched");
+    assert_eq!(
+        s.dlq_list(None).await.expect("list").len(),
+        1,
+        "other sinks untouched"
+    );
 }
 
 pub async fn shed_over_cap_drops_oldest(s: &Store) {
-    let writes = (1..=10).map(|i| Write::Event(ev(i, EventKind::TurnCompleted))).collect();
+    let writes = (1..=10)
+        .map(|i| Write::Event(ev(i, EventKind::TurnCompleted)))
+        .collect();
     s.commit(writes).await.expect("commit");
     let all = all_events(s).await;
     s.register_sink("hook").await.expect("register");
     s.register_sink("nats").await.expect("register");
     s.ack_sink("hook", all[2].seq).await.expect("ack");
     s.ack_sink("nats", all[6].seq).await.expect("ack");
-    assert_eq!(s.outbox_depth().await.expect("depth"), 7, "slowest sink is 7 behind");
-    assert_eq!(s.shed_over_cap(20).await.expect("shed"), 0, "under the cap nothing goes");
+    assert_eq!(
+        s.outbox_depth().await.expect("depth"),
+        7,
+        "slowest sink is 7 behind"
+    );
+    assert_eq!(
+        s.shed_over_cap(20).await.expect("shed"),
+        0,
+        "under the cap nothing goes"
+    );
     assert_eq!(all_events(s).await.len(), 10);
     // Over cap 5: the 3 acked by both are pruned (not counted), 2 more shed.
     assert_eq!(s.shed_over_cap(5).await.expect("shed"), 2);
     let left = all_events(s).await;
-    assert_eq!(left.iter().map(|e| e.seq).collect::<Vec<_>>(), all[5..].iter().map(|e| e.seq).collect::<Vec<_>>());
+    assert_eq!(
+        left.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        all[5..].iter().map(|e| e.seq).collect::<Vec<_>>()
+    );
     assert_eq!(s.outbox_depth().await.expect("depth"), 5);
     s.ack_sink("hook", all[9].seq).await.expect("ack");
-    assert_eq!(s.prune_delivered().await.expect("prune"), 2, "acked by both: seqs 6 and 7");
+    assert_eq!(
+        s.prune_delivered().await.expect("prune"),
+        2,
+        "acked by both: seqs 6 and 7"
+    );
     assert_eq!(s.outbox_depth().await.expect("depth"), 3);
     // Seqs are never reused after pruning.
     s.ack_sink("nats", all[9].seq).await.expect("ack");
     s.prune_delivered().await.expect("prune");
-    s.commit(vec![Write::Event(ev(11, EventKind::TurnCompleted))]).await.expect("commit");
+    s.commit(vec![Write::Event(ev(11, EventKind::TurnCompleted))])
+        .await
+        .expect("commit");
     assert!(s.last_seq().await.expect("last") > all[9].seq);
 }
 
@@ -507,20 +628,37 @@ pub async fn watch_seq_wakes(s: &Store) {
         .expect("watch open");
     let now = *rx.borrow();
     assert!(now > start);
-    assert_eq!(Some(now), s.seq_of(&ev(1, EventKind::AgentPaused).id).await.expect("seq_of"));
+    assert_eq!(
+        Some(now),
+        s.seq_of(&ev(1, EventKind::AgentPaused).id)
+            .await
+            .expect("seq_of")
+    );
 }
 
 pub async fn bad_writes_fail_alone(s: &Store) {
     let mut bad = agent("bad");
     bad.turns = u64::MAX;
-    match s.commit(vec![Write::Agent(bad.clone()), Write::Event(ev(1, EventKind::AgentPaused))]).await {
+    match s
+        .commit(vec![
+            Write::Agent(bad.clone()),
+            Write::Event(ev(1, EventKind::AgentPaused)),
+        ])
+        .await
+    {
         Err(StoreError::Invalid { what, detail }) => {
             assert_eq!(what, "agent bad");
             assert!(detail.contains("turns"), "{detail}");
         }
         other => panic!("expected Invalid, got {other:?}"),
     }
-    assert_eq!(s.seq_of(&ev(1, EventKind::AgentPaused).id).await.expect("seq_of"), None, "nothing of a refused commit lands");
+    assert_eq!(
+        s.seq_of(&ev(1, EventKind::AgentPaused).id)
+            .await
+            .expect("seq_of"),
+        None,
+        "nothing of a refused commit lands"
+    );
     s.submit(vec![Write::Agent(bad)]);
     s.submit(vec![Write::Agent(agent("good"))]);
     match s.flush().await {

@@ -1,0 +1,254 @@
+//! The closed-loop load generator.
+//!
+//! `c` workers each own one keep-alive HTTP/1.1 connection (a bare hyper
+//! client connection: no pool, no redirects, no TLS) and send the next request
+//! as soon as the previous response has been read to its end. Every worker
+//! runs a warm-up first (samples discarded, connections and caches warm), then
+//! records each request that *starts* inside the measured window: the time to
+//! the first body frame (for a stream, the first SSE frame) and the time to the
+//! last byte. Closed-loop load means a slower server gets fewer requests,
+//! which is exactly how an agent (one call at a time per agent) behaves.
+//!
+//! A response counts as an error, not a sample, when its status is not 200,
+//! the connection fails, or a stream ends without `data: [DONE]`, so a
+//! gateway that cut or broke answers could not look fast by doing so.
+
+use crate::stats::{Summary, summarize};
+use anyhow::Context;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Where to send requests.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    /// e.g. `/v1/chat/completions`.
+    pub path: String,
+}
+
+/// One load run's shape.
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    pub concurrency: usize,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub stream: bool,
+    /// The JSON request body, sent as is.
+    pub body: Bytes,
+}
+
+/// An OpenAI chat request for `model` with a user message of about `prompt_bytes` bytes.
+pub fn chat_body(model: &str, stream: bool, prompt_bytes: usize) -> Bytes {
+    let mut content = String::with_capacity(prompt_bytes + 8);
+    let mut i = 0usize;
+    while content.len() < prompt_bytes {
+        content.push_str(["lorem ", "ipsum ", "dolor ", "sit ", "amet "][i % 5]);
+        i += 1;
+    }
+    let v = serde_json::json!({
+        "model": model,
+        "stream": stream,
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": content.trim_end()},
+        ],
+    });
+    Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
+}
+
+/// What one worker recorded.
+#[derive(Default)]
+struct WorkerResult {
+    total_ns: Vec<u64>,
+    ttfb_ns: Vec<u64>,
+    errors: u64,
+}
+
+/// Runs the closed loop against `ep` and summarises the measured window.
+pub async fn run(ep: &Endpoint, spec: &LoadSpec) -> anyhow::Result<Summary> {
+    let measure_start = Instant::now() + spec.warmup;
+    let end = measure_start + spec.duration;
+    let mut workers = Vec::with_capacity(spec.concurrency);
+    for _ in 0..spec.concurrency {
+        let ep = ep.clone();
+        let spec = spec.clone();
+        workers.push(tokio::spawn(async move {
+            worker(&ep, &spec, measure_start, end).await
+        }));
+    }
+    let mut total = Vec::new();
+    let mut ttfb = Vec::new();
+    let mut errors = 0;
+    for w in workers {
+        let r = w.await.context("a load worker panicked")??;
+        total.extend(r.total_ns);
+        ttfb.extend(r.ttfb_ns);
+        errors += r.errors;
+    }
+    Ok(summarize(total, ttfb, errors, spec.duration))
+}
+
+async fn connect(ep: &Endpoint) -> anyhow::Result<SendRequest<Full<Bytes>>> {
+    let stream = tokio::net::TcpStream::connect(ep.addr)
+        .await
+        .with_context(|| format!("cannot connect to {}", ep.addr))?;
+    stream.set_nodelay(true)?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+async fn worker(
+    ep: &Endpoint,
+    spec: &LoadSpec,
+    measure_start: Instant,
+    end: Instant,
+) -> anyhow::Result<WorkerResult> {
+    let mut out = WorkerResult::default();
+    let host = ep.addr.to_string();
+    let mut sender = connect(ep).await?;
+    loop {
+        let start = Instant::now();
+        if start >= end {
+            break;
+        }
+        let measured = start >= measure_start;
+        if sender.ready().await.is_err() {
+            if measured {
+                out.errors += 1;
+            }
+            sender = connect(ep).await?;
+            continue;
+        }
+        let req = Request::post(ep.path.as_str())
+            .header("host", host.as_str())
+            .header("content-type", "application/json")
+            .body(Full::new(spec.body.clone()))?;
+        match one(&mut sender, req, spec.stream, start).await {
+            Ok((ttfb, total)) => {
+                if measured {
+                    out.ttfb_ns.push(ttfb.as_nanos() as u64);
+                    out.total_ns.push(total.as_nanos() as u64);
+                }
+            }
+            Err(_) => {
+                if measured {
+                    out.errors += 1;
+                }
+                // The connection may be unusable after a failed exchange.
+                sender = connect(ep).await?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Sends one request and reads the response to its end: (time to first body frame, total).
+async fn one(
+    sender: &mut SendRequest<Full<Bytes>>,
+    req: Request<Full<Bytes>>,
+    stream: bool,
+    start: Instant,
+) -> anyhow::Result<(Duration, Duration)> {
+    let resp = sender.send_request(req).await?;
+    let status = resp.status();
+    let mut body = resp.into_body();
+    let mut first = None;
+    // For streams only the tail is kept, to check for the closing `[DONE]`.
+    let mut tail: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame?;
+        if let Some(d) = frame.data_ref() {
+            if first.is_none() {
+                first = Some(start.elapsed());
+            }
+            if stream {
+                tail.extend_from_slice(d);
+                if tail.len() > 64 {
+                    tail.drain(..tail.len() - 64);
+                }
+            }
+        }
+    }
+    let total = start.elapsed();
+    anyhow::ensure!(status == 200, "status {status}");
+    if stream {
+        let done = tail.windows(6).any(|w| w == b"[DONE]");
+        anyhow::ensure!(done, "stream ended without [DONE]");
+    }
+    Ok((first.unwrap_or(total), total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn against_chaos(model: &str, stream: bool) -> Summary {
+        let chaos = hale_chaos::spawn(
+            "127.0.0.1:0".parse().expect("addr"),
+            hale_chaos::ChaosConfig::default(),
+        )
+        .await
+        .expect("chaos starts");
+        let ep = Endpoint {
+            addr: chaos.addr,
+            path: "/v1/chat/completions".into(),
+        };
+        let spec = LoadSpec {
+            concurrency: 2,
+            warmup: Duration::from_millis(20),
+            duration: Duration::from_millis(200),
+            stream,
+            body: chat_body(model, stream, 100),
+        };
+        run(&ep, &spec).await.expect("the load runs")
+    }
+
+    #[tokio::test]
+    async fn complete_answers_are_recorded_without_errors() {
+        let s = against_chaos("ok:tokens=16", false).await;
+        assert!(s.requests > 0);
+        assert_eq!(s.errors, 0);
+        assert!(s.ttfb_p50_us <= s.p50_us);
+    }
+
+    #[tokio::test]
+    async fn streams_are_recorded_with_first_byte_before_last() {
+        let s = against_chaos("ok:tokens=16", true).await;
+        assert!(s.requests > 0);
+        assert_eq!(s.errors, 0);
+        assert!(s.ttfb_p50_us <= s.p50_us);
+        assert!(s.ttfb_p99_us <= s.max_us);
+    }
+
+    #[tokio::test]
+    async fn a_stream_without_done_counts_as_an_error() {
+        let s = against_chaos("no-done", true).await;
+        assert_eq!(s.requests, 0);
+        assert!(s.errors > 0);
+    }
+
+    #[tokio::test]
+    async fn a_non_200_counts_as_an_error() {
+        let s = against_chaos("error-500", false).await;
+        assert_eq!(s.requests, 0);
+        assert!(s.errors > 0);
+    }
+
+    #[test]
+    fn chat_body_is_an_openai_request_of_the_asked_size() {
+        let b = chat_body("ok:tokens=16", true, 1000);
+        let v: serde_json::Value = serde_json::from_slice(&b).expect("json");
+        assert_eq!(v["model"], "ok:tokens=16");
+        assert_eq!(v["stream"], true);
+        let user = v["messages"][1]["content"].as_str().expect("user text");
+        assert!((995..=1000).contains(&user.len()), "{}", user.len());
+    }
+}

@@ -1,0 +1,355 @@
+//! `hale-bench`: hale's gateway load benchmark (BENCHMARKS.md, "Gateway load").
+//!
+//! Starts `hale chaos` (model `ok`: a normal answer, the cheapest provider
+//! there is) and `hale serve` in front of it, with the journal on, as separate
+//! processes of the release `hale` binary. Then, for each mode (non-streaming,
+//! streaming) and each concurrency, it runs the same closed-loop load first
+//! DIRECT against chaos and then THROUGH hale, and reports both and the
+//! difference: what hale adds. Direct and through-hale runs sit next to each
+//! other in time, so the machine's noise hits both alike; the ratios and
+//! differences are the figures to read, not the absolute numbers.
+//!
+//! Nothing is pinned: client, chaos and hale share the machine's cores, and
+//! the client competes for CPU (through hale there are two servers to run).
+
+mod load;
+mod procs;
+mod stats;
+
+use anyhow::{Context, bail};
+use clap::{Parser, ValueEnum};
+use serde::Serialize;
+use stats::Summary;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser, Debug, Clone, Serialize)]
+#[command(
+    name = "hale-bench",
+    about = "hale's gateway load benchmark: direct vs through hale"
+)]
+struct Args {
+    /// Measured time per run, e.g. `10s`, `500ms`.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[serde(serialize_with = "ser_duration")]
+    duration: Duration,
+    /// Warm-up per run (not measured).
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[serde(serialize_with = "ser_duration")]
+    warmup: Duration,
+    /// Concurrencies (closed-loop workers, one connection each), comma-separated.
+    #[arg(long, default_value = "1,8,64", value_delimiter = ',')]
+    concurrency: Vec<usize>,
+    /// Which modes to run.
+    #[arg(long, value_enum, default_value_t = StreamMode::Both)]
+    stream: StreamMode,
+    /// The model asked of chaos (`ok` = a normal answer of `tokens` words).
+    #[arg(long, default_value = "ok:tokens=16")]
+    model: String,
+    /// Size of the user message in each request, in bytes.
+    #[arg(long, default_value_t = 1000)]
+    prompt_bytes: usize,
+    /// Worker threads of the load client's runtime.
+    #[arg(long, default_value_t = 1)]
+    client_threads: usize,
+    /// hale's data_dir (the SQLite journal); default: a fresh temporary dir
+    /// on disk. Point it at a tmpfs to take the disk out of the picture.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// The hale binary; default: `hale` next to this binary, or target/release/hale.
+    #[arg(long)]
+    hale_bin: Option<PathBuf>,
+    /// Where to write the results as JSON.
+    #[arg(long, default_value = "target/hale-bench.json")]
+    out: PathBuf,
+    /// Skip the direct runs (e.g. while profiling hale).
+    #[arg(long)]
+    hale_only: bool,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum StreamMode {
+    /// Non-streaming only.
+    Off,
+    /// Streaming only.
+    On,
+    /// Both.
+    Both,
+}
+
+fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+/// Parses `10s`, `1.5s`, `500ms`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a duration: {s:?} (use e.g. 10s or 500ms)"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("not a duration: {s:?}"));
+    }
+    Ok(Duration::from_secs_f64(v * scale))
+}
+
+/// One (mode, concurrency) row of the results.
+#[derive(Debug, Serialize)]
+struct Row {
+    mode: &'static str,
+    concurrency: usize,
+    direct: Option<Summary>,
+    hale: Summary,
+    /// hale p50 − direct p50, µs.
+    added_p50_us: Option<f64>,
+    /// hale p99 − direct p99, µs.
+    added_p99_us: Option<f64>,
+    /// hale RPS / direct RPS.
+    rps_ratio: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    machine: Machine,
+    unix_time: u64,
+    args: Args,
+    journal_bytes: u64,
+    rows: Vec<Row>,
+}
+
+#[derive(Debug, Serialize)]
+struct Machine {
+    nproc: usize,
+    cpu: String,
+}
+
+fn machine() -> Machine {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    Machine {
+        nproc: std::thread::available_parallelism()
+            .map(usize::from)
+            .unwrap_or(1),
+        cpu,
+    }
+}
+
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.concurrency.is_empty() || args.concurrency.contains(&0) {
+        bail!("--concurrency needs positive numbers, e.g. 1,8,64");
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.client_threads.max(1))
+        .enable_all()
+        .build()?;
+    rt.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let bin = procs::find_hale(args.hale_bin.as_deref())?;
+    let work = tempfile::Builder::new().prefix("hale-bench-").tempdir()?;
+    let data_dir = match &args.data_dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+            d.clone()
+        }
+        None => work.path().join("data"),
+    };
+    let m = machine();
+    eprintln!(
+        "hale-bench: {} ({} cores: {}), data_dir {}",
+        bin.display(),
+        m.nproc,
+        m.cpu,
+        data_dir.display()
+    );
+    let chaos = procs::start_chaos(&bin, work.path()).await?;
+    let hale = procs::start_hale(&bin, work.path(), chaos.addr, &args.model, &data_dir).await?;
+    eprintln!(
+        "chaos pid {} at {}, hale pid {} at {}",
+        chaos.child.id(),
+        chaos.addr,
+        hale.child.id(),
+        hale.addr
+    );
+
+    let modes: &[(&'static str, bool)] = match args.stream {
+        StreamMode::Off => &[("complete", false)],
+        StreamMode::On => &[("stream", true)],
+        StreamMode::Both => &[("complete", false), ("stream", true)],
+    };
+    let path = "/v1/chat/completions".to_owned();
+    let direct_ep = load::Endpoint {
+        addr: chaos.addr,
+        path: path.clone(),
+    };
+    let hale_ep = load::Endpoint {
+        addr: hale.addr,
+        path,
+    };
+    let mut rows = Vec::new();
+    for &(mode, stream) in modes {
+        for &c in &args.concurrency {
+            let spec = load::LoadSpec {
+                concurrency: c,
+                warmup: args.warmup,
+                duration: args.duration,
+                stream,
+                body: load::chat_body(&args.model, stream, args.prompt_bytes),
+            };
+            let direct = if args.hale_only {
+                None
+            } else {
+                let d = load::run(&direct_ep, &spec).await?;
+                eprintln!(
+                    "{mode:>8} c={c:<3} direct: {:>8.0} rps p50 {:>7.1} µs p99 {:>7.1} µs",
+                    d.rps, d.p50_us, d.p99_us
+                );
+                Some(d)
+            };
+            let h = load::run(&hale_ep, &spec).await?;
+            eprintln!(
+                "{mode:>8} c={c:<3} hale:   {:>8.0} rps p50 {:>7.1} µs p99 {:>7.1} µs",
+                h.rps, h.p50_us, h.p99_us
+            );
+            rows.push(Row {
+                mode,
+                concurrency: c,
+                added_p50_us: direct.as_ref().map(|d| h.p50_us - d.p50_us),
+                added_p99_us: direct.as_ref().map(|d| h.p99_us - d.p99_us),
+                rps_ratio: direct
+                    .as_ref()
+                    .filter(|d| d.rps > 0.0)
+                    .map(|d| h.rps / d.rps),
+                direct,
+                hale: h,
+            });
+        }
+    }
+    let journal_bytes = dir_bytes(&data_dir);
+    drop(hale);
+    drop(chaos);
+
+    print!("{}", table(&rows));
+    println!(
+        "journal: {} KiB in {}",
+        journal_bytes / 1024,
+        data_dir.display()
+    );
+    let report = Report {
+        machine: m,
+        unix_time: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        args: args.clone(),
+        journal_bytes,
+        rows,
+    };
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&args.out, serde_json::to_vec_pretty(&report)?)
+        .with_context(|| format!("cannot write {}", args.out.display()))?;
+    println!("results written to {}", args.out.display());
+    Ok(())
+}
+
+/// The results as a Markdown table (latencies in ms, as BENCHMARKS.md shows them).
+fn table(rows: &[Row]) -> String {
+    let ms = |us: f64| format!("{:.3}", us / 1000.0);
+    let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or_else(|| "–".to_owned(), f);
+    let mut out = String::from(
+        "| mode | c | direct RPS | direct p50 ms | direct p99 ms | hale RPS | hale p50 ms | hale p99 ms | added p50 ms | added p99 ms | RPS ratio | hale TTFB p50 ms | errors |\n\
+         |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+    );
+    for r in rows {
+        let d = r.direct.as_ref();
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.mode,
+            r.concurrency,
+            opt(d.map(|d| d.rps), &|v| format!("{v:.0}")),
+            opt(d.map(|d| d.p50_us), &ms),
+            opt(d.map(|d| d.p99_us), &ms),
+            r.hale.rps,
+            ms(r.hale.p50_us),
+            ms(r.hale.p99_us),
+            opt(r.added_p50_us, &ms),
+            opt(r.added_p99_us, &ms),
+            opt(r.rps_ratio, &|v| format!("{v:.2}")),
+            ms(r.hale.ttfb_p50_us),
+            d.map_or(0, |d| d.errors) + r.hale.errors,
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_duration_takes_seconds_and_milliseconds() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn table_shows_added_latency_and_ratio_per_row() {
+        let s = |rps: f64, p50: f64, p99: f64| Summary {
+            requests: 10,
+            errors: 0,
+            rps,
+            p50_us: p50,
+            p90_us: p50,
+            p99_us: p99,
+            max_us: p99,
+            ttfb_p50_us: p50,
+            ttfb_p99_us: p99,
+        };
+        let rows = vec![Row {
+            mode: "complete",
+            concurrency: 8,
+            direct: Some(s(1000.0, 100.0, 200.0)),
+            hale: s(800.0, 150.0, 400.0),
+            added_p50_us: Some(50.0),
+            added_p99_us: Some(200.0),
+            rps_ratio: Some(0.8),
+        }];
+        let t = table(&rows);
+        assert!(t.contains("| complete | 8 | 1000 | 0.100 | 0.200 | 800 | 0.150 | 0.400 | 0.050 | 0.200 | 0.80 | 0.150 | 0 |"), "{t}");
+    }
+}

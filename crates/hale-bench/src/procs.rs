@@ -1,0 +1,207 @@
+//! The processes under test: `hale chaos` (the provider) and `hale serve`.
+//!
+//! Both run as separate processes of the release `hale` binary, as a user
+//! would run them, on free loopback ports. hale gets a generated YAML config
+//! with one OpenAI-kind provider pointing at the chaos server and its default
+//! storage (SQLite in `data_dir`), so the journal is on, as in production.
+//! Their stderr goes to files in the work directory, so a failing start can
+//! be shown. Children are killed when their handle drops.
+
+use anyhow::{Context, bail};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a child may take to start answering.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A child process killed on drop.
+pub struct Proc {
+    pub name: &'static str,
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub log: PathBuf,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port free right now (the OS may hand it out again later; the
+/// window is short and a clash shows as a failed start).
+pub fn free_port() -> anyhow::Result<SocketAddr> {
+    let l = TcpListener::bind("127.0.0.1:0").context("cannot bind a loopback port")?;
+    Ok(l.local_addr()?)
+}
+
+/// hale's config for the benchmark: one OpenAI-kind provider at `chaos_base`
+/// (`http://…/v1`) serving `model`, the journal in `data_dir`.
+pub fn hale_config(listen: SocketAddr, chaos_base: &str, model: &str, data_dir: &Path) -> String {
+    // YAML double-quoted strings take JSON escapes, so serde_json quotes them safely.
+    let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    format!(
+        "listen: {listen}\n\
+         data_dir: {data_dir}\n\
+         providers:\n  \
+           - name: chaos\n    \
+             kind: openai\n    \
+             base_url: {base}\n    \
+             default_model: {model}\n",
+        data_dir = q(&data_dir.display().to_string()),
+        base = q(chaos_base),
+        model = q(model),
+    )
+}
+
+/// Finds the release `hale` binary next to this one, or in `target/release`.
+pub fn find_hale(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = explicit {
+        return Ok(p.to_path_buf());
+    }
+    let mut candidates = Vec::new();
+    if let Ok(me) = std::env::current_exe()
+        && let Some(dir) = me.parent()
+    {
+        candidates.push(dir.join("hale"));
+    }
+    candidates.push(PathBuf::from("target/release/hale"));
+    for c in &candidates {
+        if c.is_file() {
+            return Ok(c.clone());
+        }
+    }
+    bail!(
+        "the release hale binary was not found (looked at {candidates:?}); run `cargo build --release -p hale` first or pass --hale-bin"
+    )
+}
+
+fn spawn(
+    name: &'static str,
+    bin: &Path,
+    args: &[String],
+    addr: SocketAddr,
+    work: &Path,
+) -> anyhow::Result<Proc> {
+    let log = work.join(format!("{name}.log"));
+    let err = std::fs::File::create(&log)?;
+    let child = Command::new(bin)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .with_context(|| format!("cannot start {}", bin.display()))?;
+    Ok(Proc {
+        name,
+        child,
+        addr,
+        log,
+    })
+}
+
+/// Starts `hale chaos` on a free port and waits until it answers.
+pub async fn start_chaos(bin: &Path, work: &Path) -> anyhow::Result<Proc> {
+    let addr = free_port()?;
+    let mut p = spawn(
+        "chaos",
+        bin,
+        &["chaos".into(), "--listen".into(), addr.to_string()],
+        addr,
+        work,
+    )?;
+    wait_ready(&mut p, "/v1/models").await?;
+    Ok(p)
+}
+
+/// Starts `hale serve` with a generated config and waits until `/ready`.
+pub async fn start_hale(
+    bin: &Path,
+    work: &Path,
+    chaos: SocketAddr,
+    model: &str,
+    data_dir: &Path,
+) -> anyhow::Result<Proc> {
+    let addr = free_port()?;
+    let cfg = hale_config(addr, &format!("http://{chaos}/v1"), model, data_dir);
+    let cfg_path = work.join("hale.yaml");
+    std::fs::write(&cfg_path, cfg)?;
+    let mut p = spawn(
+        "hale",
+        bin,
+        &[
+            "serve".into(),
+            "--config".into(),
+            cfg_path.display().to_string(),
+        ],
+        addr,
+        work,
+    )?;
+    wait_ready(&mut p, "/ready").await?;
+    Ok(p)
+}
+
+/// Polls `GET path` until a 200, the child exits, or [`READY_TIMEOUT`].
+async fn wait_ready(p: &mut Proc, path: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Some(status) = p.child.try_wait()? {
+            let log = std::fs::read_to_string(&p.log).unwrap_or_default();
+            bail!(
+                "{} exited with {status} before it was ready:\n{log}",
+                p.name
+            );
+        }
+        if get_ok(p.addr, path).await {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{} did not get ready in {READY_TIMEOUT:?}", p.name);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Whether `GET path` answers 200.
+async fn get_ok(addr: SocketAddr, path: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+        return false;
+    };
+    let req = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 16];
+    matches!(s.read(&mut buf).await, Ok(n) if n >= 12 && &buf[9..12] == b"200")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hale_config_is_valid_with_one_openai_provider_and_the_journal_on() {
+        let yaml = hale_config(
+            "127.0.0.1:3999".parse().expect("addr"),
+            "http://127.0.0.1:4001/v1",
+            "ok:tokens=16",
+            Path::new("/tmp/hale bench \"dir\""),
+        );
+        let cfg =
+            hale_core::config::raw::load(&yaml, &|_| None).expect("the generated config validates");
+        assert_eq!(cfg.listen.to_string(), "127.0.0.1:3999");
+        assert_eq!(cfg.providers.len(), 1);
+        let p = &cfg.providers[0];
+        assert_eq!(p.kind, hale_core::config::ProviderKind::OpenAi);
+        assert_eq!(p.base_url, "http://127.0.0.1:4001/v1");
+        assert_eq!(p.default_model, "ok:tokens=16");
+        // Journal on: SQLite (no external storage URL) in the given data dir.
+        assert_eq!(cfg.storage, None);
+        assert_eq!(cfg.data_dir, Path::new("/tmp/hale bench \"dir\""));
+    }
+}

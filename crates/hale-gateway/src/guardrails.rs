@@ -1,0 +1,194 @@
+//! Per-task guard and spend (DESIGN §1 steps 4 and 7).
+//!
+//! The rules are hale-core's ([`hale_core::guard::TaskGuard`],
+//! [`hale_core::budget::check`]); this module keeps their state per agent ×
+//! task, feeds them the tool results found in requests and the tool calls
+//! found in responses, and turns a hit into the final 409 / 402 with its
+//! event. A task is named by `X-Hale-Task`, else the agent's one task
+//! ([`DEFAULT_TASK`]) until it is reset.
+
+use crate::error::HaleError;
+use crate::proto::{ChatRequest, Part, Usage};
+use crate::state::Gateway;
+use axum::http::StatusCode;
+use hale_core::budget::{self, BudgetHit, Spend};
+use hale_core::config::BudgetConfig;
+use hale_core::event::EventKind;
+use hale_core::guard::{GuardHit, GuardSnapshot, TaskGuard, ToolCallSeen, ToolResultSeen};
+use hale_core::models;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// The task of an agent that names none.
+pub const DEFAULT_TASK: &str = "default";
+
+/// One task's guard and spend.
+pub struct TaskRt {
+    pub guard: TaskGuard,
+    pub spend: Spend,
+}
+
+/// Every task's state, keyed by (agent, task).
+#[derive(Default)]
+pub struct Tasks {
+    map: Mutex<HashMap<(String, String), TaskRt>>,
+}
+
+impl Tasks {
+    fn with<R>(&self, agent: &str, task: &str, f: impl FnOnce(&mut TaskRt) -> R) -> R {
+        let mut map = self.map.lock().expect("tasks lock");
+        let rt = map
+            .entry((agent.to_owned(), task.to_owned()))
+            .or_insert_with(|| TaskRt {
+                guard: TaskGuard::new(Instant::now()),
+                spend: Spend::default(),
+            });
+        f(rt)
+    }
+
+    /// The guard snapshots and spend of every task of `agent`.
+    pub fn of_agent(&self, agent: &str) -> Vec<(String, GuardSnapshot, Spend)> {
+        let now = Instant::now();
+        let map = self.map.lock().expect("tasks lock");
+        map.iter()
+            .filter(|((a, _), _)| a == agent)
+            .map(|((_, t), rt)| (t.clone(), rt.guard.snapshot(now), rt.spend))
+            .collect()
+    }
+
+    /// Forgets a task (a reset or a terminated task starting over).
+    pub fn reset(&self, agent: &str, task: &str) {
+        self.map
+            .lock()
+            .expect("tasks lock")
+            .remove(&(agent.to_owned(), task.to_owned()));
+    }
+}
+
+/// The tool results a request carries.
+fn tool_results(req: &ChatRequest) -> Vec<ToolResultSeen<'_>> {
+    req.messages
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .filter_map(|p| match p {
+            Part::ToolResult { tool_call_id, content, .. } => Some(ToolResultSeen {
+                tool_call_id,
+                content,
+            }),
+            Part::Text { .. } | Part::Opaque { .. } | Part::ToolCall { .. } => None,
+        })
+        .collect()
+}
+
+/// A tool call found in a response: id, name, arguments.
+pub type CallSeen = (String, String, String);
+
+/// The tool calls among a response's parts.
+pub fn tool_calls(parts: &[Part]) -> Vec<CallSeen> {
+    parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::ToolCall { id, name, arguments } => Some((id.clone(), name.clone(), arguments.clone())),
+            Part::Text { .. } | Part::Opaque { .. } | Part::ToolResult { .. } => None,
+        })
+        .collect()
+}
+
+/// The budget that applies to `agent` (its own, else the default agent's).
+fn budget_cfg<'a>(gw: &'a Gateway, agent: &str) -> Option<&'a BudgetConfig> {
+    gw.cfg
+        .agents
+        .get(agent)
+        .or_else(|| gw.cfg.agents.get(hale_core::config::DEFAULT_AGENT))
+        .map(|a| &a.budget)
+}
+
+fn guard_error(hit: &GuardHit) -> HaleError {
+    let mut e = HaleError::new(StatusCode::CONFLICT, "safety_limit", hit.message.clone());
+    e.hale = serde_json::to_value(hit).unwrap_or_default();
+    e
+}
+
+fn guard_event(gw: &Gateway, agent: &str, task: &str, hit: &GuardHit) {
+    gw.emit(
+        gw.event(EventKind::GuardLimitHit)
+            .agent(agent)
+            .task(task)
+            .payload(serde_json::to_value(hit).unwrap_or_default()),
+    );
+}
+
+/// Step 4: counts the request and its tool results; a hit (new or old) is final.
+pub fn check_request(gw: &Gateway, agent: &str, task: &str, req: &ChatRequest) -> Result<(), HaleError> {
+    let results = tool_results(req);
+    let now = Instant::now();
+    let (res, new) = gw.tasks.with(agent, task, |rt| {
+        let before = rt.guard.hit().is_some();
+        let r = rt.guard.on_request(&gw.cfg.guard, &results, now);
+        (r, !before)
+    });
+    match res {
+        Ok(()) => Ok(()),
+        Err(hit) => {
+            if new {
+                guard_event(gw, agent, task, &hit);
+            }
+            Err(guard_error(&hit))
+        }
+    }
+}
+
+/// After a response: records its tool calls. A hit stops the task's next request.
+pub fn record_response(gw: &Gateway, agent: &str, task: &str, calls: &[CallSeen]) {
+    let seen: Vec<ToolCallSeen<'_>> = calls
+        .iter()
+        .map(|(id, name, arguments)| ToolCallSeen { id, name, arguments })
+        .collect();
+    let now = Instant::now();
+    let hit = gw.tasks.with(agent, task, |rt| {
+        let before = rt.guard.hit().is_some();
+        match rt.guard.on_response(&gw.cfg.guard, &seen, now) {
+            Err(hit) if !before => Some(hit),
+            Err(_) | Ok(()) => None,
+        }
+    });
+    if let Some(hit) = hit {
+        guard_event(gw, agent, task, &hit);
+    }
+}
+
+/// Step 7: refuses the turn when the task or the agent is at a cap.
+pub fn check_budget(gw: &Gateway, agent: &str, task: &str) -> Result<(), HaleError> {
+    let Some(cfg) = budget_cfg(gw, agent) else {
+        return Ok(());
+    };
+    let rec = gw.agent_record(agent);
+    let agent_spend = Spend {
+        tokens: rec.tokens_in + rec.tokens_out,
+        cost_usd: rec.cost_usd,
+    };
+    let task_spend = gw.tasks.with(agent, task, |rt| rt.spend);
+    budget::check(cfg, &agent_spend, &task_spend).map_err(|hit: BudgetHit| {
+        gw.emit(
+            gw.event(EventKind::BudgetExceeded)
+                .agent(agent)
+                .task(task)
+                .payload(serde_json::to_value(&hit).unwrap_or_default()),
+        );
+        let mut e = HaleError::new(StatusCode::PAYMENT_REQUIRED, "budget_exceeded", hit.message.clone());
+        e.hale = serde_json::to_value(&hit).unwrap_or_default();
+        e
+    })
+}
+
+/// Adds a served turn's usage to the task's spend; returns its cost in USD.
+pub fn record_spend(gw: &Gateway, agent: &str, task: &str, model: &str, usage: Usage) -> f64 {
+    let cost = models::price(model, &gw.cfg.prices)
+        .map(|p| budget::cost(p, usage.input_tokens, usage.output_tokens))
+        .unwrap_or(0.0);
+    gw.tasks.with(agent, task, |rt| {
+        rt.spend.add(usage.input_tokens + usage.output_tokens, cost);
+    });
+    cost
+}
