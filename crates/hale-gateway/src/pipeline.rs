@@ -118,8 +118,9 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
         && let Some(idx) = turn.overflow_at.take()
     {
         turn.compact_on_overflow = false;
-        retry_after_overflow(&gw, &mut turn, &mut req, idx).await;
-        result = turn::run(&gw, &mut turn, &req, None, None).await;
+        if retry_after_overflow(&gw, &mut turn, &mut req, idx).await {
+            result = turn::run(&gw, &mut turn, &req, None, None).await;
+        }
     }
     let resp = match result {
         Err(f) => {
@@ -201,8 +202,9 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
 
 /// After a `context_overflow` at target `idx`: compact below what was sent and
 /// try again; when that did not make the request smaller, leave that target
-/// and every later one known to have a smaller window.
-async fn retry_after_overflow(gw: &Gateway, turn: &mut Turn, req: &mut ChatRequest, idx: usize) {
+/// and every later one known to have a smaller window. Returns whether there
+/// is anything left to try.
+async fn retry_after_overflow(gw: &Gateway, turn: &mut Turn, req: &mut ChatRequest, idx: usize) -> bool {
     let t = turn.targets[idx].clone();
     let provider = gw.cfg.provider(&t.provider);
     let window = compact::window_of(provider, &t.model);
@@ -211,7 +213,7 @@ async fn retry_after_overflow(gw: &Gateway, turn: &mut Turn, req: &mut ChatReque
     {
         turn.compacted = true;
         compact::emit(gw, turn, &c);
-        return;
+        return true;
     }
     turn.exhausted[idx] = true;
     for (j, tj) in turn.targets.iter().enumerate() {
@@ -220,6 +222,7 @@ async fn retry_after_overflow(gw: &Gateway, turn: &mut Turn, req: &mut ChatReque
             turn.exhausted[j] = true;
         }
     }
+    turn.exhausted.iter().any(|e| !e)
 }
 
 fn tokio_stream_from(

@@ -76,6 +76,11 @@ pub struct Turn {
     pub compact_on_overflow: bool,
     /// The target that last answered `context_overflow`.
     pub overflow_at: Option<usize>,
+    /// The last failed attempt of this turn, across runs of the attempt loop:
+    /// when a later run finds no target left, the caller is told about this
+    /// failure (e.g. the `context_overflow` that exhausted the route), not
+    /// about an empty route.
+    pub last_failure: Option<Failure>,
 }
 
 /// A live stream after its first content: the events read so far and the rest.
@@ -110,6 +115,7 @@ impl Turn {
             prefilled: false,
             compact_on_overflow: false,
             overflow_at: None,
+            last_failure: None,
         }
     }
 
@@ -132,7 +138,7 @@ pub async fn run(
     mut prefill: Option<String>,
     resume: Option<&'static str>,
 ) -> Result<(usize, Served), Failure> {
-    let mut last: Option<Failure> = None;
+    let mut last: Option<Failure> = turn.last_failure.clone();
     loop {
         let now = Instant::now();
         if now >= turn.deadline {
@@ -210,6 +216,7 @@ pub async fn run(
                         message: Some(f.message.clone()),
                         resume,
                     });
+                    turn.last_failure = Some(f.clone());
                     // A target that rejects an assistant prefill is asked again without it;
                     // that rejection is never what the caller sees, nor held against the provider.
                     if pf.is_some() && f.class == ErrorClass::BadRequest {

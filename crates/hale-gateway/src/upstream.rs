@@ -137,7 +137,12 @@ pub async fn send(
     } else {
         let bytes = match tokio::time::timeout(limits.headers, resp.bytes()).await {
             Err(_) => return Err(Failure::transport(Transport::HeadersTimeout, "response body did not arrive in time")),
-            Ok(Err(e)) => return Err(Failure::transport(classify::transport_of(&e), &redact(&e))),
+            // The headers said 2xx and the body broke off before its end: a cut
+            // (stream_broken), whatever the client calls it — reqwest reports a
+            // body cut as "error decoding response body", which reads as a format
+            // error, and nothing was parsed yet. A cut is never re-sent to the
+            // same target but moves on at once.
+            Ok(Err(e)) => return Err(Failure::transport(Transport::StreamCut, &redact(&e))),
             Ok(Ok(b)) => b,
         };
         let parsed = serde_json::from_slice::<serde_json::Value>(&bytes)

@@ -71,6 +71,9 @@ pub fn anthropic(name: &str, chaos: &ChaosHandle, model: &str) -> ProviderConfig
     with_test_timeouts(ProviderConfig::new(name, ProviderKind::Anthropic, &chaos.base_url_anthropic, model))
 }
 
+/// How long [`Hale::turn`] waits for a streamed turn's journal row.
+pub const JOURNAL_WAIT: Duration = Duration::from_secs(3);
+
 /// The route every test calls.
 pub const ROUTE: &str = "r";
 
@@ -186,10 +189,21 @@ impl Hale {
     }
 
     /// The turn's record from `GET /turns/{id}`.
+    ///
+    /// A streamed turn is journalled by the relay task after the stream's last
+    /// frame went out, so a caller that asks right after `[DONE]` can race it:
+    /// this waits up to [`JOURNAL_WAIT`] for the row (see the report).
     pub async fn turn(&self, id: &str) -> Value {
-        let (s, v) = self.get_json(&format!("/turns/{id}")).await;
-        assert_eq!(s, 200, "GET /turns/{id}: {v}");
-        v
+        let t0 = Instant::now();
+        loop {
+            let (s, v) = self.get_json(&format!("/turns/{id}")).await;
+            if s == 404 && t0.elapsed() < JOURNAL_WAIT {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            assert_eq!(s, 200, "GET /turns/{id}: {v}");
+            return v;
+        }
     }
 
     /// The turn's timeline rows.
