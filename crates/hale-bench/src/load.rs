@@ -40,6 +40,11 @@ pub struct LoadSpec {
     pub stream: bool,
     /// The JSON request body, sent as is.
     pub body: Bytes,
+    /// Turns per task: worker `w` acts as agent `bench-w` and names a new
+    /// task (`X-Hale-Task`) every this many requests, as an agent starting
+    /// its next job would, so hale's per-task guard (DESIGN §1 step 4) sees
+    /// realistic tasks instead of one endless one that it rightly stops.
+    pub task_turns: u64,
 }
 
 /// An OpenAI chat request for `model` with a user message of about `prompt_bytes` bytes.
@@ -67,6 +72,16 @@ struct WorkerResult {
     total_ns: Vec<u64>,
     ttfb_ns: Vec<u64>,
     errors: u64,
+    first_error: Option<String>,
+}
+
+impl WorkerResult {
+    fn error(&mut self, measured: bool, msg: String) {
+        if measured {
+            self.errors += 1;
+        }
+        self.first_error.get_or_insert(msg);
+    }
 }
 
 /// Runs the closed loop against `ep` and summarises the measured window.
@@ -84,13 +99,17 @@ pub async fn run(ep: &Endpoint, spec: &LoadSpec) -> anyhow::Result<Summary> {
     let mut total = Vec::new();
     let mut ttfb = Vec::new();
     let mut errors = 0;
+    let mut first_error = None;
     for w in workers {
         let r = w.await.context("a load worker panicked")??;
         total.extend(r.total_ns);
         ttfb.extend(r.ttfb_ns);
         errors += r.errors;
+        first_error = first_error.or(r.first_error);
     }
-    Ok(summarize(total, ttfb, errors, spec.duration))
+    let mut s = summarize(total, ttfb, errors, spec.duration);
+    s.first_error = first_error;
+    Ok(s)
 }
 
 async fn connect(ep: &Endpoint) -> anyhow::Result<SendRequest<Full<Bytes>>> {
@@ -120,16 +139,18 @@ async fn worker(
             break;
         }
         let measured = start >= measure_start;
-        if sender.ready().await.is_err() {
-            if measured {
-                out.errors += 1;
-            }
+        if let Err(e) = sender.ready().await {
+            out.error(measured, format!("connection lost: {e}"));
             sender = connect(ep).await?;
             continue;
         }
+        let task = format!("{agent}-{}", sent / spec.task_turns.max(1));
+        sent += 1;
         let req = Request::post(ep.path.as_str())
             .header("host", host.as_str())
             .header("content-type", "application/json")
+            .header("x-hale-agent", agent.as_str())
+            .header("x-hale-task", task)
             .body(Full::new(spec.body.clone()))?;
         match one(&mut sender, req, spec.stream, start).await {
             Ok((ttfb, total)) => {
@@ -138,12 +159,12 @@ async fn worker(
                     out.total_ns.push(total.as_nanos() as u64);
                 }
             }
-            Err(_) => {
-                if measured {
-                    out.errors += 1;
+            Err(e) => {
+                out.error(measured, format!("{e:#}"));
+                // A non-200 leaves the connection usable; a broken exchange does not.
+                if sender.is_closed() {
+                    sender = connect(ep).await?;
                 }
-                // The connection may be unusable after a failed exchange.
-                sender = connect(ep).await?;
             }
         }
     }
@@ -159,6 +180,7 @@ async fn one(
 ) -> anyhow::Result<(Duration, Duration)> {
     let resp = sender.send_request(req).await?;
     let status = resp.status();
+    let mut err_body = Vec::new();
     let mut body = resp.into_body();
     let mut first = None;
     // For streams only the tail is kept, to check for the closing `[DONE]`.
@@ -169,6 +191,9 @@ async fn one(
             if first.is_none() {
                 first = Some(start.elapsed());
             }
+            if status != 200 && err_body.len() < 300 {
+                err_body.extend_from_slice(d);
+            }
             if stream {
                 tail.extend_from_slice(d);
                 if tail.len() > 64 {
@@ -178,7 +203,11 @@ async fn one(
         }
     }
     let total = start.elapsed();
-    anyhow::ensure!(status == 200, "status {status}");
+    anyhow::ensure!(
+        status == 200,
+        "status {status}: {}",
+        String::from_utf8_lossy(&err_body)
+    );
     if stream {
         let done = tail.windows(6).any(|w| w == b"[DONE]");
         anyhow::ensure!(done, "stream ended without [DONE]");
@@ -207,6 +236,7 @@ mod tests {
             duration: Duration::from_millis(200),
             stream,
             body: chat_body(model, stream, 100),
+            task_turns: 100,
         };
         run(&ep, &spec).await.expect("the load runs")
     }

@@ -49,6 +49,11 @@ struct Args {
     /// Size of the user message in each request, in bytes.
     #[arg(long, default_value_t = 1000)]
     prompt_bytes: usize,
+    /// Requests per task: each worker is its own agent and starts a new task
+    /// (`X-Hale-Task`) this often, so hale's per-task guard (max_events)
+    /// does not stop the load as it would stop a runaway agent.
+    #[arg(long, default_value_t = 200)]
+    task_turns: u64,
     /// Worker threads of the load client's runtime.
     #[arg(long, default_value_t = 1)]
     client_threads: usize,
@@ -224,6 +229,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 duration: args.duration,
                 stream,
                 body: load::chat_body(&args.model, stream, args.prompt_bytes),
+                task_turns: args.task_turns,
             };
             let direct = if args.hale_only {
                 None
@@ -236,6 +242,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 Some(d)
             };
             let h = load::run(&hale_ep, &spec).await?;
+            for (who, s) in [("direct", direct.as_ref()), ("hale", Some(&h))] {
+                if let Some(e) = s.and_then(|s| s.first_error.as_deref()) {
+                    eprintln!(
+                        "{mode:>8} c={c:<3} {who}: {} errors, first: {e}",
+                        s.map_or(0, |s| s.errors)
+                    );
+                }
+            }
             eprintln!(
                 "{mode:>8} c={c:<3} hale:   {:>8.0} rps p50 {:>7.1} µs p99 {:>7.1} µs",
                 h.rps, h.p50_us, h.p99_us
@@ -339,6 +353,7 @@ mod tests {
             max_us: p99,
             ttfb_p50_us: p50,
             ttfb_p99_us: p99,
+            first_error: None,
         };
         let rows = vec![Row {
             mode: "complete",

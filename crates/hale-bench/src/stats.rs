@@ -25,6 +25,9 @@ pub struct Summary {
     /// Time to the first body byte (streaming: the first SSE frame), µs.
     pub ttfb_p50_us: f64,
     pub ttfb_p99_us: f64,
+    /// The first failure seen (warm-up included), to tell why errors happened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
 }
 
 /// Nearest-rank percentile of sorted `samples` (ns), in microseconds; 0 when empty.
@@ -63,6 +66,7 @@ pub fn summarize(
         max_us: percentile_us(&total_ns, 100.0),
         ttfb_p50_us: percentile_us(&ttfb_ns, 50.0),
         ttfb_p99_us: percentile_us(&ttfb_ns, 99.0),
+        first_error: None,
     }
 }
 

@@ -556,7 +556,13 @@ fn stream_response(
                 .map(Step::Frame),
         );
     }
-    let mut r = Response::new(play(steps));
+    let mut steps = coalesce(steps);
+    // The common case (nothing to wait for) is one buffer: send it as a plain body.
+    let body = match steps.as_mut_slice() {
+        [Step::Frame(b)] => Body::from(std::mem::take(b)),
+        _ => play(steps),
+    };
+    let mut r = Response::new(body);
     let h = r.headers_mut();
     h.insert(
         header::CONTENT_TYPE,

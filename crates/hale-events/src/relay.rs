@@ -30,8 +30,9 @@
 //! is still recovering cannot store a later event before an earlier one.
 //!
 //! The outbox's hard cap is enforced every [`RelayTuning::shed_interval`]:
-//! `shed_over_cap` drops the oldest undelivered events; each shed is counted
-//! in [`RelayStats::shed`] and reported by an `outbox.shed` event.
+//! `shed_over_cap` drops the oldest undelivered events (down to the cap less
+//! [`SHED_HEADROOM`], leaving room for the report); each shed is counted in
+//! [`RelayStats::shed`] and reported by an `outbox.shed` event.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -59,6 +60,8 @@ pub const DEFAULT_BATCH: usize = 1024;
 pub const DEFAULT_SHED_INTERVAL: Duration = Duration::from_secs(1);
 /// A caught-up relay re-reads the outbox at least this often.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Room kept under the outbox cap after a shed, for the `outbox.shed` report.
+pub const SHED_HEADROOM: u64 = 1;
 /// Consecutive failures that open a webhook's breaker.
 pub const WEBHOOK_BREAKER_FAILURES: u32 = 3;
 /// How long a webhook's breaker stays open first (doubling per failed trial).
@@ -780,7 +783,20 @@ async fn run_cap(shared: Arc<Shared>, cap: u64, token: CancellationToken) -> any
         if !pause(&token, shared.tuning.shed_interval).await {
             return Ok(());
         }
-        match shared.store.shed_over_cap(cap).await {
+        let shed = match shared.store.shed_over_cap(cap).await {
+            // Over the cap: shed SHED_HEADROOM more, so the report below
+            // does not itself push the outbox over the cap (which would
+            // shed one event and report it again, every interval).
+            Ok(n) if n > 0 => match shared.store.shed_over_cap(cap.saturating_sub(SHED_HEADROOM)).await {
+                Ok(m) => Ok(n + m),
+                Err(e) => {
+                    tracing::warn!(error = %e, "shedding the report headroom failed");
+                    Ok(n)
+                }
+            },
+            other => other,
+        };
+        match shed {
             Ok(0) => {}
             Ok(n) => {
                 let total = shared.shed.fetch_add(n, Ordering::Relaxed) + n;

@@ -33,6 +33,11 @@ pub const EXACT_COUNT_FROM: f64 = 0.5;
 pub const SUMMARIZER_DEADLINE: Duration = Duration::from_secs(60);
 /// The most characters of one message put in a summariser transcript.
 const TRANSCRIPT_MESSAGE_CHARS: usize = 4_000;
+/// Token counts remembered per (tokenizer family, text); a long session
+/// re-sends its whole history every turn, and only new messages need counting.
+pub const TOKEN_CACHE_ENTRIES: usize = 65_536;
+/// Texts shorter than this are counted directly (hashing costs as much).
+const TOKEN_CACHE_MIN_CHARS: usize = 64;
 
 /// What a compaction did, for the `agent.compacted` event and evidence.
 #[derive(Debug, Clone, Serialize)]
@@ -45,6 +50,41 @@ pub struct Compacted {
     pub reused: bool,
     pub summarizer_calls: u32,
     pub window: u32,
+}
+
+/// Token counts by (tokenizer family, text hash), bounded, oldest forgotten first.
+#[derive(Default)]
+pub struct TokenCache {
+    map: Mutex<(HashMap<u64, u32>, VecDeque<u64>)>,
+}
+
+impl TokenCache {
+    /// Counts `text` for `model`, from the cache when it was counted before.
+    pub fn count(&self, tokenizer: &hale_tokens::Tokenizer, model: &str, text: &str) -> u32 {
+        if text.len() < TOKEN_CACHE_MIN_CHARS {
+            return tokenizer.count(model, text);
+        }
+        let family = models::tokenizer_family(model);
+        let mut h = DefaultHasher::new();
+        family.hash(&mut h);
+        text.hash(&mut h);
+        let key = h.finish();
+        if let Some(n) = self.map.lock().expect("token cache lock").0.get(&key) {
+            return *n;
+        }
+        let n = tokenizer.count_family(family, text);
+        let mut g = self.map.lock().expect("token cache lock");
+        let (map, order) = &mut *g;
+        if map.insert(key, n).is_none() {
+            order.push_back(key);
+        }
+        while order.len() > TOKEN_CACHE_ENTRIES {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
+            }
+        }
+        n
+    }
 }
 
 /// Stored compactions: prefix hash → (prefix length, replacement messages).
@@ -105,7 +145,7 @@ fn role_of(m: &Message) -> MsgRole {
 
 /// Counts one text for `model`: exact for OpenAI families, approximate otherwise.
 fn count(gw: &Gateway, model: &str, text: &str) -> u32 {
-    gw.tokenizer.count(model, text)
+    gw.token_counts.count(&gw.tokenizer, model, text)
 }
 
 fn views(gw: &Gateway, model: &str, msgs: &[Message], tool_names: &HashMap<String, String>) -> Vec<MsgView> {

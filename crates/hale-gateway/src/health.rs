@@ -46,7 +46,7 @@
 
 use crate::error::HaleError;
 use crate::pipeline::Caller;
-use crate::proto::{ChatRequest, Dialect, Part};
+use crate::proto::{ChatRequest, Dialect, Part, Role};
 use crate::state::{Gateway, wall_ms};
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -56,8 +56,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hale_core::event::{Event, EventKind};
 use hale_core::health::{
-    Decision, HealthOutput, HealthRegistry, HealthState, Heartbeat, Intervention,
-    InterventionPhase,
+    Decision, HealthOutput, HealthRegistry, HealthState, Heartbeat, Intervention, InterventionPhase,
 };
 use hale_core::recovery::{CheckpointView, RecoveryPlan, RecoveryTracker};
 use hale_store::{AgentRecord, CheckpointRecord, StoredResponse, Write};
@@ -259,14 +258,17 @@ pub fn take_nudge(gw: &Gateway, agent: &str, task: &str) -> Option<String> {
 }
 
 /// A request's fingerprint for the repeated-call rule: the last message's
-/// text and tool calls, and the tools offered.
+/// text and tool calls, and the tools offered. Trailing system messages are
+/// skipped: they are hale's nudges (or instructions), not the agent's move.
 pub fn fingerprint(req: &ChatRequest) -> u64 {
     let mut h = std::hash::DefaultHasher::new();
-    if let Some(m) = req.messages.last() {
+    if let Some(m) = req.messages.iter().rev().find(|m| m.role != Role::System) {
         for p in &m.content {
             match p {
                 Part::Text { text } => text.hash(&mut h),
-                Part::ToolCall { name, arguments, .. } => (name, arguments).hash(&mut h),
+                Part::ToolCall {
+                    name, arguments, ..
+                } => (name, arguments).hash(&mut h),
                 Part::ToolResult { content, .. } => content.hash(&mut h),
                 Part::Opaque { value, .. } => value.to_string().hash(&mut h),
             }
@@ -279,7 +281,14 @@ pub fn fingerprint(req: &ChatRequest) -> u64 {
 }
 
 /// A finished turn is a heartbeat (phase unknown).
-pub fn after_turn(gw: &Gateway, agent: &str, task: Option<&str>, fingerprint: u64, failed: bool, tokens: u64) {
+pub fn after_turn(
+    gw: &Gateway,
+    agent: &str,
+    task: Option<&str>,
+    fingerprint: u64,
+    failed: bool,
+    tokens: u64,
+) {
     let task = task_label(task);
     let hb = Heartbeat {
         task: Some(task),
@@ -323,7 +332,11 @@ pub async fn replay(gw: &Gateway, agent: &str, task: &str, body: &[u8]) -> Optio
     let stored = turn.response?;
     gw.health.heartbeat(
         agent,
-        &Heartbeat { task: Some(task), failed: Some(false), ..Heartbeat::default() },
+        &Heartbeat {
+            task: Some(task),
+            failed: Some(false),
+            ..Heartbeat::default()
+        },
         Instant::now(),
     );
     recovery_completed(gw, agent, task, true);
@@ -338,7 +351,10 @@ fn replayed_response(s: StoredResponse) -> Response {
         h.insert("content-type", v);
     }
     for (k, v) in s.headers {
-        if let (Ok(k), Ok(v)) = (axum::http::HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(&v)) {
+        if let (Ok(k), Ok(v)) = (
+            axum::http::HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(&v),
+        ) {
             h.insert(k, v);
         }
     }
@@ -372,9 +388,12 @@ pub fn tick(gw: &Gateway, now: Instant) {
         let task = gw.health.current_task(&agent);
         match o {
             HealthOutput::StateChanged(c) => {
-                let mut ev = gw.event(EventKind::HealthStateChanged).agent(&*agent).payload(json!({
-                    "from": c.from, "to": c.to, "signal": c.signal, "reason": c.reason,
-                }));
+                let mut ev = gw
+                    .event(EventKind::HealthStateChanged)
+                    .agent(&*agent)
+                    .payload(json!({
+                        "from": c.from, "to": c.to, "signal": c.signal, "reason": c.reason,
+                    }));
                 if let Some(t) = &task {
                     ev = ev.task(t.clone());
                 }
@@ -384,12 +403,15 @@ pub fn tick(gw: &Gateway, now: Instant) {
                 // Pending in the registry; delivered (and reported) by `take_nudge`.
             }
             HealthOutput::Intervention(Intervention::Escalate { reason }) => {
-                let mut ev = gw.event(EventKind::HealthEscalated).agent(&*agent).payload(json!({
-                    "reason": reason,
-                    "decide": format!("POST /agents/{agent}/decide"),
-                    "options": ["more_time", "hand_off", "terminate"],
-                    "timeout_ms": gw.cfg.health.escalation_timeout.as_millis() as u64,
-                }));
+                let mut ev = gw
+                    .event(EventKind::HealthEscalated)
+                    .agent(&*agent)
+                    .payload(json!({
+                        "reason": reason,
+                        "decide": format!("POST /agents/{agent}/decide"),
+                        "options": ["more_time", "hand_off", "terminate"],
+                        "timeout_ms": gw.cfg.health.escalation_timeout.as_millis() as u64,
+                    }));
                 if let Some(t) = &task {
                     ev = ev.task(t.clone());
                 }
@@ -414,7 +436,8 @@ fn block_task(gw: &Gateway, agent: &str, task: &str, reason: &str, now: Instant)
         book.terminated.get(agent).cloned().unwrap_or_default()
     };
     let snapshot = gw.health.reg().snapshot(agent, now);
-    let final_state = json!({"task": task, "reason": reason, "at_ms": wall_ms(), "health": snapshot});
+    let final_state =
+        json!({"task": task, "reason": reason, "at_ms": wall_ms(), "health": snapshot});
     let rec = gw.update_agent(agent, |a| {
         set_health_state(&mut a.state, &terminated, Some(&final_state));
     });
@@ -450,9 +473,14 @@ pub fn terminate(gw: &Gateway, agent: &str, task: &str, reason: &str) {
         r.terminate(agent, reason, now)
     };
     if let Some(c) = change {
-        gw.emit(gw.event(EventKind::HealthStateChanged).agent(agent).task(task).payload(json!({
-            "from": c.from, "to": c.to, "signal": c.signal, "reason": c.reason,
-        })));
+        gw.emit(
+            gw.event(EventKind::HealthStateChanged)
+                .agent(agent)
+                .task(task)
+                .payload(json!({
+                    "from": c.from, "to": c.to, "signal": c.signal, "reason": c.reason,
+                })),
+        );
     }
     block_task(gw, agent, task, reason, now);
 }
@@ -477,7 +505,13 @@ fn unblock(gw: &Gateway, agent: &str, task: &str) {
 /// An operator resumed `agent`: health back to watching, its terminated
 /// tasks unblocked.
 pub fn on_resume(gw: &Gateway, agent: &str) {
-    let tasks = gw.health.book().terminated.get(agent).cloned().unwrap_or_default();
+    let tasks = gw
+        .health
+        .book()
+        .terminated
+        .get(agent)
+        .cloned()
+        .unwrap_or_default();
     for t in &tasks {
         unblock(gw, agent, t);
     }
@@ -493,26 +527,45 @@ pub fn router() -> Router<Arc<Gateway>> {
         .route("/agents/{id}/decide", post(decide))
         .route("/agents/{id}/terminate", post(terminate_route))
         .route("/agents/{id}/tasks/{task}", get(task_view))
-        .route("/agents/{id}/tasks/{task}/checkpoints", post(put_checkpoint).get(list_checkpoints))
-        .route("/agents/{id}/tasks/{task}/checkpoints/{cp}", get(get_checkpoint))
+        .route(
+            "/agents/{id}/tasks/{task}/checkpoints",
+            post(put_checkpoint).get(list_checkpoints),
+        )
+        .route(
+            "/agents/{id}/tasks/{task}/checkpoints/{cp}",
+            get(get_checkpoint),
+        )
         .route("/agents/{id}/tasks/{task}/recover", post(recover))
         .route("/agents/{id}/checkpoints", get(list_agent_checkpoints))
 }
 
-fn auth_agent(gw: &Gateway, peer: SocketAddr, headers: &HeaderMap, agent: &str) -> Result<Caller, Response> {
-    let caller = crate::http::authorize(gw, peer, headers, false).map_err(|e| e.into_response(Dialect::OpenAi))?;
+/// `Some(response)` when the caller may not act as `agent`.
+fn auth_agent(
+    gw: &Gateway,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    agent: &str,
+) -> Option<Response> {
+    let caller: Caller = match crate::http::authorize(gw, peer, headers, false) {
+        Ok(c) => c,
+        Err(e) => return Some(e.into_response(Dialect::OpenAi)),
+    };
     if let Some(allowed) = &caller.agents
         && !allowed.iter().any(|a| a == agent)
     {
-        return Err(HaleError::forbidden(format!("this key may not act as agent {agent}")).into_response(Dialect::OpenAi));
+        return Some(
+            HaleError::forbidden(format!("this key may not act as agent {agent}"))
+                .into_response(Dialect::OpenAi),
+        );
     }
-    Ok(caller)
+    None
 }
 
-fn auth_admin(gw: &Gateway, peer: SocketAddr, headers: &HeaderMap) -> Result<(), Response> {
+/// `Some(response)` when the caller is not an admin.
+fn auth_admin(gw: &Gateway, peer: SocketAddr, headers: &HeaderMap) -> Option<Response> {
     crate::http::authorize(gw, peer, headers, true)
-        .map(|_| ())
-        .map_err(|e| e.into_response(Dialect::OpenAi))
+        .err()
+        .map(|e| e.into_response(Dialect::OpenAi))
 }
 
 fn bad(msg: impl Into<String>) -> Response {
@@ -520,7 +573,11 @@ fn bad(msg: impl Into<String>) -> Response {
 }
 
 fn store_err(e: impl std::fmt::Display) -> Response {
-    (StatusCode::INTERNAL_SERVER_ERROR, format!("store error: {e}")).into_response()
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("store error: {e}"),
+    )
+        .into_response()
 }
 
 #[derive(Deserialize, Default)]
@@ -545,7 +602,7 @@ async fn heartbeat(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = auth_agent(&gw, peer, &headers, &id) {
+    if let Some(r) = auth_agent(&gw, peer, &headers, &id) {
         return r;
     }
     let hb: HeartbeatBody<'_> = if body.is_empty() {
@@ -591,46 +648,77 @@ async fn decide(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = auth_admin(&gw, peer, &headers) {
+    if let Some(r) = auth_admin(&gw, peer, &headers) {
         return r;
     }
     let b: DecideBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
-        Err(e) => return bad(format!("invalid decision: {e}; expected {{\"decision\": \"more_time\"|\"hand_off\"|\"terminate\"}}")),
+        Err(e) => {
+            return bad(format!(
+                "invalid decision: {e}; expected {{\"decision\": \"more_time\"|\"hand_off\"|\"terminate\"}}"
+            ));
+        }
     };
     let d = match b.decision.as_str() {
-        "more_time" => Decision::MoreTime(b.more_time_ms.map_or(gw.cfg.health.stuck_after, Duration::from_millis)),
+        "more_time" => Decision::MoreTime(
+            b.more_time_ms
+                .map_or(gw.cfg.health.stuck_after, Duration::from_millis),
+        ),
         "hand_off" => Decision::HandOff,
         "terminate" => Decision::Terminate,
-        other => return bad(format!("unknown decision {other:?}: use more_time, hand_off or terminate")),
+        other => {
+            return bad(format!(
+                "unknown decision {other:?}: use more_time, hand_off or terminate"
+            ));
+        }
     };
     let now = Instant::now();
     let result = gw.health.reg().decide(&id, d, now);
     let change = match result {
         Ok(c) => c,
-        Err(e) => return HaleError::new(StatusCode::CONFLICT, "no_escalation", e.to_string()).into_response(Dialect::OpenAi),
+        Err(e) => {
+            return HaleError::new(StatusCode::CONFLICT, "no_escalation", e.to_string())
+                .into_response(Dialect::OpenAi);
+        }
     };
-    let task = gw.health.current_task(&id).unwrap_or_else(|| crate::guardrails::DEFAULT_TASK.to_owned());
-    let reason = b.reason.unwrap_or_else(|| format!("operator decided {}", b.decision));
+    let task = gw
+        .health
+        .current_task(&id)
+        .unwrap_or_else(|| crate::guardrails::DEFAULT_TASK.to_owned());
+    let reason = b
+        .reason
+        .unwrap_or_else(|| format!("operator decided {}", b.decision));
     gw.emit(gw.event(EventKind::HealthDecision).agent(&id).task(&task).payload(json!({
         "decision": b.decision,
         "more_time_ms": match d { Decision::MoreTime(t) => Some(t.as_millis() as u64), Decision::HandOff | Decision::Terminate => None },
         "reason": reason,
     })));
     if let Some(c) = change {
-        gw.emit(gw.event(EventKind::HealthStateChanged).agent(&id).task(&task).payload(json!({
-            "from": c.from, "to": c.to, "signal": c.signal, "reason": c.reason,
-        })));
+        gw.emit(
+            gw.event(EventKind::HealthStateChanged)
+                .agent(&id)
+                .task(&task)
+                .payload(json!({
+                    "from": c.from, "to": c.to, "signal": c.signal, "reason": c.reason,
+                })),
+        );
     }
     match d {
         Decision::Terminate => block_task(&gw, &id, &task, &reason, now),
         Decision::HandOff => {
-            return crate::http::set_paused(&gw, &id, true, "handed off to a human by an operator decision").await;
+            return crate::http::set_paused(
+                &gw,
+                &id,
+                true,
+                "handed off to a human by an operator decision",
+            )
+            .await;
         }
         Decision::MoreTime(_) => {}
     }
     let _ = gw.store.flush().await;
-    axum::Json(json!({"agent": id, "decision": b.decision, "health": gw.health.view(&id, now)})).into_response()
+    axum::Json(json!({"agent": id, "decision": b.decision, "health": gw.health.view(&id, now)}))
+        .into_response()
 }
 
 #[derive(Deserialize, Default)]
@@ -649,7 +737,7 @@ async fn terminate_route(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = auth_admin(&gw, peer, &headers) {
+    if let Some(r) = auth_admin(&gw, peer, &headers) {
         return r;
     }
     let b: TerminateBody = if body.is_empty() {
@@ -664,7 +752,9 @@ async fn terminate_route(
         .task
         .or_else(|| gw.health.current_task(&id))
         .unwrap_or_else(|| crate::guardrails::DEFAULT_TASK.to_owned());
-    let reason = b.reason.unwrap_or_else(|| "terminated by an operator".to_owned());
+    let reason = b
+        .reason
+        .unwrap_or_else(|| "terminated by an operator".to_owned());
     terminate(&gw, &id, &task, &reason);
     if let Err(e) = gw.store.flush().await {
         return store_err(e);
@@ -679,10 +769,16 @@ async fn task_view(
     headers: HeaderMap,
     Path((id, task)): Path<(String, String)>,
 ) -> Response {
-    if let Err(r) = auth_agent(&gw, peer, &headers, &id) {
+    if let Some(r) = auth_agent(&gw, peer, &headers, &id) {
         return r;
     }
-    let recoveries = gw.health.recovery.lock().expect("recovery lock").get(&id).map_or(0, |r| r.count(&task));
+    let recoveries = gw
+        .health
+        .recovery
+        .lock()
+        .expect("recovery lock")
+        .get(&id)
+        .map_or(0, |r| r.count(&task));
     let book = gw.health.book();
     axum::Json(json!({
         "agent": id,
@@ -702,17 +798,27 @@ pub fn checkpoint_valid(c: &CheckpointRecord) -> bool {
 
 /// Emits `checkpoint.corrupt` once per checkpoint per process (`force`: always).
 fn report_corrupt(gw: &Gateway, c: &CheckpointRecord, force: bool) {
-    let first = gw.health.reported.lock().expect("reported lock").insert(format!("{}/{}", c.agent, c.id));
+    let first = gw
+        .health
+        .reported
+        .lock()
+        .expect("reported lock")
+        .insert(format!("{}/{}", c.agent, c.id));
     if first || force {
         let actual = hex::encode(Sha256::digest(&c.body));
-        gw.emit(gw.event(EventKind::CheckpointCorrupt).agent(&c.agent).task(&c.task).payload(json!({
-            "checkpoint": c.id,
-            "parent": c.parent,
-            "stored_sha256": c.sha256,
-            "actual_sha256": actual,
-            "hash_matches": actual.eq_ignore_ascii_case(&c.sha256),
-            "parses": serde_json::from_slice::<serde::de::IgnoredAny>(&c.body).is_ok(),
-        })));
+        gw.emit(
+            gw.event(EventKind::CheckpointCorrupt)
+                .agent(&c.agent)
+                .task(&c.task)
+                .payload(json!({
+                    "checkpoint": c.id,
+                    "parent": c.parent,
+                    "stored_sha256": c.sha256,
+                    "actual_sha256": actual,
+                    "hash_matches": actual.eq_ignore_ascii_case(&c.sha256),
+                    "parses": serde_json::from_slice::<serde::de::IgnoredAny>(&c.body).is_ok(),
+                })),
+        );
     }
 }
 
@@ -736,7 +842,7 @@ async fn put_checkpoint(
     axum::extract::Query(q): axum::extract::Query<CheckpointQuery>,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = auth_agent(&gw, peer, &headers, &id) {
+    if let Some(r) = auth_agent(&gw, peer, &headers, &id) {
         return r;
     }
     if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
@@ -745,7 +851,10 @@ async fn put_checkpoint(
     let parent = match q.parent.filter(|p| !p.is_empty()) {
         Some(p) => match gw.store.checkpoint(&id, &p).await {
             Ok(Some(_)) => Some(p),
-            Ok(None) => return HaleError::not_found(format!("parent checkpoint {p} not found")).into_response(Dialect::OpenAi),
+            Ok(None) => {
+                return HaleError::not_found(format!("parent checkpoint {p} not found"))
+                    .into_response(Dialect::OpenAi);
+            }
             Err(e) => return store_err(e),
         },
         // Default parent: the task's newest checkpoint, so the chain is kept.
@@ -767,7 +876,14 @@ async fn put_checkpoint(
     if let Err(e) = gw.store.commit(vec![Write::Checkpoint(rec.clone())]).await {
         return store_err(e);
     }
-    gw.health.heartbeat(&id, &Heartbeat { task: Some(&task), ..Heartbeat::default() }, Instant::now());
+    gw.health.heartbeat(
+        &id,
+        &Heartbeat {
+            task: Some(&task),
+            ..Heartbeat::default()
+        },
+        Instant::now(),
+    );
     (StatusCode::CREATED, axum::Json(meta(&rec, true))).into_response()
 }
 
@@ -777,7 +893,7 @@ async fn list_checkpoints(
     headers: HeaderMap,
     Path((id, task)): Path<(String, String)>,
 ) -> Response {
-    if let Err(r) = auth_agent(&gw, peer, &headers, &id) {
+    if let Some(r) = auth_agent(&gw, peer, &headers, &id) {
         return r;
     }
     list(&gw, &id, Some(&task)).await
@@ -789,7 +905,7 @@ async fn list_agent_checkpoints(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    if let Err(r) = auth_agent(&gw, peer, &headers, &id) {
+    if let Some(r) = auth_agent(&gw, peer, &headers, &id) {
         return r;
     }
     list(&gw, &id, None).await
@@ -820,7 +936,7 @@ async fn get_checkpoint(
     headers: HeaderMap,
     Path((id, task, cp)): Path<(String, String, String)>,
 ) -> Response {
-    if let Err(r) = auth_agent(&gw, peer, &headers, &id) {
+    if let Some(r) = auth_agent(&gw, peer, &headers, &id) {
         return r;
     }
     // `latest`: the newest valid checkpoint of the task.
@@ -846,14 +962,18 @@ async fn get_checkpoint(
         }
     };
     let Some(c) = found else {
-        return HaleError::not_found(format!("no checkpoint {cp} for task {task} of agent {id}")).into_response(Dialect::OpenAi);
+        return HaleError::not_found(format!("no checkpoint {cp} for task {task} of agent {id}"))
+            .into_response(Dialect::OpenAi);
     };
     if !checkpoint_valid(&c) {
         report_corrupt(&gw, &c, false);
         return HaleError::new(
             StatusCode::CONFLICT,
             "checkpoint_corrupt",
-            format!("checkpoint {} is corrupt (hash mismatch or unparsable body) and is not served", c.id),
+            format!(
+                "checkpoint {} is corrupt (hash mismatch or unparsable body) and is not served",
+                c.id
+            ),
         )
         .into_response(Dialect::OpenAi);
     }
@@ -864,7 +984,11 @@ fn checkpoint_response(c: &CheckpointRecord) -> Response {
     let mut resp = Response::new(Body::from(c.body.clone()));
     let h = resp.headers_mut();
     h.insert("content-type", HeaderValue::from_static("application/json"));
-    for (k, v) in [("x-hale-checkpoint-id", Some(&c.id)), ("x-hale-checkpoint-sha256", Some(&c.sha256)), ("x-hale-checkpoint-parent", c.parent.as_ref())] {
+    for (k, v) in [
+        ("x-hale-checkpoint-id", Some(&c.id)),
+        ("x-hale-checkpoint-sha256", Some(&c.sha256)),
+        ("x-hale-checkpoint-parent", c.parent.as_ref()),
+    ] {
         if let Some(v) = v.and_then(|v| HeaderValue::from_str(v).ok()) {
             h.insert(k, v);
         }
@@ -874,13 +998,22 @@ fn checkpoint_response(c: &CheckpointRecord) -> Response {
 
 /// Plans the recovery of `task` after a crash or termination and, when the
 /// plan is a restart, starts it (see the module doc).
-pub async fn plan_recovery(gw: &Gateway, agent: &str, task: &str, cause: &str) -> Result<Value, hale_store::StoreError> {
+pub async fn plan_recovery(
+    gw: &Gateway,
+    agent: &str,
+    task: &str,
+    cause: &str,
+) -> Result<Value, hale_store::StoreError> {
     let cps = gw.store.checkpoints(agent, Some(task)).await?;
     let valid: Vec<bool> = cps.iter().map(checkpoint_valid).collect();
     let views: Vec<CheckpointView<'_>> = cps
         .iter()
         .zip(&valid)
-        .map(|(c, v)| CheckpointView { id: &c.id, parent: c.parent.as_deref(), valid: *v })
+        .map(|(c, v)| CheckpointView {
+            id: &c.id,
+            parent: c.parent.as_deref(),
+            valid: *v,
+        })
         .collect();
     let now = Instant::now();
     let plan = {
@@ -888,7 +1021,9 @@ pub async fn plan_recovery(gw: &Gateway, agent: &str, task: &str, cause: &str) -
         let tracker = all.entry(agent.to_owned()).or_default();
         let plan = tracker.plan(&gw.cfg.recovery, task, &views, now);
         match &plan {
-            RecoveryPlan::FromCheckpoint { .. } | RecoveryPlan::FromScratch { .. } => tracker.record_started(task, now),
+            RecoveryPlan::FromCheckpoint { .. } | RecoveryPlan::FromScratch { .. } => {
+                tracker.record_started(task, now)
+            }
             RecoveryPlan::HumanReview { .. } | RecoveryPlan::Wait { .. } => {}
         }
         (plan, tracker.count(task))
@@ -905,7 +1040,9 @@ pub async fn plan_recovery(gw: &Gateway, agent: &str, task: &str, cause: &str) -
             json!({"action": "wait", "retry_after_ms": ms})
         }
         RecoveryPlan::HumanReview { reason } => {
-            writes.push(Write::Event(ev(EventKind::RecoveryFailed).payload(json!({"reason": reason, "cause": cause, "human_review": true}))));
+            writes.push(Write::Event(ev(EventKind::RecoveryFailed).payload(
+                json!({"reason": reason, "cause": cause, "human_review": true}),
+            )));
             writes.push(Write::Event(ev(EventKind::HealthEscalated).payload(json!({
                 "reason": format!("recovery limits reached: {reason}"), "human_review": true, "cause": cause,
             }))));
@@ -925,7 +1062,10 @@ pub async fn plan_recovery(gw: &Gateway, agent: &str, task: &str, cause: &str) -
             writes.push(Write::Event(ev(EventKind::RecoveryStarted).payload(json!({
                 "attempt": attempt, "from": "checkpoint", "checkpoint": id, "skipped": skipped, "cause": cause,
             }))));
-            writes.push(Write::Event(ev(EventKind::AgentRestarting).payload(json!({"attempt": attempt, "checkpoint": id}))));
+            writes.push(Write::Event(
+                ev(EventKind::AgentRestarting)
+                    .payload(json!({"attempt": attempt, "checkpoint": id})),
+            ));
             json!({"action": "restart", "from": "checkpoint", "attempt": attempt,
                    "checkpoint": {"id": id, "body": body}, "skipped": skipped})
         }
@@ -935,10 +1075,15 @@ pub async fn plan_recovery(gw: &Gateway, agent: &str, task: &str, cause: &str) -
                     report_corrupt(gw, c, true);
                 }
             }
-            writes.push(Write::Event(ev(EventKind::RecoveryStarted).payload(json!({
-                "attempt": attempt, "from": "scratch", "cause": cause,
-            }))));
-            writes.push(Write::Event(ev(EventKind::AgentRestarting).payload(json!({"attempt": attempt, "checkpoint": null}))));
+            writes.push(Write::Event(ev(EventKind::RecoveryStarted).payload(
+                json!({
+                    "attempt": attempt, "from": "scratch", "cause": cause,
+                }),
+            )));
+            writes.push(Write::Event(
+                ev(EventKind::AgentRestarting)
+                    .payload(json!({"attempt": attempt, "checkpoint": null})),
+            ));
             if escalate {
                 writes.push(Write::Event(ev(EventKind::HealthEscalated).payload(json!({
                     "reason": "no valid checkpoint: every stored checkpoint is corrupt; restarting from scratch",
@@ -972,7 +1117,7 @@ async fn recover(
     Path((id, task)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = auth_admin(&gw, peer, &headers) {
+    if let Some(r) = auth_admin(&gw, peer, &headers) {
         return r;
     }
     let b: RecoverBody = if body.is_empty() {

@@ -38,6 +38,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/agents/{id}/pause", post(pause))
         .route("/agents/{id}/resume", post(resume))
         .route("/turns/{id}", get(turn))
+        .merge(crate::health::router())
         .with_state(gw)
 }
 
@@ -53,7 +54,7 @@ pub async fn serve(
 }
 
 /// Resolves the caller from its key; `admin` requires the admin scope.
-fn authorize(gw: &Gateway, peer: SocketAddr, headers: &HeaderMap, admin: bool) -> Result<Caller, HaleError> {
+pub(crate) fn authorize(gw: &Gateway, peer: SocketAddr, headers: &HeaderMap, admin: bool) -> Result<Caller, HaleError> {
     let keys = &gw.cfg.auth.keys;
     if keys.is_empty() {
         if peer.ip().is_loopback() {
@@ -218,6 +219,7 @@ fn agent_view(gw: &Gateway, id: &str) -> serde_json::Value {
         "last_seen_ms": rec.last_seen_ms,
         "breakers": breakers,
         "cooldowns": cooldowns,
+        "health": gw.health.view(id, now),
         "detail": rec.state,
     })
 }
@@ -273,6 +275,9 @@ pub async fn set_paused(gw: &Gateway, id: &str, paused: bool, reason: &str) -> R
             a.consecutive_failures = 0;
         }
     });
+    if !paused {
+        crate::health::on_resume(gw, id);
+    }
     let kind = if paused { EventKind::AgentPaused } else { EventKind::AgentResumed };
     let ev = gw.event(kind).agent(id).payload(json!({ "reason": reason }));
     gw.metrics.event(kind);

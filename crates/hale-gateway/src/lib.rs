@@ -14,6 +14,7 @@
 pub mod compact;
 pub mod error;
 pub mod guardrails;
+pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod pipeline;

@@ -71,6 +71,9 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
     if record.paused {
         return HaleError::agent_paused(&agent, record.consecutive_failures).into_response(dialect);
     }
+    if let Err(e) = crate::health::before_turn(&gw, &agent, &task) {
+        return e.into_response(dialect);
+    }
 
     // Idempotency: a key seen before returns the stored response; a concurrent duplicate waits.
     let idem_key = header(&headers, "idempotency-key").map(|k| format!("{agent}\u{1f}{k}"));
@@ -81,6 +84,11 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
             IdemStart::Fresh(guard) => Some(guard),
         },
     };
+
+    // Replay: a recovered task's request that already completed is answered from the journal.
+    if let Some(resp) = crate::health::replay(&gw, &agent, &task, &body).await {
+        return resp;
+    }
 
     // Guard: the task's limits; a hit is final.
     if let Err(e) = guardrails::check_request(&gw, &agent, &task, &req) {
@@ -103,6 +111,10 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
     if let Some(c) = compact::compact(&gw, &turn, &mut req, &first.model, window, false).await {
         turn.compacted |= c.tier != hale_core::compaction::Tier::None || c.reused;
         compact::emit(&gw, &turn, &c);
+    }
+    // Health: a pending nudge goes last, after compaction, so it is never compacted away.
+    if let Some(nudge) = crate::health::take_nudge(&gw, &agent, &task) {
+        req.messages.push(proto::Message::text(proto::Role::System, nudge));
     }
 
     // Budget: the agent's and the task's caps.
@@ -380,6 +392,8 @@ fn finish_turn(
     let mut writes = vec![Write::Turn(record)];
     // Content-policy and bad-request failures are the caller's input, not the agent failing.
     let counts = failure.is_some_and(|f| f.class.counts_as_turn_failure());
+    let tokens = usage.input_tokens + usage.output_tokens;
+    crate::health::after_turn(gw, &turn.agent, turn.task.as_deref(), crate::health::fingerprint(req), counts, tokens);
     let max = gw.cfg.self_healing.max_consecutive_failures;
     let mut paused_now = false;
     let rec = gw.update_agent(&turn.agent, |a| {

@@ -42,6 +42,10 @@ pub struct Gateway {
     /// Stored compactions by message prefix.
     pub compactions: crate::compact::PrefixCache,
     pub tokenizer: hale_tokens::Tokenizer,
+    /// Token counts of message texts already seen.
+    pub token_counts: crate::compact::TokenCache,
+    /// Agent health, interventions, recovery (DESIGN §5).
+    pub health: crate::health::HealthRt,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -73,9 +77,9 @@ impl Gateway {
                 )
             })
             .collect();
-        let agents = store
-            .agents()
-            .await?
+        let records = store.agents().await?;
+        let health = crate::health::HealthRt::new(&records);
+        let agents = records
             .into_iter()
             .map(|r| (r.id.clone(), AgentRt { record: r }))
             .collect();
@@ -91,6 +95,8 @@ impl Gateway {
             tasks: Default::default(),
             compactions: Default::default(),
             tokenizer: hale_tokens::Tokenizer::new(),
+            token_counts: Default::default(),
+            health,
         }))
     }
 

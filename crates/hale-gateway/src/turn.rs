@@ -144,7 +144,7 @@ pub async fn run(
         if now >= turn.deadline {
             return Err(last.unwrap_or_else(|| deadline_failure()));
         }
-        let Some((idx, mode)) = choose(gw, turn, now) else {
+        let Some((idx, mode)) = choose(gw, turn, now, resume.is_some()) else {
             return Err(last.unwrap_or_else(|| Failure {
                 class: ErrorClass::Unknown,
                 retry_after: None,
@@ -304,7 +304,13 @@ fn deadline_failure() -> Failure {
 }
 
 /// Picks the next target: cooldown gates and breaker admissions in plan order.
-fn choose(gw: &Gateway, turn: &Turn, now: Instant) -> Option<(usize, Mode)> {
+///
+/// When every target is skipped, the one whose wait ends first is still
+/// called as a last resort — once, when the turn has made no call yet (one
+/// call beats failing without any), or when resuming a broken stream (the
+/// caller already holds part of the answer: the target that broke, alone on
+/// its route, may still finish it rather than the answer ending cut).
+fn choose(gw: &Gateway, turn: &Turn, now: Instant, resuming: bool) -> Option<(usize, Mode)> {
     let probe_interval = gw.cfg.retry.probe_interval;
     let mut gates = Vec::with_capacity(turn.targets.len());
     let mut trial = vec![false; turn.targets.len()];
@@ -344,8 +350,7 @@ fn choose(gw: &Gateway, turn: &Turn, now: Instant) -> Option<(usize, Mode)> {
         Pick::Normal(i) if trial[i] => Some((i, Mode::Trial)),
         Pick::Normal(i) => Some((i, Mode::Normal)),
         Pick::Probe(i) => Some((i, Mode::Probe)),
-        // Only when the turn has made no call yet: one call beats failing without any.
-        Pick::LastResort(i) if turn.timeline.is_empty() => Some((i, Mode::LastResort)),
+        Pick::LastResort(i) if turn.timeline.is_empty() || resuming => Some((i, Mode::LastResort)),
         Pick::LastResort(_) | Pick::None => None,
     }
 }

@@ -196,21 +196,24 @@ async fn stream_without_done_is_finalised_within_1s_with_usage() {
 /// answer and never sees the prefill error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_cut_with_a_fallback_that_rejects_prefill_completes_and_hides_the_error() {
-    let c = chaos().await;
-    let fault = "cut:after=40";
-    let mut backup = anthropic("backup", &c, "no-prefill");
-    backup.supports_prefill = true;
-    let h = Hale::start(config(vec![openai("primary", &c, fault), backup])).await;
     for caller in [Dialect::OpenAi, Dialect::Anthropic] {
-        c.reset();
+        let c = chaos().await;
+        let fault = "cut:after=40";
+        let mut backup = anthropic("backup", &c, "no-prefill");
+        backup.supports_prefill = true;
+        let h = Hale::start(config(vec![openai("primary", &c, fault), backup])).await;
         let call = match caller {
             Dialect::OpenAi => h.openai(ROUTE),
             Dialect::Anthropic => h.anthropic(ROUTE),
         };
         let r = call.stream(true).send().await;
         r.assert_complete(&full());
-        assert!(!r.raw.contains("prefill"), "the prefill error surfaced: {}", r.raw);
+        assert!(!r.raw.contains("not supported"), "the prefill error surfaced: {}", r.raw);
         assert_eq!(c.requests_for("no-prefill"), 2, "asked with, then without, the prefill");
+        let bodies = c.last_requests();
+        let to_backup: Vec<&Value> = bodies.iter().filter(|b| b["model"] == "no-prefill").collect();
+        assert_eq!(to_backup[0]["messages"].as_array().and_then(|m| m.last()).map(|m| m["role"].clone()), Some("assistant".into()));
+        assert_eq!(to_backup[1]["messages"].as_array().and_then(|m| m.last()).map(|m| m["role"].clone()), Some("user".into()));
         // The rejection is not held against the fallback.
         let (_, agent) = h.get_json("/agents/default").await;
         let failures = agent["breakers"]["backup"]["failures_in_window"].as_u64().unwrap_or(0);

@@ -43,6 +43,27 @@ pub enum Cmd {
         #[arg(long)]
         script: Option<PathBuf>,
     },
+    /// Supervise an agent process: restart it from its last valid checkpoint after a crash or termination.
+    Run(crate::run::RunArgs),
+    /// Inspect and control the agents of a running gateway.
+    Agent {
+        #[command(subcommand)]
+        cmd: crate::agents_cmd::AgentCmd,
+        #[command(flatten)]
+        remote: crate::agents_cmd::Remote,
+    },
+    /// A health report of a running gateway: paused, stuck and failing agents.
+    Doctor {
+        #[command(flatten)]
+        remote: crate::agents_cmd::Remote,
+    },
+    /// Agents' checkpoints.
+    Checkpoints {
+        #[command(subcommand)]
+        cmd: crate::agents_cmd::CheckpointsCmd,
+        #[command(flatten)]
+        remote: crate::agents_cmd::Remote,
+    },
     /// Configuration tools.
     Config {
         #[command(subcommand)]
@@ -102,6 +123,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             hale_chaos::serve(listener, hale_chaos::ChaosConfig { script }, shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Run(args) => crate::run::run(args).await,
+        Cmd::Agent { cmd, remote } => crate::agents_cmd::agent(cmd, remote).await,
+        Cmd::Doctor { remote } => crate::agents_cmd::doctor(remote).await,
+        Cmd::Checkpoints { cmd, remote } => crate::agents_cmd::checkpoints(cmd, remote).await,
         Cmd::Config { cmd: ConfigCmd::Check { file } } => match load_config(&file) {
             Ok(cfg) => {
                 println!(
@@ -136,7 +161,11 @@ pub async fn serve(cfg: Config) -> anyhow::Result<()> {
         tracing::warn!("no API keys configured: only loopback clients are served");
     }
     eprintln!("hale listening on http://{}", listener.local_addr()?);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let monitor = tokio::spawn(hale_gateway::health::monitor(gw.clone(), cancel.clone()));
     hale_gateway::http::serve(gw, listener, shutdown_signal()).await?;
+    cancel.cancel();
+    let _ = monitor.await;
     store.flush().await.context("flushing the store at shutdown")?;
     store.close().await;
     Ok(())

@@ -3,8 +3,10 @@
 //! Each subcommand parses its arguments and calls into the library crates
 //! (hale-gateway, hale-chaos, hale-store, hale-core). No rule lives here.
 
+mod agents_cmd;
 mod cli;
 mod demo;
+mod run;
 
 use clap::Parser;
 

@@ -1,0 +1,217 @@
+//! End to end, what wraps the attempt loop: the agent gate (pause after
+//! failed turns, resume), idempotency keys, the evidence headers, `/metrics`,
+//! and the turn journal surviving a restart.
+
+mod common;
+
+use common::*;
+use hale_core::config::{ProviderKind, Target};
+use std::time::Duration;
+
+/// Two routes on one chaos server: `broken` (an auth failure, every time)
+/// and `healthy`.
+async fn gate_world() -> (hale_chaos::ChaosHandle, Hale) {
+    let c = chaos().await;
+    let mut cfg = config(vec![openai("bad", &c, "auth"), anthropic("good", &c, "fine")]);
+    let t = |p: &str, m: &str| Target {
+        provider: p.into(),
+        model: m.into(),
+    };
+    cfg.routes.insert("broken".into(), vec![t("bad", "auth")]);
+    cfg.routes.insert("healthy".into(), vec![t("good", "fine")]);
+    let h = Hale::start(cfg).await;
+    (c, h)
+}
+
+/// 3 failed turns pause the agent: the 4th gets 423 agent_paused without an
+/// upstream call; `GET /agents/{id}` shows counters, breakers and cooldowns;
+/// `POST /agents/{id}/resume` lets it be served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_failed_turns_pause_the_agent_without_upstream_calls_until_resumed() {
+    let (c, h) = gate_world().await;
+    let max = h.gw.cfg.self_healing.max_consecutive_failures;
+    assert_eq!(max, 3);
+    for i in 0..max {
+        let r = h.openai("broken").agent("ag").send().await;
+        assert_eq!(r.status, 503, "turn {i}: {}", r.raw);
+        assert_eq!(r.error_type(), "all_providers_failed");
+    }
+    let calls = c.requests_for("auth");
+    assert_eq!(calls, u64::from(max));
+
+    for stream in MODES {
+        let r = h.openai("healthy").agent("ag").stream(stream).send().await;
+        assert_eq!(r.status, 423, "{}", r.raw);
+        assert_eq!(r.error_type(), "agent_paused");
+        let a = h.anthropic("healthy").agent("ag").stream(stream).send().await;
+        assert_eq!(a.status, 423, "{}", a.raw);
+    }
+    assert_eq!(c.requests_for("auth"), calls, "a paused agent costs no upstream call");
+    assert_eq!(c.requests_for("fine"), 0);
+    // Another agent is not affected.
+    let other = h.openai("healthy").agent("other").send().await;
+    other.assert_complete(&full());
+
+    let (s, v) = h.get_json("/agents/ag").await;
+    assert_eq!(s, 200);
+    assert_eq!(v["state"], "paused", "{v}");
+    assert_eq!(v["consecutive_failures"], 3);
+    assert_eq!(v["counters"]["turns"], 3);
+    assert_eq!(v["counters"]["failed_turns"], 3);
+    assert!(v["breakers"]["bad"].is_object(), "breakers: {v}");
+    assert_eq!(v["cooldowns"]["bad"]["class"], "auth", "{v}");
+    assert!(v["cooldowns"]["bad"]["remaining_ms"].as_u64().unwrap_or(0) > 0, "{v}");
+
+    let (s, v) = h.post_json("/agents/ag/resume").await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["state"], "active");
+    assert_eq!(v["consecutive_failures"], 0);
+    for stream in MODES {
+        let r = h.openai("healthy").agent("ag").stream(stream).send().await;
+        r.assert_complete(&full());
+        assert_eq!(r.provider, "good");
+    }
+}
+
+/// A repeated `Idempotency-Key` returns the stored response — same status,
+/// same body, evidence — without a provider call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_key_replays_the_stored_response_without_a_provider_call() {
+    for stream in MODES {
+        let c = chaos().await;
+        let h = Hale::start(config(vec![openai("p", &c, "m")])).await;
+        let key = format!("key-{stream}");
+        let first = h.openai(ROUTE).stream(stream).header("idempotency-key", &key).send().await;
+        first.assert_complete(&full());
+        assert_eq!(c.requests_for("m"), 1);
+        let second = h.openai(ROUTE).stream(stream).header("idempotency-key", &key).send().await;
+        assert_eq!(second.status, 200);
+        assert_eq!(second.raw, first.raw, "stream={stream}: same body");
+        assert_eq!(second.turn_id, first.turn_id, "same evidence");
+        assert_eq!(second.provider, first.provider);
+        assert_eq!(second.headers.get("x-hale-idempotent-replay").map(|v| v.as_bytes()), Some(&b"true"[..]));
+        assert_eq!(c.requests_for("m"), 1, "no provider call for the replay");
+        // Another key is a new turn.
+        let third = h.openai(ROUTE).stream(stream).header("idempotency-key", "other").send().await;
+        third.assert_complete(&full());
+        assert_ne!(third.turn_id, first.turn_id);
+        assert_eq!(c.requests_for("m"), 2);
+    }
+}
+
+/// A concurrent duplicate waits for the first and gets its response; the
+/// provider is called once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_concurrent_duplicate_waits_for_the_first() {
+    let c = chaos().await;
+    let model = "slow-first-token:ms=1500";
+    let h = Hale::start(config(vec![openai("p", &c, model)])).await;
+    let a = h.openai(ROUTE).header("idempotency-key", "same").send();
+    let b = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        h.openai(ROUTE).header("idempotency-key", "same").send().await
+    };
+    let (a, b) = tokio::join!(a, b);
+    a.assert_complete(&full());
+    b.assert_complete(&full());
+    assert_eq!(a.raw, b.raw);
+    assert_eq!(a.turn_id, b.turn_id);
+    assert!(b.elapsed >= Duration::from_millis(1000), "the duplicate waited: {:?}", b.elapsed);
+    assert_eq!(c.requests_for(model), 1);
+}
+
+/// Evidence headers on a first-choice success, a failover success and an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evidence_headers_on_success_and_error() {
+    let c = chaos().await;
+    let mut cfg = config(vec![openai("first", &c, "fine"), anthropic("second", &c, BACKUP_MODEL)]);
+    let t = |p: &str, m: &str| Target {
+        provider: p.into(),
+        model: m.into(),
+    };
+    cfg.routes.insert("failing".into(), vec![t("first", "auth"), t("second", "error-503")]);
+    cfg.routes.insert("failover".into(), vec![t("first", "auth"), t("second", BACKUP_MODEL)]);
+    cfg.retry.server_error.initial = Duration::from_millis(20);
+    let h = Hale::start(cfg).await;
+
+    for stream in MODES {
+        let r = h.openai(ROUTE).stream(stream).send().await;
+        r.assert_complete(&full());
+        assert!(!r.turn_id.is_empty());
+        assert_eq!(r.provider, "first");
+        assert_eq!(r.model_header, "fine");
+        assert_eq!(r.attempts, "1");
+        assert_eq!(r.degraded, "false");
+        assert_eq!(r.headers.get("x-hale-compacted").map(|v| v.as_bytes()), Some(&b"false"[..]));
+    }
+    let r = h.anthropic("failover").send().await;
+    r.assert_complete(&full());
+    assert_eq!(r.provider, "second");
+    assert_eq!(r.model_header, BACKUP_MODEL);
+    assert_eq!(r.attempts, "2");
+    assert_eq!(r.degraded, "true");
+
+    let e = h.openai("failing").send().await;
+    assert_eq!(e.status, 503, "{}", e.raw);
+    assert!(!e.turn_id.is_empty(), "x-hale-turn-id on an error");
+    let n: usize = e.attempts.parse().expect("x-hale-attempts on an error");
+    assert!(n >= 2, "{n}");
+    assert_eq!(e.json["error"]["hale"]["turn_id"], e.turn_id.as_str());
+    assert_eq!(e.json["error"]["hale"]["timeline"].as_array().map(Vec::len), Some(n));
+    let turn = h.turn(&e.turn_id).await;
+    assert_eq!(turn["status"], "failed");
+}
+
+/// `/metrics` exposes turns, attempts by class and target, breaker states and cooldowns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_expose_turns_attempts_by_class_and_target_breakers_and_cooldowns() {
+    let (_c, h) = pair("error-503", ProviderKind::Anthropic, |cfg| {
+        cfg.retry.server_error.initial = Duration::from_millis(20);
+    })
+    .await;
+    let r = h.openai(ROUTE).send().await;
+    r.assert_complete(&full());
+    let (s, m) = h.get_text("/metrics").await;
+    assert_eq!(s, 200);
+    let has = |needles: &[&str]| m.lines().any(|l| !l.starts_with('#') && needles.iter().all(|n| l.contains(n)));
+    assert!(has(&["hale_turns"]), "{m}");
+    assert!(has(&["hale_attempts", "primary/error-503", "overloaded"]), "{m}");
+    assert!(has(&["hale_attempts", &format!("backup/{BACKUP_MODEL}"), "ok"]), "{m}");
+    assert!(has(&["breaker", "provider=\"primary\"", "state=\"closed\""]), "{m}");
+    assert!(has(&["cooldown", "provider=\"primary\""]), "{m}");
+    let cooldown_line = m
+        .lines()
+        .find(|l| !l.starts_with('#') && l.contains("cooldown") && l.contains("provider=\"primary\""))
+        .expect("cooldown line");
+    let secs: f64 = cooldown_line.rsplit(' ').next().and_then(|v| v.parse().ok()).expect("value");
+    assert!(secs > 0.0, "{cooldown_line}");
+}
+
+/// The journal survives a restart: a turn is visible through `GET /turns/{id}`
+/// after a new gateway reopens the same data directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journal_survives_a_restart() {
+    let c = chaos().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = || config(vec![openai("primary", &c, "error-500:times=1"), anthropic("backup", &c, BACKUP_MODEL)]);
+    let h = Hale::start_in(cfg(), dir.path()).await;
+    let streamed = h.openai(ROUTE).stream(true).agent("journaled").send().await;
+    streamed.assert_complete(&full());
+    let plain = h.anthropic(ROUTE).agent("journaled").send().await;
+    plain.assert_complete(&full());
+    let before = h.turn(&streamed.turn_id).await;
+    h.stop().await;
+
+    let h2 = Hale::start_in(cfg(), dir.path()).await;
+    for id in [&streamed.turn_id, &plain.turn_id] {
+        let t = h2.turn(id).await;
+        assert_eq!(t["status"], "succeeded", "{t}");
+        assert_eq!(t["agent"], "journaled");
+    }
+    let after = h2.turn(&streamed.turn_id).await;
+    assert_eq!(after["timeline"], before["timeline"]);
+    assert_eq!(classes_of(after["timeline"].as_array().expect("timeline")), ["overloaded", "ok"]);
+    let (_, agent) = h2.get_json("/agents/journaled").await;
+    assert_eq!(agent["counters"]["turns"], 2, "{agent}");
+    h2.stop().await;
+}
