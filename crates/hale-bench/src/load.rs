@@ -21,6 +21,7 @@ use hyper::Request;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Where to send requests.
@@ -86,14 +87,18 @@ impl WorkerResult {
 
 /// Runs the closed loop against `ep` and summarises the measured window.
 pub async fn run(ep: &Endpoint, spec: &LoadSpec) -> anyhow::Result<Summary> {
+    // Task names must not repeat across runs of one process: a reused name
+    // would carry the previous run's event count into hale's guard.
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let run_no = RUNS.fetch_add(1, Ordering::Relaxed);
     let measure_start = Instant::now() + spec.warmup;
     let end = measure_start + spec.duration;
     let mut workers = Vec::with_capacity(spec.concurrency);
-    for _ in 0..spec.concurrency {
+    for id in 0..spec.concurrency {
         let ep = ep.clone();
         let spec = spec.clone();
         workers.push(tokio::spawn(async move {
-            worker(&ep, &spec, measure_start, end).await
+            worker(id, run_no, &ep, &spec, measure_start, end).await
         }));
     }
     let mut total = Vec::new();
@@ -125,6 +130,8 @@ async fn connect(ep: &Endpoint) -> anyhow::Result<SendRequest<Full<Bytes>>> {
 }
 
 async fn worker(
+    id: usize,
+    run_no: u64,
     ep: &Endpoint,
     spec: &LoadSpec,
     measure_start: Instant,
@@ -132,6 +139,8 @@ async fn worker(
 ) -> anyhow::Result<WorkerResult> {
     let mut out = WorkerResult::default();
     let host = ep.addr.to_string();
+    let agent = format!("bench-{id}");
+    let mut sent = 0u64;
     let mut sender = connect(ep).await?;
     loop {
         let start = Instant::now();
@@ -144,7 +153,7 @@ async fn worker(
             sender = connect(ep).await?;
             continue;
         }
-        let task = format!("{agent}-{}", sent / spec.task_turns.max(1));
+        let task = format!("{agent}-r{run_no}-{}", sent / spec.task_turns.max(1));
         sent += 1;
         let req = Request::post(ep.path.as_str())
             .header("host", host.as_str())

@@ -11,18 +11,28 @@ use std::time::{Duration, Instant};
 
 use hale_core::config::{EventsConfig, NatsConfig};
 use hale_core::event::{Event, EventKind};
+use hale_events::nats;
 use hale_events::relay::{RelayTuning, Relays};
 use hale_events::tasks::TaskSet;
-use hale_events::nats;
 use hale_store::{Store, StoreOptions, Write};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let n: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(200_000);
-    let window: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(nats::DEFAULT_WINDOW);
+    let n: usize = args
+        .next()
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(200_000);
+    let window: usize = args
+        .next()
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(nats::DEFAULT_WINDOW);
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let nats_dir = tempfile::tempdir()?;
     let mut server = Command::new("nats-server")
         .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
@@ -48,7 +58,9 @@ async fn main() -> anyhow::Result<()> {
         })
         .collect();
     for chunk in evs.chunks(4096) {
-        store.commit(chunk.iter().cloned().map(Write::Event).collect()).await?;
+        store
+            .commit(chunk.iter().cloned().map(Write::Event).collect())
+            .await?;
     }
     let last = store.last_seq().await?;
     println!("outbox: {n} events committed in {:.2?}", t0.elapsed());

@@ -72,7 +72,11 @@ pub async fn events_tail_to(
         .map(|(k, v)| format!("{k}={}", encode(v)))
         .collect();
     let req = client()?
-        .get(format!("{}/events?{}", url.trim_end_matches('/'), qs.join("&")))
+        .get(format!(
+            "{}/events?{}",
+            url.trim_end_matches('/'),
+            qs.join("&")
+        ))
         .header(reqwest::header::ACCEPT, "text/event-stream");
     let resp = authed(req, token)
         .send()
@@ -179,11 +183,17 @@ impl SseParser {
 
 /// `hale dlq list`.
 pub async fn dlq_list(url: &str, token: Option<&str>) -> anyhow::Result<()> {
-    dlq_list_to(url, token, &mut std::io::stdout()).await.map(|_| ())
+    dlq_list_to(url, token, &mut std::io::stdout())
+        .await
+        .map(|_| ())
 }
 
 /// [`dlq_list`] writing to `out`; returns the entries too.
-pub async fn dlq_list_to(url: &str, token: Option<&str>, out: &mut dyn Write) -> anyhow::Result<Vec<DlqEntry>> {
+pub async fn dlq_list_to(
+    url: &str,
+    token: Option<&str>,
+    out: &mut dyn Write,
+) -> anyhow::Result<Vec<DlqEntry>> {
     let req = client()?.get(format!("{}/dlq", url.trim_end_matches('/')));
     let resp = authed(req, token)
         .send()
@@ -210,10 +220,18 @@ pub async fn dlq_list_to(url: &str, token: Option<&str>, out: &mut dyn Write) ->
 }
 
 /// `hale dlq replay [ID..|--all]`: fails when any event was not delivered.
-pub async fn dlq_replay(url: &str, token: Option<&str>, ids: Vec<String>, all: bool) -> anyhow::Result<()> {
+pub async fn dlq_replay(
+    url: &str,
+    token: Option<&str>,
+    ids: Vec<String>,
+    all: bool,
+) -> anyhow::Result<()> {
     let report = dlq_replay_to(url, token, ids, all, &mut std::io::stdout()).await?;
     if !report.failed.is_empty() {
-        anyhow::bail!("{} dead letter(s) not delivered; they stay in the DLQ", report.failed.len());
+        anyhow::bail!(
+            "{} dead letter(s) not delivered; they stay in the DLQ",
+            report.failed.len()
+        );
     }
     Ok(())
 }
@@ -226,7 +244,11 @@ pub async fn dlq_replay_to(
     all: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<ReplayReport> {
-    let body = ReplayRequest { ids, all, sink: None };
+    let body = ReplayRequest {
+        ids,
+        all,
+        sink: None,
+    };
     let req = client()?
         .post(format!("{}/dlq/replay", url.trim_end_matches('/')))
         .json(&body);
@@ -266,6 +288,9 @@ mod tests {
     fn sse_parser_joins_chunks_and_data_lines() {
         let mut p = SseParser::default();
         assert!(p.push(b"id: 1\nevent: a\nda").is_empty());
-        assert_eq!(p.push(b"ta: x\r\ndata: y\n\n: keep\n\ndata:z\n\n"), vec!["x\ny", "z"]);
+        assert_eq!(
+            p.push(b"ta: x\r\ndata: y\n\n: keep\n\ndata:z\n\n"),
+            vec!["x\ny", "z"]
+        );
     }
 }

@@ -75,7 +75,11 @@ impl DataDirLock {
 
     /// [`DataDirLock::acquire`] with another grace period between SIGTERM
     /// and SIGKILL.
-    pub fn acquire_with(dir: &Path, takeover: bool, grace: Duration) -> Result<DataDirLock, LockError> {
+    pub fn acquire_with(
+        dir: &Path,
+        takeover: bool,
+        grace: Duration,
+    ) -> Result<DataDirLock, LockError> {
         let path = dir.join(LOCK_FILE);
         let io = |source| LockError::Io {
             path: path.clone(),
@@ -102,7 +106,10 @@ impl DataDirLock {
         if let Some(file) = wait_for(&path, grace)? {
             return Self::hold(file, path);
         }
-        tracing::warn!(pid = owner, "takeover: owner still running after the grace period; sending SIGKILL");
+        tracing::warn!(
+            pid = owner,
+            "takeover: owner still running after the grace period; sending SIGKILL"
+        );
         signal(owner, "KILL");
         match wait_for(&path, KILL_WAIT)? {
             Some(file) => Self::hold(file, path),
@@ -213,7 +220,9 @@ fn signal(pid: u32, sig: &str) {
         .status()
     {
         Ok(status) if status.success() => {}
-        Ok(status) => tracing::warn!(pid, sig, %status, "kill reported a failure (owner already gone?)"),
+        Ok(status) => {
+            tracing::warn!(pid, sig, %status, "kill reported a failure (owner already gone?)")
+        }
         Err(e) => tracing::warn!(pid, sig, error = %e, "cannot run kill"),
     }
 }

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use hale_core::breaker::{Admission, CallOutcome, SharedBreaker};
 use hale_core::config::{BreakerConfig, EventsConfig, NatsConfig};
 use hale_core::event::{Event, EventKind};
-use hale_store::{StoreError, Store, StoredEvent, Write};
+use hale_store::{Store, StoreError, StoredEvent, Write};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
@@ -117,7 +117,9 @@ pub fn webhook_breaker(open: Duration, max_open: Duration) -> BreakerConfig {
 impl RelayTuning {
     fn backoff(&self, attempt: u32) -> Duration {
         let factor = 1u32 << attempt.saturating_sub(1).min(16);
-        self.retry_initial.saturating_mul(factor).min(self.retry_max)
+        self.retry_initial
+            .saturating_mul(factor)
+            .min(self.retry_max)
     }
 }
 
@@ -236,7 +238,9 @@ pub struct Relays {
 
 impl std::fmt::Debug for Relays {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Relays").field("stats", &self.stats()).finish()
+        f.debug_struct("Relays")
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -262,7 +266,11 @@ pub struct ReplayItem {
 impl Relays {
     /// Registers every configured sink and starts its relay task (named
     /// `relay:<sink>`) plus the cap enforcer (`outbox-cap`) in `tasks`.
-    pub async fn start(store: Store, cfg: &EventsConfig, tasks: &TaskSet) -> anyhow::Result<Relays> {
+    pub async fn start(
+        store: Store,
+        cfg: &EventsConfig,
+        tasks: &TaskSet,
+    ) -> anyhow::Result<Relays> {
         Self::start_with(store, cfg, tasks, RelayTuning::default()).await
     }
 
@@ -335,7 +343,10 @@ impl Relays {
             };
             tasks.spawn(format!("relay:{}", nats::SINK_NAME), task.run());
         }
-        tasks.spawn("outbox-cap", run_cap(shared.clone(), cfg.outbox_cap, tasks.token()));
+        tasks.spawn(
+            "outbox-cap",
+            run_cap(shared.clone(), cfg.outbox_cap, tasks.token()),
+        );
         Ok(Relays { shared })
     }
 
@@ -371,11 +382,15 @@ impl Relays {
     /// `ids` — in their original seq order with their original ids. An event
     /// leaves the dead letters only once its sink acknowledged it; after a
     /// failure the rest of that sink's letters stay put, so order holds.
-    pub async fn replay(&self, sink: Option<&str>, ids: Option<&[String]>) -> anyhow::Result<ReplayReport> {
+    pub async fn replay(
+        &self,
+        sink: Option<&str>,
+        ids: Option<&[String]>,
+    ) -> anyhow::Result<ReplayReport> {
         let store = &self.shared.store;
         let mut letters = store.dlq_list(sink).await?;
         if let Some(ids) = ids {
-            letters.retain(|d| ids.iter().any(|i| *i == d.id));
+            letters.retain(|d| ids.contains(&d.id));
         }
         let mut sinks: Vec<String> = letters.iter().map(|d| d.sink.clone()).collect();
         sinks.sort();
@@ -392,9 +407,9 @@ impl Relays {
                     error,
                 };
                 let Some(handle) = handle else {
-                    report
-                        .failed
-                        .push(item(Some(format!("no relay for sink {name} runs in this process"))));
+                    report.failed.push(item(Some(format!(
+                        "no relay for sink {name} runs in this process"
+                    ))));
                     continue;
                 };
                 if let Some(first) = &stopped {
@@ -426,14 +441,18 @@ impl Relays {
                 }
                 if ok {
                     handle.counters.delivered.fetch_add(1, Ordering::Relaxed);
-                    store.dlq_take(&name, Some(std::slice::from_ref(&d.id))).await?;
+                    store
+                        .dlq_take(&name, Some(std::slice::from_ref(&d.id)))
+                        .await?;
                     report.delivered.push(item(None));
                 } else {
                     let attempts = d.attempts.saturating_add(self.shared.max_attempts);
                     match store.dead_letter(&name, d.seq, attempts, &last_err).await {
                         // The event left the outbox since: the old letter stays as it was.
                         Ok(()) | Err(StoreError::NoSuchEvent(_)) => {}
-                        Err(e) => tracing::warn!(sink = %name, id = %d.id, error = %e, "cannot update a dead letter"),
+                        Err(e) => {
+                            tracing::warn!(sink = %name, id = %d.id, error = %e, "cannot update a dead letter")
+                        }
                     }
                     stopped = Some(d.id.clone());
                     report.failed.push(item(Some(last_err)));
@@ -450,7 +469,10 @@ fn parse_kinds(kinds: &[String]) -> anyhow::Result<Option<Vec<EventKind>>> {
     }
     kinds
         .iter()
-        .map(|k| EventKind::parse(k).ok_or_else(|| anyhow::anyhow!("unknown event kind {k:?} in a webhook's kinds")))
+        .map(|k| {
+            EventKind::parse(k)
+                .ok_or_else(|| anyhow::anyhow!("unknown event kind {k:?} in a webhook's kinds"))
+        })
         .collect::<anyhow::Result<Vec<_>>>()
         .map(Some)
 }
@@ -464,7 +486,10 @@ async fn pause(token: &CancellationToken, d: Duration) -> bool {
 }
 
 /// Waits for a new commit, the poll interval, or cancellation (false).
-async fn wait_for_more(token: &CancellationToken, watch: &mut tokio::sync::watch::Receiver<i64>) -> anyhow::Result<bool> {
+async fn wait_for_more(
+    token: &CancellationToken,
+    watch: &mut tokio::sync::watch::Receiver<i64>,
+) -> anyhow::Result<bool> {
     tokio::select! {
         _ = token.cancelled() => Ok(false),
         r = watch.changed() => r.map(|_| true).map_err(|_| anyhow::anyhow!("the store was closed")),
@@ -495,22 +520,31 @@ impl Shared {
 
     async fn dead_letter(&self, counters: &Counters, se: &StoredEvent, attempts: u32, error: &str) {
         tracing::warn!(sink = %counters.name, id = %se.event.id, seq = se.seq, attempts, error, "event dead-lettered");
-        match self.store.dead_letter(&counters.name, se.seq, attempts, error).await {
+        match self
+            .store
+            .dead_letter(&counters.name, se.seq, attempts, error)
+            .await
+        {
             Ok(()) => {}
-            Err(e) => tracing::error!(sink = %counters.name, id = %se.event.id, error = %e, "cannot dead-letter an event"),
+            Err(e) => {
+                tracing::error!(sink = %counters.name, id = %se.event.id, error = %e, "cannot dead-letter an event")
+            }
         }
         counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
         if se.event.kind != EventKind::SinkDeadLettered {
-            let ev = Event::new(EventKind::SinkDeadLettered, crate::now_ms(), &mut rand::rng()).payload(
-                serde_json::json!({
-                    "sink": counters.name,
-                    "event_id": se.event.id,
-                    "event_kind": se.event.kind.as_str(),
-                    "seq": se.seq,
-                    "attempts": attempts,
-                    "error": error,
-                }),
-            );
+            let ev = Event::new(
+                EventKind::SinkDeadLettered,
+                crate::now_ms(),
+                &mut rand::rng(),
+            )
+            .payload(serde_json::json!({
+                "sink": counters.name,
+                "event_id": se.event.id,
+                "event_kind": se.event.kind.as_str(),
+                "seq": se.seq,
+                "attempts": attempts,
+                "error": error,
+            }));
             self.store.submit(vec![Write::Event(ev)]);
         }
     }
@@ -551,7 +585,11 @@ impl WebhookRelay {
                 return Ok(());
             }
             let target = *watch.borrow_and_update();
-            let batch = match sh.store.events_after(cursor, sh.tuning.batch, self.kinds.as_deref()).await {
+            let batch = match sh
+                .store
+                .events_after(cursor, sh.tuning.batch, self.kinds.as_deref())
+                .await
+            {
                 Ok(b) => b,
                 Err(e) => {
                     store_trouble(&name, e)?;
@@ -601,8 +639,11 @@ impl WebhookRelay {
             let latency = started.elapsed();
             match result {
                 Ok(()) => {
-                    self.breaker
-                        .record(Instant::now(), CallOutcome::Success { latency }, &mut rand::rng());
+                    self.breaker.record(
+                        Instant::now(),
+                        CallOutcome::Success { latency },
+                        &mut rand::rng(),
+                    );
                     self.counters.delivered.fetch_add(1, Ordering::Relaxed);
                     self.counters.healthy.store(true, Ordering::Relaxed);
                     return Outcome::Done;
@@ -622,7 +663,8 @@ impl WebhookRelay {
                     self.counters.healthy.store(false, Ordering::Relaxed);
                     tracing::debug!(sink = %self.counters.name, id = %se.event.id, attempts, error = %e, "webhook delivery failed");
                     if attempts >= sh.max_attempts {
-                        sh.dead_letter(&self.counters, se, attempts, &e.message).await;
+                        sh.dead_letter(&self.counters, se, attempts, &e.message)
+                            .await;
                         return Outcome::Done;
                     }
                     if !pause(&self.token, sh.tuning.backoff(attempts)).await {
@@ -703,7 +745,8 @@ impl NatsRelay {
                         tracing::debug!(error = %format!("{e:#}"), attempts = n, "NATS unreachable");
                         if n >= sh.max_attempts {
                             attempts.remove(&se.seq);
-                            sh.dead_letter(&self.counters, se, n, &format!("{e:#}")).await;
+                            sh.dead_letter(&self.counters, se, n, &format!("{e:#}"))
+                                .await;
                             cursor = se.seq;
                             sh.ack(&self.counters, cursor).await?;
                             i += 1;
@@ -713,7 +756,11 @@ impl NatsRelay {
                         continue;
                     }
                 };
-                let window = if slow_start { 1 } else { sh.tuning.nats_window.max(1) };
+                let window = if slow_start {
+                    1
+                } else {
+                    sh.tuning.nats_window.max(1)
+                };
                 let chunk = &batch[i..(i + window).min(batch.len())];
                 let results = tokio::select! {
                     _ = self.token.cancelled() => return Ok(()),
@@ -787,7 +834,11 @@ async fn run_cap(shared: Arc<Shared>, cap: u64, token: CancellationToken) -> any
             // Over the cap: shed SHED_HEADROOM more, so the report below
             // does not itself push the outbox over the cap (which would
             // shed one event and report it again, every interval).
-            Ok(n) if n > 0 => match shared.store.shed_over_cap(cap.saturating_sub(SHED_HEADROOM)).await {
+            Ok(n) if n > 0 => match shared
+                .store
+                .shed_over_cap(cap.saturating_sub(SHED_HEADROOM))
+                .await
+            {
                 Ok(m) => Ok(n + m),
                 Err(e) => {
                     tracing::warn!(error = %e, "shedding the report headroom failed");
@@ -804,7 +855,11 @@ async fn run_cap(shared: Arc<Shared>, cap: u64, token: CancellationToken) -> any
                     .payload(serde_json::json!({ "shed": n, "cap": cap, "total_shed": total }));
                 shared.store.submit(vec![Write::Event(ev)]);
             }
-            Err(StoreError::Closed) => return Err(anyhow::anyhow!("the store was closed under the outbox cap task")),
+            Err(StoreError::Closed) => {
+                return Err(anyhow::anyhow!(
+                    "the store was closed under the outbox cap task"
+                ));
+            }
             Err(e) => tracing::warn!(error = %e, "enforcing the outbox cap failed; retrying"),
         }
     }

@@ -44,7 +44,10 @@ struct AppState {
 
 /// `/events`, `/dlq` and `/dlq/replay`. Without relays, a replay answers 503.
 pub fn router(store: Store) -> Router {
-    make(AppState { store, relays: None })
+    make(AppState {
+        store,
+        relays: None,
+    })
 }
 
 /// [`router`] whose `/dlq/replay` re-delivers through the running relays.
@@ -118,19 +121,32 @@ async fn events(
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|s| !s.is_empty());
-    let cursor_id = q.after.as_deref().map(str::trim).filter(|s| !s.is_empty()).or(header_id);
+    let cursor_id = q
+        .after
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .or(header_id);
     // Subscribe before reading, so no commit falls between the two.
     let watch = st.store.watch_seq();
     let start = match cursor_id {
-        Some(id) => st.store.seq_of(id).await.map_err(internal)?.ok_or_else(|| {
-            ApiError(
-                StatusCode::BAD_REQUEST,
-                format!("unknown event id {id:?}: not (or no longer) in the outbox"),
-            )
-        })?,
+        Some(id) => st
+            .store
+            .seq_of(id)
+            .await
+            .map_err(internal)?
+            .ok_or_else(|| {
+                ApiError(
+                    StatusCode::BAD_REQUEST,
+                    format!("unknown event id {id:?}: not (or no longer) in the outbox"),
+                )
+            })?,
         None => {
             let follow = q.follow.unwrap_or(true);
-            let tail = q.tail.unwrap_or(if follow { 0 } else { 100 }).clamp(0, MAX_TAIL);
+            let tail = q
+                .tail
+                .unwrap_or(if follow { 0 } else { 100 })
+                .clamp(0, MAX_TAIL);
             let last = st.store.last_seq().await.map_err(internal)?;
             (last - tail).max(0)
         }
@@ -165,7 +181,11 @@ impl Tail {
                 return Some(to_sse(&se));
             }
             let target = *self.watch.borrow_and_update();
-            let page = match self.store.events_after(self.cursor, PAGE, self.kinds.as_deref()).await {
+            let page = match self
+                .store
+                .events_after(self.cursor, PAGE, self.kinds.as_deref())
+                .await
+            {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(error = %e, "reading the outbox for /events failed; ending the stream");
@@ -234,8 +254,15 @@ struct DlqQuery {
     sink: Option<String>,
 }
 
-async fn dlq_list(State(st): State<AppState>, Query(q): Query<DlqQuery>) -> Result<Json<Vec<DlqEntry>>, ApiError> {
-    let list = st.store.dlq_list(q.sink.as_deref()).await.map_err(internal)?;
+async fn dlq_list(
+    State(st): State<AppState>,
+    Query(q): Query<DlqQuery>,
+) -> Result<Json<Vec<DlqEntry>>, ApiError> {
+    let list = st
+        .store
+        .dlq_list(q.sink.as_deref())
+        .await
+        .map_err(internal)?;
     Ok(Json(list.into_iter().map(DlqEntry::from).collect()))
 }
 
@@ -260,13 +287,18 @@ async fn dlq_replay(
             "no event relays run in this process; nothing can re-deliver".into(),
         ));
     };
-    if req.all == !req.ids.is_empty() {
+    // Exactly one of the two: ids, or all.
+    let has_ids = !req.ids.is_empty();
+    if req.all == has_ids {
         return Err(ApiError(
             StatusCode::BAD_REQUEST,
             "give either \"ids\": [..] or \"all\": true".into(),
         ));
     }
     let ids = (!req.all).then_some(req.ids.as_slice());
-    let report = relays.replay(req.sink.as_deref(), ids).await.map_err(internal)?;
+    let report = relays
+        .replay(req.sink.as_deref(), ids)
+        .await
+        .map_err(internal)?;
     Ok(Json(report))
 }

@@ -60,7 +60,9 @@ pub fn sign(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
 pub enum VerifyError {
     #[error("malformed signature header: {0}")]
     Malformed(String),
-    #[error("signature timestamp {timestamp} is outside the tolerance of {tolerance_s} s (now {now})")]
+    #[error(
+        "signature timestamp {timestamp} is outside the tolerance of {tolerance_s} s (now {now})"
+    )]
     Stale {
         timestamp: u64,
         now: u64,
@@ -84,7 +86,9 @@ pub fn verify(
     let mut tags = Vec::new();
     for part in header_value.split(',') {
         let Some((k, v)) = part.trim().split_once('=') else {
-            return Err(VerifyError::Malformed(format!("part {part:?} is not key=value")));
+            return Err(VerifyError::Malformed(format!(
+                "part {part:?} is not key=value"
+            )));
         };
         match k {
             "t" => {
@@ -94,7 +98,8 @@ pub fn verify(
                 timestamp = Some(t);
             }
             "v1" => {
-                let tag = hex::decode(v).map_err(|_| VerifyError::Malformed(format!("v1 {v:?} is not hex")))?;
+                let tag = hex::decode(v)
+                    .map_err(|_| VerifyError::Malformed(format!("v1 {v:?} is not hex")))?;
                 tags.push(tag);
             }
             // Other schemes (future versions) are ignored, as Stripe does.

@@ -17,14 +17,19 @@ const CHILD_ENV: &str = "HALE_LOCK_CHILD";
 /// HALE_LOCK_GRACE_MS), print `LOCKED <pid>` or `REFUSED <error>`, hold it.
 #[test]
 fn child_holder() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else { return };
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
     let takeover = std::env::var("HALE_LOCK_TAKEOVER").is_ok();
     let grace = std::env::var("HALE_LOCK_GRACE_MS")
         .ok()
         .and_then(|v| v.parse().ok())
         .map(Duration::from_millis)
         .unwrap_or(hale_events::lock::TAKEOVER_GRACE);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     // Optionally ignore SIGTERM (a stuck owner), so takeover must SIGKILL.
     let _term = std::env::var("HALE_LOCK_IGNORE_TERM").ok().map(|_| {
         rt.block_on(async {
@@ -52,10 +57,16 @@ struct Kid {
 impl Kid {
     fn spawn(dir: &Path, envs: &[(&str, &str)]) -> Kid {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args(["--exact", "child_holder", "--nocapture", "--test-threads", "1"])
-            .env(CHILD_ENV, dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+        cmd.args([
+            "--exact",
+            "child_holder",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(CHILD_ENV, dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
         for (k, v) in envs {
             cmd.env(k, v);
         }
@@ -103,7 +114,11 @@ impl Drop for Kid {
 }
 
 fn recorded_pid(dir: &Path) -> Option<u32> {
-    std::fs::read_to_string(dir.join(LOCK_FILE)).ok()?.trim().parse().ok()
+    std::fs::read_to_string(dir.join(LOCK_FILE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 #[test]
@@ -133,7 +148,10 @@ fn second_process_refuses_naming_the_owner() {
     let lock = DataDirLock::acquire(dir.path(), false).unwrap();
     assert_eq!(recorded_pid(dir.path()), Some(std::process::id()));
     drop(lock);
-    assert!(!dir.path().join(LOCK_FILE).exists(), "the holder removes the file");
+    assert!(
+        !dir.path().join(LOCK_FILE).exists(),
+        "the holder removes the file"
+    );
 }
 
 #[test]

@@ -29,7 +29,9 @@ fn nats_cfg(port: u16) -> EventsConfig {
 
 /// Every `Nats-Msg-Id` in the stream, in stream order.
 async fn read_stream_ids(port: u16, expect: usize) -> Vec<String> {
-    let client = async_nats::connect(format!("nats://127.0.0.1:{port}")).await.unwrap();
+    let client = async_nats::connect(format!("nats://127.0.0.1:{port}"))
+        .await
+        .unwrap();
     let js = jetstream::new(client);
     let stream = js.get_stream(NatsConfig::DEFAULT_STREAM).await.unwrap();
     let c = stream
@@ -60,7 +62,9 @@ async fn read_stream_ids(port: u16, expect: usize) -> Vec<String> {
 }
 
 async fn stream_len(port: u16) -> u64 {
-    let client = async_nats::connect(format!("nats://127.0.0.1:{port}")).await.unwrap();
+    let client = async_nats::connect(format!("nats://127.0.0.1:{port}"))
+        .await
+        .unwrap();
     let js = jetstream::new(client);
     let mut stream = js.get_stream(NatsConfig::DEFAULT_STREAM).await.unwrap();
     stream.info().await.unwrap().state.messages
@@ -75,15 +79,27 @@ async fn hundred_k_events_survive_a_killed_server_exactly_once_in_order() {
 
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path()).await;
-    let evs = events(100_000, &[EventKind::TurnCompleted, EventKind::AgentRetry, EventKind::GuardLimitHit]);
+    let evs = events(
+        100_000,
+        &[
+            EventKind::TurnCompleted,
+            EventKind::AgentRetry,
+            EventKind::GuardLimitHit,
+        ],
+    );
     commit_all(&store, &evs).await;
     let last = store.last_seq().await.unwrap();
 
     let tasks = TaskSet::new();
     let started = Instant::now();
-    let relays = Relays::start_with(store.clone(), &nats_cfg(port), &tasks, RelayTuning::default())
-        .await
-        .unwrap();
+    let relays = Relays::start_with(
+        store.clone(),
+        &nats_cfg(port),
+        &tasks,
+        RelayTuning::default(),
+    )
+    .await
+    .unwrap();
     eventually(Duration::from_secs(30), "half the events relayed", || {
         let s = store.clone();
         async move { s.sink_cursor(nats::SINK_NAME).await.unwrap() >= last / 2 }
@@ -105,13 +121,23 @@ async fn hundred_k_events_survive_a_killed_server_exactly_once_in_order() {
         relays.stats()
     );
     assert!(at_kill < last, "the kill happened midway");
-    assert!(store.dlq_list(None).await.unwrap().is_empty(), "nothing dead-lettered");
-    assert_eq!(stream_len(server.port).await, 100_000, "exactly once in the stream");
+    assert!(
+        store.dlq_list(None).await.unwrap().is_empty(),
+        "nothing dead-lettered"
+    );
+    assert_eq!(
+        stream_len(server.port).await,
+        100_000,
+        "exactly once in the stream"
+    );
     let ids = read_stream_ids(server.port, evs.len()).await;
     assert_eq!(ids.len(), evs.len());
     let want: Vec<&str> = evs.iter().map(|e| e.id.as_str()).collect();
     let first_bad = ids.iter().zip(&want).position(|(a, b)| a != b);
-    assert_eq!(first_bad, None, "stream order differs from the outbox order");
+    assert_eq!(
+        first_bad, None,
+        "stream order differs from the outbox order"
+    );
     tasks.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -131,19 +157,25 @@ async fn server_down_past_the_attempts_dead_letters_and_replay_delivers() {
         nats_ack_timeout: Duration::from_millis(500),
         ..RelayTuning::default()
     };
-    let relays = Relays::start_with(store.clone(), &nats_cfg(port), &tasks, tuning).await.unwrap();
+    let relays = Relays::start_with(store.clone(), &nats_cfg(port), &tasks, tuning)
+        .await
+        .unwrap();
     let ids: Vec<String> = evs.iter().map(|e| e.id.clone()).collect();
     let ours = |dlq: Vec<hale_store::DeadLetter>| -> Vec<hale_store::DeadLetter> {
         dlq.into_iter().filter(|d| ids.contains(&d.id)).collect()
     };
-    eventually(Duration::from_secs(20), "every event dead-lettered for nats", || {
-        let s = store.clone();
-        let ids = ids.clone();
-        async move {
-            let dlq = s.dlq_list(Some(nats::SINK_NAME)).await.unwrap();
-            dlq.iter().filter(|d| ids.contains(&d.id)).count() == 5
-        }
-    })
+    eventually(
+        Duration::from_secs(20),
+        "every event dead-lettered for nats",
+        || {
+            let s = store.clone();
+            let ids = ids.clone();
+            async move {
+                let dlq = s.dlq_list(Some(nats::SINK_NAME)).await.unwrap();
+                dlq.iter().filter(|d| ids.contains(&d.id)).count() == 5
+            }
+        },
+    )
     .await;
     // The relay's own sink.dead_lettered reports may be dead-lettered too
     // (not chained further); only ours are checked.
@@ -161,9 +193,18 @@ async fn server_down_past_the_attempts_dead_letters_and_replay_delivers() {
     let api = serve(sse::router_with_relays(store.clone(), &relays)).await;
     // Replay by id, as `hale dlq replay ID..` does.
     let mut out = Vec::new();
-    let report = cli::dlq_replay_to(&api, None, ids.clone(), false, &mut out).await.unwrap();
+    let report = cli::dlq_replay_to(&api, None, ids.clone(), false, &mut out)
+        .await
+        .unwrap();
     assert!(report.failed.is_empty(), "{report:?}");
-    assert_eq!(report.delivered.iter().map(|d| d.id.clone()).collect::<Vec<_>>(), ids);
+    assert_eq!(
+        report
+            .delivered
+            .iter()
+            .map(|d| d.id.clone())
+            .collect::<Vec<_>>(),
+        ids
+    );
     assert!(ours(store.dlq_list(Some(nats::SINK_NAME)).await.unwrap()).is_empty());
     // The stream holds them in the original order (the sink.dead_lettered
     // reports relayed meanwhile may interleave; filter them out).

@@ -32,7 +32,9 @@ async fn over_the_cap_the_oldest_are_shed_counted_and_reported() {
         shed_interval: Duration::from_millis(30),
         ..RelayTuning::default()
     };
-    let relays = Relays::start_with(store.clone(), &cfg, &tasks, tuning).await.unwrap();
+    let relays = Relays::start_with(store.clone(), &cfg, &tasks, tuning)
+        .await
+        .unwrap();
     eventually(Duration::from_secs(10), "a shed", || {
         let r = relays.clone();
         async move { r.stats().shed > 0 }
@@ -77,7 +79,12 @@ async fn an_open_breaker_holds_events_instead_of_dead_lettering_them() {
     install_crypto();
     let f = Flaky::default();
     f.down.store(true, Ordering::SeqCst);
-    let hook = serve(axum::Router::new().route("/h", post(flaky)).with_state(f.clone())).await;
+    let hook = serve(
+        axum::Router::new()
+            .route("/h", post(flaky))
+            .with_state(f.clone()),
+    )
+    .await;
     let url = format!("{hook}/h");
     let sink = format!("webhook:{url}");
     let dir = tempfile::tempdir().unwrap();
@@ -100,7 +107,9 @@ async fn an_open_breaker_holds_events_instead_of_dead_lettering_them() {
         webhook_breaker: webhook_breaker(open, open),
         ..RelayTuning::default()
     };
-    let relays = Relays::start_with(store.clone(), &cfg, &tasks, tuning).await.unwrap();
+    let relays = Relays::start_with(store.clone(), &cfg, &tasks, tuning)
+        .await
+        .unwrap();
     // The first event uses its 3 attempts and is dead-lettered; that trips
     // the breaker.
     eventually(Duration::from_secs(5), "first event dead-lettered", || {

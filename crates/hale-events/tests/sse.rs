@@ -19,7 +19,8 @@ async fn read_ids(resp: reqwest::Response, n: usize) -> Vec<(String, String)> {
     let mut id = String::new();
     let mut kind = String::new();
     while out.len() < n {
-        let Ok(Some(chunk)) = tokio::time::timeout(Duration::from_secs(10), body.next()).await else {
+        let Ok(Some(chunk)) = tokio::time::timeout(Duration::from_secs(10), body.next()).await
+        else {
             break;
         };
         buf.push_str(&String::from_utf8_lossy(&chunk.expect("chunk")));
@@ -69,12 +70,19 @@ async fn resume_after_and_last_event_id_and_kind_filter() {
         .send()
         .await
         .unwrap();
-    let got: Vec<String> = read_ids(resp, 100).await.into_iter().map(|(i, _)| i).collect();
+    let got: Vec<String> = read_ids(resp, 100)
+        .await
+        .into_iter()
+        .map(|(i, _)| i)
+        .collect();
     assert_eq!(got, vec![evs[8].id.clone(), evs[9].id.clone()]);
 
     // ?kind= filter from the start of the outbox.
     let resp = http
-        .get(format!("{url}/events?after={}&kind=agent.paused&follow=false", evs[0].id))
+        .get(format!(
+            "{url}/events?after={}&kind=agent.paused&follow=false",
+            evs[0].id
+        ))
         .send()
         .await
         .unwrap();
@@ -102,7 +110,12 @@ async fn unknown_id_and_unknown_kind_are_400_naming_them() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 400);
-    assert!(resp.text().await.unwrap().contains("01NOSUCHEVENTID0000000000"));
+    assert!(
+        resp.text()
+            .await
+            .unwrap()
+            .contains("01NOSUCHEVENTID0000000000")
+    );
     let resp = http
         .get(format!("{url}/events"))
         .header("Last-Event-ID", "01NOSUCHEVENTID0000000001")
@@ -110,8 +123,17 @@ async fn unknown_id_and_unknown_kind_are_400_naming_them() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 400);
-    assert!(resp.text().await.unwrap().contains("01NOSUCHEVENTID0000000001"));
-    let resp = http.get(format!("{url}/events?kind=agent.nope")).send().await.unwrap();
+    assert!(
+        resp.text()
+            .await
+            .unwrap()
+            .contains("01NOSUCHEVENTID0000000001")
+    );
+    let resp = http
+        .get(format!("{url}/events?kind=agent.nope"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 400);
     assert!(resp.text().await.unwrap().contains("agent.nope"));
 }
@@ -141,7 +163,11 @@ async fn live_stream_follows_new_commits() {
             }
         })
     };
-    let got: Vec<String> = read_ids(resp, 5).await.into_iter().map(|(i, _)| i).collect();
+    let got: Vec<String> = read_ids(resp, 5)
+        .await
+        .into_iter()
+        .map(|(i, _)| i)
+        .collect();
     writer.await.unwrap();
     assert_eq!(got, new.iter().map(|e| e.id.clone()).collect::<Vec<_>>());
 }
@@ -155,14 +181,25 @@ async fn events_tail_prints_one_line_per_event() {
     commit_all(&store, &evs).await;
     let url = serve(sse::router(store)).await;
     let mut out = Vec::new();
-    cli::events_tail_to(&url, None, false, Some("budget.exceeded"), Some(&evs[0].id), &mut out)
-        .await
-        .unwrap();
+    cli::events_tail_to(
+        &url,
+        None,
+        false,
+        Some("budget.exceeded"),
+        Some(&evs[0].id),
+        &mut out,
+    )
+    .await
+    .unwrap();
     let text = String::from_utf8(out).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2, "{text}");
     assert_eq!(lines[0], cli::format_event(&evs[1]));
-    assert!(lines[1].contains("budget.exceeded a1 - {\"i\":3}"), "{}", lines[1]);
+    assert!(
+        lines[1].contains("budget.exceeded a1 - {\"i\":3}"),
+        "{}",
+        lines[1]
+    );
     // An unknown --after is an error naming the id.
     let err = cli::events_tail_to(&url, None, false, None, Some("01NOPE"), &mut Vec::new())
         .await

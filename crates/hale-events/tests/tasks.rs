@@ -20,7 +20,10 @@ async fn a_failing_task_is_reported_by_name() {
         .await
         .expect("failure reported");
     assert_eq!(name, "relay:webhook");
-    assert!(format!("{err:#}").contains("receiver config vanished"), "{err:#}");
+    assert!(
+        format!("{err:#}").contains("receiver config vanished"),
+        "{err:#}"
+    );
     assert_eq!(tasks.names(), vec!["steady".to_string()]);
     assert!(tasks.shutdown(Duration::from_secs(1)).await.is_empty());
 }

@@ -26,10 +26,19 @@ fn sign_verify_round_trip_and_rejections() {
     let header = webhook::sign(SECRET.as_bytes(), 1_000, body);
     assert!(header.starts_with("t=1000,v1="));
     let tol = webhook::DEFAULT_TOLERANCE;
-    assert_eq!(webhook::verify(SECRET.as_bytes(), &header, body, 1_010, tol), Ok(()));
+    assert_eq!(
+        webhook::verify(SECRET.as_bytes(), &header, body, 1_010, tol),
+        Ok(())
+    );
     // Stale: older than the tolerance (a replayed request).
     assert!(matches!(
-        webhook::verify(SECRET.as_bytes(), &header, body, 1_000 + tol.as_secs() + 1, tol),
+        webhook::verify(
+            SECRET.as_bytes(),
+            &header,
+            body,
+            1_000 + tol.as_secs() + 1,
+            tol
+        ),
         Err(VerifyError::Stale { .. })
     ));
     // Tampered body, wrong secret, tampered timestamp.
@@ -81,7 +90,15 @@ async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> 
         .get(webhook::SIGNATURE_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if webhook::verify(SECRET.as_bytes(), sig, &body, now, webhook::DEFAULT_TOLERANCE).is_err() {
+    if webhook::verify(
+        SECRET.as_bytes(),
+        sig,
+        &body,
+        now,
+        webhook::DEFAULT_TOLERANCE,
+    )
+    .is_err()
+    {
         rx.bad_signatures += 1;
         return StatusCode::UNAUTHORIZED;
     }
@@ -99,7 +116,11 @@ async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> 
         *n -= 1;
         return StatusCode::BAD_GATEWAY;
     }
-    let header_id = headers.get(webhook::EVENT_ID_HEADER).unwrap().to_str().unwrap();
+    let header_id = headers
+        .get(webhook::EVENT_ID_HEADER)
+        .unwrap()
+        .to_str()
+        .unwrap();
     assert_eq!(header_id, ev.id);
     rx.accepted.push(ev.id);
     StatusCode::OK
@@ -128,7 +149,10 @@ fn cfg(url: &str, kinds: Vec<String>) -> EventsConfig {
 /// First arrivals, deduplicated by id, in arrival order.
 fn first_arrivals(ids: &[String]) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
-    ids.iter().filter(|i| seen.insert((*i).clone())).cloned().collect()
+    ids.iter()
+        .filter(|i| seen.insert((*i).clone()))
+        .cloned()
+        .collect()
 }
 
 #[tokio::test]
@@ -145,7 +169,12 @@ async fn flaky_receiver_gets_everything_in_order() {
             r.fail_ids.insert(evs[i].id.clone(), 2);
         }
     }
-    let hook = serve(axum::Router::new().route("/hook", post(receive)).with_state(rx.clone())).await;
+    let hook = serve(
+        axum::Router::new()
+            .route("/hook", post(receive))
+            .with_state(rx.clone()),
+    )
+    .await;
     let url = format!("{hook}/hook");
     commit_all(&store, &evs[..30]).await;
     let tasks = TaskSet::new();
@@ -157,21 +186,27 @@ async fn flaky_receiver_gets_everything_in_order() {
     tokio::time::sleep(Duration::from_millis(30)).await;
     commit_all(&store, &evs[45..]).await;
     let last = store.last_seq().await.unwrap();
-    eventually(Duration::from_secs(20), "webhook cursor reaches the end", || {
-        let s = store.clone();
-        let sink = format!("webhook:{url}");
-        async move { s.sink_cursor(&sink).await.unwrap() >= last }
-    })
+    eventually(
+        Duration::from_secs(20),
+        "webhook cursor reaches the end",
+        || {
+            let s = store.clone();
+            let sink = format!("webhook:{url}");
+            async move { s.sink_cursor(&sink).await.unwrap() >= last }
+        },
+    )
     .await;
-    let r = rx.inner.lock().unwrap();
-    assert_eq!(r.bad_signatures, 0);
+    let (bad, accepted) = {
+        let r = rx.inner.lock().unwrap();
+        (r.bad_signatures, r.accepted.clone())
+    };
+    assert_eq!(bad, 0);
     let want: Vec<String> = evs.iter().map(|e| e.id.clone()).collect();
-    assert_eq!(first_arrivals(&r.accepted), want);
+    assert_eq!(first_arrivals(&accepted), want);
     assert!(store.dlq_list(None).await.unwrap().is_empty());
     let stats = relays.stats();
     assert_eq!(stats.sinks[0].delivered, 60);
     assert_eq!(stats.sinks[0].failed, 6);
-    drop(r);
     assert!(tasks.shutdown(Duration::from_secs(5)).await.is_empty());
 }
 
@@ -179,11 +214,23 @@ async fn flaky_receiver_gets_everything_in_order() {
 async fn webhook_kinds_filter_skips_other_kinds() {
     install_crypto();
     let rx = Receiver::default();
-    let hook = serve(axum::Router::new().route("/hook", post(receive)).with_state(rx.clone())).await;
+    let hook = serve(
+        axum::Router::new()
+            .route("/hook", post(receive))
+            .with_state(rx.clone()),
+    )
+    .await;
     let url = format!("{hook}/hook");
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path()).await;
-    let evs = events(20, &[EventKind::AgentPaused, EventKind::AgentFailed, EventKind::TurnCompleted]);
+    let evs = events(
+        20,
+        &[
+            EventKind::AgentPaused,
+            EventKind::AgentFailed,
+            EventKind::TurnCompleted,
+        ],
+    );
     commit_all(&store, &evs).await;
     let tasks = TaskSet::new();
     let _relays = Relays::start_with(
@@ -195,11 +242,15 @@ async fn webhook_kinds_filter_skips_other_kinds() {
     .await
     .unwrap();
     let last = store.last_seq().await.unwrap();
-    eventually(Duration::from_secs(10), "cursor past the filtered events", || {
-        let s = store.clone();
-        let sink = format!("webhook:{url}");
-        async move { s.sink_cursor(&sink).await.unwrap() >= last }
-    })
+    eventually(
+        Duration::from_secs(10),
+        "cursor past the filtered events",
+        || {
+            let s = store.clone();
+            let sink = format!("webhook:{url}");
+            async move { s.sink_cursor(&sink).await.unwrap() >= last }
+        },
+    )
     .await;
     let want: Vec<String> = evs
         .iter()
@@ -215,7 +266,12 @@ async fn dead_receiver_dead_letters_then_replay_delivers_in_order() {
     install_crypto();
     let rx = Receiver::default();
     rx.inner.lock().unwrap().down = true;
-    let hook = serve(axum::Router::new().route("/hook", post(receive)).with_state(rx.clone())).await;
+    let hook = serve(
+        axum::Router::new()
+            .route("/hook", post(receive))
+            .with_state(rx.clone()),
+    )
+    .await;
     let url = format!("{hook}/hook");
     let sink = format!("webhook:{url}");
     let dir = tempfile::tempdir().unwrap();
@@ -223,9 +279,14 @@ async fn dead_receiver_dead_letters_then_replay_delivers_in_order() {
     let evs = events(4, &[EventKind::AgentCircuitOpen]);
     commit_all(&store, &evs).await;
     let tasks = TaskSet::new();
-    let relays = Relays::start_with(store.clone(), &cfg(&url, vec!["agent.circuit_open".into()]), &tasks, fast_tuning())
-        .await
-        .unwrap();
+    let relays = Relays::start_with(
+        store.clone(),
+        &cfg(&url, vec!["agent.circuit_open".into()]),
+        &tasks,
+        fast_tuning(),
+    )
+    .await
+    .unwrap();
     let last = evs.len();
     eventually(Duration::from_secs(20), "every event dead-lettered", || {
         let s = store.clone();
@@ -234,7 +295,10 @@ async fn dead_receiver_dead_letters_then_replay_delivers_in_order() {
     })
     .await;
     let dlq = store.dlq_list(Some(&sink)).await.unwrap();
-    assert_eq!(dlq.iter().map(|d| d.id.clone()).collect::<Vec<_>>(), evs.iter().map(|e| e.id.clone()).collect::<Vec<_>>());
+    assert_eq!(
+        dlq.iter().map(|d| d.id.clone()).collect::<Vec<_>>(),
+        evs.iter().map(|e| e.id.clone()).collect::<Vec<_>>()
+    );
     assert!(dlq.iter().all(|d| d.attempts == 3), "{dlq:?}");
     assert!(rx.inner.lock().unwrap().accepted.is_empty());
     // Each dead letter was reported by a sink.dead_lettered event.
@@ -255,10 +319,19 @@ async fn dead_receiver_dead_letters_then_replay_delivers_in_order() {
     assert_eq!(listed.len(), 4);
     assert!(String::from_utf8(out).unwrap().contains(&evs[0].id));
     let mut out = Vec::new();
-    let report = cli::dlq_replay_to(&api, None, vec![], true, &mut out).await.unwrap();
+    let report = cli::dlq_replay_to(&api, None, vec![], true, &mut out)
+        .await
+        .unwrap();
     assert!(report.failed.is_empty(), "{report:?}");
     let want: Vec<String> = evs.iter().map(|e| e.id.clone()).collect();
-    assert_eq!(report.delivered.iter().map(|d| d.id.clone()).collect::<Vec<_>>(), want);
+    assert_eq!(
+        report
+            .delivered
+            .iter()
+            .map(|d| d.id.clone())
+            .collect::<Vec<_>>(),
+        want
+    );
     // Replayed in original order with the same ids; the DLQ is empty.
     let accepted = rx.inner.lock().unwrap().accepted.clone();
     assert_eq!(first_arrivals(&accepted), want);
@@ -271,7 +344,12 @@ async fn replay_of_one_id_and_failed_replay_keeps_order() {
     install_crypto();
     let rx = Receiver::default();
     rx.inner.lock().unwrap().down = true;
-    let hook = serve(axum::Router::new().route("/hook", post(receive)).with_state(rx.clone())).await;
+    let hook = serve(
+        axum::Router::new()
+            .route("/hook", post(receive))
+            .with_state(rx.clone()),
+    )
+    .await;
     let url = format!("{hook}/hook");
     let sink = format!("webhook:{url}");
     let dir = tempfile::tempdir().unwrap();
@@ -279,9 +357,14 @@ async fn replay_of_one_id_and_failed_replay_keeps_order() {
     let evs = events(3, &[EventKind::AgentCircuitOpen]);
     commit_all(&store, &evs).await;
     let tasks = TaskSet::new();
-    let relays = Relays::start_with(store.clone(), &cfg(&url, vec!["agent.circuit_open".into()]), &tasks, fast_tuning())
-        .await
-        .unwrap();
+    let relays = Relays::start_with(
+        store.clone(),
+        &cfg(&url, vec!["agent.circuit_open".into()]),
+        &tasks,
+        fast_tuning(),
+    )
+    .await
+    .unwrap();
     eventually(Duration::from_secs(20), "every event dead-lettered", || {
         let s = store.clone();
         let sink = sink.clone();
@@ -290,10 +373,18 @@ async fn replay_of_one_id_and_failed_replay_keeps_order() {
     .await;
     let api = serve(sse::router_with_relays(store.clone(), &relays)).await;
     // Still down: replay fails, nothing leaves the DLQ, later ones not attempted.
-    let report = cli::dlq_replay_to(&api, None, vec![], true, &mut Vec::new()).await.unwrap();
+    let report = cli::dlq_replay_to(&api, None, vec![], true, &mut Vec::new())
+        .await
+        .unwrap();
     assert!(report.delivered.is_empty());
     assert_eq!(report.failed.len(), 3);
-    assert!(report.failed[1].error.as_deref().unwrap().contains("not attempted"));
+    assert!(
+        report.failed[1]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("not attempted")
+    );
     assert_eq!(store.dlq_list(Some(&sink)).await.unwrap().len(), 3);
     // Back up: replay only the second id.
     rx.inner.lock().unwrap().down = false;
@@ -302,10 +393,18 @@ async fn replay_of_one_id_and_failed_replay_keeps_order() {
         .unwrap();
     assert_eq!(report.delivered.len(), 1);
     assert_eq!(report.delivered[0].id, evs[1].id);
-    let left: Vec<String> = store.dlq_list(Some(&sink)).await.unwrap().into_iter().map(|d| d.id).collect();
+    let left: Vec<String> = store
+        .dlq_list(Some(&sink))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
     assert_eq!(left, vec![evs[0].id.clone(), evs[2].id.clone()]);
     // A replay request naming neither ids nor all is refused.
-    let err = cli::dlq_replay_to(&api, None, vec![], false, &mut Vec::new()).await.unwrap_err();
+    let err = cli::dlq_replay_to(&api, None, vec![], false, &mut Vec::new())
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("400"), "{err}");
     tasks.shutdown(Duration::from_secs(5)).await;
 }

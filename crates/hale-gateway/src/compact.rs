@@ -55,7 +55,7 @@ pub struct Compacted {
 /// Token counts by (tokenizer family, text hash), bounded, oldest forgotten first.
 #[derive(Default)]
 pub struct TokenCache {
-    map: Mutex<(HashMap<u64, u32>, VecDeque<u64>)>,
+    map: Bounded<u32>,
 }
 
 impl TokenCache {
@@ -87,10 +87,13 @@ impl TokenCache {
     }
 }
 
+/// A bounded map: entries and their insertion order (oldest first).
+type Bounded<V> = Mutex<(HashMap<u64, V>, VecDeque<u64>)>;
+
 /// Stored compactions: prefix hash → (prefix length, replacement messages).
 #[derive(Default)]
 pub struct PrefixCache {
-    map: Mutex<(HashMap<u64, (usize, Vec<Message>)>, VecDeque<u64>)>,
+    map: Bounded<(usize, Vec<Message>)>,
 }
 
 impl PrefixCache {

@@ -203,6 +203,7 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
                 {
                     gw2.store.submit(vec![Write::Idempotency { key: key.clone(), response: stored }]);
                 }
+                r.tail.send().await;
                 drop(_idem_guard);
             });
             return resp;

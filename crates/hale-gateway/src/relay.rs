@@ -86,6 +86,8 @@ pub struct Relayed {
     pub body: Vec<u8>,
     /// The tool calls delivered (id, name, arguments), for the guard.
     pub tool_calls: Vec<crate::guardrails::CallSeen>,
+    /// The closing frames, not yet sent.
+    pub tail: Closing,
 }
 
 /// Relays `live` to `tx`, resuming on failure. Returns when the stream ended.
@@ -121,10 +123,9 @@ pub async fn relay(
             None => {
                 let next = if finish.is_some() {
                     // After a finish, a missing [DONE] must not hold the caller.
-                    match tokio::time::timeout(FINISH_GRACE, stream.next()).await {
-                        Ok(n) => n,
-                        Err(_) => None,
-                    }
+                    tokio::time::timeout(FINISH_GRACE, stream.next())
+                        .await
+                        .unwrap_or_default()
                 } else {
                     stream.next().await
                 };
@@ -269,15 +270,18 @@ pub async fn relay(
         input_tokens: input_tokens_estimate,
         output_tokens: hale_tokens::Tokenizer::approximate(&delivered) as u64,
     });
-    match &failure {
+    // The closing frames are handed back unsent, so the turn is journalled
+    // before the caller sees the end of the stream.
+    let tail = match &failure {
         None => {
-            out.send(enc.encode(&StreamEvent::Usage(usage))).await;
-            out.send(enc.encode(&StreamEvent::Done)).await;
+            let mut t = enc.encode(&StreamEvent::Usage(usage)).to_vec();
+            t.extend_from_slice(&enc.encode(&StreamEvent::Done));
+            Bytes::from(t)
         }
-        Some(f) => {
-            out.send(enc.error(f.class.as_str(), &f.message)).await;
-        }
-    }
+        Some(f) => enc.error(f.class.as_str(), &f.message),
+    };
+    let mut body = out.body;
+    body.extend_from_slice(&tail);
     // Success was fed back at the first content (turn::run); a break was fed back above.
     Relayed {
         served,
@@ -286,8 +290,22 @@ pub async fn relay(
         failure,
         malformed,
         resumes,
-        body: out.body,
+        body,
         tool_calls,
+        tail: Closing { tx: out.tx, bytes: tail },
+    }
+}
+
+/// The last frames of a relayed stream, sent by [`Closing::send`] once the turn is journalled.
+pub struct Closing {
+    tx: mpsc::Sender<Result<Bytes, std::convert::Infallible>>,
+    bytes: Bytes,
+}
+
+impl Closing {
+    /// Sends the closing frames (`[DONE]`, or the in-band error) and ends the stream.
+    pub async fn send(self) {
+        let _ = self.tx.send(Ok(self.bytes)).await;
     }
 }
 

@@ -142,7 +142,7 @@ pub async fn run(
     loop {
         let now = Instant::now();
         if now >= turn.deadline {
-            return Err(last.unwrap_or_else(|| deadline_failure()));
+            return Err(last.unwrap_or_else(deadline_failure));
         }
         let Some((idx, mode)) = choose(gw, turn, now, resume.is_some()) else {
             return Err(last.unwrap_or_else(|| Failure {

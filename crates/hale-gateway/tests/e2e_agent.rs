@@ -12,7 +12,10 @@ use std::time::Duration;
 /// and `healthy`.
 async fn gate_world() -> (hale_chaos::ChaosHandle, Hale) {
     let c = chaos().await;
-    let mut cfg = config(vec![openai("bad", &c, "auth"), anthropic("good", &c, "fine")]);
+    let mut cfg = config(vec![
+        openai("bad", &c, "auth"),
+        anthropic("good", &c, "fine"),
+    ]);
     let t = |p: &str, m: &str| Target {
         provider: p.into(),
         model: m.into(),
@@ -43,10 +46,19 @@ async fn three_failed_turns_pause_the_agent_without_upstream_calls_until_resumed
         let r = h.openai("healthy").agent("ag").stream(stream).send().await;
         assert_eq!(r.status, 423, "{}", r.raw);
         assert_eq!(r.error_type(), "agent_paused");
-        let a = h.anthropic("healthy").agent("ag").stream(stream).send().await;
+        let a = h
+            .anthropic("healthy")
+            .agent("ag")
+            .stream(stream)
+            .send()
+            .await;
         assert_eq!(a.status, 423, "{}", a.raw);
     }
-    assert_eq!(c.requests_for("auth"), calls, "a paused agent costs no upstream call");
+    assert_eq!(
+        c.requests_for("auth"),
+        calls,
+        "a paused agent costs no upstream call"
+    );
     assert_eq!(c.requests_for("fine"), 0);
     // Another agent is not affected.
     let other = h.openai("healthy").agent("other").send().await;
@@ -60,7 +72,10 @@ async fn three_failed_turns_pause_the_agent_without_upstream_calls_until_resumed
     assert_eq!(v["counters"]["failed_turns"], 3);
     assert!(v["breakers"]["bad"].is_object(), "breakers: {v}");
     assert_eq!(v["cooldowns"]["bad"]["class"], "auth", "{v}");
-    assert!(v["cooldowns"]["bad"]["remaining_ms"].as_u64().unwrap_or(0) > 0, "{v}");
+    assert!(
+        v["cooldowns"]["bad"]["remaining_ms"].as_u64().unwrap_or(0) > 0,
+        "{v}"
+    );
 
     let (s, v) = h.post_json("/agents/ag/resume").await;
     assert_eq!(s, 200, "{v}");
@@ -81,18 +96,39 @@ async fn idempotency_key_replays_the_stored_response_without_a_provider_call() {
         let c = chaos().await;
         let h = Hale::start(config(vec![openai("p", &c, "m")])).await;
         let key = format!("key-{stream}");
-        let first = h.openai(ROUTE).stream(stream).header("idempotency-key", &key).send().await;
+        let first = h
+            .openai(ROUTE)
+            .stream(stream)
+            .header("idempotency-key", &key)
+            .send()
+            .await;
         first.assert_complete(&full());
         assert_eq!(c.requests_for("m"), 1);
-        let second = h.openai(ROUTE).stream(stream).header("idempotency-key", &key).send().await;
+        let second = h
+            .openai(ROUTE)
+            .stream(stream)
+            .header("idempotency-key", &key)
+            .send()
+            .await;
         assert_eq!(second.status, 200);
         assert_eq!(second.raw, first.raw, "stream={stream}: same body");
         assert_eq!(second.turn_id, first.turn_id, "same evidence");
         assert_eq!(second.provider, first.provider);
-        assert_eq!(second.headers.get("x-hale-idempotent-replay").map(|v| v.as_bytes()), Some(&b"true"[..]));
+        assert_eq!(
+            second
+                .headers
+                .get("x-hale-idempotent-replay")
+                .map(|v| v.as_bytes()),
+            Some(&b"true"[..])
+        );
         assert_eq!(c.requests_for("m"), 1, "no provider call for the replay");
         // Another key is a new turn.
-        let third = h.openai(ROUTE).stream(stream).header("idempotency-key", "other").send().await;
+        let third = h
+            .openai(ROUTE)
+            .stream(stream)
+            .header("idempotency-key", "other")
+            .send()
+            .await;
         third.assert_complete(&full());
         assert_ne!(third.turn_id, first.turn_id);
         assert_eq!(c.requests_for("m"), 2);
@@ -109,14 +145,21 @@ async fn idempotency_concurrent_duplicate_waits_for_the_first() {
     let a = h.openai(ROUTE).header("idempotency-key", "same").send();
     let b = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        h.openai(ROUTE).header("idempotency-key", "same").send().await
+        h.openai(ROUTE)
+            .header("idempotency-key", "same")
+            .send()
+            .await
     };
     let (a, b) = tokio::join!(a, b);
     a.assert_complete(&full());
     b.assert_complete(&full());
     assert_eq!(a.raw, b.raw);
     assert_eq!(a.turn_id, b.turn_id);
-    assert!(b.elapsed >= Duration::from_millis(1000), "the duplicate waited: {:?}", b.elapsed);
+    assert!(
+        b.elapsed >= Duration::from_millis(1000),
+        "the duplicate waited: {:?}",
+        b.elapsed
+    );
     assert_eq!(c.requests_for(model), 1);
 }
 
@@ -124,13 +167,22 @@ async fn idempotency_concurrent_duplicate_waits_for_the_first() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evidence_headers_on_success_and_error() {
     let c = chaos().await;
-    let mut cfg = config(vec![openai("first", &c, "fine"), anthropic("second", &c, BACKUP_MODEL)]);
+    let mut cfg = config(vec![
+        openai("first", &c, "fine"),
+        anthropic("second", &c, BACKUP_MODEL),
+    ]);
     let t = |p: &str, m: &str| Target {
         provider: p.into(),
         model: m.into(),
     };
-    cfg.routes.insert("failing".into(), vec![t("first", "auth"), t("second", "error-503")]);
-    cfg.routes.insert("failover".into(), vec![t("first", "auth"), t("second", BACKUP_MODEL)]);
+    cfg.routes.insert(
+        "failing".into(),
+        vec![t("first", "auth"), t("second", "error-503")],
+    );
+    cfg.routes.insert(
+        "failover".into(),
+        vec![t("first", "auth"), t("second", BACKUP_MODEL)],
+    );
     cfg.retry.server_error.initial = Duration::from_millis(20);
     let h = Hale::start(cfg).await;
 
@@ -142,7 +194,10 @@ async fn evidence_headers_on_success_and_error() {
         assert_eq!(r.model_header, "fine");
         assert_eq!(r.attempts, "1");
         assert_eq!(r.degraded, "false");
-        assert_eq!(r.headers.get("x-hale-compacted").map(|v| v.as_bytes()), Some(&b"false"[..]));
+        assert_eq!(
+            r.headers.get("x-hale-compacted").map(|v| v.as_bytes()),
+            Some(&b"false"[..])
+        );
     }
     let r = h.anthropic("failover").send().await;
     r.assert_complete(&full());
@@ -157,7 +212,10 @@ async fn evidence_headers_on_success_and_error() {
     let n: usize = e.attempts.parse().expect("x-hale-attempts on an error");
     assert!(n >= 2, "{n}");
     assert_eq!(e.json["error"]["hale"]["turn_id"], e.turn_id.as_str());
-    assert_eq!(e.json["error"]["hale"]["timeline"].as_array().map(Vec::len), Some(n));
+    assert_eq!(
+        e.json["error"]["hale"]["timeline"].as_array().map(Vec::len),
+        Some(n)
+    );
     let turn = h.turn(&e.turn_id).await;
     assert_eq!(turn["status"], "failed");
 }
@@ -173,17 +231,35 @@ async fn metrics_expose_turns_attempts_by_class_and_target_breakers_and_cooldown
     r.assert_complete(&full());
     let (s, m) = h.get_text("/metrics").await;
     assert_eq!(s, 200);
-    let has = |needles: &[&str]| m.lines().any(|l| !l.starts_with('#') && needles.iter().all(|n| l.contains(n)));
+    let has = |needles: &[&str]| {
+        m.lines()
+            .any(|l| !l.starts_with('#') && needles.iter().all(|n| l.contains(n)))
+    };
     assert!(has(&["hale_turns"]), "{m}");
-    assert!(has(&["hale_attempts", "primary/error-503", "overloaded"]), "{m}");
-    assert!(has(&["hale_attempts", &format!("backup/{BACKUP_MODEL}"), "ok"]), "{m}");
-    assert!(has(&["breaker", "provider=\"primary\"", "state=\"closed\""]), "{m}");
+    assert!(
+        has(&["hale_attempts", "primary/error-503", "overloaded"]),
+        "{m}"
+    );
+    assert!(
+        has(&["hale_attempts", &format!("backup/{BACKUP_MODEL}"), "ok"]),
+        "{m}"
+    );
+    assert!(
+        has(&["breaker", "provider=\"primary\"", "state=\"closed\""]),
+        "{m}"
+    );
     assert!(has(&["cooldown", "provider=\"primary\""]), "{m}");
     let cooldown_line = m
         .lines()
-        .find(|l| !l.starts_with('#') && l.contains("cooldown") && l.contains("provider=\"primary\""))
+        .find(|l| {
+            !l.starts_with('#') && l.contains("cooldown") && l.contains("provider=\"primary\"")
+        })
         .expect("cooldown line");
-    let secs: f64 = cooldown_line.rsplit(' ').next().and_then(|v| v.parse().ok()).expect("value");
+    let secs: f64 = cooldown_line
+        .rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("value");
     assert!(secs > 0.0, "{cooldown_line}");
 }
 
@@ -193,7 +269,12 @@ async fn metrics_expose_turns_attempts_by_class_and_target_breakers_and_cooldown
 async fn journal_survives_a_restart() {
     let c = chaos().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = || config(vec![openai("primary", &c, "error-500:times=1"), anthropic("backup", &c, BACKUP_MODEL)]);
+    let cfg = || {
+        config(vec![
+            openai("primary", &c, "error-500:times=1"),
+            anthropic("backup", &c, BACKUP_MODEL),
+        ])
+    };
     let h = Hale::start_in(cfg(), dir.path()).await;
     let streamed = h.openai(ROUTE).stream(true).agent("journaled").send().await;
     streamed.assert_complete(&full());
@@ -210,7 +291,10 @@ async fn journal_survives_a_restart() {
     }
     let after = h2.turn(&streamed.turn_id).await;
     assert_eq!(after["timeline"], before["timeline"]);
-    assert_eq!(classes_of(after["timeline"].as_array().expect("timeline")), ["overloaded", "ok"]);
+    assert_eq!(
+        classes_of(after["timeline"].as_array().expect("timeline")),
+        ["overloaded", "ok"]
+    );
     let (_, agent) = h2.get_json("/agents/journaled").await;
     assert_eq!(agent["counters"]["turns"], 2, "{agent}");
     h2.stop().await;

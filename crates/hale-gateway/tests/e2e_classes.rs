@@ -27,7 +27,10 @@ async fn network_reset_before_headers_is_retried_and_answered() {
         assert_eq!(c.requests_for(BACKUP_MODEL), 0);
         let tl = h.timeline(&r.turn_id).await;
         assert_eq!(classes_of(&tl), ["network", "ok"]);
-        assert_eq!(targets_of(&tl), [format!("primary/{fault}"), format!("primary/{fault}")]);
+        assert_eq!(
+            targets_of(&tl),
+            [format!("primary/{fault}"), format!("primary/{fault}")]
+        );
     }
 }
 
@@ -61,9 +64,21 @@ async fn timeout_no_response_is_left_after_the_attempt_timeout_not_retried_fallb
         let r = h.openai(ROUTE).stream(stream).send().await;
         r.assert_complete(&full());
         assert_eq!(r.provider, "backup", "stream={stream}");
-        assert!(r.elapsed >= Duration::from_millis(950), "left before the timeout: {:?}", r.elapsed);
-        assert!(r.elapsed < Duration::from_secs(4), "waited too long: {:?}", r.elapsed);
-        assert_eq!(c.requests_for("hang"), 1, "a silent provider is not retried");
+        assert!(
+            r.elapsed >= Duration::from_millis(950),
+            "left before the timeout: {:?}",
+            r.elapsed
+        );
+        assert!(
+            r.elapsed < Duration::from_secs(4),
+            "waited too long: {:?}",
+            r.elapsed
+        );
+        assert_eq!(
+            c.requests_for("hang"),
+            1,
+            "a silent provider is not retried"
+        );
         let tl = h.timeline(&r.turn_id).await;
         assert_eq!(classes_of(&tl), ["timeout", "ok"]);
         assert_eq!(r.attempts, "2");
@@ -108,7 +123,10 @@ async fn rate_limit_is_retried_on_the_same_target_after_retry_after() {
         assert!(r.elapsed >= Duration::from_millis(950), "{:?}", r.elapsed);
         assert_eq!(c.requests_for(fault), 2);
         assert_eq!(c.requests_for(BACKUP_MODEL), 0);
-        assert_eq!(classes_of(&h.timeline(&r.turn_id).await), ["rate_limit", "ok"]);
+        assert_eq!(
+            classes_of(&h.timeline(&r.turn_id).await),
+            ["rate_limit", "ok"]
+        );
     }
 }
 
@@ -119,14 +137,20 @@ async fn overloaded_503_and_529_are_retried_then_moved_on() {
     // A 529 from an Anthropic-kind primary, once: retried on the same target.
     for stream in MODES {
         let c = chaos().await;
-        let mut cfg = config(vec![anthropic("primary", &c, "error-529:times=1"), openai("backup", &c, BACKUP_MODEL)]);
+        let mut cfg = config(vec![
+            anthropic("primary", &c, "error-529:times=1"),
+            openai("backup", &c, BACKUP_MODEL),
+        ]);
         cfg.retry.server_error.initial = Duration::from_millis(50);
         let h = Hale::start(cfg).await;
         let r = h.anthropic(ROUTE).stream(stream).send().await;
         r.assert_complete(&full());
         assert_eq!(r.provider, "primary", "stream={stream}");
         assert_eq!(c.requests_for("error-529:times=1"), 2);
-        assert_eq!(classes_of(&h.timeline(&r.turn_id).await), ["overloaded", "ok"]);
+        assert_eq!(
+            classes_of(&h.timeline(&r.turn_id).await),
+            ["overloaded", "ok"]
+        );
     }
     // A persistent 503: max_attempts on the primary, then the backup.
     for stream in MODES {
@@ -140,7 +164,10 @@ async fn overloaded_503_and_529_are_retried_then_moved_on() {
         let max = u64::from(h.gw.cfg.retry.server_error.max_attempts);
         assert_eq!(c.requests_for("error-503"), max);
         let tl = h.timeline(&r.turn_id).await;
-        assert_eq!(classes_of(&tl), ["overloaded", "overloaded", "overloaded", "ok"]);
+        assert_eq!(
+            classes_of(&tl),
+            ["overloaded", "overloaded", "overloaded", "ok"]
+        );
     }
 }
 
@@ -154,11 +181,18 @@ async fn stream_broken_cut_is_recovered() {
         let (c, h) = pair(fault, ProviderKind::OpenAi, |_| {}).await;
         let r = h.openai(ROUTE).stream(stream).send().await;
         r.assert_complete(&full());
-        assert_eq!(c.requests_for(fault), 1, "stream={stream}: not retried on the same target");
+        assert_eq!(
+            c.requests_for(fault),
+            1,
+            "stream={stream}: not retried on the same target"
+        );
         assert_eq!(c.requests_for(BACKUP_MODEL), 1);
         let tl = h.timeline(&r.turn_id).await;
         assert_eq!(classes_of(&tl)[0], "stream_broken", "{tl:?}");
-        assert_eq!(targets_of(&tl), [format!("primary/{fault}"), format!("backup/{BACKUP_MODEL}")]);
+        assert_eq!(
+            targets_of(&tl),
+            [format!("primary/{fault}"), format!("backup/{BACKUP_MODEL}")]
+        );
     }
 }
 
@@ -171,7 +205,10 @@ async fn context_overflow_is_never_resent_unchanged_next_target_serves() {
         r.assert_complete(&full());
         assert_eq!(r.provider, "backup");
         assert_eq!(c.requests_for("context-overflow"), 1);
-        assert_eq!(classes_of(&h.timeline(&r.turn_id).await), ["context_overflow", "ok"]);
+        assert_eq!(
+            classes_of(&h.timeline(&r.turn_id).await),
+            ["context_overflow", "ok"]
+        );
     }
     // Alone on its route: one call, and the caller is told why.
     let c = chaos().await;
@@ -190,7 +227,11 @@ async fn content_policy_is_not_retried_not_failed_over_reason_passed_on() {
         let r = h.openai(ROUTE).stream(stream).send().await;
         assert_eq!(r.status, 400, "stream={stream}: {}", r.raw);
         assert_eq!(r.error_type(), "content_policy");
-        assert!(r.error_message().contains("violence"), "reason not passed on: {}", r.raw);
+        assert!(
+            r.error_message().contains("violence"),
+            "reason not passed on: {}",
+            r.raw
+        );
         assert_eq!(r.attempts, "1");
         assert_eq!(c.requests_for("content-filter"), 1);
         assert_eq!(c.requests_for(BACKUP_MODEL), 0);
@@ -228,7 +269,11 @@ async fn billing_402_is_not_retried_and_moves_on() {
         )
         .await;
         let c = chaos().await;
-        let h = Hale::start(config(vec![stub.provider("primary", "gpt-4o"), openai("backup", &c, BACKUP_MODEL)])).await;
+        let h = Hale::start(config(vec![
+            stub.provider("primary", "gpt-4o"),
+            openai("backup", &c, BACKUP_MODEL),
+        ]))
+        .await;
         let r = h.openai(ROUTE).stream(stream).send().await;
         r.assert_complete(&full());
         assert_eq!(r.provider, "backup");
@@ -249,12 +294,19 @@ async fn model_not_found_404_is_not_retried_and_moves_on() {
         )
         .await;
         let c = chaos().await;
-        let h = Hale::start(config(vec![stub.provider("primary", "gpt-9"), anthropic("backup", &c, BACKUP_MODEL)])).await;
+        let h = Hale::start(config(vec![
+            stub.provider("primary", "gpt-9"),
+            anthropic("backup", &c, BACKUP_MODEL),
+        ]))
+        .await;
         let r = h.openai(ROUTE).stream(stream).send().await;
         r.assert_complete(&full());
         assert_eq!(r.provider, "backup");
         assert_eq!(stub.hits(), 1);
-        assert_eq!(classes_of(&h.timeline(&r.turn_id).await), ["model_not_found", "ok"]);
+        assert_eq!(
+            classes_of(&h.timeline(&r.turn_id).await),
+            ["model_not_found", "ok"]
+        );
     }
 }
 
@@ -269,7 +321,11 @@ async fn bad_request_400_is_not_retried_not_failed_over() {
         )
         .await;
         let c = chaos().await;
-        let h = Hale::start(config(vec![stub.provider("primary", "gpt-4o"), openai("backup", &c, BACKUP_MODEL)])).await;
+        let h = Hale::start(config(vec![
+            stub.provider("primary", "gpt-4o"),
+            openai("backup", &c, BACKUP_MODEL),
+        ]))
+        .await;
         let r = h.openai(ROUTE).stream(stream).send().await;
         assert_eq!(r.status, 400, "{}", r.raw);
         assert_eq!(r.error_type(), "invalid_request_error");

@@ -18,7 +18,11 @@ const BACK_WITHIN: Duration = Duration::from_secs(15);
 async fn primary_down_60s_then_healthy_fallback_serves_then_primary_back_within_15s() {
     let fault = "down:secs=60";
     let (c, h) = pair(fault, ProviderKind::Anthropic, |_| {}).await;
-    assert_eq!(h.gw.cfg.retry.probe_interval, Duration::from_secs(10), "the default probe interval");
+    assert_eq!(
+        h.gw.cfg.retry.probe_interval,
+        Duration::from_secs(10),
+        "the default probe interval"
+    );
     let t0 = Instant::now(); // the outage starts with chaos's first request for the model, just after
     let recovered_at = t0 + OUTAGE;
     let mut log: Vec<(Duration, String, u16, Duration)> = Vec::new();
@@ -33,7 +37,10 @@ async fn primary_down_60s_then_healthy_fallback_serves_then_primary_back_within_
         log.push((at, r.provider.clone(), r.status, r.elapsed));
         r.assert_complete(&full());
         if start + r.elapsed < recovered_at {
-            assert_eq!(r.provider, "backup", "served by the down primary at +{at:?}? {log:?}");
+            assert_eq!(
+                r.provider, "backup",
+                "served by the down primary at +{at:?}? {log:?}"
+            );
         } else if r.provider == "primary" && back.is_none() {
             back = Some(at);
         }
@@ -56,5 +63,8 @@ async fn primary_down_60s_then_healthy_fallback_serves_then_primary_back_within_
     // The outage cost the primary a probe now and then, not a call per request.
     let primary_calls = c.requests_for(fault);
     let requests = log.len() as u64;
-    assert!(primary_calls < requests + 3, "{primary_calls} calls to the primary for {requests} requests");
+    assert!(
+        primary_calls < requests + 3,
+        "{primary_calls} calls to the primary for {requests} requests"
+    );
 }

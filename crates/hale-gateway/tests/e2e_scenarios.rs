@@ -19,7 +19,11 @@ async fn rate_limit_retry_after_2_once_waits_then_same_target_complete() {
         let (c, h) = pair(fault, ProviderKind::Anthropic, |_| {}).await;
         let r = h.openai(ROUTE).stream(stream).send().await;
         r.assert_complete(&full());
-        assert!(r.elapsed >= Duration::from_millis(1900), "stream={stream}: did not wait: {:?}", r.elapsed);
+        assert!(
+            r.elapsed >= Duration::from_millis(1900),
+            "stream={stream}: did not wait: {:?}",
+            r.elapsed
+        );
         assert!(r.elapsed < Duration::from_secs(5), "{:?}", r.elapsed);
         assert_eq!(r.provider, "primary");
         assert_eq!(c.requests_for(fault), 2);
@@ -37,10 +41,18 @@ async fn rate_limit_persistent_without_retry_after_at_most_4_attempts_in_3s_then
         r.assert_complete(&full());
         assert_eq!(r.provider, "backup", "stream={stream}");
         let n = c.requests_for("rate-limit");
-        assert!((1..=4).contains(&n), "{n} attempts on the rate-limited target");
+        assert!(
+            (1..=4).contains(&n),
+            "{n} attempts on the rate-limited target"
+        );
         assert!(r.elapsed < Duration::from_secs(3), "{:?}", r.elapsed);
         let tl = h.timeline(&r.turn_id).await;
-        assert!(classes_of(&tl)[..tl.len() - 1].iter().all(|c| c == "rate_limit"), "{tl:?}");
+        assert!(
+            classes_of(&tl)[..tl.len() - 1]
+                .iter()
+                .all(|c| c == "rate_limit"),
+            "{tl:?}"
+        );
     }
 }
 
@@ -56,7 +68,10 @@ async fn error_500_once_is_retried_on_the_same_target() {
         assert_eq!(r.attempts, "2");
         assert_eq!(c.requests_for(fault), 2);
         assert_eq!(c.requests_for(BACKUP_MODEL), 0);
-        assert_eq!(classes_of(&h.timeline(&r.turn_id).await), ["overloaded", "ok"]);
+        assert_eq!(
+            classes_of(&h.timeline(&r.turn_id).await),
+            ["overloaded", "ok"]
+        );
     }
 }
 
@@ -137,7 +152,11 @@ async fn stream_stall_mid_answer_is_detected_and_completed() {
         let r = call.stream(true).send().await;
         r.assert_complete(&full());
         assert!(r.elapsed >= Duration::from_millis(950), "{:?}", r.elapsed);
-        assert!(r.elapsed < Duration::from_secs(6), "stall not detected in time: {:?}", r.elapsed);
+        assert!(
+            r.elapsed < Duration::from_secs(6),
+            "stall not detected in time: {:?}",
+            r.elapsed
+        );
         assert_eq!(c.requests_for(fault), 1);
         let tl = h.timeline(&r.turn_id).await;
         assert_eq!(classes_of(&tl)[0], "stream_broken", "{tl:?}");
@@ -183,8 +202,14 @@ async fn stream_without_done_is_finalised_within_1s_with_usage() {
             };
             let r = call.stream(true).send().await;
             r.assert_complete(&full());
-            assert!(r.elapsed < Duration::from_secs(1), "{kind:?}/{caller:?}: {:?}", r.elapsed);
-            let (input, output) = r.usage.unwrap_or_else(|| panic!("no usage reported: {}", r.raw));
+            assert!(
+                r.elapsed < Duration::from_secs(1),
+                "{kind:?}/{caller:?}: {:?}",
+                r.elapsed
+            );
+            let (input, output) = r
+                .usage
+                .unwrap_or_else(|| panic!("no usage reported: {}", r.raw));
             assert!(input > 0, "{}", r.raw);
             assert!(output > 0, "{}", r.raw);
         }
@@ -208,15 +233,40 @@ async fn stream_cut_with_a_fallback_that_rejects_prefill_completes_and_hides_the
         };
         let r = call.stream(true).send().await;
         r.assert_complete(&full());
-        assert!(!r.raw.contains("not supported"), "the prefill error surfaced: {}", r.raw);
-        assert_eq!(c.requests_for("no-prefill"), 2, "asked with, then without, the prefill");
+        assert!(
+            !r.raw.contains("not supported"),
+            "the prefill error surfaced: {}",
+            r.raw
+        );
+        assert_eq!(
+            c.requests_for("no-prefill"),
+            2,
+            "asked with, then without, the prefill"
+        );
         let bodies = c.last_requests();
-        let to_backup: Vec<&Value> = bodies.iter().filter(|b| b["model"] == "no-prefill").collect();
-        assert_eq!(to_backup[0]["messages"].as_array().and_then(|m| m.last()).map(|m| m["role"].clone()), Some("assistant".into()));
-        assert_eq!(to_backup[1]["messages"].as_array().and_then(|m| m.last()).map(|m| m["role"].clone()), Some("user".into()));
+        let to_backup: Vec<&Value> = bodies
+            .iter()
+            .filter(|b| b["model"] == "no-prefill")
+            .collect();
+        assert_eq!(
+            to_backup[0]["messages"]
+                .as_array()
+                .and_then(|m| m.last())
+                .map(|m| m["role"].clone()),
+            Some("assistant".into())
+        );
+        assert_eq!(
+            to_backup[1]["messages"]
+                .as_array()
+                .and_then(|m| m.last())
+                .map(|m| m["role"].clone()),
+            Some("user".into())
+        );
         // The rejection is not held against the fallback.
         let (_, agent) = h.get_json("/agents/default").await;
-        let failures = agent["breakers"]["backup"]["failures_in_window"].as_u64().unwrap_or(0);
+        let failures = agent["breakers"]["backup"]["failures_in_window"]
+            .as_u64()
+            .unwrap_or(0);
         assert_eq!(failures, 0, "{agent}");
     }
 }
@@ -245,7 +295,10 @@ async fn primary_503_fallback_answers_model_and_usage_are_the_fallbacks() {
             .find(|b| b["model"] == BACKUP_MODEL)
             .expect("the fallback's request");
         let expected = serde_json::to_vec(&body).expect("json").len() as u64 / 4;
-        assert!(input.abs_diff(expected) <= 3, "input {input}, the fallback's {expected}");
+        assert!(
+            input.abs_diff(expected) <= 3,
+            "input {input}, the fallback's {expected}"
+        );
         let turn = h.turn(&r.turn_id).await;
         assert_eq!(turn["usage"]["output_tokens"], 60);
         assert_eq!(turn["provider"], "backup");

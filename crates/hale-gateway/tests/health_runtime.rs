@@ -29,7 +29,13 @@ fn of_kind(evs: &[hale_core::event::Event], k: EventKind) -> Vec<&hale_core::eve
 }
 
 async fn post(h: &Hale, path: &str, body: Value) -> (u16, Value) {
-    let r = h.http.post(format!("{}{path}", h.base)).json(&body).send().await.expect("POST");
+    let r = h
+        .http
+        .post(format!("{}{path}", h.base))
+        .json(&body)
+        .send()
+        .await
+        .expect("POST");
     let s = r.status().as_u16();
     (s, r.json().await.unwrap_or(Value::Null))
 }
@@ -60,7 +66,12 @@ fn short(cfg: &mut hale_core::config::Config) {
 }
 
 async fn call(h: &Hale, agent: &str, task: &str, text: &str) -> common::Reply {
-    h.openai(ROUTE).agent(agent).header("x-hale-task", task).user(text).send().await
+    h.openai(ROUTE)
+        .agent(agent)
+        .header("x-hale-task", task)
+        .user(text)
+        .send()
+        .await
 }
 
 #[tokio::test]
@@ -79,7 +90,12 @@ async fn heartbeat_endpoint_updates_health_shown_by_get_agent() {
     assert_eq!(s, 200);
     assert_eq!(v["health"]["state"], "healthy", "{v}");
     assert_eq!(v["health"]["current_task"], "t1");
-    assert!(v["health"]["snapshot"]["since_heartbeat_ms"].as_u64().expect("ms") < 5_000);
+    assert!(
+        v["health"]["snapshot"]["since_heartbeat_ms"]
+            .as_u64()
+            .expect("ms")
+            < 5_000
+    );
     // Errors reported by heartbeats raise the error rate: degraded.
     post_raw(&h, "/agents/hb/heartbeat", r#"{"errors":20}"#).await;
     health::tick(&h.gw, Instant::now());
@@ -104,7 +120,10 @@ async fn stuck_agent_is_nudged_in_its_next_requests_then_escalated_then_terminat
     let h = Hale::start(cfg).await;
     // The same call three times: repeated identical calls → stuck.
     for _ in 0..3 {
-        assert_eq!(call(&h, "loop", "t", "search the same thing").await.status, 200);
+        assert_eq!(
+            call(&h, "loop", "t", "search the same thing").await.status,
+            200
+        );
     }
     let t0 = Instant::now();
     health::tick(&h.gw, t0);
@@ -113,23 +132,49 @@ async fn stuck_agent_is_nudged_in_its_next_requests_then_escalated_then_terminat
     assert_eq!(v["health"]["snapshot"]["signal"], "repeated_calls");
 
     // Nudge 1 rides at the end of the next request.
-    assert_eq!(call(&h, "loop", "t", "search the same thing").await.status, 200);
+    assert_eq!(
+        call(&h, "loop", "t", "search the same thing").await.status,
+        200
+    );
     let last = c.last_requests().pop().expect("a request");
     let msgs = last["messages"].as_array().expect("messages");
     let tail = msgs.last().expect("a message");
     assert_eq!(tail["role"], "system", "{last}");
-    assert!(tail["content"].as_str().unwrap_or("").contains("Reminder 1 of 2"), "{tail}");
+    assert!(
+        tail["content"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Reminder 1 of 2"),
+        "{tail}"
+    );
     // Delivered once: the following request carries none.
-    assert_eq!(call(&h, "loop", "t", "search the same thing").await.status, 200);
+    assert_eq!(
+        call(&h, "loop", "t", "search the same thing").await.status,
+        200
+    );
     let last = c.last_requests().pop().expect("a request");
-    assert_ne!(last["messages"].as_array().expect("m").last().expect("m")["role"], "system");
+    assert_ne!(
+        last["messages"].as_array().expect("m").last().expect("m")["role"],
+        "system"
+    );
 
     // Still stuck after the interval: nudge 2.
     health::tick(&h.gw, t0 + Duration::from_millis(1100));
     call(&h, "loop", "t", "search the same thing").await;
     let last = c.last_requests().pop().expect("a request");
-    let tail = last["messages"].as_array().expect("m").last().cloned().expect("m");
-    assert!(tail["content"].as_str().unwrap_or("").contains("Reminder 2 of 2"), "{tail}");
+    let tail = last["messages"]
+        .as_array()
+        .expect("m")
+        .last()
+        .cloned()
+        .expect("m");
+    assert!(
+        tail["content"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Reminder 2 of 2"),
+        "{tail}"
+    );
 
     // Then an escalation, then (no decision) termination.
     health::tick(&h.gw, t0 + Duration::from_millis(2200));
@@ -151,12 +196,19 @@ async fn stuck_agent_is_nudged_in_its_next_requests_then_escalated_then_terminat
     let term = of_kind(&evs, EventKind::AgentTerminated);
     assert_eq!(term.len(), 1);
     assert_eq!(term[0].task.as_deref(), Some("t"));
-    assert!(term[0].payload["final_state"]["health"].is_object(), "{:?}", term[0].payload);
+    assert!(
+        term[0].payload["final_state"]["health"].is_object(),
+        "{:?}",
+        term[0].payload
+    );
     let to: Vec<&str> = of_kind(&evs, EventKind::HealthStateChanged)
         .iter()
         .filter_map(|e| e.payload["to"].as_str())
         .collect();
-    assert!(to.contains(&"stuck") && to.contains(&"terminated"), "{to:?}");
+    assert!(
+        to.contains(&"stuck") && to.contains(&"terminated"),
+        "{to:?}"
+    );
     // Order: nudges, then the escalation, then the termination.
     let pos = |k: EventKind| evs.iter().rposition(|e| e.kind == k).expect("event");
     assert!(pos(EventKind::HealthNudgeSent) < pos(EventKind::HealthEscalated));
@@ -174,7 +226,12 @@ async fn silent_agent_becomes_stuck_and_is_escalated() {
     short(&mut cfg);
     cfg.health.nudge_max_attempts = 0;
     let h = Hale::start(cfg).await;
-    post_raw(&h, "/agents/quiet/heartbeat", r#"{"task":"t","progress":"started"}"#).await;
+    post_raw(
+        &h,
+        "/agents/quiet/heartbeat",
+        r#"{"task":"t","progress":"started"}"#,
+    )
+    .await;
     let t0 = Instant::now();
     health::tick(&h.gw, t0);
     // Heartbeats stop: stuck after `stuck_after`, escalated at once (no nudges configured).
@@ -201,16 +258,30 @@ async fn operator_decides_more_time_then_terminate() {
     assert_eq!(s, 409, "{v}");
     let t0 = Instant::now();
     health::tick(&h.gw, t0);
-    assert_eq!(of_kind(&events(&h).await, EventKind::HealthEscalated).len(), 1);
-    let (s, v) = post(&h, "/agents/op/decide", json!({"decision": "more_time", "more_time_ms": 2000})).await;
+    assert_eq!(
+        of_kind(&events(&h).await, EventKind::HealthEscalated).len(),
+        1
+    );
+    let (s, v) = post(
+        &h,
+        "/agents/op/decide",
+        json!({"decision": "more_time", "more_time_ms": 2000}),
+    )
+    .await;
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["health"]["intervention"]["phase"], "watching", "{v}");
     // Within the extra time: nothing; after it: escalated again.
     health::tick(&h.gw, t0 + Duration::from_millis(1000));
-    assert_eq!(of_kind(&events(&h).await, EventKind::HealthEscalated).len(), 1);
+    assert_eq!(
+        of_kind(&events(&h).await, EventKind::HealthEscalated).len(),
+        1
+    );
     call(&h, "op", "t", "same").await;
     health::tick(&h.gw, t0 + Duration::from_millis(2500));
-    assert_eq!(of_kind(&events(&h).await, EventKind::HealthEscalated).len(), 2);
+    assert_eq!(
+        of_kind(&events(&h).await, EventKind::HealthEscalated).len(),
+        2
+    );
     let (s, v) = post(&h, "/agents/op/decide", json!({"decision": "terminate"})).await;
     assert_eq!(s, 200, "{v}");
     assert_eq!(call(&h, "op", "t", "same").await.status, 410);
@@ -235,7 +306,12 @@ async fn terminate_endpoint_blocks_the_task_with_410() {
     let c = chaos().await;
     let h = Hale::start(config(vec![openai("p", &c, "ok")])).await;
     assert_eq!(call(&h, "term", "job-1", "hi").await.status, 200);
-    let (s, v) = post(&h, "/agents/term/terminate", json!({"reason": "operator said so"})).await;
+    let (s, v) = post(
+        &h,
+        "/agents/term/terminate",
+        json!({"reason": "operator said so"}),
+    )
+    .await;
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["task"], "job-1");
     let r = call(&h, "term", "job-1", "hi").await;
@@ -273,12 +349,19 @@ async fn checkpoints_are_hashed_and_a_corrupt_one_is_reported_and_never_served()
     // GET one: the body, with its hash.
     let r = h
         .http
-        .get(format!("{}{base}/{}", h.base, two["id"].as_str().expect("id")))
+        .get(format!(
+            "{}{base}/{}",
+            h.base,
+            two["id"].as_str().expect("id")
+        ))
         .send()
         .await
         .expect("GET");
     assert_eq!(r.status(), 200);
-    assert_eq!(r.headers()["x-hale-checkpoint-sha256"], sha(br#"{"step":2}"#).as_str());
+    assert_eq!(
+        r.headers()["x-hale-checkpoint-sha256"],
+        sha(br#"{"step":2}"#).as_str()
+    );
     assert_eq!(r.json::<Value>().await.expect("json"), json!({"step": 2}));
 
     // A corrupt row, newest, written straight to the store (hash does not match).
@@ -291,7 +374,10 @@ async fn checkpoints_are_hashed_and_a_corrupt_one_is_reported_and_never_served()
         sha256: sha(br#"{"step":999}"#),
         created_ms: two["created_ms"].as_u64().expect("ms") + 1000,
     };
-    h.store.commit(vec![Write::Checkpoint(bad)]).await.expect("commit");
+    h.store
+        .commit(vec![Write::Checkpoint(bad)])
+        .await
+        .expect("commit");
     let (s, list) = h.get_json(base).await;
     assert_eq!(s, 200);
     let items = list["checkpoints"].as_array().expect("list");
@@ -320,7 +406,11 @@ async fn checkpoints_are_hashed_and_a_corrupt_one_is_reported_and_never_served()
     let evs = events(&h).await;
     assert_eq!(of_kind(&evs, EventKind::RecoveryStarted).len(), 1);
     assert_eq!(of_kind(&evs, EventKind::AgentRestarting).len(), 1);
-    assert_eq!(of_kind(&evs, EventKind::CheckpointCorrupt).len(), 2, "skipping it is reported too");
+    assert_eq!(
+        of_kind(&evs, EventKind::CheckpointCorrupt).len(),
+        2,
+        "skipping it is reported too"
+    );
     h.stop().await;
 }
 

@@ -43,7 +43,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub agent: String,
     /// The task (HALE_TASK).
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = hale_gateway::guardrails::DEFAULT_TASK)]
     pub task: String,
     /// A running gateway; without it an embedded one is started from --config.
     #[arg(long)]

@@ -34,7 +34,11 @@ async fn serve_and_chaos_processes_fail_over_streaming_and_not() {
     assert_eq!(r.headers()["x-hale-provider"], "backup");
     assert_eq!(r.headers()["x-hale-attempts"], "4");
     let v: Value = r.json().await.expect("json");
-    assert_eq!(v["choices"][0]["message"]["content"], words(60).as_str(), "{v}");
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        words(60).as_str(),
+        "{v}"
+    );
     assert_eq!(v["model"], BACKUP_MODEL);
 
     // Streaming.
@@ -56,12 +60,17 @@ async fn serve_and_chaos_processes_fail_over_streaming_and_not() {
     let mut text = String::new();
     let mut done = false;
     for line in raw.lines() {
-        let Some(d) = line.strip_prefix("data: ") else { continue };
+        let Some(d) = line.strip_prefix("data: ") else {
+            continue;
+        };
         if d == "[DONE]" {
             done = true;
         } else if let Ok(v) = serde_json::from_str::<Value>(d) {
             assert!(v.get("error").is_none(), "{raw}");
-            if let Some(t) = v.pointer("/choices/0/delta/content").and_then(Value::as_str) {
+            if let Some(t) = v
+                .pointer("/choices/0/delta/content")
+                .and_then(Value::as_str)
+            {
                 text.push_str(t);
             }
         }
@@ -111,12 +120,19 @@ providers:
         .arg(&good)
         .output()
         .expect("runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
 fn serve_without_a_config_refuses_and_prints_a_minimal_config() {
-    let out = Command::new(hale_bin()).arg("serve").output().expect("runs");
+    let out = Command::new(hale_bin())
+        .arg("serve")
+        .output()
+        .expect("runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "it must refuse: {stderr}");
     assert!(stderr.contains("--config"), "{stderr}");
@@ -139,6 +155,12 @@ fn demo_exits_0() {
         "demo failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("every scenario healed as expected"), "{stdout}");
-    assert!(t0.elapsed() < Duration::from_secs(60), "the demo is done in under a minute");
+    assert!(
+        stdout.contains("every scenario healed as expected"),
+        "{stdout}"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(60),
+        "the demo is done in under a minute"
+    );
 }

@@ -10,7 +10,9 @@ use hale_core::event::{Event, EventKind};
 use hale_store::{Store, StoreOptions, Write};
 
 pub async fn store(dir: &Path) -> Store {
-    Store::open_sqlite(dir, StoreOptions::default()).await.expect("open store")
+    Store::open_sqlite(dir, StoreOptions::default())
+        .await
+        .expect("open store")
 }
 
 /// `n` events with increasing times, kinds cycling through `kinds`.
@@ -45,7 +47,9 @@ pub fn free_port() -> u16 {
 
 /// Serves `app` on a free loopback port; returns its base URL.
 pub async fn serve(app: axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr: SocketAddr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
@@ -107,7 +111,10 @@ impl NatsServer {
             .expect("start nats-server");
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not listen on {port}");
+            assert!(
+                Instant::now() < deadline,
+                "nats-server did not listen on {port}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         NatsServer { child, port }

@@ -20,7 +20,10 @@ use std::time::{Duration, Instant};
 
 /// The chaos deterministic answer of `n` words: `w0 w1 … w{n-1}`.
 pub fn words(n: usize) -> String {
-    (0..n).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ")
+    (0..n)
+        .map(|i| format!("w{i}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The default chaos answer (60 words).
@@ -45,9 +48,14 @@ pub async fn chaos() -> ChaosHandle {
 /// A chaos server with a script (YAML: model → steps).
 pub async fn chaos_script(yaml: &str) -> ChaosHandle {
     let script = hale_chaos::parse_script(yaml).expect("script parses");
-    hale_chaos::spawn("127.0.0.1:0".parse().expect("addr"), ChaosConfig { script: Some(script) })
-        .await
-        .expect("chaos starts")
+    hale_chaos::spawn(
+        "127.0.0.1:0".parse().expect("addr"),
+        ChaosConfig {
+            script: Some(script),
+        },
+    )
+    .await
+    .expect("chaos starts")
 }
 
 /// Timeouts every test provider starts with: short enough that a wrong turn
@@ -63,12 +71,22 @@ fn with_test_timeouts(mut p: ProviderConfig) -> ProviderConfig {
 
 /// An OpenAI-kind provider pointing at `chaos`.
 pub fn openai(name: &str, chaos: &ChaosHandle, model: &str) -> ProviderConfig {
-    with_test_timeouts(ProviderConfig::new(name, ProviderKind::OpenAi, &chaos.base_url_openai, model))
+    with_test_timeouts(ProviderConfig::new(
+        name,
+        ProviderKind::OpenAi,
+        &chaos.base_url_openai,
+        model,
+    ))
 }
 
 /// An Anthropic-kind provider pointing at `chaos`.
 pub fn anthropic(name: &str, chaos: &ChaosHandle, model: &str) -> ProviderConfig {
-    with_test_timeouts(ProviderConfig::new(name, ProviderKind::Anthropic, &chaos.base_url_anthropic, model))
+    with_test_timeouts(ProviderConfig::new(
+        name,
+        ProviderKind::Anthropic,
+        &chaos.base_url_anthropic,
+        model,
+    ))
 }
 
 /// How long [`Hale::turn`] waits for a streamed turn's journal row.
@@ -122,8 +140,12 @@ impl Hale {
         let store = hale_store::Store::open(None, dir, (&cfg.events).into())
             .await
             .expect("store opens");
-        let gw = hale_gateway::Gateway::new(cfg, store.clone()).await.expect("gateway");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let gw = hale_gateway::Gateway::new(cfg, store.clone())
+            .await
+            .expect("gateway");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(hale_gateway::http::serve(gw.clone(), listener, async {
@@ -169,21 +191,36 @@ impl Hale {
 
     /// `GET path` as JSON.
     pub async fn get_json(&self, path: &str) -> (u16, Value) {
-        let r = self.http.get(format!("{}{path}", self.base)).send().await.expect("GET");
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("GET");
         let s = r.status().as_u16();
         (s, r.json().await.unwrap_or(Value::Null))
     }
 
     /// `GET path` as text.
     pub async fn get_text(&self, path: &str) -> (u16, String) {
-        let r = self.http.get(format!("{}{path}", self.base)).send().await.expect("GET");
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("GET");
         let s = r.status().as_u16();
         (s, r.text().await.unwrap_or_default())
     }
 
     /// `POST path` (empty body) as JSON.
     pub async fn post_json(&self, path: &str) -> (u16, Value) {
-        let r = self.http.post(format!("{}{path}", self.base)).send().await.expect("POST");
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("POST");
         let s = r.status().as_u16();
         (s, r.json().await.unwrap_or(Value::Null))
     }
@@ -208,7 +245,10 @@ impl Hale {
 
     /// The turn's timeline rows.
     pub async fn timeline(&self, id: &str) -> Vec<Value> {
-        self.turn(id).await["timeline"].as_array().cloned().unwrap_or_default()
+        self.turn(id).await["timeline"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 }
 
@@ -284,14 +324,24 @@ impl<'a> Call<'a> {
         };
         let stream = self.body["stream"].as_bool().unwrap_or(false);
         let t0 = Instant::now();
-        let mut rb = self.hale.http.post(format!("{}{path}", self.hale.base)).json(&self.body);
+        let mut rb = self
+            .hale
+            .http
+            .post(format!("{}{path}", self.hale.base))
+            .json(&self.body);
         for (k, v) in &self.headers {
             rb = rb.header(k, v);
         }
         let resp = rb.send().await.expect("the gateway answers");
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let h = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+        let h = |k: &str| {
+            headers
+                .get(k)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
         let mut reply = Reply {
             status,
             turn_id: h("x-hale-turn-id"),
@@ -381,10 +431,20 @@ impl Reply {
         self.model = v["model"].as_str().unwrap_or("").to_owned();
         match dialect {
             Dialect::OpenAi => {
-                self.text = v.pointer("/choices/0/message/content").and_then(Value::as_str).unwrap_or("").to_owned();
-                self.finish = v.pointer("/choices/0/finish_reason").and_then(Value::as_str).map(str::to_owned);
+                self.text = v
+                    .pointer("/choices/0/message/content")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                self.finish = v
+                    .pointer("/choices/0/finish_reason")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
                 if let Some(u) = v.get("usage") {
-                    self.usage = Some((u["prompt_tokens"].as_u64().unwrap_or(0), u["completion_tokens"].as_u64().unwrap_or(0)));
+                    self.usage = Some((
+                        u["prompt_tokens"].as_u64().unwrap_or(0),
+                        u["completion_tokens"].as_u64().unwrap_or(0),
+                    ));
                 }
             }
             Dialect::Anthropic => {
@@ -396,7 +456,10 @@ impl Reply {
                     .collect();
                 self.finish = v["stop_reason"].as_str().map(str::to_owned);
                 if let Some(u) = v.get("usage") {
-                    self.usage = Some((u["input_tokens"].as_u64().unwrap_or(0), u["output_tokens"].as_u64().unwrap_or(0)));
+                    self.usage = Some((
+                        u["input_tokens"].as_u64().unwrap_or(0),
+                        u["output_tokens"].as_u64().unwrap_or(0),
+                    ));
                 }
             }
         }
@@ -414,13 +477,17 @@ impl Reply {
                 event = Some(e.trim().to_owned());
                 continue;
             }
-            let Some(data) = line.strip_prefix("data:") else { continue };
+            let Some(data) = line.strip_prefix("data:") else {
+                continue;
+            };
             let data = data.trim_start();
             if data == "[DONE]" {
                 self.done = true;
                 continue;
             }
-            let Ok(v) = serde_json::from_str::<Value>(data) else { continue };
+            let Ok(v) = serde_json::from_str::<Value>(data) else {
+                continue;
+            };
             if v.get("error").is_some() && v["type"].as_str() != Some("message_start") {
                 self.error = Some(v["error"].clone());
                 continue;
@@ -430,22 +497,42 @@ impl Reply {
                     if let Some(m) = v["model"].as_str() {
                         self.model = m.to_owned();
                     }
-                    if let Some(t) = v.pointer("/choices/0/delta/content").and_then(Value::as_str) {
+                    if let Some(t) = v
+                        .pointer("/choices/0/delta/content")
+                        .and_then(Value::as_str)
+                    {
                         self.text.push_str(t);
                     }
-                    if let Some(f) = v.pointer("/choices/0/finish_reason").and_then(Value::as_str) {
+                    if let Some(f) = v
+                        .pointer("/choices/0/finish_reason")
+                        .and_then(Value::as_str)
+                    {
                         self.finish = Some(f.to_owned());
                     }
                     if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-                        self.usage = Some((u["prompt_tokens"].as_u64().unwrap_or(0), u["completion_tokens"].as_u64().unwrap_or(0)));
+                        self.usage = Some((
+                            u["prompt_tokens"].as_u64().unwrap_or(0),
+                            u["completion_tokens"].as_u64().unwrap_or(0),
+                        ));
                     }
                 }
                 Dialect::Anthropic => {
-                    let ty = v["type"].as_str().or(event.as_deref()).unwrap_or("").to_owned();
+                    let ty = v["type"]
+                        .as_str()
+                        .or(event.as_deref())
+                        .unwrap_or("")
+                        .to_owned();
                     match ty.as_str() {
                         "message_start" => {
-                            self.model = v.pointer("/message/model").and_then(Value::as_str).unwrap_or("").to_owned();
-                            if let Some(i) = v.pointer("/message/usage/input_tokens").and_then(Value::as_u64) {
+                            self.model = v
+                                .pointer("/message/model")
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
+                                .to_owned();
+                            if let Some(i) = v
+                                .pointer("/message/usage/input_tokens")
+                                .and_then(Value::as_u64)
+                            {
                                 self.usage = Some((i, self.usage.map(|u| u.1).unwrap_or(0)));
                             }
                         }
@@ -455,7 +542,8 @@ impl Reply {
                             }
                         }
                         "message_delta" => {
-                            if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                            if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str)
+                            {
                                 self.finish = Some(r.to_owned());
                             }
                             if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
@@ -463,7 +551,8 @@ impl Reply {
                                     .as_u64()
                                     .or(self.usage.map(|x| x.0))
                                     .unwrap_or(0);
-                                self.usage = Some((input, u["output_tokens"].as_u64().unwrap_or(0)));
+                                self.usage =
+                                    Some((input, u["output_tokens"].as_u64().unwrap_or(0)));
                             }
                         }
                         "message_stop" => self.done = true,
@@ -497,18 +586,30 @@ impl Reply {
     #[track_caller]
     pub fn assert_complete(&self, expected: &str) {
         assert_eq!(self.status, 200, "status; body: {}", self.raw);
-        assert!(self.error.is_none(), "unexpected error: {:?}\nraw: {}", self.error, self.raw);
+        assert!(
+            self.error.is_none(),
+            "unexpected error: {:?}\nraw: {}",
+            self.error,
+            self.raw
+        );
         assert_eq!(self.text, expected, "answer text; raw: {}", self.raw);
         assert!(self.finish.is_some(), "no finish reason; raw: {}", self.raw);
         if self.stream {
-            assert!(self.done, "stream did not end with [DONE]/message_stop; raw: {}", self.raw);
+            assert!(
+                self.done,
+                "stream did not end with [DONE]/message_stop; raw: {}",
+                self.raw
+            );
         }
     }
 }
 
 /// The targets of a turn's timeline rows, in order.
 pub fn targets_of(timeline: &[Value]) -> Vec<String> {
-    timeline.iter().map(|r| r["target"].as_str().unwrap_or("").to_owned()).collect()
+    timeline
+        .iter()
+        .map(|r| r["target"].as_str().unwrap_or("").to_owned())
+        .collect()
 }
 
 /// The classes of a turn's timeline rows (`ok` for a success).
@@ -547,7 +648,9 @@ impl Stub {
         let app = axum::Router::new()
             .route("/v1/chat/completions", axum::routing::post(handler.clone()))
             .route("/v1/messages", axum::routing::post(handler));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
@@ -570,7 +673,12 @@ impl Stub {
 
     /// An OpenAI-kind provider pointing at this stub.
     pub fn provider(&self, name: &str, model: &str) -> ProviderConfig {
-        with_test_timeouts(ProviderConfig::new(name, ProviderKind::OpenAi, &self.base_url, model))
+        with_test_timeouts(ProviderConfig::new(
+            name,
+            ProviderKind::OpenAi,
+            &self.base_url,
+            model,
+        ))
     }
 }
 
@@ -580,7 +688,11 @@ pub const BACKUP_MODEL: &str = "backup-model";
 /// The usual world: one chaos server; route [`ROUTE`] = `primary` (OpenAI
 /// kind, model = `fault`) then `backup` (`backup_kind`, model
 /// [`BACKUP_MODEL`]); `tweak` adjusts the config before the gateway starts.
-pub async fn pair(fault: &str, backup_kind: ProviderKind, tweak: impl FnOnce(&mut Config)) -> (ChaosHandle, Hale) {
+pub async fn pair(
+    fault: &str,
+    backup_kind: ProviderKind,
+    tweak: impl FnOnce(&mut Config),
+) -> (ChaosHandle, Hale) {
     let c = chaos().await;
     let primary = openai("primary", &c, fault);
     let backup = match backup_kind {
@@ -598,5 +710,8 @@ pub const MODES: [bool; 2] = [false, true];
 
 /// The provider called `name` in `cfg`, to tune it.
 pub fn prov<'a>(cfg: &'a mut Config, name: &str) -> &'a mut ProviderConfig {
-    cfg.providers.iter_mut().find(|p| p.name == name).expect("provider in config")
+    cfg.providers
+        .iter_mut()
+        .find(|p| p.name == name)
+        .expect("provider in config")
 }

@@ -69,7 +69,10 @@ pub async fn wait_ready(http: &reqwest::Client, url: &str, proc: &mut Proc, limi
             return;
         }
         if let Ok(Some(status)) = proc.child.try_wait() {
-            panic!("{url}: the process exited with {status} before it was ready:\n{}", proc.stderr());
+            panic!(
+                "{url}: the process exited with {status} before it was ready:\n{}",
+                proc.stderr()
+            );
         }
         if t0.elapsed() > limit {
             panic!("{url} not ready after {limit:?}:\n{}", proc.stderr());
@@ -105,7 +108,13 @@ impl Stack {
         let chaos_listen = format!("127.0.0.1:{cport}");
         let mut chaos = Proc::spawn(&["chaos", "--listen", &chaos_listen], dir.path(), "chaos");
         let chaos_base = format!("http://{chaos_listen}");
-        wait_ready(&http, &format!("{chaos_base}/chaos/stats"), &mut chaos, Duration::from_secs(20)).await;
+        wait_ready(
+            &http,
+            &format!("{chaos_base}/chaos/stats"),
+            &mut chaos,
+            Duration::from_secs(20),
+        )
+        .await;
 
         let port = free_port();
         let data = dir.path().join("data");
@@ -134,7 +143,13 @@ retry:
         let cfg_arg = cfg_path.to_string_lossy().into_owned();
         let mut hale = Proc::spawn(&["serve", "--config", &cfg_arg], dir.path(), "serve");
         let base = format!("http://127.0.0.1:{port}");
-        wait_ready(&http, &format!("{base}/ready"), &mut hale, Duration::from_secs(30)).await;
+        wait_ready(
+            &http,
+            &format!("{base}/ready"),
+            &mut hale,
+            Duration::from_secs(30),
+        )
+        .await;
         Stack {
             dir,
             chaos,
@@ -162,5 +177,8 @@ retry:
 
 /// The chaos deterministic answer of `n` words.
 pub fn words(n: usize) -> String {
-    (0..n).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ")
+    (0..n)
+        .map(|i| format!("w{i}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

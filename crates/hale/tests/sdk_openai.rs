@@ -1,0 +1,82 @@
+//! The official `openai` Python SDK against the real `hale serve`, with a
+//! failing primary and a healthy fallback: streaming and not, the SDK sees
+//! the complete answer. The Python side (`tests/sdk/openai_client.py`)
+//! asserts the text and prints JSON that this test checks.
+//!
+//! Python comes from `HALE_PYTHON`, else `.venv/bin/python` at the workspace
+//! root (`scripts/test.sh` creates it with `pip install openai`). Without a
+//! Python that can `import openai` the test prints why and returns — except
+//! under `CI=true`, where that is a failure.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// A Python that can import `openai`, or why there is none.
+fn python() -> Result<PathBuf, String> {
+    let candidate = match std::env::var_os("HALE_PYTHON") {
+        Some(p) => PathBuf::from(p),
+        None => workspace_root().join(".venv/bin/python"),
+    };
+    let ok = Command::new(&candidate)
+        .args(["-c", "import openai"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if ok {
+        Ok(candidate)
+    } else {
+        Err(format!(
+            "no Python with the `openai` SDK at {} (set HALE_PYTHON, or run scripts/test.sh, or \
+             `python3 -m venv .venv && .venv/bin/pip install openai`)",
+            candidate.display()
+        ))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_python_sdk_gets_complete_answers_through_failover() {
+    let py = match python() {
+        Ok(p) => p,
+        Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true and {why}"),
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let s = Stack::start().await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/openai_client.py");
+    let base_url = format!("{}/v1", s.base);
+    let out = tokio::process::Command::new(&py)
+        .arg(&script)
+        .args([base_url.as_str(), "r", "60"])
+        .output()
+        .await
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the SDK script failed:\n{stdout}\n{stderr}\nhale:\n{}",
+        s.hale.stderr()
+    );
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let expected = words(60);
+    assert_eq!(v["nonstream"]["text"], expected.as_str());
+    assert_eq!(v["nonstream"]["model"], BACKUP_MODEL);
+    assert_eq!(v["nonstream"]["finish_reason"], "stop");
+    assert_eq!(v["nonstream"]["provider"], "backup");
+    assert_eq!(v["nonstream"]["usage"]["completion_tokens"], 60);
+    assert_eq!(v["stream"]["text"], expected.as_str());
+    assert_eq!(v["stream"]["chunks"], 60, "relayed chunk by chunk");
+    assert_eq!(v["stream"]["finish_reason"], "stop");
+    assert_eq!(v["stream"]["models"], serde_json::json!([BACKUP_MODEL]));
+    assert_eq!(v["stream"]["usage"]["completion_tokens"], 60);
+    assert!(
+        s.chaos_requests(PRIMARY_MODEL).await >= 3,
+        "the primary was tried"
+    );
+}
