@@ -48,7 +48,7 @@ pub struct LoadSpec {
     pub task_turns: u64,
 }
 
-/// An OpenAI chat request for `model` with a user message of about `prompt_bytes` bytes.
+/// An OpenAI chat request for `model` with a user message of `prompt_bytes` bytes.
 pub fn chat_body(model: &str, stream: bool, prompt_bytes: usize) -> Bytes {
     let mut content = String::with_capacity(prompt_bytes + 8);
     let mut i = 0usize;
@@ -56,12 +56,14 @@ pub fn chat_body(model: &str, stream: bool, prompt_bytes: usize) -> Bytes {
         content.push_str(["lorem ", "ipsum ", "dolor ", "sit ", "amet "][i % 5]);
         i += 1;
     }
+    // The words are ASCII, so any byte length is a char boundary.
+    content.truncate(prompt_bytes);
     let v = serde_json::json!({
         "model": model,
         "stream": stream,
         "messages": [
             {"role": "system", "content": "You are a helpful assistant."},
-            {"role": "user", "content": content.trim_end()},
+            {"role": "user", "content": content},
         ],
     });
     Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
@@ -288,6 +290,6 @@ mod tests {
         assert_eq!(v["model"], "ok:tokens=16");
         assert_eq!(v["stream"], true);
         let user = v["messages"][1]["content"].as_str().expect("user text");
-        assert!((995..=1000).contains(&user.len()), "{}", user.len());
+        assert_eq!(user.len(), 1000);
     }
 }

@@ -266,6 +266,8 @@ pub struct ReplayItem {
 impl Relays {
     /// Registers every configured sink and starts its relay task (named
     /// `relay:<sink>`) plus the cap enforcer (`outbox-cap`) in `tasks`.
+    /// Cursors of webhook/NATS sinks no longer in the config are forgotten,
+    /// so they stop holding back pruning.
     pub async fn start(
         store: Store,
         cfg: &EventsConfig,
@@ -310,6 +312,14 @@ impl Relays {
                 counters,
                 deliverer: Deliverer::Nats(conn),
             });
+        }
+        // A sink dropped from the config would hold back pruning forever.
+        for old in store.sinks().await? {
+            let owned = old.sink.starts_with("webhook:") || old.sink == nats::SINK_NAME;
+            if owned && !sinks.iter().any(|s| s.counters.name == old.sink) {
+                tracing::warn!(sink = %old.sink, acked_seq = old.acked_seq, "sink no longer configured; forgetting its cursor (its dead letters stay)");
+                store.remove_sink(&old.sink).await?;
+            }
         }
         for s in &sinks {
             let c = store.sink_cursor(&s.counters.name).await?;

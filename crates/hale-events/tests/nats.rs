@@ -208,7 +208,8 @@ async fn server_down_past_the_attempts_dead_letters_and_replay_delivers() {
     assert!(ours(store.dlq_list(Some(nats::SINK_NAME)).await.unwrap()).is_empty());
     // The stream holds them in the original order (the sink.dead_lettered
     // reports relayed meanwhile may interleave; filter them out).
-    let got = read_stream_ids(server.port, 20).await;
+    let stored = usize::try_from(stream_len(server.port).await).unwrap();
+    let got = read_stream_ids(server.port, stored).await;
     let got: Vec<String> = got.into_iter().filter(|i| ids.contains(i)).collect();
     assert_eq!(got, ids);
     tasks.shutdown(Duration::from_secs(5)).await;

@@ -138,3 +138,27 @@ async fn an_open_breaker_holds_events_instead_of_dead_lettering_them() {
     assert!(relays.stats().sinks[0].healthy);
     tasks.shutdown(Duration::from_secs(2)).await;
 }
+
+#[tokio::test]
+async fn sinks_dropped_from_the_config_are_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path()).await;
+    store
+        .register_sink("webhook:http://127.0.0.1:9/gone")
+        .await
+        .unwrap();
+    store.register_sink("someone-else").await.unwrap();
+    let tasks = TaskSet::new();
+    let _relays = Relays::start(store.clone(), &EventsConfig::default(), &tasks)
+        .await
+        .unwrap();
+    let names: Vec<String> = store
+        .sinks()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.sink)
+        .collect();
+    assert_eq!(names, vec!["someone-else".to_string()]);
+    tasks.shutdown(Duration::from_secs(2)).await;
+}

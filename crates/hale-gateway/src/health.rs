@@ -170,6 +170,16 @@ impl HealthRt {
         }
     }
 
+    /// Whether one of the agent's breakers is open (a `failing` signal).
+    pub fn set_breaker_open(&self, agent: &str, open: bool) {
+        self.reg().set_breaker_open(agent, open);
+    }
+
+    /// Whether the agent's conversation no longer fits any target (a `stuck` signal).
+    pub fn set_context_exhausted(&self, agent: &str, exhausted: bool) {
+        self.reg().set_context_exhausted(agent, exhausted);
+    }
+
     /// Whether `task` of `agent` was terminated (its requests get 410).
     pub fn is_terminated(&self, agent: &str, task: &str) -> bool {
         has(&self.book().terminated, agent, task)

@@ -220,7 +220,36 @@ fn agent_view(gw: &Gateway, id: &str) -> serde_json::Value {
         "breakers": breakers,
         "cooldowns": cooldowns,
         "health": gw.health.view(id, now),
+        "budget": budget_view(gw, id),
         "detail": rec.state,
+    })
+}
+
+/// Caps, spend and guard state per task, for `GET /agents/{id}`.
+fn budget_view(gw: &Gateway, id: &str) -> serde_json::Value {
+    let caps = gw
+        .cfg
+        .agents
+        .get(id)
+        .or_else(|| gw.cfg.agents.get(hale_core::config::DEFAULT_AGENT))
+        .map(|a| a.budget.clone())
+        .unwrap_or_default();
+    let rec = gw.agent_record(id);
+    let tasks: serde_json::Map<String, serde_json::Value> = gw
+        .tasks
+        .of_agent(id)
+        .into_iter()
+        .map(|(task, guard, spend)| (task, json!({ "spend": spend, "guard": guard })))
+        .collect();
+    json!({
+        "caps": {
+            "max_tokens_per_task": caps.max_tokens_per_task,
+            "max_tokens_per_agent": caps.max_tokens_per_agent,
+            "max_cost_usd_per_task": caps.max_cost_usd_per_task,
+            "max_cost_usd_per_agent": caps.max_cost_usd_per_agent,
+        },
+        "agent_spend": { "tokens": rec.tokens_in + rec.tokens_out, "cost_usd": rec.cost_usd },
+        "tasks": tasks,
     })
 }
 

@@ -229,6 +229,7 @@ async fn retry_after_overflow(gw: &Gateway, turn: &mut Turn, req: &mut ChatReque
         return true;
     }
     turn.exhausted[idx] = true;
+    gw.health.set_context_exhausted(&turn.agent, true);
     for (j, tj) in turn.targets.iter().enumerate() {
         let pj = gw.cfg.provider(&tj.provider);
         if compact::window_known(pj, &tj.model) && compact::window_of(pj, &tj.model) < window {
@@ -405,6 +406,9 @@ fn finish_turn(
         a.cost_usd += cost;
         if ok {
             a.consecutive_failures = 0;
+            if turn.compacted {
+                gw.health.set_context_exhausted(&turn.agent, false);
+            }
         } else if counts {
             a.failed_turns += 1;
             a.consecutive_failures += 1;

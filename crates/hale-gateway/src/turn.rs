@@ -467,6 +467,12 @@ fn breaker_event(gw: &Gateway, turn: &Turn, target: &Target, t: &Transition) {
                 "reason": t.reason,
             })),
     );
+    // Health: an agent with any breaker open is failing.
+    let any_open = gw
+        .breakers_of(&turn.agent)
+        .iter()
+        .any(|(_, b)| matches!(b.state(Instant::now()), BreakerState::Open | BreakerState::ForcedOpen));
+    gw.health.set_breaker_open(&turn.agent, any_open);
     if matches!(t.to, BreakerState::Open | BreakerState::ForcedOpen) {
         gw.emit(
             gw.event(EventKind::AgentCircuitOpen)

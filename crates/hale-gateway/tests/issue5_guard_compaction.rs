@@ -272,3 +272,46 @@ async fn an_overflow_that_compaction_cannot_shrink_is_a_clean_400() {
     assert_eq!(body["error"]["type"], "context_length_exceeded");
     assert_eq!(h.chaos.requests_for(model), 1, "never re-sent unchanged to the same model");
 }
+
+#[tokio::test]
+async fn a_task_over_its_token_budget_gets_402_and_the_spend_is_visible() {
+    let h = start(|cfg| {
+        cfg.agents.insert(
+            "thrifty".into(),
+            hale_core::config::AgentConfig {
+                provider: Some("p".into()),
+                fallback: None,
+                budget: hale_core::config::BudgetConfig {
+                    max_tokens_per_task: Some(100),
+                    ..Default::default()
+                },
+            },
+        );
+    })
+    .await;
+    let body = json!({"model": "ok", "messages": [{"role": "user", "content": "hello"}]});
+    // Nothing spent yet: served. One turn spends less than the cap, two more than it.
+    let (status, _, _) = h.chat("thrifty", body.clone()).await;
+    assert_eq!(status, 200);
+    let (status, _, _) = h.chat("thrifty", body.clone()).await;
+    assert_eq!(status, 200, "one turn spent less than the cap: still served");
+    let served = h.chaos.requests_for("ok");
+    let (status, _, err) = h.chat("thrifty", body.clone()).await;
+    assert_eq!(status, 402, "{err}");
+    assert_eq!(err["error"]["type"], "budget_exceeded");
+    assert_eq!(h.chaos.requests_for("ok"), served, "a refused turn costs nothing upstream");
+    let ev = h.events(EventKind::BudgetExceeded).await;
+    assert_eq!(ev.len(), 1);
+    let view: Value = h
+        .http
+        .get(format!("{}/agents/thrifty", h.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(view["budget"]["caps"]["max_tokens_per_task"], 100);
+    let spent = view["budget"]["tasks"]["default"]["spend"]["tokens"].as_u64().unwrap();
+    assert!(spent >= 100, "{view}");
+}
