@@ -631,3 +631,9 @@ impl NatsConfig {
 /// After a stream's finish, how long hale waits for the provider's usage and
 /// `[DONE]` before finalising the stream itself.
 pub const FINISH_GRACE: Duration = Duration::from_secs(1);
+
+/// At shutdown, how long in-flight turns may take to finish before the
+/// process stops waiting for them (undelivered events stay in the outbox).
+pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(30);
+/// At shutdown, how long background tasks (relays, monitor) get to stop.
+pub const SHUTDOWN_TASKS: Duration = Duration::from_secs(5);

@@ -122,6 +122,10 @@ async fn hundred_k_events_survive_a_killed_server_exactly_once_in_order() {
     );
     assert!(at_kill < last, "the kill happened midway");
     assert!(
+        relays.stats().sinks[0].failed >= 1,
+        "the relay saw the outage"
+    );
+    assert!(
         store.dlq_list(None).await.unwrap().is_empty(),
         "nothing dead-lettered"
     );

@@ -226,8 +226,14 @@ pub async fn compact(
     force: bool,
 ) -> Option<Compacted> {
     let cfg = &gw.cfg.compaction;
-    // Reuse the longest stored compaction of a prefix of this conversation.
-    let hashes = prefix_hashes(&req.messages);
+    // Reuse the longest stored compaction of a prefix of this conversation
+    // (hashing every prefix costs a serialisation of the conversation: only
+    // when something is stored).
+    let hashes = if gw.compactions.is_empty() && !force {
+        Vec::new()
+    } else {
+        prefix_hashes(&req.messages)
+    };
     let mut reused = false;
     let mut before_reuse = None;
     // (raw prefix length, its replacement's length) of a reused compaction.
@@ -275,6 +281,7 @@ pub async fn compact(
     if plan.tier == Tier::None {
         return None;
     }
+    let hashes = if hashes.is_empty() { prefix_hashes(&req.messages) } else { hashes };
     let sent_len = req.messages.len();
     let (new_msgs, calls, tier) = carry_out(gw, turn, req, &plan, &v).await;
     // Everything before `end` (in the messages as sent) was replaced; the rest is unchanged.

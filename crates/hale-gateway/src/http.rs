@@ -42,12 +42,51 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .with_state(gw)
 }
 
+/// Serves `router(gw)` plus `admin_extra` (routes that need the admin scope,
+/// such as the event stream and the dead letters) until `shutdown` resolves,
+/// then drains in-flight requests.
+pub async fn serve_with(
+    gw: Arc<Gateway>,
+    admin_extra: Router,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let guarded = admin_extra.layer(axum::middleware::from_fn_with_state(gw.clone(), admin_only));
+    let app = router(gw).merge(guarded);
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Refuses a request without the admin scope (when keys are configured).
+async fn admin_only(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match authorize(&gw, peer, req.headers(), true) {
+        Ok(_) => next.run(req).await,
+        Err(e) => e.into_response(Dialect::OpenAi),
+    }
+}
+
 /// Serves until `shutdown` resolves, then drains in-flight requests.
 pub async fn serve(
     gw: Arc<Gateway>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    // Small SSE frames and short answers must not wait for Nagle's algorithm
+    // (~40 ms per response with delayed ACKs on the caller's side).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router(gw).into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(shutdown)
         .await

@@ -34,6 +34,19 @@ pub enum Cmd {
         /// Override `data_dir` from the config.
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// If another hale holds the data directory, stop it (SIGTERM, then SIGKILL after 5 s) and take over.
+        #[arg(long)]
+        takeover: bool,
+    },
+    /// Follow or list the event stream of a running gateway.
+    Events {
+        #[command(subcommand)]
+        cmd: EventsCmd,
+    },
+    /// The dead-letter queue of a running gateway.
+    Dlq {
+        #[command(subcommand)]
+        cmd: DlqCmd,
     },
     /// A fault-injecting OpenAI/Anthropic-compatible provider.
     Chaos {
@@ -71,6 +84,53 @@ pub enum Cmd {
     },
 }
 
+/// Where a running gateway is.
+#[derive(clap::Args, Debug)]
+pub struct Remote {
+    /// The gateway's URL.
+    #[arg(long, default_value = "http://127.0.0.1:3000")]
+    pub url: String,
+    /// An admin token (default: $HALE_TOKEN).
+    #[arg(long, env = "HALE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum EventsCmd {
+    /// Print events (the last 100, or from --after), then with --follow keep printing new ones.
+    Tail {
+        #[command(flatten)]
+        remote: Remote,
+        #[arg(long)]
+        follow: bool,
+        /// Only these kinds, comma-separated (e.g. agent.paused,breaker.state_changed).
+        #[arg(long)]
+        kind: Option<String>,
+        /// Start after this event id.
+        #[arg(long)]
+        after: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DlqCmd {
+    /// List dead-lettered events.
+    List {
+        #[command(flatten)]
+        remote: Remote,
+    },
+    /// Re-deliver dead-lettered events, in their original order and with their ids.
+    Replay {
+        #[command(flatten)]
+        remote: Remote,
+        /// Event ids to replay.
+        ids: Vec<String>,
+        /// Replay every dead letter.
+        #[arg(long)]
+        all: bool,
+    },
+}
+
 #[derive(Subcommand, Debug)]
 pub enum ConfigCmd {
     /// Validate a config file; print every problem with its path and line.
@@ -91,7 +151,12 @@ pub fn install_crypto() {
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
         Cmd::Demo { data_dir } => crate::demo::run(data_dir).await,
-        Cmd::Serve { config, listen, data_dir } => {
+        Cmd::Serve {
+            config,
+            listen,
+            data_dir,
+            takeover,
+        } => {
             let Some(path) = config else {
                 bail!(
                     "no config given. Run `hale serve --config hale.yaml` with at least a provider, e.g.:\n\n{}",
@@ -105,7 +170,28 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if let Some(d) = data_dir {
                 cfg.data_dir = d;
             }
-            serve(cfg).await?;
+            serve(cfg, takeover).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Events {
+            cmd: EventsCmd::Tail { remote, follow, kind, after },
+        } => {
+            hale_events::cli::events_tail(&remote.url, remote.token.as_deref(), follow, kind.as_deref(), after.as_deref()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Dlq {
+            cmd: DlqCmd::List { remote },
+        } => {
+            hale_events::cli::dlq_list(&remote.url, remote.token.as_deref()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Dlq {
+            cmd: DlqCmd::Replay { remote, ids, all },
+        } => {
+            if ids.is_empty() && !all {
+                bail!("name the event ids to replay, or pass --all");
+            }
+            hale_events::cli::dlq_replay(&remote.url, remote.token.as_deref(), ids, all).await?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Chaos { listen, script } => {
@@ -146,29 +232,76 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Runs the gateway until SIGTERM/SIGINT, then drains and flushes.
-pub async fn serve(cfg: Config) -> anyhow::Result<()> {
+/// Runs the gateway until SIGTERM/SIGINT (or until a background task dies),
+/// then shuts down in order: stop accepting and drain in-flight turns
+/// (bounded), stop the background tasks (bounded), flush the outbox, release
+/// the data-directory lock. Undelivered events stay in the outbox for the next boot.
+pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
+    use hale_core::config::{SHUTDOWN_DRAIN, SHUTDOWN_TASKS};
     install_crypto();
     let cfg = Arc::new(cfg);
+    // One process per data directory (the embedded SQLite store lives there).
+    let lock = if cfg.storage.is_none() {
+        std::fs::create_dir_all(&cfg.data_dir)
+            .with_context(|| format!("cannot create the data directory {}", cfg.data_dir.display()))?;
+        Some(hale_events::lock::DataDirLock::acquire(&cfg.data_dir, takeover)?)
+    } else {
+        None
+    };
     let store = hale_store::Store::open(cfg.storage.as_deref(), &cfg.data_dir, (&cfg.events).into())
         .await
         .with_context(|| format!("cannot open the store in {}", cfg.data_dir.display()))?;
     let gw = hale_gateway::Gateway::new(cfg.clone(), store.clone()).await?;
+    let tasks = hale_events::tasks::TaskSet::new();
+    let relays = hale_events::relay::Relays::start(store.clone(), &cfg.events, &tasks).await?;
+    let monitor_gw = gw.clone();
+    let token = tasks.token();
+    tasks.spawn("health-monitor", async move {
+        hale_gateway::health::monitor(monitor_gw, token).await;
+        Ok(())
+    });
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
     if cfg.auth.keys.is_empty() {
-        tracing::warn!("no API keys configured: only loopback clients are served");
+        eprintln!("warning: no API keys configured: only loopback clients are served");
     }
     eprintln!("hale listening on http://{}", listener.local_addr()?);
-    let cancel = tokio_util::sync::CancellationToken::new();
-    let monitor = tokio::spawn(hale_gateway::health::monitor(gw.clone(), cancel.clone()));
-    hale_gateway::http::serve(gw, listener, shutdown_signal()).await?;
-    cancel.cancel();
-    let _ = monitor.await;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let events = hale_events::sse::router_with_relays(store.clone(), &relays);
+    let gw_at_exit = gw.clone();
+    let mut server = tokio::spawn(hale_gateway::http::serve_with(gw, events, listener, async {
+        let _ = stop_rx.await;
+    }));
+    let mut failure = None;
+    tokio::select! {
+        _ = shutdown_signal() => eprintln!("hale: shutting down"),
+        (name, err) = tasks.first_failure() => {
+            eprintln!("hale: background task {name} stopped unexpectedly: {err:#}; shutting down");
+            failure = Some(anyhow::anyhow!("background task {name} failed: {err:#}"));
+        }
+        r = &mut server => {
+            let r = r.context("the HTTP server task")?;
+            r.context("the HTTP server")?;
+        }
+    }
+    let _ = stop_tx.send(());
+    if !server.is_finished() && tokio::time::timeout(SHUTDOWN_DRAIN, &mut server).await.is_err() {
+        eprintln!("hale: in-flight requests still running after {SHUTDOWN_DRAIN:?}; stopping anyway");
+        server.abort();
+    }
+    let stragglers = tasks.shutdown(SHUTDOWN_TASKS).await;
+    if !stragglers.is_empty() {
+        eprintln!("hale: background tasks aborted at shutdown: {}", stragglers.join(", "));
+    }
+    gw_at_exit.persist_agents();
     store.flush().await.context("flushing the store at shutdown")?;
     store.close().await;
-    Ok(())
+    drop(lock);
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.
