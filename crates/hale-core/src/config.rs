@@ -50,7 +50,9 @@ impl Config {
     /// A config with the given providers and every other section at its default.
     pub fn with_providers(providers: Vec<ProviderConfig>) -> Self {
         Self {
-            listen: DEFAULT_LISTEN.parse().expect("default listen address parses"),
+            listen: DEFAULT_LISTEN
+                .parse()
+                .expect("default listen address parses"),
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             storage: None,
             auth: AuthConfig::default(),
@@ -207,7 +209,9 @@ impl ProviderConfig {
 
     /// Whether this provider serves `model` (an empty list serves any).
     pub fn offers(&self, model: &str) -> bool {
-        self.models.is_empty() || self.models.iter().any(|m| m == model) || self.default_model == model
+        self.models.is_empty()
+            || self.models.iter().any(|m| m == model)
+            || self.default_model == model
     }
 }
 
@@ -462,8 +466,17 @@ pub struct GuardConfig {
 
 impl Default for GuardConfig {
     fn default() -> Self {
-        let caps = [("edit_file", 8), ("delete_file", 3), ("run_command", 10), ("web_search", 8)];
-        let edits = [("edit_file", "path"), ("write_file", "path"), ("delete_file", "path")];
+        let caps = [
+            ("edit_file", 8),
+            ("delete_file", 3),
+            ("run_command", 10),
+            ("web_search", 8),
+        ];
+        let edits = [
+            ("edit_file", "path"),
+            ("write_file", "path"),
+            ("delete_file", "path"),
+        ];
         Self {
             max_events: 2000,
             max_tool_calls: 400,
@@ -472,7 +485,10 @@ impl Default for GuardConfig {
             tool_loop_threshold: 4,
             result_loop_threshold: 3,
             file_edit_loop_threshold: 4,
-            edit_tools: edits.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            edit_tools: edits
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             read_only_tools: ["read_file", "list_files", "search", "grep", "web_search"]
                 .iter()
                 .map(|s| s.to_string())

@@ -8,6 +8,7 @@
 //! rule is tested under a fake clock. Adapters (HTTP, storage, sinks,
 //! processes, CLI) call into this crate; it never calls them.
 
+pub mod breaker;
 pub mod budget;
 pub mod class;
 pub mod classify;
@@ -15,7 +16,6 @@ pub mod clock;
 pub mod compaction;
 pub mod config;
 pub mod cooldown;
-pub mod breaker;
 pub mod event;
 pub mod guard;
 pub mod health;

@@ -98,7 +98,12 @@ pub struct PrefixCache {
 
 impl PrefixCache {
     fn get(&self, key: u64) -> Option<(usize, Vec<Message>)> {
-        self.map.lock().expect("prefix cache lock").0.get(&key).cloned()
+        self.map
+            .lock()
+            .expect("prefix cache lock")
+            .0
+            .get(&key)
+            .cloned()
     }
 
     fn put(&self, key: u64, len: usize, replacement: Vec<Message>) {
@@ -151,7 +156,12 @@ fn count(gw: &Gateway, model: &str, text: &str) -> u32 {
     gw.token_counts.count(&gw.tokenizer, model, text)
 }
 
-fn views(gw: &Gateway, model: &str, msgs: &[Message], tool_names: &HashMap<String, String>) -> Vec<MsgView> {
+fn views(
+    gw: &Gateway,
+    model: &str,
+    msgs: &[Message],
+    tool_names: &HashMap<String, String>,
+) -> Vec<MsgView> {
     msgs.iter()
         .map(|m| {
             let text = m.joined_text();
@@ -164,11 +174,15 @@ fn views(gw: &Gateway, model: &str, msgs: &[Message], tool_names: &HashMap<Strin
                         tool_call_ids.push(id.clone());
                         args_tokens += count(gw, model, arguments);
                     }
-                    Part::ToolResult { tool_call_id, .. } => tool_result_for = Some(tool_call_id.clone()),
+                    Part::ToolResult { tool_call_id, .. } => {
+                        tool_result_for = Some(tool_call_id.clone())
+                    }
                     Part::Text { .. } | Part::Opaque { .. } => {}
                 }
             }
-            let tool_name = tool_result_for.as_ref().and_then(|id| tool_names.get(id).cloned());
+            let tool_name = tool_result_for
+                .as_ref()
+                .and_then(|id| tool_names.get(id).cloned());
             MsgView {
                 role: role_of(m),
                 tokens: count(gw, model, &text) + args_tokens + hale_tokens::TOKENS_PER_MESSAGE,
@@ -183,8 +197,14 @@ fn views(gw: &Gateway, model: &str, msgs: &[Message], tool_names: &HashMap<Strin
 
 /// Total tokens of a request for `model`.
 fn total_tokens(gw: &Gateway, model: &str, req: &ChatRequest, v: &[MsgView]) -> u64 {
-    let system = req.system.as_deref().map(|s| count(gw, model, s)).unwrap_or(0);
-    u64::from(system) + v.iter().map(|m| u64::from(m.tokens)).sum::<u64>() + u64::from(hale_tokens::TOKENS_PER_REPLY)
+    let system = req
+        .system
+        .as_deref()
+        .map(|s| count(gw, model, s))
+        .unwrap_or(0);
+    u64::from(system)
+        + v.iter().map(|m| u64::from(m.tokens)).sum::<u64>()
+        + u64::from(hale_tokens::TOKENS_PER_REPLY)
 }
 
 fn approx_tokens(req: &ChatRequest) -> u64 {
@@ -211,7 +231,8 @@ pub fn window_of(provider: Option<&ProviderConfig>, model: &str) -> u32 {
 
 /// Whether `model`'s window is known (in the table or overridden).
 pub fn window_known(provider: Option<&ProviderConfig>, model: &str) -> bool {
-    provider.is_some_and(|p| p.context_windows.contains_key(model)) || models::lookup(model).is_some()
+    provider.is_some_and(|p| p.context_windows.contains_key(model))
+        || models::lookup(model).is_some()
 }
 
 /// Compacts `req` in place when it is over the threshold of `window`, or —
@@ -281,7 +302,11 @@ pub async fn compact(
     if plan.tier == Tier::None {
         return None;
     }
-    let hashes = if hashes.is_empty() { prefix_hashes(&req.messages) } else { hashes };
+    let hashes = if hashes.is_empty() {
+        prefix_hashes(&req.messages)
+    } else {
+        hashes
+    };
     let sent_len = req.messages.len();
     let (new_msgs, calls, tier) = carry_out(gw, turn, req, &plan, &v).await;
     // Everything before `end` (in the messages as sent) was replaced; the rest is unchanged.
@@ -290,7 +315,11 @@ pub async fn compact(
     req.messages = new_msgs;
     // Remember it under the caller's own messages, so the next turn finds it.
     let raw_len = spliced.0 + (end - spliced.1);
-    gw.compactions.put(hashes[raw_len], raw_len, req.messages[..replaced_len].to_vec());
+    gw.compactions.put(
+        hashes[raw_len],
+        raw_len,
+        req.messages[..replaced_len].to_vec(),
+    );
     let after_v = views(gw, model, &req.messages, &tool_names);
     let after = total_tokens(gw, model, req, &after_v);
     Some(Compacted {
@@ -332,14 +361,21 @@ fn tool_names(msgs: &[Message]) -> HashMap<String, String> {
 }
 
 /// Carries out a plan; returns the new messages, summariser calls made, and the tier used.
-async fn carry_out(gw: &Gateway, turn: &Turn, req: &ChatRequest, plan: &Plan, v: &[MsgView]) -> (Vec<Message>, u32, Tier) {
+async fn carry_out(
+    gw: &Gateway,
+    turn: &Turn,
+    req: &ChatRequest,
+    plan: &Plan,
+    v: &[MsgView],
+) -> (Vec<Message>, u32, Tier) {
     let mut msgs = req.messages.clone();
     // Tier 1 (and the stripping that comes with every tier).
     for &i in &plan.strip {
         if let Some(m) = msgs.get_mut(i) {
             for p in &mut m.content {
                 if let Part::ToolResult { content, .. } = p {
-                    *content = compaction::placeholder(v[i].tool_name.as_deref(), content.chars().count());
+                    *content =
+                        compaction::placeholder(v[i].tool_name.as_deref(), content.chars().count());
                 }
             }
         }
@@ -357,7 +393,11 @@ async fn carry_out(gw: &Gateway, turn: &Turn, req: &ChatRequest, plan: &Plan, v:
                 match summarise(gw, turn, req, &msgs[r.clone()]).await {
                     Some(s) => summaries.push(Message::text(
                         Role::System,
-                        format!("[Summary by hale of earlier messages {}–{}] {s}", r.start + 1, r.end),
+                        format!(
+                            "[Summary by hale of earlier messages {}–{}] {s}",
+                            r.start + 1,
+                            r.end
+                        ),
                     )),
                     None => {
                         let d = compaction::fallback_to_digest(plan);
@@ -377,7 +417,10 @@ async fn carry_out(gw: &Gateway, turn: &Turn, req: &ChatRequest, plan: &Plan, v:
                 Some(s) => {
                     let summary = Message::text(
                         Role::System,
-                        format!("[Summary by hale of the first {} messages] {s}", r.end - r.start),
+                        format!(
+                            "[Summary by hale of the first {} messages] {s}",
+                            r.end - r.start
+                        ),
                     );
                     msgs.splice(r, [summary]);
                     (msgs, calls, plan.tier)
@@ -408,7 +451,10 @@ fn digest_into(mut msgs: Vec<Message>, plan: &Plan) -> Vec<Message> {
                     Part::Text { .. } | Part::Opaque { .. } | Part::ToolResult { .. } => None,
                 })
                 .collect();
-            (role_of(m), compaction::digest_entry(&m.joined_text(), &names))
+            (
+                role_of(m),
+                compaction::digest_entry(&m.joined_text(), &names),
+            )
         })
         .collect();
     let lines: Vec<(MsgRole, &str)> = texts.iter().map(|(r, t)| (*r, t.as_str())).collect();
@@ -418,20 +464,33 @@ fn digest_into(mut msgs: Vec<Message>, plan: &Plan) -> Vec<Message> {
 }
 
 /// One summariser call through the attempt loop. `None` when it failed.
-async fn summarise(gw: &Gateway, turn: &Turn, req: &ChatRequest, msgs: &[Message]) -> Option<String> {
+async fn summarise(
+    gw: &Gateway,
+    turn: &Turn,
+    req: &ChatRequest,
+    msgs: &[Message],
+) -> Option<String> {
     let mut transcript = String::new();
     for m in msgs {
         let role = role_of(m).as_str();
         let mut text = m.joined_text();
         for p in &m.content {
-            if let Part::ToolCall { name, arguments, .. } = p {
+            if let Part::ToolCall {
+                name, arguments, ..
+            } = p
+            {
                 text.push_str(&format!(" [called {name}({arguments})]"));
             }
         }
         let text: String = text.chars().take(TRANSCRIPT_MESSAGE_CHARS).collect();
         transcript.push_str(&format!("{role}: {text}\n"));
     }
-    let model = gw.cfg.compaction.summarizer_model.clone().unwrap_or_else(|| req.model.clone());
+    let model = gw
+        .cfg
+        .compaction
+        .summarizer_model
+        .clone()
+        .unwrap_or_else(|| req.model.clone());
     let sreq = ChatRequest {
         model: model.clone(),
         system: Some(

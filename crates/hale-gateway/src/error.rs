@@ -40,7 +40,11 @@ impl HaleError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
     }
     pub fn unauthorized() -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or unknown API key")
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or unknown API key",
+        )
     }
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, "forbidden", message)
@@ -52,7 +56,9 @@ impl HaleError {
         let mut e = Self::new(
             StatusCode::LOCKED,
             "agent_paused",
-            format!("agent {agent} is paused after {failures} consecutive failed turns; resume it with POST /agents/{agent}/resume"),
+            format!(
+                "agent {agent} is paused after {failures} consecutive failed turns; resume it with POST /agents/{agent}/resume"
+            ),
         );
         e.hale = serde_json::json!({"agent": agent});
         e
@@ -61,7 +67,11 @@ impl HaleError {
     /// The response for a turn whose attempt loop gave up with `f`.
     pub fn from_failure(turn: &Turn, f: &Failure) -> Self {
         let (status, kind, message) = match f.class {
-            ErrorClass::ContentPolicy => (StatusCode::BAD_REQUEST, "content_policy", format!("refused by the provider's content policy: {}", f.message)),
+            ErrorClass::ContentPolicy => (
+                StatusCode::BAD_REQUEST,
+                "content_policy",
+                format!("refused by the provider's content policy: {}", f.message),
+            ),
             ErrorClass::BadRequest => (
                 StatusCode::from_u16(f.status.unwrap_or(400)).unwrap_or(StatusCode::BAD_REQUEST),
                 "invalid_request_error",
@@ -70,7 +80,10 @@ impl HaleError {
             ErrorClass::ContextOverflow => (
                 StatusCode::BAD_REQUEST,
                 "context_length_exceeded",
-                format!("the conversation does not fit any target's context window: {}", f.message),
+                format!(
+                    "the conversation does not fit any target's context window: {}",
+                    f.message
+                ),
             ),
             ErrorClass::Network
             | ErrorClass::Timeout
@@ -106,17 +119,24 @@ impl HaleError {
     pub fn into_response(self, dialect: Dialect) -> Response {
         let body = match dialect {
             Dialect::OpenAi => proto::openai::render_error(self.kind, &self.message, self.hale),
-            Dialect::Anthropic => proto::anthropic::render_error(self.kind, &self.message, self.hale),
+            Dialect::Anthropic => {
+                proto::anthropic::render_error(self.kind, &self.message, self.hale)
+            }
         };
         let mut resp = Response::new(Body::from(serde_json::to_vec(&body).unwrap_or_default()));
         *resp.status_mut() = self.status;
         resp.headers_mut()
             .insert("content-type", HeaderValue::from_static("application/json"));
-        if let Some(id) = self.turn_id.as_deref().and_then(|t| HeaderValue::from_str(t).ok()) {
+        if let Some(id) = self
+            .turn_id
+            .as_deref()
+            .and_then(|t| HeaderValue::from_str(t).ok())
+        {
             resp.headers_mut().insert("x-hale-turn-id", id);
         }
         if let Some(n) = self.attempts {
-            resp.headers_mut().insert("x-hale-attempts", HeaderValue::from(n));
+            resp.headers_mut()
+                .insert("x-hale-attempts", HeaderValue::from(n));
         }
         resp
     }

@@ -72,7 +72,11 @@ fn tool_results(req: &ChatRequest) -> Vec<ToolResultSeen<'_>> {
         .iter()
         .flat_map(|m| m.content.iter())
         .filter_map(|p| match p {
-            Part::ToolResult { tool_call_id, content, .. } => Some(ToolResultSeen {
+            Part::ToolResult {
+                tool_call_id,
+                content,
+                ..
+            } => Some(ToolResultSeen {
                 tool_call_id,
                 content,
             }),
@@ -89,7 +93,11 @@ pub fn tool_calls(parts: &[Part]) -> Vec<CallSeen> {
     parts
         .iter()
         .filter_map(|p| match p {
-            Part::ToolCall { id, name, arguments } => Some((id.clone(), name.clone(), arguments.clone())),
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => Some((id.clone(), name.clone(), arguments.clone())),
             Part::Text { .. } | Part::Opaque { .. } | Part::ToolResult { .. } => None,
         })
         .collect()
@@ -120,7 +128,12 @@ fn guard_event(gw: &Gateway, agent: &str, task: &str, hit: &GuardHit) {
 }
 
 /// Step 4: counts the request and its tool results; a hit (new or old) is final.
-pub fn check_request(gw: &Gateway, agent: &str, task: &str, req: &ChatRequest) -> Result<(), HaleError> {
+pub fn check_request(
+    gw: &Gateway,
+    agent: &str,
+    task: &str,
+    req: &ChatRequest,
+) -> Result<(), HaleError> {
     let results = tool_results(req);
     let now = Instant::now();
     let (res, new) = gw.tasks.with(agent, task, |rt| {
@@ -143,7 +156,11 @@ pub fn check_request(gw: &Gateway, agent: &str, task: &str, req: &ChatRequest) -
 pub fn record_response(gw: &Gateway, agent: &str, task: &str, calls: &[CallSeen]) {
     let seen: Vec<ToolCallSeen<'_>> = calls
         .iter()
-        .map(|(id, name, arguments)| ToolCallSeen { id, name, arguments })
+        .map(|(id, name, arguments)| ToolCallSeen {
+            id,
+            name,
+            arguments,
+        })
         .collect();
     let now = Instant::now();
     let hit = gw.tasks.with(agent, task, |rt| {
@@ -176,7 +193,11 @@ pub fn check_budget(gw: &Gateway, agent: &str, task: &str) -> Result<(), HaleErr
                 .task(task)
                 .payload(serde_json::to_value(&hit).unwrap_or_default()),
         );
-        let mut e = HaleError::new(StatusCode::PAYMENT_REQUIRED, "budget_exceeded", hit.message.clone());
+        let mut e = HaleError::new(
+            StatusCode::PAYMENT_REQUIRED,
+            "budget_exceeded",
+            hit.message.clone(),
+        );
         e.hale = serde_json::to_value(&hit).unwrap_or_default();
         e
     })

@@ -57,9 +57,12 @@ pub async fn serve_with(
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }
 
 /// Refuses a request without the admin scope (when keys are configured).
@@ -87,24 +90,40 @@ pub async fn serve(
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(listener, router(gw).into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(
+        listener,
+        router(gw).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }
 
 /// Resolves the caller from its key; `admin` requires the admin scope.
-pub(crate) fn authorize(gw: &Gateway, peer: SocketAddr, headers: &HeaderMap, admin: bool) -> Result<Caller, HaleError> {
+pub(crate) fn authorize(
+    gw: &Gateway,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    admin: bool,
+) -> Result<Caller, HaleError> {
     let keys = &gw.cfg.auth.keys;
     if keys.is_empty() {
         if peer.ip().is_loopback() {
-            return Ok(Caller { default_agent: None, agents: None });
+            return Ok(Caller {
+                default_agent: None,
+                agents: None,
+            });
         }
-        return Err(HaleError::forbidden("no API keys are configured: only loopback clients are served"));
+        return Err(HaleError::forbidden(
+            "no API keys are configured: only loopback clients are served",
+        ));
     }
     let presented = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
         .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
         .map(str::trim);
     let Some(presented) = presented else {
@@ -115,8 +134,13 @@ pub(crate) fn authorize(gw: &Gateway, peer: SocketAddr, headers: &HeaderMap, adm
         .find(|k| constant_time_eq(k.token.expose().as_bytes(), presented.as_bytes()))
         .ok_or_else(HaleError::unauthorized)?;
     match &key.scope {
-        KeyScope::Admin => Ok(Caller { default_agent: None, agents: None }),
-        KeyScope::Agents(_) if admin => Err(HaleError::forbidden("this endpoint needs an admin key")),
+        KeyScope::Admin => Ok(Caller {
+            default_agent: None,
+            agents: None,
+        }),
+        KeyScope::Agents(_) if admin => {
+            Err(HaleError::forbidden("this endpoint needs an admin key"))
+        }
         KeyScope::Agents(list) => Ok(Caller {
             default_agent: list.first().cloned(),
             agents: Some(list.clone()),
@@ -149,7 +173,13 @@ async fn chat_anthropic(
     chat(gw, Dialect::Anthropic, peer, headers, body).await
 }
 
-async fn chat(gw: Arc<Gateway>, dialect: Dialect, peer: SocketAddr, headers: HeaderMap, body: Bytes) -> Response {
+async fn chat(
+    gw: Arc<Gateway>,
+    dialect: Dialect,
+    peer: SocketAddr,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     match authorize(&gw, peer, &headers, false) {
         Ok(caller) => pipeline::handle_chat(gw, dialect, caller, headers, body).await,
         Err(e) => e.into_response(dialect),
@@ -164,7 +194,11 @@ macro_rules! admin {
     };
 }
 
-async fn models(State(gw): State<Arc<Gateway>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, headers: HeaderMap) -> Response {
+async fn models(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
     if let Err(e) = authorize(&gw, peer, &headers, false) {
         return e.into_response(Dialect::OpenAi);
     }
@@ -181,11 +215,19 @@ async fn models(State(gw): State<Arc<Gateway>>, ConnectInfo(peer): ConnectInfo<S
 async fn ready(State(gw): State<Arc<Gateway>>) -> Response {
     match gw.store.last_seq().await {
         Ok(_) => (StatusCode::OK, "ready").into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("store unavailable: {e}")).into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("store unavailable: {e}"),
+        )
+            .into_response(),
     }
 }
 
-async fn metrics(State(gw): State<Arc<Gateway>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, headers: HeaderMap) -> Response {
+async fn metrics(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
     admin!(gw, peer, headers);
     let now = Instant::now();
     for ((agent, provider), b) in gw.all_breakers() {
@@ -211,7 +253,9 @@ async fn metrics(State(gw): State<Arc<Gateway>>, ConnectInfo(peer): ConnectInfo<
         let snap = p.cooldown.lock().expect("cooldown lock").snapshot(now);
         gw.metrics
             .cooldown_seconds
-            .get_or_create(&crate::metrics::ProviderLabels { provider: name.clone() })
+            .get_or_create(&crate::metrics::ProviderLabels {
+                provider: name.clone(),
+            })
             .set(snap.remaining_ms as f64 / 1000.0);
     }
     if let Ok(d) = gw.store.outbox_depth().await {
@@ -221,7 +265,10 @@ async fn metrics(State(gw): State<Arc<Gateway>>, ConnectInfo(peer): ConnectInfo<
         gw.metrics.dead_letters.set(d.len() as i64);
     }
     (
-        [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         gw.metrics.render(),
     )
         .into_response()
@@ -292,9 +339,19 @@ fn budget_view(gw: &Gateway, id: &str) -> serde_json::Value {
     })
 }
 
-async fn agents(State(gw): State<Arc<Gateway>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, headers: HeaderMap) -> Response {
+async fn agents(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
     admin!(gw, peer, headers);
-    let mut ids: Vec<String> = gw.agents.lock().expect("agents lock").keys().cloned().collect();
+    let mut ids: Vec<String> = gw
+        .agents
+        .lock()
+        .expect("agents lock")
+        .keys()
+        .cloned()
+        .collect();
     for a in gw.cfg.agents.keys() {
         if !ids.contains(a) {
             ids.push(a.clone());
@@ -346,11 +403,26 @@ pub async fn set_paused(gw: &Gateway, id: &str, paused: bool, reason: &str) -> R
     if !paused {
         crate::health::on_resume(gw, id);
     }
-    let kind = if paused { EventKind::AgentPaused } else { EventKind::AgentResumed };
-    let ev = gw.event(kind).agent(id).payload(json!({ "reason": reason }));
+    let kind = if paused {
+        EventKind::AgentPaused
+    } else {
+        EventKind::AgentResumed
+    };
+    let ev = gw
+        .event(kind)
+        .agent(id)
+        .payload(json!({ "reason": reason }));
     gw.metrics.event(kind);
-    if let Err(e) = gw.store.commit(vec![Write::Agent(rec), Write::Event(ev)]).await {
-        return (StatusCode::INTERNAL_SERVER_ERROR, format!("could not record the change: {e}")).into_response();
+    if let Err(e) = gw
+        .store
+        .commit(vec![Write::Agent(rec), Write::Event(ev)])
+        .await
+    {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("could not record the change: {e}"),
+        )
+            .into_response();
     }
     axum::Json(agent_view(gw, id)).into_response()
 }
@@ -381,6 +453,10 @@ async fn turn(
         }))
         .into_response(),
         Ok(None) => HaleError::not_found(format!("no turn {id}")).into_response(Dialect::OpenAi),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("store error: {e}")).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("store error: {e}"),
+        )
+            .into_response(),
     }
 }

@@ -77,25 +77,62 @@ impl Metrics {
         let turns_started = Counter::default();
         registry.register("turns_started", "Turns started", turns_started.clone());
         let attempts = Family::<AttemptLabels, Counter>::default();
-        registry.register("attempts", "Upstream attempts by target and class (ok = success)", attempts.clone());
+        registry.register(
+            "attempts",
+            "Upstream attempts by target and class (ok = success)",
+            attempts.clone(),
+        );
         let turn_latency = Histogram::new(exponential_buckets(0.001, 2.0, 18));
-        registry.register("turn_duration_seconds", "Turn latency", turn_latency.clone());
+        registry.register(
+            "turn_duration_seconds",
+            "Turn latency",
+            turn_latency.clone(),
+        );
         let attempt_latency = Histogram::new(exponential_buckets(0.001, 2.0, 18));
-        registry.register("attempt_duration_seconds", "Attempt latency", attempt_latency.clone());
+        registry.register(
+            "attempt_duration_seconds",
+            "Attempt latency",
+            attempt_latency.clone(),
+        );
         let events = Family::<KindLabels, Counter>::default();
         registry.register("events", "Events emitted by kind", events.clone());
         let malformed_chunks = Counter::default();
-        registry.register("malformed_chunks", "Malformed upstream stream chunks skipped", malformed_chunks.clone());
+        registry.register(
+            "malformed_chunks",
+            "Malformed upstream stream chunks skipped",
+            malformed_chunks.clone(),
+        );
         let stream_resumes = Counter::default();
-        registry.register("stream_resumes", "Broken streams resumed on another attempt", stream_resumes.clone());
+        registry.register(
+            "stream_resumes",
+            "Broken streams resumed on another attempt",
+            stream_resumes.clone(),
+        );
         let breaker_state = Family::<BreakerLabels, Gauge>::default();
-        registry.register("breaker_state", "Circuit breaker state (1 = current)", breaker_state.clone());
-        let cooldown_seconds = Family::<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register("provider_cooldown_seconds", "Remaining cooldown per provider", cooldown_seconds.clone());
+        registry.register(
+            "breaker_state",
+            "Circuit breaker state (1 = current)",
+            breaker_state.clone(),
+        );
+        let cooldown_seconds =
+            Family::<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "provider_cooldown_seconds",
+            "Remaining cooldown per provider",
+            cooldown_seconds.clone(),
+        );
         let outbox_depth = Gauge::default();
-        registry.register("outbox_depth", "Events not yet delivered to every sink", outbox_depth.clone());
+        registry.register(
+            "outbox_depth",
+            "Events not yet delivered to every sink",
+            outbox_depth.clone(),
+        );
         let dead_letters = Gauge::default();
-        registry.register("dead_letters", "Events in the dead-letter table", dead_letters.clone());
+        registry.register(
+            "dead_letters",
+            "Events in the dead-letter table",
+            dead_letters.clone(),
+        );
         Self {
             registry,
             turns,
@@ -119,7 +156,11 @@ impl Metrics {
 
     pub fn turn_finished(&self, ok: bool, latency: Duration) {
         let outcome = if ok { "ok" } else { "failed" };
-        self.turns.get_or_create(&OutcomeLabels { outcome: outcome.into() }).inc();
+        self.turns
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.into(),
+            })
+            .inc();
         self.turn_latency.observe(latency.as_secs_f64());
     }
 
@@ -135,7 +176,11 @@ impl Metrics {
     }
 
     pub fn event(&self, kind: EventKind) {
-        self.events.get_or_create(&KindLabels { kind: kind.as_str().into() }).inc();
+        self.events
+            .get_or_create(&KindLabels {
+                kind: kind.as_str().into(),
+            })
+            .inc();
     }
 
     pub fn malformed_chunk(&self) {

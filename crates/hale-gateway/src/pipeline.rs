@@ -42,11 +42,20 @@ pub struct Caller {
 }
 
 /// One chat call, in either dialect: the whole turn.
-pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn handle_chat(
+    gw: Arc<Gateway>,
+    dialect: Dialect,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     // Parse.
     let value: serde_json::Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
-        Err(e) => return HaleError::bad_request(format!("request body is not valid JSON: {e}")).into_response(dialect),
+        Err(e) => {
+            return HaleError::bad_request(format!("request body is not valid JSON: {e}"))
+                .into_response(dialect);
+        }
     };
     let parsed = match dialect {
         Dialect::OpenAi => proto::openai::parse_request(&value),
@@ -54,7 +63,9 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
     };
     let mut req = match parsed {
         Ok(r) => r,
-        Err(e) => return HaleError::bad_request(format!("invalid request: {e}")).into_response(dialect),
+        Err(e) => {
+            return HaleError::bad_request(format!("invalid request: {e}")).into_response(dialect);
+        }
     };
 
     // Agent gate.
@@ -64,7 +75,8 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
     if let Some(allowed) = &caller.agents
         && !allowed.iter().any(|a| a == &agent)
     {
-        return HaleError::forbidden(format!("this key may not act as agent {agent}")).into_response(dialect);
+        return HaleError::forbidden(format!("this key may not act as agent {agent}"))
+            .into_response(dialect);
     }
     let task = header(&headers, TASK_HEADER).unwrap_or_else(|| guardrails::DEFAULT_TASK.to_owned());
     let record = gw.agent_record(&agent);
@@ -114,7 +126,8 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
     }
     // Health: a pending nudge goes last, after compaction, so it is never compacted away.
     if let Some(nudge) = crate::health::take_nudge(&gw, &agent, &task) {
-        req.messages.push(proto::Message::text(proto::Role::System, nudge));
+        req.messages
+            .push(proto::Message::text(proto::Role::System, nudge));
     }
 
     // Budget: the agent's and the task's caps.
@@ -160,10 +173,26 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
                 body,
                 content_type: "application/json".into(),
             };
-            guardrails::record_response(&gw, &agent, &task, &guardrails::tool_calls(&answer.content));
-            finish_turn(&gw, &turn, &req, &request_hash, Some(served), None, Some((stored.clone(), answer.usage)));
+            guardrails::record_response(
+                &gw,
+                &agent,
+                &task,
+                &guardrails::tool_calls(&answer.content),
+            );
+            finish_turn(
+                &gw,
+                &turn,
+                &req,
+                &request_hash,
+                Some(served),
+                None,
+                Some((stored.clone(), answer.usage)),
+            );
             if let Some(key) = &idem_key {
-                gw.store.submit(vec![Write::Idempotency { key: key.clone(), response: stored }]);
+                gw.store.submit(vec![Write::Idempotency {
+                    key: key.clone(),
+                    response: stored,
+                }]);
             }
             resp
         }
@@ -173,14 +202,18 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
             let enc = Encoder::new(dialect, &turn.id, &target.model, req.include_usage);
             let mut resp = Response::new(Body::from_stream(tokio_stream_from(rx)));
             let h = resp.headers_mut();
-            h.insert("content-type", HeaderValue::from_static("text/event-stream"));
+            h.insert(
+                "content-type",
+                HeaderValue::from_static("text/event-stream"),
+            );
             h.insert("cache-control", HeaderValue::from_static("no-cache"));
             evidence(&mut resp, &turn, served, &target.model);
             let pairs = evidence_pairs(&resp);
             let input_estimate = input_tokens_estimate(&req);
             let gw2 = gw.clone();
             tokio::spawn(async move {
-                let r = relay::relay(&gw2, &mut turn, &req, served, live, enc, tx, input_estimate).await;
+                let r = relay::relay(&gw2, &mut turn, &req, served, live, enc, tx, input_estimate)
+                    .await;
                 gw2.metrics.stream_done(r.malformed, r.resumes);
                 guardrails::record_response(&gw2, &agent, &task, &r.tool_calls);
                 let stored = StoredResponse {
@@ -201,7 +234,10 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
                 if r.failure.is_none()
                     && let Some(key) = &idem_key
                 {
-                    gw2.store.submit(vec![Write::Idempotency { key: key.clone(), response: stored }]);
+                    gw2.store.submit(vec![Write::Idempotency {
+                        key: key.clone(),
+                        response: stored,
+                    }]);
                 }
                 r.tail.send().await;
                 drop(_idem_guard);
@@ -217,7 +253,12 @@ pub async fn handle_chat(gw: Arc<Gateway>, dialect: Dialect, caller: Caller, hea
 /// try again; when that did not make the request smaller, leave that target
 /// and every later one known to have a smaller window. Returns whether there
 /// is anything left to try.
-async fn retry_after_overflow(gw: &Gateway, turn: &mut Turn, req: &mut ChatRequest, idx: usize) -> bool {
+async fn retry_after_overflow(
+    gw: &Gateway,
+    turn: &mut Turn,
+    req: &mut ChatRequest,
+    idx: usize,
+) -> bool {
     let t = turn.targets[idx].clone();
     let provider = gw.cfg.provider(&t.provider);
     let window = compact::window_of(provider, &t.model);
@@ -255,7 +296,11 @@ fn header(h: &HeaderMap, name: &str) -> Option<String> {
 
 /// A rough input-token count used only when the provider reported no usage.
 fn input_tokens_estimate(req: &ChatRequest) -> u64 {
-    let mut n = req.system.as_deref().map(hale_tokens::Tokenizer::approximate).unwrap_or(0) as u64;
+    let mut n = req
+        .system
+        .as_deref()
+        .map(hale_tokens::Tokenizer::approximate)
+        .unwrap_or(0) as u64;
     for m in &req.messages {
         n += hale_tokens::Tokenizer::approximate(&m.joined_text()) as u64 + 3;
     }
@@ -275,8 +320,20 @@ fn evidence(resp: &mut Response, turn: &Turn, served: usize, model: &str) {
     set(h, "x-hale-provider", &t.provider);
     set(h, "x-hale-model", model);
     set(h, "x-hale-attempts", &turn.timeline.len().to_string());
-    set(h, "x-hale-degraded", if turn.degraded(served) { "true" } else { "false" });
-    set(h, "x-hale-compacted", if turn.compacted { "true" } else { "false" });
+    set(
+        h,
+        "x-hale-degraded",
+        if turn.degraded(served) {
+            "true"
+        } else {
+            "false"
+        },
+    );
+    set(
+        h,
+        "x-hale-compacted",
+        if turn.compacted { "true" } else { "false" },
+    );
 }
 
 fn evidence_pairs(resp: &Response) -> Vec<(String, String)> {
@@ -294,7 +351,10 @@ fn stored_response(s: StoredResponse) -> Response {
         resp.headers_mut().insert("content-type", v);
     }
     for (k, v) in s.headers {
-        if let (Ok(k), Ok(v)) = (axum::http::HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(&v)) {
+        if let (Ok(k), Ok(v)) = (
+            axum::http::HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(&v),
+        ) {
             resp.headers_mut().insert(k, v);
         }
     }
@@ -379,7 +439,11 @@ fn finish_turn(
         task: turn.task.clone(),
         request_hash: request_hash.to_owned(),
         model_requested: req.model.clone(),
-        status: if ok { TurnStatus::Succeeded } else { TurnStatus::Failed },
+        status: if ok {
+            TurnStatus::Succeeded
+        } else {
+            TurnStatus::Failed
+        },
         started_ms: turn.started_ms,
         duration_ms: Some(now_ms.saturating_sub(turn.started_ms)),
         provider: target.as_ref().map(|t| t.provider.clone()),
@@ -395,7 +459,14 @@ fn finish_turn(
     // Content-policy and bad-request failures are the caller's input, not the agent failing.
     let counts = failure.is_some_and(|f| f.class.counts_as_turn_failure());
     let tokens = usage.input_tokens + usage.output_tokens;
-    crate::health::after_turn(gw, &turn.agent, turn.task.as_deref(), crate::health::fingerprint(req), counts, tokens);
+    crate::health::after_turn(
+        gw,
+        &turn.agent,
+        turn.task.as_deref(),
+        crate::health::fingerprint(req),
+        counts,
+        tokens,
+    );
     let max = gw.cfg.self_healing.max_consecutive_failures;
     let mut paused_now = false;
     let rec = gw.update_agent(&turn.agent, |a| {

@@ -14,7 +14,7 @@ use crate::state::Gateway;
 use crate::turn::{self, Served, Turn};
 use crate::upstream::{EventStream, Failure};
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use hale_core::classify::Transport;
 use hale_core::config::FINISH_GRACE;
 use std::collections::VecDeque;
@@ -33,8 +33,14 @@ pub enum Encoder {
 impl Encoder {
     pub fn new(dialect: Dialect, id: &str, model: &str, include_usage: bool) -> Self {
         match dialect {
-            Dialect::OpenAi => Encoder::OpenAi(proto::openai::StreamEncoder::new(id, model, include_usage)),
-            Dialect::Anthropic => Encoder::Anthropic(proto::anthropic::StreamEncoder::new(id, model, include_usage)),
+            Dialect::OpenAi => {
+                Encoder::OpenAi(proto::openai::StreamEncoder::new(id, model, include_usage))
+            }
+            Dialect::Anthropic => Encoder::Anthropic(proto::anthropic::StreamEncoder::new(
+                id,
+                model,
+                include_usage,
+            )),
         }
     }
 
@@ -102,7 +108,12 @@ pub async fn relay(
     tx: mpsc::Sender<Result<Bytes, std::convert::Infallible>>,
     input_tokens_estimate: u64,
 ) -> Relayed {
-    let mut out = Sink { tx, body: Vec::new(), gone: false };
+    let mut out = Sink {
+        tx,
+        body: Vec::new(),
+        unsent: 0,
+        gone: false,
+    };
     let mut pending: VecDeque<StreamEvent> = live.head.into();
     let mut stream: EventStream = live.rest;
     let mut malformed = live.malformed;
@@ -121,13 +132,21 @@ pub async fn relay(
         let ev = match pending.pop_front() {
             Some(ev) => ev,
             None => {
-                let next = if finish.is_some() {
-                    // After a finish, a missing [DONE] must not hold the caller.
-                    tokio::time::timeout(FINISH_GRACE, stream.next())
-                        .await
-                        .unwrap_or_default()
-                } else {
-                    stream.next().await
+                // Take what is already there without waiting; before waiting,
+                // hand the caller what was buffered.
+                let next = match stream.next().now_or_never() {
+                    Some(n) => n,
+                    None => {
+                        out.flush().await;
+                        if finish.is_some() {
+                            // After a finish, a missing [DONE] must not hold the caller.
+                            tokio::time::timeout(FINISH_GRACE, stream.next())
+                                .await
+                                .unwrap_or_default()
+                        } else {
+                            stream.next().await
+                        }
+                    }
                 };
                 let fault = match next {
                     Some(Ok(Some(evs))) => {
@@ -140,7 +159,10 @@ pub async fn relay(
                         continue;
                     }
                     None if finish.is_some() => break 'relay None,
-                    None => Failure::transport(Transport::StreamEndedWithoutFinish, "stream ended without a finish"),
+                    None => Failure::transport(
+                        Transport::StreamEndedWithoutFinish,
+                        "stream ended without a finish",
+                    ),
                     Some(Err(f)) => f,
                 };
                 // The stream broke mid-answer: resume it, or end with an in-band error.
@@ -148,14 +170,21 @@ pub async fn relay(
                 turn::on_failure(gw, turn, &target, &fault, attempt_start.elapsed());
                 // The attempt that was serving broke: its timeline row says so.
                 let label = target.to_string();
-                if let Some(row) = turn.timeline.iter_mut().rev().find(|r| r.target == label && r.class.is_none()) {
+                if let Some(row) = turn
+                    .timeline
+                    .iter_mut()
+                    .rev()
+                    .find(|r| r.target == label && r.class.is_none())
+                {
                     row.class = Some(fault.class);
                     row.status = None;
                     row.message = Some(fault.message.clone());
-                    row.duration_ms = (turn.started.elapsed().as_millis() as u64).saturating_sub(row.start_ms);
+                    row.duration_ms =
+                        (turn.started.elapsed().as_millis() as u64).saturating_sub(row.start_ms);
                     row.resume = Some("broke mid-stream");
                 }
-                gw.metrics.attempt(&target, Some(fault.class), attempt_start.elapsed());
+                gw.metrics
+                    .attempt(&target, Some(fault.class), attempt_start.elapsed());
                 if tool_delivered || resumes >= MAX_RESUMES || out.gone {
                     break 'relay Some(fault);
                 }
@@ -165,13 +194,19 @@ pub async fn relay(
                     // No other target: the same one may still finish the answer.
                     turn.exhausted[served] = false;
                 }
+                out.flush().await;
                 attempt_start = Instant::now();
-                let resumed = turn::run(gw, turn, req, Some(delivered.clone()), Some("resumed")).await;
+                let resumed =
+                    turn::run(gw, turn, req, Some(delivered.clone()), Some("resumed")).await;
                 match resumed {
                     Ok((idx, Served::Stream(l))) => {
                         served = idx;
                         model = turn.targets[idx].model.clone();
-                        skip = if turn.prefilled { String::new() } else { delivered.clone() };
+                        skip = if turn.prefilled {
+                            String::new()
+                        } else {
+                            delivered.clone()
+                        };
                         usage = None;
                         pending = l.head.into();
                         stream = l.rest;
@@ -186,14 +221,17 @@ pub async fn relay(
             StreamEvent::Start { .. } => {
                 if !started {
                     started = true;
-                    out.send(enc.encode(&ev)).await;
+                    out.send(enc.encode(&ev));
                 }
             }
             StreamEvent::TextDelta(t) => {
                 if !started {
                     started = true;
-                    let start = StreamEvent::Start { id: turn.id.clone(), model: model.clone() };
-                    out.send(enc.encode(&start)).await;
+                    let start = StreamEvent::Start {
+                        id: turn.id.clone(),
+                        model: model.clone(),
+                    };
+                    out.send(enc.encode(&start));
                 }
                 let rest = match align(&mut skip, &t) {
                     Some(rest) => rest,
@@ -206,7 +244,7 @@ pub async fn relay(
                 };
                 if !rest.is_empty() {
                     delivered.push_str(rest);
-                    out.send(enc.encode(&StreamEvent::TextDelta(rest.to_owned()))).await;
+                    out.send(enc.encode(&StreamEvent::TextDelta(rest.to_owned())));
                 }
             }
             StreamEvent::ToolCallStart { .. } | StreamEvent::ToolCallDelta { .. } => {
@@ -218,8 +256,11 @@ pub async fn relay(
                 }
                 if !started {
                     started = true;
-                    let start = StreamEvent::Start { id: turn.id.clone(), model: model.clone() };
-                    out.send(enc.encode(&start)).await;
+                    let start = StreamEvent::Start {
+                        id: turn.id.clone(),
+                        model: model.clone(),
+                    };
+                    out.send(enc.encode(&start));
                 }
                 tool_delivered = true;
                 match &ev {
@@ -242,7 +283,7 @@ pub async fn relay(
                     | StreamEvent::Usage(_)
                     | StreamEvent::Done => {}
                 }
-                out.send(enc.encode(&ev)).await;
+                out.send(enc.encode(&ev));
             }
             StreamEvent::Finish(r) => {
                 if !skip.is_empty() {
@@ -252,7 +293,7 @@ pub async fn relay(
                     ));
                 }
                 finish = Some(r);
-                out.send(enc.encode(&ev)).await;
+                out.send(enc.encode(&ev));
             }
             StreamEvent::Usage(u) => usage = Some(u),
             StreamEvent::Done => {
@@ -270,6 +311,7 @@ pub async fn relay(
         input_tokens: input_tokens_estimate,
         output_tokens: hale_tokens::Tokenizer::approximate(&delivered) as u64,
     });
+    out.flush().await;
     // The closing frames are handed back unsent, so the turn is journalled
     // before the caller sees the end of the stream.
     let tail = match &failure {
@@ -292,7 +334,10 @@ pub async fn relay(
         resumes,
         body,
         tool_calls,
-        tail: Closing { tx: out.tx, bytes: tail },
+        tail: Closing {
+            tx: out.tx,
+            bytes: tail,
+        },
     }
 }
 
@@ -324,16 +369,32 @@ fn align<'a>(skip: &mut String, t: &'a str) -> Option<&'a str> {
     Some(&t[n..])
 }
 
+/// The caller's side of the stream. Frames are buffered while more upstream
+/// events are ready at once and written together when the upstream would
+/// block: one write per burst instead of one per token.
 struct Sink {
     tx: mpsc::Sender<Result<Bytes, std::convert::Infallible>>,
+    /// Everything sent, for idempotent replays.
     body: Vec<u8>,
+    /// Bytes of `body` not yet handed to the caller.
+    unsent: usize,
     gone: bool,
 }
 
 impl Sink {
-    async fn send(&mut self, b: Bytes) {
+    fn send(&mut self, b: Bytes) {
         self.body.extend_from_slice(&b);
-        if !self.gone && self.tx.send(Ok(b)).await.is_err() {
+        self.unsent += b.len();
+    }
+
+    /// Hands the buffered frames to the caller.
+    async fn flush(&mut self) {
+        if self.unsent == 0 {
+            return;
+        }
+        let chunk = Bytes::copy_from_slice(&self.body[self.body.len() - self.unsent..]);
+        self.unsent = 0;
+        if !self.gone && self.tx.send(Ok(chunk)).await.is_err() {
             self.gone = true;
         }
     }

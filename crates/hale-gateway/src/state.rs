@@ -129,7 +129,11 @@ impl Gateway {
             .write()
             .expect("breaker map lock")
             .entry(key)
-            .or_insert_with(|| Arc::new(SharedBreaker::new(self.cfg.self_healing.circuit_breaker.clone())))
+            .or_insert_with(|| {
+                Arc::new(SharedBreaker::new(
+                    self.cfg.self_healing.circuit_breaker.clone(),
+                ))
+            })
             .clone()
     }
 
@@ -195,7 +199,10 @@ impl Gateway {
         let Some(rt) = map.get_mut(agent) else {
             return true;
         };
-        let due = changed || rt.persisted.is_none_or(|t| now.duration_since(t) >= AGENT_PERSIST_EVERY);
+        let due = changed
+            || rt
+                .persisted
+                .is_none_or(|t| now.duration_since(t) >= AGENT_PERSIST_EVERY);
         if due {
             rt.persisted = Some(now);
         }

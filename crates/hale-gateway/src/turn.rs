@@ -97,7 +97,13 @@ pub enum Served {
 }
 
 impl Turn {
-    pub fn new(gw: &Gateway, id: String, agent: String, task: Option<String>, targets: Vec<Target>) -> Self {
+    pub fn new(
+        gw: &Gateway,
+        id: String,
+        agent: String,
+        task: Option<String>,
+        targets: Vec<Target>,
+    ) -> Self {
         let started = Instant::now();
         let n = targets.len();
         Self {
@@ -182,13 +188,16 @@ pub async fn run(
             let result = match sent {
                 Ok(Answer::Complete(r)) => Ok(Served::Complete(r)),
                 Ok(Answer::Stream(s)) => {
-                    let budget = provider.first_token_timeout.min(turn.deadline.saturating_duration_since(start));
+                    let budget = provider
+                        .first_token_timeout
+                        .min(turn.deadline.saturating_duration_since(start));
                     first_content(s, start + budget).await.map(Served::Stream)
                 }
                 Err(f) => Err(f),
             };
             let elapsed = start.elapsed();
-            gw.metrics.attempt(&target, result.as_ref().err().map(|f| f.class), elapsed);
+            gw.metrics
+                .attempt(&target, result.as_ref().err().map(|f| f.class), elapsed);
             match result {
                 Ok(served) => {
                     turn.timeline.push(AttemptRecord {
@@ -247,7 +256,11 @@ pub async fn run(
                         .enumerate()
                         .any(|(i, e)| i != idx && !e);
                     let budget_ok = !classify::rule(f.class).retry_same_target
-                        || prt.budget.lock().expect("budget lock").try_retry(Instant::now());
+                        || prt
+                            .budget
+                            .lock()
+                            .expect("budget lock")
+                            .try_retry(Instant::now());
                     let facts = AttemptFacts {
                         class: f.class,
                         retry_after: f.retry_after,
@@ -262,7 +275,8 @@ pub async fn run(
                     match decision {
                         RetryDecision::RetrySame { wait } => {
                             // The breaker may have opened on this very failure.
-                            if let Admission::Rejected { .. } = breaker.allow(Instant::now() + wait) {
+                            if let Admission::Rejected { .. } = breaker.allow(Instant::now() + wait)
+                            {
                                 turn.exhausted[idx] = true;
                                 last = Some(f);
                                 break;
@@ -316,14 +330,24 @@ fn choose(gw: &Gateway, turn: &Turn, now: Instant, resuming: bool) -> Option<(us
     let mut trial = vec![false; turn.targets.len()];
     for (i, t) in turn.targets.iter().enumerate() {
         if turn.exhausted[i] {
-            gates.push(Gate::Skip { until: now, class: ErrorClass::Unknown });
+            gates.push(Gate::Skip {
+                until: now,
+                class: ErrorClass::Unknown,
+            });
             continue;
         }
         let Some(prt) = gw.providers.get(&t.provider) else {
-            gates.push(Gate::Skip { until: now, class: ErrorClass::Unknown });
+            gates.push(Gate::Skip {
+                until: now,
+                class: ErrorClass::Unknown,
+            });
             continue;
         };
-        let gate = prt.cooldown.lock().expect("cooldown lock").gate(probe_interval, now);
+        let gate = prt
+            .cooldown
+            .lock()
+            .expect("cooldown lock")
+            .gate(probe_interval, now);
         let gate = match gate {
             Gate::Probe => Gate::Probe,
             Gate::Skip { until, class } => Gate::Skip { until, class },
@@ -362,7 +386,12 @@ async fn first_content(mut s: EventStream, by: Instant) -> Result<Live, Failure>
     loop {
         let next = tokio::time::timeout_at(by.into(), s.next()).await;
         match next {
-            Err(_) => return Err(Failure::transport(Transport::FirstTokenTimeout, "no first token in time")),
+            Err(_) => {
+                return Err(Failure::transport(
+                    Transport::FirstTokenTimeout,
+                    "no first token in time",
+                ));
+            }
             Ok(None) => {
                 return Err(Failure::transport(
                     Transport::StreamEndedWithoutFinish,
@@ -375,7 +404,11 @@ async fn first_content(mut s: EventStream, by: Instant) -> Result<Live, Failure>
                 let content = evs.iter().any(is_content);
                 head.extend(evs);
                 if content {
-                    return Ok(Live { head, rest: s, malformed });
+                    return Ok(Live {
+                        head,
+                        rest: s,
+                        malformed,
+                    });
                 }
             }
         }
@@ -387,7 +420,9 @@ pub fn is_content(ev: &StreamEvent) -> bool {
     match ev {
         StreamEvent::TextDelta(t) => !t.is_empty(),
         StreamEvent::ToolCallStart { .. } | StreamEvent::Finish(_) | StreamEvent::Done => true,
-        StreamEvent::Start { .. } | StreamEvent::ToolCallDelta { .. } | StreamEvent::Usage(_) => false,
+        StreamEvent::Start { .. } | StreamEvent::ToolCallDelta { .. } | StreamEvent::Usage(_) => {
+            false
+        }
     }
 }
 
@@ -468,10 +503,12 @@ fn breaker_event(gw: &Gateway, turn: &Turn, target: &Target, t: &Transition) {
             })),
     );
     // Health: an agent with any breaker open is failing.
-    let any_open = gw
-        .breakers_of(&turn.agent)
-        .iter()
-        .any(|(_, b)| matches!(b.state(Instant::now()), BreakerState::Open | BreakerState::ForcedOpen));
+    let any_open = gw.breakers_of(&turn.agent).iter().any(|(_, b)| {
+        matches!(
+            b.state(Instant::now()),
+            BreakerState::Open | BreakerState::ForcedOpen
+        )
+    });
     gw.health.set_breaker_open(&turn.agent, any_open);
     if matches!(t.to, BreakerState::Open | BreakerState::ForcedOpen) {
         gw.emit(

@@ -60,7 +60,8 @@ impl Failure {
 /// A stream of canonical events from a provider. `Err` items are faults that
 /// end the stream (cut, stall, upstream error event); malformed chunks are
 /// reported as `Ok(None)` so the relay can count and skip them.
-pub type EventStream = Pin<Box<dyn Stream<Item = Result<Option<Vec<StreamEvent>>, Failure>> + Send>>;
+pub type EventStream =
+    Pin<Box<dyn Stream<Item = Result<Option<Vec<StreamEvent>>, Failure>> + Send>>;
 
 /// What a successful attempt produced.
 pub enum Answer {
@@ -111,7 +112,12 @@ pub async fn send(
         rb = rb.header("anthropic-version", ANTHROPIC_VERSION);
     }
     let resp = match tokio::time::timeout(limits.headers, rb.send()).await {
-        Err(_) => return Err(Failure::transport(Transport::HeadersTimeout, "no response headers in time")),
+        Err(_) => {
+            return Err(Failure::transport(
+                Transport::HeadersTimeout,
+                "no response headers in time",
+            ));
+        }
         Ok(Err(e)) => return Err(Failure::transport(classify::transport_of(&e), &redact(&e))),
         Ok(Ok(r)) => r,
     };
@@ -133,10 +139,19 @@ pub async fn send(
         return Err(Failure::from_classified(c, Some(status)));
     }
     if req.stream {
-        Ok(Answer::Stream(event_stream(resp, provider.kind, limits.stream_idle)))
+        Ok(Answer::Stream(event_stream(
+            resp,
+            provider.kind,
+            limits.stream_idle,
+        )))
     } else {
         let bytes = match tokio::time::timeout(limits.headers, resp.bytes()).await {
-            Err(_) => return Err(Failure::transport(Transport::HeadersTimeout, "response body did not arrive in time")),
+            Err(_) => {
+                return Err(Failure::transport(
+                    Transport::HeadersTimeout,
+                    "response body did not arrive in time",
+                ));
+            }
             // The headers said 2xx and the body broke off before its end: a cut
             // (stream_broken), whatever the client calls it — reqwest reports a
             // body cut as "error decoding response body", which reads as a format
@@ -148,12 +163,19 @@ pub async fn send(
         let parsed = serde_json::from_slice::<serde_json::Value>(&bytes)
             .map_err(|e| e.to_string())
             .and_then(|v| match provider.kind {
-                ProviderKind::OpenAi => proto::openai::parse_response(&v).map_err(|e| e.to_string()),
-                ProviderKind::Anthropic => proto::anthropic::parse_response(&v).map_err(|e| e.to_string()),
+                ProviderKind::OpenAi => {
+                    proto::openai::parse_response(&v).map_err(|e| e.to_string())
+                }
+                ProviderKind::Anthropic => {
+                    proto::anthropic::parse_response(&v).map_err(|e| e.to_string())
+                }
             });
         match parsed {
             Ok(r) => Ok(Answer::Complete(r)),
-            Err(e) => Err(Failure::transport(Transport::MalformedBody, &format!("unparsable response body: {e}"))),
+            Err(e) => Err(Failure::transport(
+                Transport::MalformedBody,
+                &format!("unparsable response body: {e}"),
+            )),
         }
     }
 }
@@ -224,46 +246,55 @@ fn event_stream(resp: reqwest::Response, kind: ProviderKind, idle: Duration) -> 
     };
     let sse = sse_stream::SseByteStream::new(resp.bytes_stream());
     let state = (Box::pin(sse), decoder, false);
-    Box::pin(futures::stream::unfold(state, move |(mut sse, mut dec, ended)| async move {
-        if ended {
-            return None;
-        }
-        let item = match tokio::time::timeout(idle, sse.next()).await {
-            Err(_) => Err(Failure::transport(Transport::StreamStalled, "stream stalled past the idle timeout")),
-            Ok(None) => return None,
-            Ok(Some(Err(e))) => Err(Failure::transport(Transport::StreamCut, &format!("stream cut: {e}"))),
-            Ok(Some(Ok(ev))) => {
-                let Some(data) = ev.data.as_deref() else {
-                    return Some((Ok(Some(Vec::new())), (sse, dec, false)));
-                };
-                let decoded = match &mut dec {
-                    Decoder::OpenAi(d) => d.decode(ev.event.as_deref(), data),
-                    Decoder::Anthropic(d) => d.decode(ev.event.as_deref(), data),
-                };
-                match decoded {
-                    Ok(evs) => Ok(Some(evs)),
-                    Err(e) if ev.event.as_deref() == Some("error") => {
-                        let c = classify::classify(&Observation {
-                            status: None,
-                            retry_after: None,
-                            body: Some(data),
-                            transport: None,
-                            now_wall: SystemTime::now(),
-                        });
-                        let mut f = Failure::from_classified(c, None);
-                        if f.class == ErrorClass::Unknown {
-                            f.class = ErrorClass::StreamBroken;
-                        }
-                        if f.message.is_empty() {
-                            f.message = e.to_string();
-                        }
-                        Err(f)
-                    }
-                    Err(_) => Ok(None),
-                }
+    Box::pin(futures::stream::unfold(
+        state,
+        move |(mut sse, mut dec, ended)| async move {
+            if ended {
+                return None;
             }
-        };
-        let end = item.is_err();
-        Some((item, (sse, dec, end)))
-    }))
+            let item = match tokio::time::timeout(idle, sse.next()).await {
+                Err(_) => Err(Failure::transport(
+                    Transport::StreamStalled,
+                    "stream stalled past the idle timeout",
+                )),
+                Ok(None) => return None,
+                Ok(Some(Err(e))) => Err(Failure::transport(
+                    Transport::StreamCut,
+                    &format!("stream cut: {e}"),
+                )),
+                Ok(Some(Ok(ev))) => {
+                    let Some(data) = ev.data.as_deref() else {
+                        return Some((Ok(Some(Vec::new())), (sse, dec, false)));
+                    };
+                    let decoded = match &mut dec {
+                        Decoder::OpenAi(d) => d.decode(ev.event.as_deref(), data),
+                        Decoder::Anthropic(d) => d.decode(ev.event.as_deref(), data),
+                    };
+                    match decoded {
+                        Ok(evs) => Ok(Some(evs)),
+                        Err(e) if ev.event.as_deref() == Some("error") => {
+                            let c = classify::classify(&Observation {
+                                status: None,
+                                retry_after: None,
+                                body: Some(data),
+                                transport: None,
+                                now_wall: SystemTime::now(),
+                            });
+                            let mut f = Failure::from_classified(c, None);
+                            if f.class == ErrorClass::Unknown {
+                                f.class = ErrorClass::StreamBroken;
+                            }
+                            if f.message.is_empty() {
+                                f.message = e.to_string();
+                            }
+                            Err(f)
+                        }
+                        Err(_) => Ok(None),
+                    }
+                }
+            };
+            let end = item.is_err();
+            Some((item, (sse, dec, end)))
+        },
+    ))
 }

@@ -21,17 +21,24 @@ struct Harness {
 
 async fn start(tune: impl FnOnce(&mut Config)) -> Harness {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let chaos = hale_chaos::spawn("127.0.0.1:0".parse().unwrap(), hale_chaos::ChaosConfig::default())
-        .await
-        .unwrap();
+    let chaos = hale_chaos::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        hale_chaos::ChaosConfig::default(),
+    )
+    .await
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let p = ProviderConfig::new("p", ProviderKind::OpenAi, &chaos.base_url_openai, "ok");
     let mut cfg = Config::with_providers(vec![p]);
     cfg.data_dir = dir.path().to_path_buf();
     tune(&mut cfg);
     let cfg = Arc::new(cfg);
-    let store = hale_store::Store::open(None, dir.path(), (&cfg.events).into()).await.unwrap();
-    let gw = hale_gateway::Gateway::new(cfg, store.clone()).await.unwrap();
+    let store = hale_store::Store::open(None, dir.path(), (&cfg.events).into())
+        .await
+        .unwrap();
+    let gw = hale_gateway::Gateway::new(cfg, store.clone())
+        .await
+        .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -99,10 +106,16 @@ fn conversation(n: usize, words: usize) -> Vec<Value> {
 
 /// Drives an agent that always gets the same tool call back and answers it
 /// with `result(turn)`. Returns (turn refused, status, body).
-async fn run_looping_agent(h: &Harness, agent: &str, result: impl Fn(usize) -> String) -> (usize, u16, Value, Vec<Value>) {
+async fn run_looping_agent(
+    h: &Harness,
+    agent: &str,
+    result: impl Fn(usize) -> String,
+) -> (usize, u16, Value, Vec<Value>) {
     let mut messages = vec![json!({"role": "user", "content": "make the tests pass"})];
     for turn in 0..10 {
-        let (status, _, body) = h.chat(agent, json!({"model": "looper", "messages": messages})).await;
+        let (status, _, body) = h
+            .chat(agent, json!({"model": "looper", "messages": messages}))
+            .await;
         if status != 200 {
             return (turn, status, body, messages);
         }
@@ -118,7 +131,8 @@ async fn run_looping_agent(h: &Harness, agent: &str, result: impl Fn(usize) -> S
 async fn an_agent_repeating_the_same_tool_call_is_stopped_with_a_readable_message() {
     let h = start(|cfg| route(cfg, "looper", r#"tool:name=run_tests:args={"suite":"all"}"#)).await;
     // Different results each time: only the identical-call rule can fire.
-    let (turn, status, body, messages) = run_looping_agent(&h, "looping-agent", |t| format!("{t} tests failed")).await;
+    let (turn, status, body, messages) =
+        run_looping_agent(&h, "looping-agent", |t| format!("{t} tests failed")).await;
     // tool_loop_threshold is 4: the 4th identical call stops the task, so the request after it is refused.
     assert_eq!(turn, 4, "stopped at the wrong turn: {body}");
     assert_eq!(status, 409);
@@ -129,9 +143,18 @@ async fn an_agent_repeating_the_same_tool_call_is_stopped_with_a_readable_messag
     assert!(msg.contains("Tool calls: 4"), "{msg}");
     // Final: the next call is refused too, without reaching the provider.
     let before = h.chaos.stats();
-    let (status, _, _) = h.chat("looping-agent", json!({"model": "looper", "messages": messages})).await;
+    let (status, _, _) = h
+        .chat(
+            "looping-agent",
+            json!({"model": "looper", "messages": messages}),
+        )
+        .await;
     assert_eq!(status, 409);
-    assert_eq!(h.chaos.stats(), before, "a stopped task must not reach the provider");
+    assert_eq!(
+        h.chaos.stats(),
+        before,
+        "a stopped task must not reach the provider"
+    );
     let hits = h.events(EventKind::GuardLimitHit).await;
     assert_eq!(hits.len(), 1, "one guard.limit_hit event: {hits:?}");
     assert_eq!(hits[0].agent.as_deref(), Some("looping-agent"));
@@ -141,11 +164,16 @@ async fn an_agent_repeating_the_same_tool_call_is_stopped_with_a_readable_messag
 #[tokio::test]
 async fn the_same_call_returning_the_same_result_is_stopped_sooner() {
     let h = start(|cfg| route(cfg, "looper", r#"tool:name=run_tests:args={"suite":"all"}"#)).await;
-    let (turn, status, body, _) = run_looping_agent(&h, "stuck-agent", |_| "3 tests failed".into()).await;
+    let (turn, status, body, _) =
+        run_looping_agent(&h, "stuck-agent", |_| "3 tests failed".into()).await;
     // result_loop_threshold is 3: the 3rd identical result arrives with the 4th request.
     assert_eq!(turn, 3, "{body}");
     assert_eq!(status, 409);
-    assert_eq!(body["hale"]["limit"]["kind"], json!(null), "hale detail is under error.hale");
+    assert_eq!(
+        body["hale"]["limit"]["kind"],
+        json!(null),
+        "hale detail is under error.hale"
+    );
     assert_eq!(body["error"]["hale"]["limit"]["kind"], "identical_results");
     let hits = h.events(EventKind::GuardLimitHit).await;
     assert_eq!(hits.len(), 1);
@@ -162,7 +190,9 @@ fn compaction_config(cfg: &mut Config, summarizer_model: &str) {
 async fn a_long_conversation_is_compacted_by_a_summariser_call_and_reused_next_turn() {
     let h = start(|cfg| compaction_config(cfg, "summarize")).await;
     let mut messages = conversation(12, 20);
-    let (status, headers, body) = h.chat("long-agent", json!({"model": "ok", "messages": messages})).await;
+    let (status, headers, body) = h
+        .chat("long-agent", json!({"model": "ok", "messages": messages}))
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(headers["x-hale-compacted"], "true");
     let summaries = h.chaos.requests_for("summarize");
@@ -170,7 +200,10 @@ async fn a_long_conversation_is_compacted_by_a_summariser_call_and_reused_next_t
     let compacted = h.events(EventKind::AgentCompacted).await;
     assert_eq!(compacted.len(), 1);
     let p = &compacted[0].payload;
-    assert!(p["after_tokens"].as_u64() < p["before_tokens"].as_u64(), "{p}");
+    assert!(
+        p["after_tokens"].as_u64() < p["before_tokens"].as_u64(),
+        "{p}"
+    );
     assert!(p["tier_number"].as_u64().unwrap() >= 2, "{p}");
     // What the provider got: fewer messages, a summary, the last four untouched.
     let sent = h
@@ -181,7 +214,12 @@ async fn a_long_conversation_is_compacted_by_a_summariser_call_and_reused_next_t
         .find(|r| r["model"] == "ok")
         .unwrap();
     let sent_msgs = sent["messages"].as_array().unwrap();
-    assert!(sent_msgs.len() < messages.len(), "{} vs {}", sent_msgs.len(), messages.len());
+    assert!(
+        sent_msgs.len() < messages.len(),
+        "{} vs {}",
+        sent_msgs.len(),
+        messages.len()
+    );
     assert!(sent.to_string().contains("Summary by hale"), "{sent}");
     let tail: Vec<&Value> = sent_msgs.iter().rev().take(4).collect();
     let orig_tail: Vec<&Value> = messages.iter().rev().take(4).collect();
@@ -192,22 +230,37 @@ async fn a_long_conversation_is_compacted_by_a_summariser_call_and_reused_next_t
     // Next turn: the same conversation plus a new exchange reuses the stored compaction.
     messages.push(json!({"role": "assistant", "content": "a short answer"}));
     messages.push(json!({"role": "user", "content": "one more short question"}));
-    let (status, headers, _) = h.chat("long-agent", json!({"model": "ok", "messages": messages})).await;
+    let (status, headers, _) = h
+        .chat("long-agent", json!({"model": "ok", "messages": messages}))
+        .await;
     assert_eq!(status, 200);
     assert_eq!(headers["x-hale-compacted"], "true");
-    assert_eq!(h.chaos.requests_for("summarize"), summaries, "the stored compaction was not reused");
+    assert_eq!(
+        h.chaos.requests_for("summarize"),
+        summaries,
+        "the stored compaction was not reused"
+    );
 }
 
 #[tokio::test]
 async fn a_summariser_outage_falls_back_to_the_plain_digest() {
     let h = start(|cfg| compaction_config(cfg, "auth")).await;
     let messages = conversation(12, 20);
-    let (status, headers, body) = h.chat("digest-agent", json!({"model": "ok", "messages": messages})).await;
+    let (status, headers, body) = h
+        .chat("digest-agent", json!({"model": "ok", "messages": messages}))
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(headers["x-hale-compacted"], "true");
-    assert!(h.chaos.requests_for("auth") >= 1, "the summariser was not called");
+    assert!(
+        h.chaos.requests_for("auth") >= 1,
+        "the summariser was not called"
+    );
     let compacted = h.events(EventKind::AgentCompacted).await;
-    assert_eq!(compacted[0].payload["tier_number"], 4, "{}", compacted[0].payload);
+    assert_eq!(
+        compacted[0].payload["tier_number"], 4,
+        "{}",
+        compacted[0].payload
+    );
     let sent = h
         .chaos
         .last_requests()
@@ -241,7 +294,12 @@ async fn a_provider_context_overflow_is_compacted_and_retried_smaller() {
         messages.push(json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": format!("short {i}")}));
     }
     let model = "context-overflow:max_chars=12000";
-    let (status, headers, body) = h.chat("overflow-agent", json!({"model": model, "messages": messages})).await;
+    let (status, headers, body) = h
+        .chat(
+            "overflow-agent",
+            json!({"model": model, "messages": messages}),
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(headers["x-hale-compacted"], "true");
     assert_eq!(h.chaos.requests_for(model), 2, "one refused, one served");
@@ -270,7 +328,11 @@ async fn an_overflow_that_compaction_cannot_shrink_is_a_clean_400() {
         .await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["type"], "context_length_exceeded");
-    assert_eq!(h.chaos.requests_for(model), 1, "never re-sent unchanged to the same model");
+    assert_eq!(
+        h.chaos.requests_for(model),
+        1,
+        "never re-sent unchanged to the same model"
+    );
 }
 
 #[tokio::test]
@@ -294,12 +356,19 @@ async fn a_task_over_its_token_budget_gets_402_and_the_spend_is_visible() {
     let (status, _, _) = h.chat("thrifty", body.clone()).await;
     assert_eq!(status, 200);
     let (status, _, _) = h.chat("thrifty", body.clone()).await;
-    assert_eq!(status, 200, "one turn spent less than the cap: still served");
+    assert_eq!(
+        status, 200,
+        "one turn spent less than the cap: still served"
+    );
     let served = h.chaos.requests_for("ok");
     let (status, _, err) = h.chat("thrifty", body.clone()).await;
     assert_eq!(status, 402, "{err}");
     assert_eq!(err["error"]["type"], "budget_exceeded");
-    assert_eq!(h.chaos.requests_for("ok"), served, "a refused turn costs nothing upstream");
+    assert_eq!(
+        h.chaos.requests_for("ok"),
+        served,
+        "a refused turn costs nothing upstream"
+    );
     let ev = h.events(EventKind::BudgetExceeded).await;
     assert_eq!(ev.len(), 1);
     let view: Value = h
@@ -312,6 +381,8 @@ async fn a_task_over_its_token_budget_gets_402_and_the_spend_is_visible() {
         .await
         .unwrap();
     assert_eq!(view["budget"]["caps"]["max_tokens_per_task"], 100);
-    let spent = view["budget"]["tasks"]["default"]["spend"]["tokens"].as_u64().unwrap();
+    let spent = view["budget"]["tasks"]["default"]["spend"]["tokens"]
+        .as_u64()
+        .unwrap();
     assert!(spent >= 100, "{view}");
 }

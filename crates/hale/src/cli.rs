@@ -9,7 +9,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 #[derive(Parser, Debug)]
-#[command(name = "hale", version, about = "A self-healing runtime for LLM agents")]
+#[command(
+    name = "hale",
+    version,
+    about = "A self-healing runtime for LLM agents"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
@@ -139,8 +143,10 @@ pub enum ConfigCmd {
 
 /// Loads and validates a config file, with env lookups from the process.
 pub fn load_config(path: &Path) -> anyhow::Result<Config> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
-    raw::load(&text, &|k| std::env::var(k).ok()).map_err(|e| anyhow::anyhow!("invalid config {}:\n{e}", path.display()))
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    raw::load(&text, &|k| std::env::var(k).ok())
+        .map_err(|e| anyhow::anyhow!("invalid config {}:\n{e}", path.display()))
 }
 
 /// Installs the one TLS crypto provider (ring) before any client is built.
@@ -174,9 +180,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Events {
-            cmd: EventsCmd::Tail { remote, follow, kind, after },
+            cmd:
+                EventsCmd::Tail {
+                    remote,
+                    follow,
+                    kind,
+                    after,
+                },
         } => {
-            hale_events::cli::events_tail(&remote.url, remote.token.as_deref(), follow, kind.as_deref(), after.as_deref()).await?;
+            hale_events::cli::events_tail(
+                &remote.url,
+                remote.token.as_deref(),
+                follow,
+                kind.as_deref(),
+                after.as_deref(),
+            )
+            .await?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Dlq {
@@ -197,23 +216,37 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Chaos { listen, script } => {
             let script = match script {
                 Some(p) => {
-                    let text = std::fs::read_to_string(&p).with_context(|| format!("cannot read script {}", p.display()))?;
-                    Some(hale_chaos::parse_script(&text).with_context(|| format!("invalid script {}", p.display()))?)
+                    let text = std::fs::read_to_string(&p)
+                        .with_context(|| format!("cannot read script {}", p.display()))?;
+                    Some(
+                        hale_chaos::parse_script(&text)
+                            .with_context(|| format!("invalid script {}", p.display()))?,
+                    )
                 }
                 None => None,
             };
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .with_context(|| format!("cannot listen on {listen}"))?;
-            eprintln!("hale chaos listening on http://{} (OpenAI: /v1, Anthropic: /)", listener.local_addr()?);
-            hale_chaos::serve(listener, hale_chaos::ChaosConfig { script }, shutdown_signal()).await?;
+            eprintln!(
+                "hale chaos listening on http://{} (OpenAI: /v1, Anthropic: /)",
+                listener.local_addr()?
+            );
+            hale_chaos::serve(
+                listener,
+                hale_chaos::ChaosConfig { script },
+                shutdown_signal(),
+            )
+            .await?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run(args) => crate::run::run(args).await,
         Cmd::Agent { cmd, remote } => crate::agents_cmd::agent(cmd, remote).await,
         Cmd::Doctor { remote } => crate::agents_cmd::doctor(remote).await,
         Cmd::Checkpoints { cmd, remote } => crate::agents_cmd::checkpoints(cmd, remote).await,
-        Cmd::Config { cmd: ConfigCmd::Check { file } } => match load_config(&file) {
+        Cmd::Config {
+            cmd: ConfigCmd::Check { file },
+        } => match load_config(&file) {
             Ok(cfg) => {
                 println!(
                     "{}: ok ({} providers, {} routes, {} agents)",
@@ -242,15 +275,23 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
     let cfg = Arc::new(cfg);
     // One process per data directory (the embedded SQLite store lives there).
     let lock = if cfg.storage.is_none() {
-        std::fs::create_dir_all(&cfg.data_dir)
-            .with_context(|| format!("cannot create the data directory {}", cfg.data_dir.display()))?;
-        Some(hale_events::lock::DataDirLock::acquire(&cfg.data_dir, takeover)?)
+        std::fs::create_dir_all(&cfg.data_dir).with_context(|| {
+            format!(
+                "cannot create the data directory {}",
+                cfg.data_dir.display()
+            )
+        })?;
+        Some(hale_events::lock::DataDirLock::acquire(
+            &cfg.data_dir,
+            takeover,
+        )?)
     } else {
         None
     };
-    let store = hale_store::Store::open(cfg.storage.as_deref(), &cfg.data_dir, (&cfg.events).into())
-        .await
-        .with_context(|| format!("cannot open the store in {}", cfg.data_dir.display()))?;
+    let store =
+        hale_store::Store::open(cfg.storage.as_deref(), &cfg.data_dir, (&cfg.events).into())
+            .await
+            .with_context(|| format!("cannot open the store in {}", cfg.data_dir.display()))?;
     let gw = hale_gateway::Gateway::new(cfg.clone(), store.clone()).await?;
     let tasks = hale_events::tasks::TaskSet::new();
     let relays = hale_events::relay::Relays::start(store.clone(), &cfg.events, &tasks).await?;
@@ -270,9 +311,14 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let events = hale_events::sse::router_with_relays(store.clone(), &relays);
     let gw_at_exit = gw.clone();
-    let mut server = tokio::spawn(hale_gateway::http::serve_with(gw, events, listener, async {
-        let _ = stop_rx.await;
-    }));
+    let mut server = tokio::spawn(hale_gateway::http::serve_with(
+        gw,
+        events,
+        listener,
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
     let mut failure = None;
     tokio::select! {
         _ = shutdown_signal() => eprintln!("hale: shutting down"),
@@ -286,16 +332,28 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
         }
     }
     let _ = stop_tx.send(());
-    if !server.is_finished() && tokio::time::timeout(SHUTDOWN_DRAIN, &mut server).await.is_err() {
-        eprintln!("hale: in-flight requests still running after {SHUTDOWN_DRAIN:?}; stopping anyway");
+    if !server.is_finished()
+        && tokio::time::timeout(SHUTDOWN_DRAIN, &mut server)
+            .await
+            .is_err()
+    {
+        eprintln!(
+            "hale: in-flight requests still running after {SHUTDOWN_DRAIN:?}; stopping anyway"
+        );
         server.abort();
     }
     let stragglers = tasks.shutdown(SHUTDOWN_TASKS).await;
     if !stragglers.is_empty() {
-        eprintln!("hale: background tasks aborted at shutdown: {}", stragglers.join(", "));
+        eprintln!(
+            "hale: background tasks aborted at shutdown: {}",
+            stragglers.join(", ")
+        );
     }
     gw_at_exit.persist_agents();
-    store.flush().await.context("flushing the store at shutdown")?;
+    store
+        .flush()
+        .await
+        .context("flushing the store at shutdown")?;
     store.close().await;
     drop(lock);
     match failure {

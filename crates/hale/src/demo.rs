@@ -45,8 +45,18 @@ const SCENARIOS: &[(&str, &str, &str)] = &[
 fn demo_config(primary_url: &str, backup_url: &str, data_dir: PathBuf) -> Config {
     let mut providers = Vec::new();
     for (route, primary_model, backup_model) in SCENARIOS {
-        let mut primary = ProviderConfig::new(&format!("{route}-primary"), ProviderKind::OpenAi, primary_url, primary_model);
-        let mut backup = ProviderConfig::new(&format!("{route}-backup"), ProviderKind::Anthropic, backup_url, backup_model);
+        let mut primary = ProviderConfig::new(
+            &format!("{route}-primary"),
+            ProviderKind::OpenAi,
+            primary_url,
+            primary_model,
+        );
+        let mut backup = ProviderConfig::new(
+            &format!("{route}-backup"),
+            ProviderKind::Anthropic,
+            backup_url,
+            backup_model,
+        );
         for p in [&mut primary, &mut backup] {
             p.timeout = Duration::from_secs(3);
             p.first_token_timeout = Duration::from_secs(3);
@@ -58,10 +68,16 @@ fn demo_config(primary_url: &str, backup_url: &str, data_dir: PathBuf) -> Config
     let mut cfg = Config::with_providers(providers);
     cfg.data_dir = data_dir;
     for (route, primary_model, backup_model) in SCENARIOS {
-        let t = |p: String, m: &str| Target { provider: p, model: m.to_string() };
+        let t = |p: String, m: &str| Target {
+            provider: p,
+            model: m.to_string(),
+        };
         cfg.routes.insert(
             route.to_string(),
-            vec![t(format!("{route}-primary"), primary_model), t(format!("{route}-backup"), backup_model)],
+            vec![
+                t(format!("{route}-primary"), primary_model),
+                t(format!("{route}-backup"), backup_model),
+            ],
         );
     }
     // Short timings so the whole show fits in well under a minute.
@@ -87,7 +103,11 @@ pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let loopback = "127.0.0.1:0".parse().expect("loopback address parses");
     let chaos_a = hale_chaos::spawn(loopback, hale_chaos::ChaosConfig::default()).await?;
     let chaos_b = hale_chaos::spawn(loopback, hale_chaos::ChaosConfig::default()).await?;
-    let cfg = Arc::new(demo_config(&chaos_a.base_url_openai, &chaos_b.base_url_anthropic, dir.clone()));
+    let cfg = Arc::new(demo_config(
+        &chaos_a.base_url_openai,
+        &chaos_b.base_url_anthropic,
+        dir.clone(),
+    ));
     let store = hale_store::Store::open(None, &dir, (&cfg.events).into()).await?;
     let gw = hale_gateway::Gateway::new(cfg.clone(), store.clone()).await?;
     let listener = tokio::net::TcpListener::bind(loopback).await?;
@@ -98,28 +118,52 @@ pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     }));
 
     println!("hale demo — a scripted agent against two chaos providers, through hale at {base}");
-    println!("  primaries: OpenAI-shaped chaos at {}", chaos_a.base_url_openai);
-    println!("  backups:   Anthropic-shaped chaos at {}", chaos_b.base_url_anthropic);
+    println!(
+        "  primaries: OpenAI-shaped chaos at {}",
+        chaos_a.base_url_openai
+    );
+    println!(
+        "  backups:   Anthropic-shaped chaos at {}",
+        chaos_b.base_url_anthropic
+    );
     println!("  data:      {} (SQLite, WAL)\n", dir.display());
 
     let http = reqwest::Client::new();
-    let agent = Agent { http: &http, base: &base, started: Instant::now() };
+    let agent = Agent {
+        http: &http,
+        base: &base,
+        started: Instant::now(),
+    };
     let mut outcomes = Vec::new();
 
     // 1. A rate limit with Retry-After is honoured on the same target.
     outcomes.push(
         agent
-            .scenario("rate limit honoured", "waits Retry-After, same target", "rate-agent", "rate-limited", false, |r| {
-                r.status == 200 && r.provider.ends_with("-primary") && r.elapsed >= Duration::from_millis(900)
-            })
+            .scenario(
+                "rate limit honoured",
+                "waits Retry-After, same target",
+                "rate-agent",
+                "rate-limited",
+                false,
+                |r| {
+                    r.status == 200
+                        && r.provider.ends_with("-primary")
+                        && r.elapsed >= Duration::from_millis(900)
+                },
+            )
             .await?,
     );
     // 2. A persistent outage fails over.
     outcomes.push(
         agent
-            .scenario("outage failed over", "503 retried, then the backup", "outage-agent", "outage", false, |r| {
-                r.status == 200 && r.provider.ends_with("-backup")
-            })
+            .scenario(
+                "outage failed over",
+                "503 retried, then the backup",
+                "outage-agent",
+                "outage",
+                false,
+                |r| r.status == 200 && r.provider.ends_with("-backup"),
+            )
             .await?,
     );
     // 3. A breaker opens, the backup serves at no upstream cost, probing closes it.
@@ -129,41 +173,67 @@ pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let mut last = None;
     for i in 0..12 {
         let r = agent.call("flap-agent", "flapping", false).await?;
-        let note = format!("request {:>2}: served by {:<16} attempts {}", i + 1, r.provider, r.attempts);
+        let note = format!(
+            "request {:>2}: served by {:<16} attempts {}",
+            i + 1,
+            r.provider,
+            r.attempts
+        );
         agent.print_turn(&note, &r).await;
         flapping_ok &= r.status == 200;
         last = Some(r);
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
-    let back_on_primary = last.as_ref().is_some_and(|r| r.provider.ends_with("-primary"));
+    let back_on_primary = last
+        .as_ref()
+        .is_some_and(|r| r.provider.ends_with("-primary"));
     outcomes.push(Outcome {
         scenario: "breaker opens, probes, closes",
         expected: "backup during the outage, primary after",
-        got: if back_on_primary { "back on primary".into() } else { "still on backup".into() },
+        got: if back_on_primary {
+            "back on primary".into()
+        } else {
+            "still on backup".into()
+        },
         ok: flapping_ok && back_on_primary,
-        served_by: last.as_ref().map(|r| r.provider.clone()).unwrap_or_default(),
+        served_by: last
+            .as_ref()
+            .map(|r| r.provider.clone())
+            .unwrap_or_default(),
         attempts: "12 turns".into(),
         elapsed: t0.elapsed(),
     });
     // 4. A stream cut mid-answer is resumed on the backup.
     outcomes.push(
         agent
-            .scenario("stream cut and resumed", "complete answer, no gap", "stream-agent", "cut", true, |r| {
-                r.status == 200 && r.text == expected_words(40) && r.done
-            })
+            .scenario(
+                "stream cut and resumed",
+                "complete answer, no gap",
+                "stream-agent",
+                "cut",
+                true,
+                |r| r.status == 200 && r.text == expected_words(40) && r.done,
+            )
             .await?,
     );
     // 5. A content-filter refusal is passed on, not retried, not failed over.
     outcomes.push(
         agent
-            .scenario("content filter passed on", "400 content_policy, 1 attempt", "filter-agent", "filtered", false, |r| {
-                r.status == 400 && r.error_type == "content_policy" && r.attempts == "1"
-            })
+            .scenario(
+                "content filter passed on",
+                "400 content_policy, 1 attempt",
+                "filter-agent",
+                "filtered",
+                false,
+                |r| r.status == 400 && r.error_type == "content_policy" && r.attempts == "1",
+            )
             .await?,
     );
     // 6. An agent whose every provider fails is paused, then resumed.
     let t0 = Instant::now();
-    println!("\n▶ agent paused and resumed — 3 failed turns pause the agent; an operator resumes it");
+    println!(
+        "\n▶ agent paused and resumed — 3 failed turns pause the agent; an operator resumes it"
+    );
     let mut statuses = Vec::new();
     for _ in 0..4 {
         let r = agent.call("fragile-agent", "broken", false).await?;
@@ -176,7 +246,10 @@ pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         .await?
         .status()
         .is_success();
-    println!("  POST /agents/fragile-agent/resume → {}", if resumed { "resumed" } else { "failed" });
+    println!(
+        "  POST /agents/fragile-agent/resume → {}",
+        if resumed { "resumed" } else { "failed" }
+    );
     let after = agent.call("fragile-agent", "healthy", false).await?;
     println!("  turn → {} served by {}", after.status, after.provider);
     let paused_ok = statuses == [503, 503, 503, 423] && resumed && after.status == 200;
@@ -198,7 +271,10 @@ pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         *kinds.entry(e.event.kind.as_str()).or_default() += 1;
     }
 
-    println!("\n  {:<30} {:<40} {:<30} {:<20} {:<9} {:>7}", "scenario", "expected", "got", "served", "attempts", "time");
+    println!(
+        "\n  {:<30} {:<40} {:<30} {:<20} {:<9} {:>7}",
+        "scenario", "expected", "got", "served", "attempts", "time"
+    );
     println!("{}", "─".repeat(140));
     let mut all_ok = true;
     for o in &outcomes {
@@ -233,11 +309,18 @@ pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     store.close().await;
     chaos_a.shutdown().await;
     chaos_b.shutdown().await;
-    Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn expected_words(n: usize) -> String {
-    (0..n).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ")
+    (0..n)
+        .map(|i| format!("w{i}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 struct Reply {
@@ -310,7 +393,11 @@ impl Agent<'_> {
                 .unwrap_or("")
                 .to_owned()
         };
-        let (turn_id, provider, attempts) = (h("x-hale-turn-id"), h("x-hale-provider"), h("x-hale-attempts"));
+        let (turn_id, provider, attempts) = (
+            h("x-hale-turn-id"),
+            h("x-hale-provider"),
+            h("x-hale-attempts"),
+        );
         let mut text = String::new();
         let mut error_type = String::new();
         let mut done = false;
@@ -321,13 +408,18 @@ impl Agent<'_> {
                 buf.push_str(&String::from_utf8_lossy(&chunk?));
             }
             for line in buf.lines() {
-                let Some(data) = line.strip_prefix("data: ") else { continue };
+                let Some(data) = line.strip_prefix("data: ") else {
+                    continue;
+                };
                 if data == "[DONE]" {
                     done = true;
                     continue;
                 }
                 if let Ok(v) = serde_json::from_str::<Value>(data) {
-                    if let Some(t) = v.pointer("/choices/0/delta/content").and_then(Value::as_str) {
+                    if let Some(t) = v
+                        .pointer("/choices/0/delta/content")
+                        .and_then(Value::as_str)
+                    {
                         text.push_str(t);
                     }
                     if let Some(t) = v.pointer("/error/type").and_then(Value::as_str) {
@@ -337,7 +429,10 @@ impl Agent<'_> {
             }
         } else {
             let v: Value = resp.json().await.unwrap_or(Value::Null);
-            if let Some(t) = v.pointer("/choices/0/message/content").and_then(Value::as_str) {
+            if let Some(t) = v
+                .pointer("/choices/0/message/content")
+                .and_then(Value::as_str)
+            {
                 text = t.to_owned();
             }
             if let Some(t) = v.pointer("/error/type").and_then(Value::as_str) {
@@ -365,16 +460,32 @@ impl Agent<'_> {
         if r.turn_id.is_empty() {
             return;
         }
-        let Ok(resp) = self.http.get(format!("{}/turns/{}", self.base, r.turn_id)).send().await else {
+        let Ok(resp) = self
+            .http
+            .get(format!("{}/turns/{}", self.base, r.turn_id))
+            .send()
+            .await
+        else {
             return;
         };
-        let Ok(t) = resp.json::<Value>().await else { return };
+        let Ok(t) = resp.json::<Value>().await else {
+            return;
+        };
         for a in t["timeline"].as_array().into_iter().flatten() {
             let outcome = match a["class"].as_str() {
                 None => "ok".to_owned(),
-                Some(c) => format!("{c}{}", a["status"].as_u64().map(|s| format!(" ({s})")).unwrap_or_default()),
+                Some(c) => format!(
+                    "{c}{}",
+                    a["status"]
+                        .as_u64()
+                        .map(|s| format!(" ({s})"))
+                        .unwrap_or_default()
+                ),
             };
-            let resume = a["resume"].as_str().map(|r| format!(" [{r}]")).unwrap_or_default();
+            let resume = a["resume"]
+                .as_str()
+                .map(|r| format!(" [{r}]"))
+                .unwrap_or_default();
             println!(
                 "          +{:>5}ms  {:<42} {:<9} {:>5}ms  {}{}",
                 a["start_ms"].as_u64().unwrap_or(0),

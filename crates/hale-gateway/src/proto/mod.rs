@@ -174,7 +174,11 @@ pub enum StreamEvent {
     /// A piece of assistant text.
     TextDelta(String),
     /// A tool call begins at `index` (0-based among tool calls).
-    ToolCallStart { index: u32, id: String, name: String },
+    ToolCallStart {
+        index: u32,
+        id: String,
+        name: String,
+    },
     /// More JSON of the arguments of tool call `index`.
     ToolCallDelta { index: u32, arguments: String },
     /// Generation finished with this reason.
