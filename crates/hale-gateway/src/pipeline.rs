@@ -510,9 +510,7 @@ fn finish_turn(
         gw.metrics.event(ev.kind);
         writes.push(Write::Event(ev));
     }
-    if gw.agent_persist_due(&turn.agent, !ok || paused_now) {
-        writes.push(Write::Agent(rec.clone()));
-    }
+    writes.push(Write::Agent(rec.clone()));
     if paused_now {
         let ev = gw
             .event(EventKind::AgentPaused)

@@ -20,17 +20,10 @@ pub struct ProviderRt {
     pub budget: Mutex<RetryBudget>,
 }
 
-/// How often an agent's counters are written to the store when nothing else
-/// about it changed. Gate changes (failures, pause, resume) are written at once;
-/// a kill -9 can lose at most this much of the counters, never a gate change.
-pub const AGENT_PERSIST_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// Per-agent gate state (mirrored to the store).
 #[derive(Debug, Clone)]
 pub struct AgentRt {
     pub record: AgentRecord,
-    /// When the record was last queued for the store.
-    pub persisted: Option<Instant>,
 }
 
 /// Everything a turn needs, shared by all requests.
@@ -92,15 +85,7 @@ impl Gateway {
         let health = crate::health::HealthRt::new(&records);
         let agents = records
             .into_iter()
-            .map(|r| {
-                (
-                    r.id.clone(),
-                    AgentRt {
-                        record: r,
-                        persisted: None,
-                    },
-                )
-            })
+            .map(|r| (r.id.clone(), AgentRt { record: r }))
             .collect();
         Ok(Arc::new(Self {
             cfg,
@@ -191,30 +176,11 @@ impl Gateway {
         self.store.submit(writes);
     }
 
-    /// Whether the agent's record should be written now: always when `changed`,
-    /// else at most every [`AGENT_PERSIST_EVERY`]. Marks it written when it says yes.
-    pub fn agent_persist_due(&self, agent: &str, changed: bool) -> bool {
-        let now = Instant::now();
-        let mut map = self.agents.lock().expect("agents lock");
-        let Some(rt) = map.get_mut(agent) else {
-            return true;
-        };
-        let due = changed
-            || rt
-                .persisted
-                .is_none_or(|t| now.duration_since(t) >= AGENT_PERSIST_EVERY);
-        if due {
-            rt.persisted = Some(now);
-        }
-        due
-    }
-
     /// Applies `f` to an agent's record and returns the updated copy.
     pub fn update_agent(&self, agent: &str, f: impl FnOnce(&mut AgentRecord)) -> AgentRecord {
         let mut map = self.agents.lock().expect("agents lock");
         let rt = map.entry(agent.to_owned()).or_insert_with(|| AgentRt {
             record: new_agent(agent),
-            persisted: None,
         });
         f(&mut rt.record);
         rt.record.clone()

@@ -80,8 +80,17 @@ macro_rules! gen_apply {
                     .execute(&mut *conn)
                     .await?;
             }
-            for row in rows() {
+            // Agent rows are whole-record upserts: within one batch only the
+            // last one of each agent is written (it carries every earlier change).
+            let mut last_agent: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+            for (i, row) in rows().enumerate() {
+                if let Encoded::Agent(a) = row {
+                    last_agent.insert(a.id.as_str(), i);
+                }
+            }
+            for (i, row) in rows().enumerate() {
                 match row {
+                    Encoded::Agent(a) if last_agent.get(a.id.as_str()) != Some(&i) => {}
                     Encoded::Event(_) => {}
                     Encoded::Turn(t) => {
                         let r = t.response.as_ref();
