@@ -108,9 +108,12 @@ async fn a_second_serve_on_the_same_data_dir_refuses_and_takeover_wins() {
     .await;
 }
 
+/// Something per (agent, event kind).
+type ByAgentKind<V> = BTreeMap<(String, String), V>;
+
 /// A webhook receiver that records event ids by (agent, kind).
 #[derive(Clone, Default)]
-struct Received(Arc<Mutex<BTreeMap<(String, String), HashSet<String>>>>);
+struct Received(Arc<Mutex<ByAgentKind<HashSet<String>>>>);
 
 async fn start_receiver() -> (String, Received) {
     let got = Received::default();
@@ -164,7 +167,7 @@ async fn kill_9_loses_no_acknowledged_event_and_they_are_delivered_after_restart
     .await;
 
     // Producers: pause/resume agents as fast as they are acknowledged.
-    let acked: Arc<Mutex<BTreeMap<(String, String), u64>>> = Arc::default();
+    let acked: Arc<Mutex<ByAgentKind<u64>>> = Arc::default();
     let mut producers = Vec::new();
     for w in 0..4 {
         let (http, base, acked) = (http.clone(), base.clone(), acked.clone());
