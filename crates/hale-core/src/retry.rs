@@ -263,8 +263,32 @@ impl RetryBudget {
     }
 }
 
+/// The `max_tokens` of a request retried after a 504 when it asked for none.
+pub const MAX_TOKENS_AFTER_504: u32 = 2048;
+/// `max_tokens` is never lowered below this after a 504.
+pub const MIN_MAX_TOKENS_AFTER_504: u32 = 256;
+
+/// DESIGN §2: a 504 is retried with a lower `max_tokens` — a long generation
+/// is what outlived the provider's own gateway. Halves the request's limit
+/// (not below [`MIN_MAX_TOKENS_AFTER_504`], never raising it), or sets
+/// [`MAX_TOKENS_AFTER_504`] when the request had none.
+pub fn lowered_max_tokens(current: Option<u32>) -> u32 {
+    match current {
+        Some(n) => (n / 2).max(MIN_MAX_TOKENS_AFTER_504).min(n),
+        None => MAX_TOKENS_AFTER_504,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_504_halves_max_tokens_down_to_a_floor_and_never_raises_it() {
+        assert_eq!(lowered_max_tokens(Some(4000)), 2000);
+        assert_eq!(lowered_max_tokens(Some(300)), MIN_MAX_TOKENS_AFTER_504);
+        assert_eq!(lowered_max_tokens(Some(100)), 100);
+        assert_eq!(lowered_max_tokens(None), MAX_TOKENS_AFTER_504);
+    }
     use super::*;
     use rand::SeedableRng;
     use rand::rngs::StdRng;

@@ -168,7 +168,10 @@ pub async fn run(
         prt.budget.lock().expect("budget lock").on_request(now);
         let mut attempts_on_target = 0u32;
         let mut prev_wait = None;
+        // After a 504 the same target is asked again with a lower max_tokens.
+        let mut lowered: Option<ChatRequest> = None;
         loop {
+            let req = lowered.as_ref().unwrap_or(req);
             attempts_on_target += 1;
             let start = Instant::now();
             let remaining = turn.deadline.saturating_duration_since(start);
@@ -294,6 +297,11 @@ pub async fn run(
                             );
                             tokio::time::sleep(wait).await;
                             prev_wait = Some(wait);
+                            if f.status == Some(504) {
+                                let mut r = req.clone();
+                                r.max_tokens = Some(retry::lowered_max_tokens(req.max_tokens));
+                                lowered = Some(r);
+                            }
                         }
                         RetryDecision::NextTarget => {
                             turn.exhausted[idx] = true;

@@ -282,6 +282,44 @@ async fn billing_402_is_not_retried_and_moves_on() {
     }
 }
 
+/// overloaded, 504: retried on the same target with a lower `max_tokens`
+/// (a long generation is what timed out), then moved on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_timeout_504_is_retried_with_a_lower_max_tokens() {
+    let stub = Stub::start(
+        504,
+        json!({"error": {"message": "upstream request timeout", "type": "server_error"}}),
+    )
+    .await;
+    let c = chaos().await;
+    let h = Hale::start(config(vec![
+        stub.provider("primary", "gpt-4o"),
+        openai("backup", &c, BACKUP_MODEL),
+    ]))
+    .await;
+    let mut call = h.openai(ROUTE);
+    call.body_mut()["max_tokens"] = json!(4000);
+    let r = call.send().await;
+    r.assert_complete(&full());
+    assert_eq!(r.provider, "backup");
+    let sent: Vec<Option<u64>> = stub
+        .bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            b["max_tokens"]
+                .as_u64()
+                .or(b["max_completion_tokens"].as_u64())
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [Some(4000), Some(2000), Some(1000)],
+        "each retry after a 504 halves max_tokens"
+    );
+}
+
 /// model_not_found: a 404 naming the model (a stub: chaos has no such fault)
 /// is not retried and moves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -625,6 +625,8 @@ pub fn classes_of(timeline: &[Value]) -> Vec<String> {
 pub struct Stub {
     pub base_url: String,
     pub hits: Arc<AtomicU64>,
+    /// Every request body received, in order.
+    pub bodies: Arc<std::sync::Mutex<Vec<Value>>>,
     _stop: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -632,13 +634,17 @@ impl Stub {
     pub async fn start(status: u16, body: Value) -> Stub {
         use axum::http::StatusCode;
         let hits = Arc::new(AtomicU64::new(0));
+        let bodies: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
         let h = hits.clone();
+        let b = bodies.clone();
         let body = Arc::new(body);
-        let handler = move || {
+        let handler = move |axum::Json(received): axum::Json<Value>| {
             let h = h.clone();
+            let b = b.clone();
             let body = body.clone();
             async move {
                 h.fetch_add(1, Ordering::SeqCst);
+                b.lock().expect("bodies lock").push(received);
                 (
                     StatusCode::from_u16(status).expect("status"),
                     axum::Json((*body).clone()),
@@ -663,6 +669,7 @@ impl Stub {
         Stub {
             base_url: format!("http://{addr}/v1"),
             hits,
+            bodies,
             _stop: stop,
         }
     }
