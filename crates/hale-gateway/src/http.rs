@@ -264,6 +264,7 @@ async fn metrics(
     if let Ok(d) = gw.store.dlq_list(None).await {
         gw.metrics.dead_letters.set(d.len() as i64);
     }
+    gw.metrics.refresh_sinks();
     (
         [(
             "content-type",

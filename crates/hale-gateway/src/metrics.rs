@@ -44,6 +44,25 @@ pub struct ProviderLabels {
     pub provider: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SinkLabels {
+    pub sink: String,
+}
+
+/// Delivery figures of one event sink, as the relays report them.
+#[derive(Debug, Clone)]
+pub struct SinkSample {
+    pub sink: String,
+    pub delivered: u64,
+    pub failed: u64,
+    pub dead_lettered: u64,
+    pub healthy: bool,
+}
+
+/// Where `/metrics` reads the sinks' figures and the shed count from (the
+/// event relays live outside the gateway; the binary plugs them in).
+pub type SinkSource = Box<dyn Fn() -> (Vec<SinkSample>, u64) + Send + Sync>;
+
 /// Every metric hale exports.
 pub struct Metrics {
     registry: Registry,
@@ -61,6 +80,13 @@ pub struct Metrics {
     pub cooldown_seconds: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub outbox_depth: Gauge,
     pub dead_letters: Gauge,
+    /// Undelivered events shed at the outbox cap since start.
+    pub outbox_shed: Gauge,
+    pub sink_delivered: Family<SinkLabels, Gauge>,
+    pub sink_failed: Family<SinkLabels, Gauge>,
+    pub sink_dead_lettered: Family<SinkLabels, Gauge>,
+    pub sink_healthy: Family<SinkLabels, Gauge>,
+    sink_source: std::sync::OnceLock<SinkSource>,
 }
 
 impl Default for Metrics {
@@ -133,6 +159,36 @@ impl Metrics {
             "Events in the dead-letter table",
             dead_letters.clone(),
         );
+        let outbox_shed = Gauge::default();
+        registry.register(
+            "outbox_shed",
+            "Undelivered events shed at the outbox cap since start",
+            outbox_shed.clone(),
+        );
+        let sink_delivered = Family::<SinkLabels, Gauge>::default();
+        registry.register(
+            "sink_delivered",
+            "Events acknowledged per sink since start",
+            sink_delivered.clone(),
+        );
+        let sink_failed = Family::<SinkLabels, Gauge>::default();
+        registry.register(
+            "sink_failed",
+            "Failed delivery attempts per sink since start",
+            sink_failed.clone(),
+        );
+        let sink_dead_lettered = Family::<SinkLabels, Gauge>::default();
+        registry.register(
+            "sink_dead_lettered",
+            "Events dead-lettered per sink since start",
+            sink_dead_lettered.clone(),
+        );
+        let sink_healthy = Family::<SinkLabels, Gauge>::default();
+        registry.register(
+            "sink_healthy",
+            "1 when the sink's last delivery succeeded",
+            sink_healthy.clone(),
+        );
         Self {
             registry,
             turns,
@@ -147,6 +203,39 @@ impl Metrics {
             cooldown_seconds,
             outbox_depth,
             dead_letters,
+            outbox_shed,
+            sink_delivered,
+            sink_failed,
+            sink_dead_lettered,
+            sink_healthy,
+            sink_source: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Plugs in the event relays' figures (once).
+    pub fn set_sink_source(&self, source: SinkSource) {
+        let _ = self.sink_source.set(source);
+    }
+
+    /// Copies the relays' figures into the gauges (at scrape time).
+    pub fn refresh_sinks(&self) {
+        let Some(source) = self.sink_source.get() else {
+            return;
+        };
+        let (sinks, shed) = source();
+        self.outbox_shed
+            .set(i64::try_from(shed).unwrap_or(i64::MAX));
+        for s in sinks {
+            let l = SinkLabels { sink: s.sink };
+            let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            self.sink_delivered.get_or_create(&l).set(g(s.delivered));
+            self.sink_failed.get_or_create(&l).set(g(s.failed));
+            self.sink_dead_lettered
+                .get_or_create(&l)
+                .set(g(s.dead_lettered));
+            self.sink_healthy
+                .get_or_create(&l)
+                .set(i64::from(s.healthy));
         }
     }
 

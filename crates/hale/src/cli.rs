@@ -295,6 +295,22 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
     let gw = hale_gateway::Gateway::new(cfg.clone(), store.clone()).await?;
     let tasks = hale_events::tasks::TaskSet::new();
     let relays = hale_events::relay::Relays::start(store.clone(), &cfg.events, &tasks).await?;
+    let stats_relays = relays.clone();
+    gw.metrics.set_sink_source(Box::new(move || {
+        let st = stats_relays.stats();
+        let sinks = st
+            .sinks
+            .into_iter()
+            .map(|s| hale_gateway::metrics::SinkSample {
+                sink: s.sink,
+                delivered: s.delivered,
+                failed: s.failed,
+                dead_lettered: s.dead_lettered,
+                healthy: s.healthy,
+            })
+            .collect();
+        (sinks, st.shed)
+    }));
     let monitor_gw = gw.clone();
     let token = tasks.token();
     tasks.spawn("health-monitor", async move {

@@ -238,6 +238,25 @@ async fn kill_9_loses_no_acknowledged_event_and_they_are_delivered_after_restart
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The relays' figures are in /metrics.
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("hale_sink_delivered{") && l.contains("webhook:"))
+        .unwrap_or_else(|| panic!("no webhook delivery figure in /metrics:\n{metrics}"));
+    let delivered: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(delivered > 0.0, "{line}");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("hale_outbox_shed ")),
+        "{metrics}"
+    );
     sigterm(&hale);
     let status = wait_exit(&mut hale, Duration::from_secs(20)).await;
     assert!(status.success(), "{status:?}\n{}", hale.stderr());
