@@ -44,6 +44,7 @@ pub struct Config {
     pub events: EventsConfig,
     /// Price overrides per model, USD per million tokens.
     pub prices: BTreeMap<String, Price>,
+    pub journal: JournalConfig,
 }
 
 impl Config {
@@ -68,6 +69,7 @@ impl Config {
             compaction: CompactionConfig::default(),
             events: EventsConfig::default(),
             prices: BTreeMap::new(),
+            journal: JournalConfig::default(),
         }
     }
 
@@ -653,3 +655,21 @@ pub const FINISH_GRACE: Duration = Duration::from_secs(1);
 pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(30);
 /// At shutdown, how long background tasks (relays, monitor) get to stop.
 pub const SHUTDOWN_TASKS: Duration = Duration::from_secs(5);
+
+/// `journal:` — how long the turn journal (and idempotency keys) are kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournalConfig {
+    /// Turns older than this are pruned; so are idempotency keys.
+    pub retention: Duration,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        Self {
+            retention: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+/// How often the journal's retention is enforced.
+pub const JOURNAL_PRUNE_EVERY: Duration = Duration::from_secs(3600);

@@ -387,6 +387,20 @@ impl Store {
         })
     }
 
+    /// Deletes journalled turns that started before `before_ms` (retention);
+    /// returns how many.
+    pub async fn prune_turns(&self, before_ms: u64) -> Result<u64> {
+        let before = i64::try_from(before_ms).unwrap_or(i64::MAX);
+        on_pool!(&self.inner.pool, |p, _Db| {
+            let r = sqlx::query("DELETE FROM turns WHERE started_ms < $1")
+                .bind(before)
+                .execute(p)
+                .await
+                .map_err(StoreError::db("pruning turns"))?;
+            Ok(r.rows_affected())
+        })
+    }
+
     /// The most recent succeeded turn of (agent, task) with this request
     /// hash, with its stored response (replay instead of re-billing).
     pub async fn completed_turn(

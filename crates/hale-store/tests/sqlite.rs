@@ -22,6 +22,8 @@ suite!(common::sqlite;
     watch_seq_wakes,
     bad_writes_fail_alone,
     closed_store_refuses_writes,
+    prune_turns_drops_only_old_turns,
+    agent_rows_in_one_batch_keep_the_last,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

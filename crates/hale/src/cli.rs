@@ -311,6 +311,25 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
             .collect();
         (sinks, st.shed)
     }));
+    // Retention of the turn journal and idempotency keys.
+    let (retention_store, retention, prune_token) =
+        (store.clone(), cfg.journal.retention, tasks.token());
+    tasks.spawn("journal-retention", async move {
+        let mut every = tokio::time::interval(hale_core::config::JOURNAL_PRUNE_EVERY);
+        loop {
+            tokio::select! {
+                _ = prune_token.cancelled() => return Ok(()),
+                _ = every.tick() => {}
+            }
+            let before =
+                hale_gateway::state::wall_ms().saturating_sub(retention.as_millis() as u64);
+            let turns = retention_store.prune_turns(before).await?;
+            let keys = retention_store.prune_idempotency(before).await?;
+            if turns + keys > 0 {
+                tracing::info!(turns, keys, "journal retention: pruned");
+            }
+        }
+    });
     let monitor_gw = gw.clone();
     let token = tasks.token();
     tasks.spawn("health-monitor", async move {

@@ -239,6 +239,8 @@ pub struct RawConfig {
     #[serde(default)]
     events: Opt<RawEvents>,
     #[serde(default)]
+    journal: Opt<RawJournal>,
+    #[serde(default)]
     prices: Opt<Map<RawPrice>>,
 }
 
@@ -486,6 +488,13 @@ struct RawCompaction {
     summarizer_model: Opt<String>,
     #[serde(default)]
     summarizer_max_tokens: Opt<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJournal {
+    #[serde(default)]
+    retention_hours: Opt<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -678,3 +678,33 @@ pub async fn closed_store_refuses_writes(s: &Store) {
     ));
     assert!(matches!(s.flush().await, Err(StoreError::Closed)));
 }
+
+/// Retention: turns that started before the cut are deleted, later ones kept.
+pub async fn prune_turns_drops_only_old_turns(s: &Store) {
+    s.commit(vec![
+        Write::Turn(turn("old", "task", "h1", TurnStatus::Succeeded, 10)),
+        Write::Turn(turn("new", "task", "h2", TurnStatus::Succeeded, 1_000)),
+    ])
+    .await
+    .expect("commit");
+    assert_eq!(s.prune_turns(500).await.expect("prune"), 1);
+    assert_eq!(s.turn("old").await.expect("turn"), None);
+    assert!(s.turn("new").await.expect("turn").is_some());
+}
+
+/// Several whole-record upserts of one agent in one group commit: the last wins.
+pub async fn agent_rows_in_one_batch_keep_the_last(s: &Store) {
+    let mut a = agent("coalesced");
+    let mut writes = Vec::new();
+    for n in 1..=5 {
+        a.turns = n;
+        writes.push(Write::Agent(a.clone()));
+        writes.push(Write::Agent(agent("other")));
+    }
+    s.commit(writes).await.expect("commit");
+    assert_eq!(
+        s.agent("coalesced").await.expect("agent").map(|a| a.turns),
+        Some(5)
+    );
+    assert!(s.agent("other").await.expect("agent").is_some());
+}

@@ -989,3 +989,13 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn journal_retention_is_read_in_hours_and_zero_is_refused() {
+    let cfg = load_ok(&with_base("journal: {retention_hours: 48}\n"));
+    assert_eq!(cfg.journal.retention, Duration::from_secs(48 * 3600));
+    let default = load_ok(&with_base(""));
+    assert_eq!(default.journal, crate::config::JournalConfig::default());
+    let errs = load_err(&with_base("journal: {retention_hours: 0}\n"));
+    assert_error(&errs, "journal.retention_hours", Some(10), "at least 1");
+}
