@@ -383,6 +383,22 @@ fn make_batches(layout: &Layout, cap: u64) -> Vec<Range<usize>> {
     out
 }
 
+/// After a provider refused `sent_tokens` as too long although hale's window
+/// table thought it fitted, plan against this window instead: one in which
+/// what was sent is [`OVERFLOW_SHRINK`] over the threshold, so the plan aims
+/// below what was sent (never above the table's `window`).
+pub fn overflow_window(
+    sent_tokens: u64,
+    window: u32,
+    cfg: &crate::config::CompactionConfig,
+) -> u32 {
+    let w = sent_tokens as f64 / cfg.threshold * OVERFLOW_SHRINK;
+    (w.max(1.0) as u32).min(window)
+}
+
+/// How much smaller than what the provider refused a forced compaction aims.
+pub const OVERFLOW_SHRINK: f64 = 0.9;
+
 /// A tier 1–3 plan whose summariser failed: a digest of the same range.
 /// A plan that calls no summariser (tiers 0, 1, 4) is returned unchanged.
 pub fn fallback_to_digest(plan: &Plan) -> Plan {
@@ -457,6 +473,16 @@ pub fn digest(lines: &[(MsgRole, &str)]) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_overflow_plans_below_what_was_sent_never_above_the_table() {
+        let cfg = crate::config::CompactionConfig::default();
+        let w = overflow_window(10_000, 128_000, &cfg);
+        // 10,000 sent tokens are over the threshold of that window.
+        assert!(10_000.0 >= f64::from(w) * cfg.threshold, "{w}");
+        assert_eq!(overflow_window(1_000_000, 8_192, &cfg), 8_192);
+        assert_eq!(overflow_window(0, 8_192, &cfg), 1);
+    }
     use super::*;
     use crate::config::CompactionConfig;
     use proptest::prelude::*;

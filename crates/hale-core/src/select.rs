@@ -170,8 +170,27 @@ pub fn pick(gates: &[Gate], tried: &[bool]) -> Pick {
     }
 }
 
+/// DESIGN §2 `context_overflow`: after a target refused the conversation as
+/// too long (its window `overflowed`), which targets to leave — those *known*
+/// to have a smaller window (`None` = unknown, kept: it may well fit).
+pub fn known_smaller_windows(windows: &[Option<u32>], overflowed: u32) -> Vec<bool> {
+    windows
+        .iter()
+        .map(|w| w.is_some_and(|w| w < overflowed))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn after_an_overflow_only_targets_known_to_be_smaller_are_left() {
+        let w = [Some(8_192), Some(128_000), None, Some(200_000)];
+        assert_eq!(
+            known_smaller_windows(&w, 128_000),
+            [true, false, false, false]
+        );
+    }
     use super::*;
     use crate::class::ErrorClass;
     use crate::config::ProviderKind;

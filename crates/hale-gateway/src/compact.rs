@@ -280,8 +280,7 @@ pub async fn compact(
     let v = views(gw, model, &req.messages, &tool_names);
     let total = total_tokens(gw, model, req, &v);
     let plan_window = if force {
-        // The provider disagrees with our window: aim below what was sent.
-        ((total as f64 / cfg.threshold) * 0.9).min(f64::from(window)) as u32
+        compaction::overflow_window(total, window, cfg)
     } else {
         window
     };

@@ -271,11 +271,19 @@ async fn retry_after_overflow(
     }
     turn.exhausted[idx] = true;
     gw.health.set_context_exhausted(&turn.agent, true);
-    for (j, tj) in turn.targets.iter().enumerate() {
-        let pj = gw.cfg.provider(&tj.provider);
-        if compact::window_known(pj, &tj.model) && compact::window_of(pj, &tj.model) < window {
-            turn.exhausted[j] = true;
-        }
+    let windows: Vec<Option<u32>> = turn
+        .targets
+        .iter()
+        .map(|tj| {
+            let pj = gw.cfg.provider(&tj.provider);
+            compact::window_known(pj, &tj.model).then(|| compact::window_of(pj, &tj.model))
+        })
+        .collect();
+    for (j, smaller) in select::known_smaller_windows(&windows, window)
+        .into_iter()
+        .enumerate()
+    {
+        turn.exhausted[j] |= smaller;
     }
     turn.exhausted.iter().any(|e| !e)
 }
