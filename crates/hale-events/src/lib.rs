@@ -23,8 +23,6 @@ pub mod webhook;
 
 /// Milliseconds since the Unix epoch (wall time, for event stamps).
 pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+    use hale_core::clock::Clock;
+    hale_core::clock::SystemClock.wall_ms()
 }

@@ -272,11 +272,11 @@ impl Metrics {
             .inc();
     }
 
-    pub fn malformed_chunk(&self) {
-        self.malformed_chunks.inc();
+    pub fn malformed_chunks(&self, n: u32) {
+        self.malformed_chunks.inc_by(u64::from(n));
     }
 
-    pub fn stream_done(&self, _malformed: u32, resumes: u32) {
+    pub fn stream_resumed(&self, resumes: u32) {
         self.stream_resumes.inc_by(resumes as u64);
     }
 

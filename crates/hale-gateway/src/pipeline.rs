@@ -214,7 +214,7 @@ pub async fn handle_chat(
             tokio::spawn(async move {
                 let r = relay::relay(&gw2, &mut turn, &req, served, live, enc, tx, input_estimate)
                     .await;
-                gw2.metrics.stream_done(r.malformed, r.resumes);
+                gw2.metrics.stream_resumed(r.resumes);
                 guardrails::record_response(&gw2, &agent, &task, &r.tool_calls);
                 let stored = StoredResponse {
                     status: 200,

@@ -62,21 +62,12 @@ impl Encoder {
 }
 
 fn frames_to_bytes(frames: &[proto::openai::SseFrame]) -> Bytes {
-    let mut out = String::new();
-    for f in frames {
-        if let Some(ev) = f.event {
-            out.push_str("event: ");
-            out.push_str(ev);
-            out.push('\n');
-        }
-        for line in f.data.split('\n') {
-            out.push_str("data: ");
-            out.push_str(line);
-            out.push('\n');
-        }
-        out.push('\n');
-    }
-    Bytes::from(out)
+    Bytes::from(
+        frames
+            .iter()
+            .map(proto::openai::SseFrame::to_wire)
+            .collect::<String>(),
+    )
 }
 
 /// How a relayed stream ended.
@@ -86,7 +77,6 @@ pub struct Relayed {
     pub usage: Usage,
     /// `None` = complete; otherwise the failure named in the in-band error.
     pub failure: Option<Failure>,
-    pub malformed: u32,
     pub resumes: u32,
     /// Every byte sent, kept for idempotent replays.
     pub body: Vec<u8>,
@@ -116,7 +106,8 @@ pub async fn relay(
     };
     let mut pending: VecDeque<StreamEvent> = live.head.into();
     let mut stream: EventStream = live.rest;
-    let mut malformed = live.malformed;
+    // Malformed chunks skipped before the first content count too.
+    gw.metrics.malformed_chunks(live.malformed);
     let mut delivered = String::new();
     let mut tool_delivered = false;
     let mut tool_calls: Vec<crate::guardrails::CallSeen> = Vec::new();
@@ -154,8 +145,7 @@ pub async fn relay(
                         continue;
                     }
                     Some(Ok(None)) => {
-                        malformed += 1;
-                        gw.metrics.malformed_chunk();
+                        gw.metrics.malformed_chunks(1);
                         continue;
                     }
                     None if finish.is_some() => break 'relay None,
@@ -210,7 +200,7 @@ pub async fn relay(
                         usage = None;
                         pending = l.head.into();
                         stream = l.rest;
-                        malformed += l.malformed;
+                        gw.metrics.malformed_chunks(l.malformed);
                         continue;
                     }
                     Ok((_, Served::Complete(_))) | Err(_) => break 'relay Some(fault),
@@ -330,7 +320,6 @@ pub async fn relay(
         model,
         usage,
         failure,
-        malformed,
         resumes,
         body,
         tool_calls,

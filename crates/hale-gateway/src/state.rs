@@ -5,6 +5,7 @@
 
 use crate::metrics::Metrics;
 use hale_core::breaker::SharedBreaker;
+use hale_core::clock::Clock;
 use hale_core::config::Config;
 use hale_core::cooldown::Cooldown;
 use hale_core::event::{Event, EventKind};
@@ -12,7 +13,7 @@ use hale_core::retry::RetryBudget;
 use hale_store::{AgentRecord, Store, Write};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 /// Per-provider runtime state.
 pub struct ProviderRt {
@@ -50,10 +51,7 @@ pub struct Gateway {
 
 /// Milliseconds since the Unix epoch.
 pub fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    hale_core::clock::SystemClock.wall_ms()
 }
 
 impl Gateway {

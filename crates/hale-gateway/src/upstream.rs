@@ -197,40 +197,31 @@ async fn read_capped(resp: reqwest::Response, limit: Duration) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// A transport error's text without the URL (which could carry a key in a query string).
+/// A transport error's text without the URL (which could carry a key in a
+/// query string): a short head, then the causes, at most 5 levels deep.
 fn redact(e: &reqwest::Error) -> String {
-    e.without_url_ref().to_string()
-}
-
-trait WithoutUrl {
-    fn without_url_ref(&self) -> String;
-}
-
-impl WithoutUrl for reqwest::Error {
-    fn without_url_ref(&self) -> String {
-        let mut parts = Vec::new();
-        let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(self);
-        while let Some(e) = src {
-            parts.push(e.to_string());
-            src = e.source();
-            if parts.len() >= 5 {
-                break;
-            }
+    let head = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "connection failed"
+    } else if e.is_body() || e.is_decode() {
+        "body error"
+    } else {
+        "request failed"
+    };
+    let mut parts = Vec::new();
+    let mut src = std::error::Error::source(e);
+    while let Some(cause) = src {
+        if parts.len() == 5 {
+            break;
         }
-        let head = if self.is_timeout() {
-            "timed out"
-        } else if self.is_connect() {
-            "connection failed"
-        } else if self.is_body() || self.is_decode() {
-            "body error"
-        } else {
-            "request failed"
-        };
-        if parts.is_empty() {
-            head.to_owned()
-        } else {
-            format!("{head}: {}", parts.join(": "))
-        }
+        parts.push(cause.to_string());
+        src = cause.source();
+    }
+    if parts.is_empty() {
+        head.to_owned()
+    } else {
+        format!("{head}: {}", parts.join(": "))
     }
 }
 

@@ -163,24 +163,32 @@ async fn stream_stall_mid_answer_is_detected_and_completed() {
     }
 }
 
-/// A malformed chunk mid-stream is skipped; the answer is complete and the
-/// target is not left for it.
+/// A malformed chunk is skipped and counted, before the first token or
+/// mid-stream; the answer is complete and the target is not left for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_chunk_mid_stream_is_skipped_answer_complete() {
     for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
-        let c = chaos().await;
-        let fault = "malformed:at=10";
-        let primary = match kind {
-            ProviderKind::OpenAi => openai("primary", &c, fault),
-            ProviderKind::Anthropic => anthropic("primary", &c, fault),
-        };
-        let h = Hale::start(config(vec![primary, openai("backup", &c, BACKUP_MODEL)])).await;
-        let r = h.openai(ROUTE).stream(true).send().await;
-        r.assert_complete(&full());
-        assert_eq!(r.provider, "primary", "{kind:?}");
-        assert_eq!(c.requests_for(fault), 1);
-        assert_eq!(c.requests_for(BACKUP_MODEL), 0);
-        assert_eq!(classes_of(&h.timeline(&r.turn_id).await), ["ok"]);
+        for fault in ["malformed:at=10", "malformed:at=0"] {
+            let c = chaos().await;
+            let primary = match kind {
+                ProviderKind::OpenAi => openai("primary", &c, fault),
+                ProviderKind::Anthropic => anthropic("primary", &c, fault),
+            };
+            let h = Hale::start(config(vec![primary, openai("backup", &c, BACKUP_MODEL)])).await;
+            let r = h.openai(ROUTE).stream(true).send().await;
+            r.assert_complete(&full());
+            assert_eq!(r.provider, "primary", "{kind:?} {fault}");
+            assert_eq!(c.requests_for(fault), 1);
+            assert_eq!(c.requests_for(BACKUP_MODEL), 0);
+            assert_eq!(classes_of(&h.timeline(&r.turn_id).await), ["ok"]);
+            let (_, metrics) = h.get_text("/metrics").await;
+            assert!(
+                metrics
+                    .lines()
+                    .any(|l| l == "hale_malformed_chunks_total 1"),
+                "{kind:?} {fault}: the skipped chunk is counted once:\n{metrics}"
+            );
+        }
     }
 }
 

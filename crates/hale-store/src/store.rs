@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use hale_core::config::EventsConfig;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -93,11 +93,10 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+    use hale_core::clock::Clock;
+    hale_core::clock::SystemClock.wall_ms()
 }
 
 /// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
