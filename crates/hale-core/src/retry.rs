@@ -79,6 +79,10 @@ pub struct AttemptFacts {
     pub time_left: Duration,
     /// A retry token was available ([`RetryBudget::try_retry`]).
     pub budget_ok: bool,
+    /// The attempt was a probe of a cooling-down provider, a half-open
+    /// breaker's trial, or a last resort: it is not retried on that target,
+    /// the caller moves on at once (DESIGN §3 "Probing").
+    pub probing: bool,
 }
 
 /// What to do after a failed attempt.
@@ -147,6 +151,9 @@ pub fn decide<R: rand::Rng + ?Sized>(
     };
     if facts.time_left.is_zero() {
         return RetryDecision::Stop;
+    }
+    if facts.probing {
+        return move_on;
     }
     let policy = match (row.retry_same_target, policy_for(cfg, facts.class)) {
         (true, Some(p)) => p,
@@ -283,6 +290,24 @@ pub fn lowered_max_tokens(current: Option<u32>) -> u32 {
 mod tests {
 
     #[test]
+    fn a_failed_probe_or_trial_moves_on_at_once_without_retrying() {
+        let cfg = RetryConfig::default();
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut f = facts(ErrorClass::Overloaded);
+        f.probing = true;
+        assert_eq!(decide(&cfg, &f, &mut rng), RetryDecision::NextTarget);
+        f.has_next_target = false;
+        assert_eq!(decide(&cfg, &f, &mut rng), RetryDecision::Stop);
+        f.class = ErrorClass::ContentPolicy;
+        f.has_next_target = true;
+        assert_eq!(
+            decide(&cfg, &f, &mut rng),
+            RetryDecision::Stop,
+            "a class that never moves on stops"
+        );
+    }
+
+    #[test]
     fn a_504_halves_max_tokens_down_to_a_floor_and_never_raises_it() {
         assert_eq!(lowered_max_tokens(Some(4000)), 2000);
         assert_eq!(lowered_max_tokens(Some(300)), MIN_MAX_TOKENS_AFTER_504);
@@ -303,6 +328,7 @@ mod tests {
             has_next_target: true,
             time_left: Duration::from_secs(300),
             budget_ok: true,
+            probing: false,
         }
     }
 
@@ -346,6 +372,7 @@ mod tests {
             has_next: bool,
             left_ms in 0u64..20_000,
             budget_ok: bool,
+            probing: bool,
             seed in proptest::num::u64::ANY,
         ) {
             let cfg = RetryConfig::default();
@@ -358,6 +385,7 @@ mod tests {
                 has_next_target: has_next,
                 time_left: ms(left_ms),
                 budget_ok,
+                probing,
             };
             let d = decide(&cfg, &f, &mut StdRng::seed_from_u64(seed));
             match d {
@@ -365,6 +393,7 @@ mod tests {
                     proptest::prop_assert!(wait < f.time_left);
                     proptest::prop_assert!(rule(f.class).retry_same_target);
                     proptest::prop_assert!(budget_ok);
+                    proptest::prop_assert!(!probing, "a probe is never retried on its target");
                     proptest::prop_assert!(wait >= f.retry_after.unwrap_or(Duration::ZERO));
                     if has_next {
                         proptest::prop_assert!(wait <= cfg.max_retry_wait);
@@ -634,6 +663,7 @@ mod tests {
                         has_next_target: has_next,
                         time_left: deadline.saturating_sub(elapsed),
                         budget_ok: true,
+                        probing: false,
                     };
                     match decide(&cfg, &f, &mut rng) {
                         RetryDecision::RetrySame { wait } => {

@@ -170,6 +170,14 @@ pub fn pick(gates: &[Gate], tried: &[bool]) -> Pick {
     }
 }
 
+/// Whether a [`Pick::LastResort`] may be called: when the turn has made no
+/// attempt yet (one call beats failing without any), or when it is resuming a
+/// stream that broke mid-answer (the target that broke may still finish it).
+/// Otherwise every target cooling down or refused by its breaker ends the turn.
+pub fn last_resort_allowed(attempts_made: usize, resuming: bool) -> bool {
+    attempts_made == 0 || resuming
+}
+
 /// DESIGN §2 `context_overflow`: after a target refused the conversation as
 /// too long (its window `overflowed`), which targets to leave — those *known*
 /// to have a smaller window (`None` = unknown, kept: it may well fit).
@@ -182,6 +190,13 @@ pub fn known_smaller_windows(windows: &[Option<u32>], overflowed: u32) -> Vec<bo
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_last_resort_only_before_any_attempt_or_when_resuming_a_stream() {
+        assert!(last_resort_allowed(0, false));
+        assert!(!last_resort_allowed(2, false));
+        assert!(last_resort_allowed(2, true));
+    }
 
     #[test]
     fn after_an_overflow_only_targets_known_to_be_smaller_are_left() {

@@ -79,9 +79,8 @@ pub async fn handle_chat(
             .into_response(dialect);
     }
     let task = header(&headers, TASK_HEADER).unwrap_or_else(|| guardrails::DEFAULT_TASK.to_owned());
-    let record = gw.agent_record(&agent);
-    if record.paused {
-        return HaleError::agent_paused(&agent, record.consecutive_failures).into_response(dialect);
+    if let Some(failures) = gw.paused(&agent) {
+        return HaleError::agent_paused(&agent, failures).into_response(dialect);
     }
     if let Err(e) = crate::health::before_turn(&gw, &agent, &task) {
         return e.into_response(dialect);
@@ -209,11 +208,9 @@ pub async fn handle_chat(
             h.insert("cache-control", HeaderValue::from_static("no-cache"));
             evidence(&mut resp, &turn, served, &target.model);
             let pairs = evidence_pairs(&resp);
-            let input_estimate = input_tokens_estimate(&req);
             let gw2 = gw.clone();
             tokio::spawn(async move {
-                let r = relay::relay(&gw2, &mut turn, &req, served, live, enc, tx, input_estimate)
-                    .await;
+                let r = relay::relay(&gw2, &mut turn, &req, served, live, enc, tx).await;
                 gw2.metrics.stream_resumed(r.resumes);
                 guardrails::record_response(&gw2, &agent, &task, &r.tool_calls);
                 let stored = StoredResponse {
@@ -300,19 +297,6 @@ fn header(h: &HeaderMap, name: &str) -> Option<String> {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
-}
-
-/// A rough input-token count used only when the provider reported no usage.
-fn input_tokens_estimate(req: &ChatRequest) -> u64 {
-    let mut n = req
-        .system
-        .as_deref()
-        .map(hale_tokens::Tokenizer::approximate)
-        .unwrap_or(0) as u64;
-    for m in &req.messages {
-        n += hale_tokens::Tokenizer::approximate(&m.joined_text()) as u64 + 3;
-    }
-    n
 }
 
 /// Sets the evidence headers of DESIGN §1 step 10.

@@ -87,7 +87,6 @@ pub struct Relayed {
 }
 
 /// Relays `live` to `tx`, resuming on failure. Returns when the stream ended.
-#[allow(clippy::too_many_arguments)]
 pub async fn relay(
     gw: &Gateway,
     turn: &mut Turn,
@@ -96,7 +95,6 @@ pub async fn relay(
     live: turn::Live,
     mut enc: Encoder,
     tx: mpsc::Sender<Result<Bytes, std::convert::Infallible>>,
-    input_tokens_estimate: u64,
 ) -> Relayed {
     let mut out = Sink {
         tx,
@@ -297,9 +295,9 @@ pub async fn relay(
         }
     };
 
-    let usage = usage.unwrap_or(Usage {
-        input_tokens: input_tokens_estimate,
-        output_tokens: hale_tokens::Tokenizer::approximate(&delivered) as u64,
+    let usage = usage.unwrap_or_else(|| Usage {
+        input_tokens: input_tokens_estimate(req),
+        output_tokens: u64::from(hale_tokens::Tokenizer::approximate(&delivered)),
     });
     out.flush().await;
     // The closing frames are handed back unsent, so the turn is journalled
@@ -341,6 +339,25 @@ impl Closing {
     pub async fn send(self) {
         let _ = self.tx.send(Ok(self.bytes)).await;
     }
+}
+
+/// A rough input-token count, for a stream whose provider reported no usage.
+fn input_tokens_estimate(req: &ChatRequest) -> u64 {
+    let system = req
+        .system
+        .as_deref()
+        .map_or(0, hale_tokens::Tokenizer::approximate);
+    let messages: u64 = req
+        .messages
+        .iter()
+        .map(|m| {
+            u64::from(
+                hale_tokens::Tokenizer::approximate(&m.joined_text())
+                    + hale_tokens::TOKENS_PER_MESSAGE,
+            )
+        })
+        .sum();
+    u64::from(system) + messages
 }
 
 /// Skips the part of `t` that repeats what was already delivered.

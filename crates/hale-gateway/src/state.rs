@@ -34,7 +34,8 @@ pub struct Gateway {
     pub store: Store,
     pub metrics: Metrics,
     pub providers: HashMap<String, ProviderRt>,
-    breakers: RwLock<HashMap<(String, String), Arc<SharedBreaker>>>,
+    /// agent → provider → breaker: looked up by `&str`, no allocation per turn.
+    breakers: RwLock<HashMap<String, HashMap<String, Arc<SharedBreaker>>>>,
     pub agents: Mutex<HashMap<String, AgentRt>>,
     /// Idempotency keys being served right now: a duplicate waits on the watch.
     pub inflight: Mutex<HashMap<String, tokio::sync::watch::Receiver<bool>>>,
@@ -104,14 +105,21 @@ impl Gateway {
 
     /// The breaker of `agent` × `provider`, created on first use.
     pub fn breaker(&self, agent: &str, provider: &str) -> Arc<SharedBreaker> {
-        let key = (agent.to_owned(), provider.to_owned());
-        if let Some(b) = self.breakers.read().expect("breaker map lock").get(&key) {
+        if let Some(b) = self
+            .breakers
+            .read()
+            .expect("breaker map lock")
+            .get(agent)
+            .and_then(|m| m.get(provider))
+        {
             return b.clone();
         }
         self.breakers
             .write()
             .expect("breaker map lock")
-            .entry(key)
+            .entry(agent.to_owned())
+            .or_default()
+            .entry(provider.to_owned())
             .or_insert_with(|| {
                 Arc::new(SharedBreaker::new(
                     self.cfg.self_healing.circuit_breaker.clone(),
@@ -125,10 +133,9 @@ impl Gateway {
         self.breakers
             .read()
             .expect("breaker map lock")
-            .iter()
-            .filter(|((a, _), _)| a == agent)
-            .map(|((_, p), b)| (p.clone(), b.clone()))
-            .collect()
+            .get(agent)
+            .map(|m| m.iter().map(|(p, b)| (p.clone(), b.clone())).collect())
+            .unwrap_or_default()
     }
 
     /// Every breaker.
@@ -137,7 +144,10 @@ impl Gateway {
             .read()
             .expect("breaker map lock")
             .iter()
-            .map(|(k, b)| (k.clone(), b.clone()))
+            .flat_map(|(a, m)| {
+                m.iter()
+                    .map(move |(p, b)| ((a.clone(), p.clone()), b.clone()))
+            })
             .collect()
     }
 
@@ -150,6 +160,17 @@ impl Gateway {
     pub fn emit(&self, ev: Event) {
         self.metrics.event(ev.kind);
         self.store.submit(vec![Write::Event(ev)]);
+    }
+
+    /// `Some(consecutive failures)` when the agent is paused (the gate's
+    /// check on every request: no copy of the record).
+    pub fn paused(&self, agent: &str) -> Option<u32> {
+        self.agents
+            .lock()
+            .expect("agents lock")
+            .get(agent)
+            .filter(|a| a.record.paused)
+            .map(|a| a.record.consecutive_failures)
     }
 
     /// An agent's record (a fresh one when unknown).

@@ -14,7 +14,7 @@ use crate::upstream::{self, Answer, AttemptLimits, EventStream, Failure};
 use futures::StreamExt;
 use hale_core::breaker::{Admission, CallOutcome, Transition};
 use hale_core::class::ErrorClass;
-use hale_core::classify::{self, MoveOn, Transport};
+use hale_core::classify::{self, Transport};
 use hale_core::config::Target;
 use hale_core::cooldown::Gate;
 use hale_core::event::EventKind;
@@ -244,21 +244,15 @@ pub async fn run(
                     if f.class == ErrorClass::RateLimit {
                         turn.rate_limits[idx] += 1;
                     }
-                    if matches!(mode, Mode::Probe | Mode::Trial | Mode::LastResort) {
-                        // A failed probe or trial moves the caller on at once.
-                        turn.exhausted[idx] = true;
-                        if classify::rule(f.class).move_on == MoveOn::Never {
-                            return Err(f);
-                        }
-                        last = Some(f);
-                        break;
-                    }
                     let has_next = turn
                         .exhausted
                         .iter()
                         .enumerate()
                         .any(|(i, e)| i != idx && !e);
-                    let budget_ok = !classify::rule(f.class).retry_same_target
+                    let probing = matches!(mode, Mode::Probe | Mode::Trial | Mode::LastResort);
+                    // A probe is never retried: no retry token is spent on it.
+                    let budget_ok = probing
+                        || !classify::rule(f.class).retry_same_target
                         || prt
                             .budget
                             .lock()
@@ -273,6 +267,7 @@ pub async fn run(
                         has_next_target: has_next,
                         time_left: turn.deadline.saturating_duration_since(Instant::now()),
                         budget_ok,
+                        probing,
                     };
                     let decision = retry::decide(&gw.cfg.retry, &facts, &mut rand::rng());
                     match decision {
@@ -382,7 +377,9 @@ fn choose(gw: &Gateway, turn: &Turn, now: Instant, resuming: bool) -> Option<(us
         Pick::Normal(i) if trial[i] => Some((i, Mode::Trial)),
         Pick::Normal(i) => Some((i, Mode::Normal)),
         Pick::Probe(i) => Some((i, Mode::Probe)),
-        Pick::LastResort(i) if turn.timeline.is_empty() || resuming => Some((i, Mode::LastResort)),
+        Pick::LastResort(i) if select::last_resort_allowed(turn.timeline.len(), resuming) => {
+            Some((i, Mode::LastResort))
+        }
         Pick::LastResort(_) | Pick::None => None,
     }
 }

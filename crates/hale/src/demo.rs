@@ -341,7 +341,6 @@ struct Agent<'a> {
 }
 
 impl Agent<'_> {
-    #[allow(clippy::too_many_arguments)]
     async fn scenario(
         &self,
         scenario: &'static str,
