@@ -572,12 +572,6 @@ fn auth_agent(
 }
 
 /// `Some(response)` when the caller is not an admin.
-fn auth_admin(gw: &Gateway, peer: SocketAddr, headers: &HeaderMap) -> Option<Response> {
-    crate::http::authorize(gw, peer, headers, true)
-        .err()
-        .map(|e| e.into_response(Dialect::OpenAi))
-}
-
 fn bad(msg: impl Into<String>) -> Response {
     HaleError::bad_request(msg).into_response(Dialect::OpenAi)
 }
@@ -658,7 +652,7 @@ async fn decide(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    if let Some(r) = auth_admin(&gw, peer, &headers) {
+    if let Some(r) = crate::http::admin_refusal(&gw, peer, &headers) {
         return r;
     }
     let b: DecideBody = match serde_json::from_slice(&body) {
@@ -747,7 +741,7 @@ async fn terminate_route(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    if let Some(r) = auth_admin(&gw, peer, &headers) {
+    if let Some(r) = crate::http::admin_refusal(&gw, peer, &headers) {
         return r;
     }
     let b: TerminateBody = if body.is_empty() {
@@ -1127,7 +1121,7 @@ async fn recover(
     Path((id, task)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    if let Some(r) = auth_admin(&gw, peer, &headers) {
+    if let Some(r) = crate::http::admin_refusal(&gw, peer, &headers) {
         return r;
     }
     let b: RecoverBody = if body.is_empty() {

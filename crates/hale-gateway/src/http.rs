@@ -72,9 +72,9 @@ async fn admin_only(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match authorize(&gw, peer, req.headers(), true) {
-        Ok(_) => next.run(req).await,
-        Err(e) => e.into_response(Dialect::OpenAi),
+    match admin_refusal(&gw, peer, req.headers()) {
+        Some(refusal) => refusal,
+        None => next.run(req).await,
     }
 }
 
@@ -186,10 +186,21 @@ async fn chat(
     }
 }
 
+/// The refusal for a caller without the admin scope, if it lacks it.
+pub(crate) fn admin_refusal(
+    gw: &Gateway,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+) -> Option<Response> {
+    authorize(gw, peer, headers, true)
+        .err()
+        .map(|e| e.into_response(Dialect::OpenAi))
+}
+
 macro_rules! admin {
     ($gw:expr, $peer:expr, $headers:expr) => {
-        if let Err(e) = authorize(&$gw, $peer, &$headers, true) {
-            return e.into_response(Dialect::OpenAi);
+        if let Some(refusal) = admin_refusal(&$gw, $peer, &$headers) {
+            return refusal;
         }
     };
 }

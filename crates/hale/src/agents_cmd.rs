@@ -7,7 +7,8 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 use std::process::ExitCode;
 
-/// Where the commands look for a gateway by default.
+/// Where the commands look for a gateway by default: `hale serve`'s default
+/// listen address ([`hale_core::config::DEFAULT_LISTEN`]; a test keeps them equal).
 pub const DEFAULT_URL: &str = "http://127.0.0.1:3000";
 
 #[derive(clap::Args, Debug, Clone)]
@@ -288,6 +289,14 @@ pub async fn checkpoints(cmd: CheckpointsCmd, remote: Remote) -> anyhow::Result<
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_default_url_is_the_default_listen_address() {
+        assert_eq!(
+            super::DEFAULT_URL,
+            format!("http://{}", hale_core::config::DEFAULT_LISTEN)
+        );
+    }
     use super::*;
     use serde_json::json;
 

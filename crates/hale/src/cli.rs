@@ -92,7 +92,7 @@ pub enum Cmd {
 #[derive(clap::Args, Debug)]
 pub struct Remote {
     /// The gateway's URL.
-    #[arg(long, default_value = "http://127.0.0.1:3000")]
+    #[arg(long, default_value = crate::agents_cmd::DEFAULT_URL)]
     pub url: String,
     /// An admin token (default: $HALE_TOKEN).
     #[arg(long, env = "HALE_TOKEN", hide_env_values = true)]
