@@ -59,7 +59,7 @@ use hale_core::health::{
     Decision, HealthOutput, HealthRegistry, HealthState, Heartbeat, Intervention, InterventionPhase,
 };
 use hale_core::recovery::{CheckpointView, RecoveryPlan, RecoveryTracker};
-use hale_store::{AgentRecord, CheckpointRecord, StoredResponse, Write};
+use hale_store::{AgentRecord, CheckpointRecord, Write};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -333,12 +333,15 @@ fn recovery_completed(gw: &Gateway, agent: &str, task: &str, replayed: bool) {
 /// Replay instead of re-billing: for a recovered task, a request (same
 /// agent, task and body hash) that already completed is answered from the
 /// journal with `x-hale-replayed: true`, without a provider call.
-pub async fn replay(gw: &Gateway, agent: &str, task: &str, body: &[u8]) -> Option<Response> {
+pub async fn replay(gw: &Gateway, agent: &str, task: &str, request_hash: &str) -> Option<Response> {
     if !has(&gw.health.book().recovered, agent, task) {
         return None;
     }
-    let hash = hex::encode(Sha256::digest(body));
-    let turn = gw.store.completed_turn(agent, task, &hash).await.ok()??;
+    let turn = gw
+        .store
+        .completed_turn(agent, task, request_hash)
+        .await
+        .ok()??;
     let stored = turn.response?;
     gw.health.heartbeat(
         agent,
@@ -350,26 +353,7 @@ pub async fn replay(gw: &Gateway, agent: &str, task: &str, body: &[u8]) -> Optio
         Instant::now(),
     );
     recovery_completed(gw, agent, task, true);
-    Some(replayed_response(stored))
-}
-
-fn replayed_response(s: StoredResponse) -> Response {
-    let mut resp = Response::new(Body::from(s.body));
-    *resp.status_mut() = StatusCode::from_u16(s.status).unwrap_or(StatusCode::OK);
-    let h = resp.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&s.content_type) {
-        h.insert("content-type", v);
-    }
-    for (k, v) in s.headers {
-        if let (Ok(k), Ok(v)) = (
-            axum::http::HeaderName::from_bytes(k.as_bytes()),
-            HeaderValue::from_str(&v),
-        ) {
-            h.insert(k, v);
-        }
-    }
-    h.insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
-    resp
+    Some(crate::pipeline::stored_response(stored, REPLAYED_HEADER))
 }
 
 // ---------------------------------------------------------------- monitor

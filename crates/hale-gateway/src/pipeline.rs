@@ -29,6 +29,8 @@ use std::sync::Arc;
 pub const AGENT_HEADER: &str = "x-hale-agent";
 /// Header naming the task.
 pub const TASK_HEADER: &str = "x-hale-task";
+/// Marks an answer served again for a repeated `Idempotency-Key`.
+pub const IDEMPOTENT_REPLAY_HEADER: &str = "x-hale-idempotent-replay";
 /// Size of the channel between the relay and the response body, in SSE frames.
 const STREAM_CHANNEL: usize = 64;
 
@@ -91,13 +93,14 @@ pub async fn handle_chat(
     let _idem_guard = match &idem_key {
         None => None,
         Some(key) => match idempotency_begin(&gw, key).await {
-            IdemStart::Stored(resp) => return stored_response(resp),
+            IdemStart::Stored(resp) => return stored_response(resp, IDEMPOTENT_REPLAY_HEADER),
             IdemStart::Fresh(guard) => Some(guard),
         },
     };
 
     // Replay: a recovered task's request that already completed is answered from the journal.
-    if let Some(resp) = crate::health::replay(&gw, &agent, &task, &body).await {
+    let request_hash = request_hash(&body);
+    if let Some(resp) = crate::health::replay(&gw, &agent, &task, &request_hash).await {
         return resp;
     }
 
@@ -113,7 +116,6 @@ pub async fn handle_chat(
     };
     let turn_id = ulid::Ulid::from_parts(wall_ms(), rand::random::<u128>()).to_string();
     let mut turn = Turn::new(&gw, turn_id, agent.clone(), Some(task.clone()), targets);
-    let request_hash = hex::encode(Sha256::digest(&body));
     gw.metrics.turn_started();
 
     // Compaction against the first target's window.
@@ -336,22 +338,29 @@ fn evidence_pairs(resp: &Response) -> Vec<(String, String)> {
         .collect()
 }
 
-fn stored_response(s: StoredResponse) -> Response {
+/// The hash a turn is journalled under; replay finds a completed turn by it.
+pub(crate) fn request_hash(body: &[u8]) -> String {
+    hex::encode(Sha256::digest(body))
+}
+
+/// A journalled response served again, marked with `marker: true`
+/// (`x-hale-idempotent-replay` or `x-hale-replayed`).
+pub(crate) fn stored_response(s: StoredResponse, marker: &'static str) -> Response {
     let mut resp = Response::new(Body::from(s.body));
     *resp.status_mut() = StatusCode::from_u16(s.status).unwrap_or(StatusCode::OK);
+    let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&s.content_type) {
-        resp.headers_mut().insert("content-type", v);
+        h.insert("content-type", v);
     }
     for (k, v) in s.headers {
         if let (Ok(k), Ok(v)) = (
             axum::http::HeaderName::from_bytes(k.as_bytes()),
             HeaderValue::from_str(&v),
         ) {
-            resp.headers_mut().insert(k, v);
+            h.insert(k, v);
         }
     }
-    resp.headers_mut()
-        .insert("x-hale-idempotent-replay", HeaderValue::from_static("true"));
+    h.insert(marker, HeaderValue::from_static("true"));
     resp
 }
 
