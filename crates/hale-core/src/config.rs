@@ -37,6 +37,7 @@ pub struct Config {
     pub self_healing: SelfHealingConfig,
     pub retry: RetryConfig,
     pub cooldown: CooldownConfig,
+    pub ejection: EjectionConfig,
     pub guard: GuardConfig,
     pub health: HealthConfig,
     pub recovery: RecoveryConfig,
@@ -63,6 +64,7 @@ impl Config {
             self_healing: SelfHealingConfig::default(),
             retry: RetryConfig::default(),
             cooldown: CooldownConfig::default(),
+            ejection: EjectionConfig::default(),
             guard: GuardConfig::default(),
             health: HealthConfig::default(),
             recovery: RecoveryConfig::default(),
@@ -251,6 +253,10 @@ pub struct SelfHealingConfig {
     pub max_consecutive_failures: u32,
     /// First restart delay of a supervised process, doubling.
     pub restart_delay: Duration,
+    /// First automatic trial of an agent paused for failures (DESIGN §5)…
+    pub resume_probe_after: Duration,
+    /// …doubling per failed trial up to this.
+    pub resume_probe_max: Duration,
     pub circuit_breaker: BreakerConfig,
     pub fallback_enabled: bool,
     pub fallback_providers: Vec<String>,
@@ -262,6 +268,8 @@ impl Default for SelfHealingConfig {
             enabled: true,
             max_consecutive_failures: 3,
             restart_delay: Duration::from_millis(2000),
+            resume_probe_after: Duration::from_secs(30),
+            resume_probe_max: Duration::from_secs(300),
             circuit_breaker: BreakerConfig::default(),
             fallback_enabled: true,
             fallback_providers: Vec::new(),
@@ -371,7 +379,7 @@ impl Default for RetryConfig {
     fn default() -> Self {
         Self {
             max_retry_wait: Duration::from_secs(5),
-            probe_interval: Duration::from_secs(10),
+            probe_interval: Duration::from_secs(5),
             probe_timeout: Duration::from_secs(5),
             rate_limit: RetryPolicy {
                 max_attempts: 5,
@@ -443,6 +451,35 @@ impl Default for CooldownConfig {
         Self {
             by_class,
             rate_limit_initial: s(1),
+        }
+    }
+}
+
+/// `ejection:` — when a deployment is taken out of rotation (DESIGN §3
+/// "Evidence before ejection", "Ejections grow").
+#[derive(Debug, Clone, PartialEq)]
+pub struct EjectionConfig {
+    /// Consecutive failures that eject a deployment.
+    pub eject_after: u32,
+    /// A failure rate at or over this (0..=1)…
+    pub failure_rate: f64,
+    /// …over at least this many calls…
+    pub min_calls: u32,
+    /// …within this window ejects it.
+    pub window: Duration,
+    /// Growth cap: an ejection lasts its class's base times the ejections in
+    /// a row, at most this (or the base, when the base is longer).
+    pub max_ejection: Duration,
+}
+
+impl Default for EjectionConfig {
+    fn default() -> Self {
+        Self {
+            eject_after: 3,
+            failure_rate: 0.5,
+            min_calls: 5,
+            window: Duration::from_secs(30),
+            max_ejection: Duration::from_secs(300),
         }
     }
 }

@@ -29,6 +29,12 @@
 //! - **Read-only tools neither count as edits nor break an edit streak**, so
 //!   "read, edit, read, edit…" on one file is still caught; any other tool
 //!   call breaks it.
+//! - **A task is a conversation unless it is named** ([`task_of`]): the task
+//!   is `X-Hale-Task` when given; otherwise each conversation is its own task,
+//!   identified by its root (the system prompt and the first user message),
+//!   which every request of one agent loop shares as its messages grow. So a
+//!   plain client that sends many unrelated conversations never adds them up
+//!   into one runaway task, while one looping conversation is still stopped.
 //! - Pure: `now` comes in as an argument; nothing here reads a clock.
 
 use crate::config::GuardConfig;
@@ -36,6 +42,31 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
+
+/// The prefix of a task named by its conversation root.
+pub const CONVERSATION_TASK_PREFIX: &str = "conv-";
+
+/// The guard's task of a request: `explicit` (`X-Hale-Task`) when given,
+/// else its conversation root — `conv-` and a stable 64-bit FNV-1a hash of
+/// the system prompt and the first user message. Stable across processes and
+/// versions, so every instance and every restart names a conversation alike.
+pub fn task_of(explicit: Option<&str>, system: &str, first_user: &str) -> String {
+    if let Some(t) = explicit {
+        return t.to_owned();
+    }
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0100_0000_01b3;
+    let mut h = OFFSET;
+    for b in system
+        .bytes()
+        .chain(std::iter::once(0xff))
+        .chain(first_user.bytes())
+    {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(PRIME);
+    }
+    format!("{CONVERSATION_TASK_PREFIX}{h:016x}")
+}
 
 /// The calls of the latest response remembered for matching their results.
 /// A response with more calls than this keeps the first ones; the rest are
@@ -522,6 +553,23 @@ pub fn format_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_named_task_wins_else_each_conversation_root_is_its_own_task() {
+        assert_eq!(task_of(Some("t1"), "sys", "hi"), "t1");
+        let a = task_of(None, "You are helpful.", "Plan a trip");
+        // The same root as the conversation grows: the same task.
+        assert_eq!(a, task_of(None, "You are helpful.", "Plan a trip"));
+        assert!(a.starts_with(CONVERSATION_TASK_PREFIX));
+        assert_eq!(a.len(), CONVERSATION_TASK_PREFIX.len() + 16);
+        // Another first message or another system prompt: another task.
+        assert_ne!(a, task_of(None, "You are helpful.", "Plan a party"));
+        assert_ne!(a, task_of(None, "You are terse.", "Plan a trip"));
+        // The separator keeps ("ab", "c") apart from ("a", "bc").
+        assert_ne!(task_of(None, "ab", "c"), task_of(None, "a", "bc"));
+        // Stable across builds: a fixed value.
+        assert_eq!(task_of(None, "", ""), "conv-af64724c8602eb6e");
+    }
 
     fn cfg() -> GuardConfig {
         GuardConfig::default()

@@ -75,13 +75,18 @@ pub struct AttemptFacts {
     pub prev_wait: Option<Duration>,
     /// Another target (healthy, allowed by its breaker) is left in the route.
     pub has_next_target: bool,
+    /// Another target is left untried at all, healthy or not: the turn would
+    /// fail open to it (DESIGN §3 "Fail open"). Implied by `has_next_target`.
+    pub untried_left: bool,
     /// Until the turn deadline.
     pub time_left: Duration,
     /// A retry token was available ([`RetryBudget::try_retry`]).
     pub budget_ok: bool,
-    /// The attempt was a probe of a cooling-down provider, a half-open
-    /// breaker's trial, or a last resort: it is not retried on that target,
-    /// the caller moves on at once (DESIGN §3 "Probing").
+    /// The attempt was a probe of an ejected deployment, a half-open
+    /// breaker's trial, or a fail-open call: it is not retried on that
+    /// target while another is left — the caller moves on at once (DESIGN §3
+    /// "Probing"). When none is left, it is the last one standing and is
+    /// retried under its class's policy.
     pub probing: bool,
 }
 
@@ -127,8 +132,14 @@ pub fn policy_for(cfg: &RetryConfig, class: ErrorClass) -> Option<&RetryPolicy> 
 
 /// Retry the same target, move to the next, or stop (DESIGN §2/§3).
 ///
+/// "Move on" goes to the next target when any is left untried (healthy or
+/// not: the turn fails open to it); with none left, the target is the last
+/// one standing (DESIGN §3) and only its own policy, budget and the deadline
+/// end its retries.
+///
 /// In order:
 /// 1. no time left in the turn → stop;
+/// 1b. a probe, trial or fail-open call → move on at once when anything is left;
 /// 2. a class that is not retried on the same target → next target if its
 ///    rule moves on and one is left, else stop;
 /// 3. `max_attempts` spent on this target → move on (or stop);
@@ -145,14 +156,17 @@ pub fn decide<R: rand::Rng + ?Sized>(
     rng: &mut R,
 ) -> RetryDecision {
     let row = rule(facts.class);
+    let others_left = facts.has_next_target || facts.untried_left;
     let move_on = match row.move_on {
-        MoveOn::AtOnce | MoveOn::AfterRetries if facts.has_next_target => RetryDecision::NextTarget,
+        MoveOn::AtOnce | MoveOn::AfterRetries if others_left => RetryDecision::NextTarget,
         MoveOn::AtOnce | MoveOn::AfterRetries | MoveOn::Never => RetryDecision::Stop,
     };
     if facts.time_left.is_zero() {
         return RetryDecision::Stop;
     }
-    if facts.probing {
+    // A probe, trial or fail-open call moves on at once while anything is
+    // left; the last one standing is retried under its class's policy.
+    if facts.probing && others_left {
         return move_on;
     }
     let policy = match (row.retry_same_target, policy_for(cfg, facts.class)) {
@@ -290,14 +304,25 @@ pub fn lowered_max_tokens(current: Option<u32>) -> u32 {
 mod tests {
 
     #[test]
-    fn a_failed_probe_or_trial_moves_on_at_once_without_retrying() {
+    fn a_failed_probe_or_trial_moves_on_at_once_unless_it_is_the_last_one_standing() {
         let cfg = RetryConfig::default();
         let mut rng = StdRng::seed_from_u64(7);
         let mut f = facts(ErrorClass::Overloaded);
         f.probing = true;
         assert_eq!(decide(&cfg, &f, &mut rng), RetryDecision::NextTarget);
+        // Only ejected targets are left: still moves on (the turn fails open).
         f.has_next_target = false;
+        f.untried_left = true;
+        assert_eq!(decide(&cfg, &f, &mut rng), RetryDecision::NextTarget);
+        // Nothing left: the last one standing is retried under its policy.
+        f.untried_left = false;
+        assert!(matches!(
+            decide(&cfg, &f, &mut rng),
+            RetryDecision::RetrySame { .. }
+        ));
+        f.attempts_on_target = cfg.server_error.max_attempts;
         assert_eq!(decide(&cfg, &f, &mut rng), RetryDecision::Stop);
+        f.attempts_on_target = 1;
         f.class = ErrorClass::ContentPolicy;
         f.has_next_target = true;
         assert_eq!(
@@ -326,6 +351,7 @@ mod tests {
             rate_limits_on_target_this_turn: 0,
             prev_wait: None,
             has_next_target: true,
+            untried_left: false,
             time_left: Duration::from_secs(300),
             budget_ok: true,
             probing: false,
@@ -370,6 +396,7 @@ mod tests {
             rl in 0u32..4,
             ra_ms in proptest::option::of(0u64..90_000),
             has_next: bool,
+            untried: bool,
             left_ms in 0u64..20_000,
             budget_ok: bool,
             probing: bool,
@@ -383,6 +410,7 @@ mod tests {
                 rate_limits_on_target_this_turn: rl,
                 prev_wait: None,
                 has_next_target: has_next,
+                untried_left: untried || has_next,
                 time_left: ms(left_ms),
                 budget_ok,
                 probing,
@@ -393,14 +421,14 @@ mod tests {
                     proptest::prop_assert!(wait < f.time_left);
                     proptest::prop_assert!(rule(f.class).retry_same_target);
                     proptest::prop_assert!(budget_ok);
-                    proptest::prop_assert!(!probing, "a probe is never retried on its target");
+                    proptest::prop_assert!(!(probing && f.untried_left), "a probe is retried only as the last one standing");
                     proptest::prop_assert!(wait >= f.retry_after.unwrap_or(Duration::ZERO));
                     if has_next {
                         proptest::prop_assert!(wait <= cfg.max_retry_wait);
                     }
                 }
                 RetryDecision::NextTarget => {
-                    proptest::prop_assert!(has_next);
+                    proptest::prop_assert!(f.untried_left);
                     proptest::prop_assert!(rule(f.class).move_on != MoveOn::Never);
                 }
                 RetryDecision::Stop => {}
@@ -661,6 +689,7 @@ mod tests {
                         rate_limits_on_target_this_turn: attempts,
                         prev_wait: prev,
                         has_next_target: has_next,
+                        untried_left: has_next,
                         time_left: deadline.saturating_sub(elapsed),
                         budget_ok: true,
                         probing: false,

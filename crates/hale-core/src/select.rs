@@ -14,14 +14,15 @@
 //!   (`meta-llama/Llama-3`) is an ordinary model name.
 //! - **Plans have no duplicates**: the same `provider/model` twice would only
 //!   retry a failing target under another name.
-//! - **Picking never fails without a call while a target is untried.** The
-//!   first usable target wins; a probe that comes before it goes first (its
-//!   caller gets a short timeout and moves on at once); when every target is
-//!   cooling down, the one whose cooldown ends soonest is tried anyway, and
-//!   the caller is told so ([`Pick::LastResort`]).
+//! - **Picking never fails without a call while a deployment is untried.**
+//!   The first usable deployment wins; a probe that comes before it goes
+//!   first (its caller gets a short timeout and moves on at once); when every
+//!   untried deployment is ejected or refused by its breaker, the turn fails
+//!   open and tries them anyway, best recent success ratio first
+//!   ([`Pick::FailOpen`]). Only an operator's trip keeps a deployment out.
 
 use crate::config::{AgentConfig, Config, DEFAULT_AGENT, ProviderConfig, Target};
-use crate::cooldown::Gate;
+use crate::deployment::Gate;
 
 /// Why no plan could be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -129,53 +130,99 @@ fn push_unique(out: &mut Vec<Target>, t: Target) {
     }
 }
 
-/// Which target to try next, as an index into the plan.
+/// What a deployment's breaker (agent × deployment) says about a call now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerSays {
+    /// Closed (or disabled): call.
+    Allowed,
+    /// Half-open, and this call is its trial.
+    Trial,
+    /// Open, or half-open with its trials taken.
+    Refused,
+}
+
+/// One deployment of the plan as the turn sees it now.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Candidate {
+    /// The combined gate of its scopes ([`crate::deployment::combine`]).
+    pub gate: Gate,
+    pub breaker: BreakerSays,
+    /// Already tried in this turn (it will not be called again).
+    pub tried: bool,
+    /// Recent success ratio; `None` without calls (no evidence against it).
+    pub success_ratio: Option<f64>,
+}
+
+/// Which deployment to try next, as an index into the plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pick {
-    /// A target with no cooldown.
+    /// In rotation and its breaker allows the call.
     Normal(usize),
-    /// A cooling-down target whose probe is due: short timeout, move on at
-    /// once on failure.
+    /// In rotation; the call is its half-open breaker's trial.
+    Trial(usize),
+    /// Ejected, and this request is its probe: short timeout, move on at once
+    /// when it fails and another deployment is left.
     Probe(usize),
-    /// Every untried target is cooling down: this one's cooldown ends soonest.
-    /// Tried anyway rather than failing without a call.
-    LastResort(usize),
-    /// Every target has been tried.
+    /// Every untried deployment is ejected or refused by its breaker: this
+    /// one (best recent success ratio, then plan order) is tried anyway
+    /// (DESIGN §3 "Fail open").
+    FailOpen(usize),
+    /// Every deployment was tried (or is forced out by an operator).
     None,
 }
 
-/// Given the gates of the plan's targets (in plan order) and which were
-/// already tried this turn (`tried[i]`; missing entries count as untried),
-/// the target to try next.
-pub fn pick(gates: &[Gate], tried: &[bool]) -> Pick {
-    let untried = |i: usize| !tried.get(i).copied().unwrap_or(false);
-    let mut soonest: Option<(usize, std::time::Instant)> = None;
-    for (i, gate) in gates.iter().enumerate() {
-        if !untried(i) {
-            continue;
+/// Whether a candidate can be called without failing open.
+pub fn usable(c: &Candidate) -> bool {
+    !c.tried
+        && match (c.gate, c.breaker) {
+            (Gate::Open | Gate::Probe, BreakerSays::Allowed | BreakerSays::Trial) => true,
+            (Gate::Open | Gate::Probe, BreakerSays::Refused)
+            | (Gate::Ejected { .. } | Gate::Forced, _) => false,
         }
-        match *gate {
-            Gate::Open => return Pick::Normal(i),
-            Gate::Probe => return Pick::Probe(i),
-            Gate::Skip { until, .. } => {
-                if soonest.is_none_or(|(_, best)| until < best) {
-                    soonest = Some((i, until));
-                }
-            }
-        }
-    }
-    match soonest {
-        Some((i, _)) => Pick::LastResort(i),
-        None => Pick::None,
-    }
 }
 
-/// Whether a [`Pick::LastResort`] may be called: when the turn has made no
-/// attempt yet (one call beats failing without any), or when it is resuming a
-/// stream that broke mid-answer (the target that broke may still finish it).
-/// Otherwise every target cooling down or refused by its breaker ends the turn.
-pub fn last_resort_allowed(attempts_made: usize, resuming: bool) -> bool {
-    attempts_made == 0 || resuming
+/// Whether a candidate may still be called in this turn at all (untried and
+/// not forced out by an operator).
+pub fn callable(c: &Candidate) -> bool {
+    !c.tried && c.gate != Gate::Forced
+}
+
+/// The deployment to try next (DESIGN §3).
+///
+/// 1. The first untried deployment in plan order that is in rotation (or
+///    whose probe is due) and whose breaker allows the call.
+/// 2. Else fail open: of the untried deployments not forced out, the one
+///    with the best recent success ratio (no calls counts as 1.0), ties in
+///    plan order.
+/// 3. Else none: every deployment was tried in this turn.
+///
+/// It never answers [`Pick::None`] while a callable deployment is left.
+pub fn pick(cands: &[Candidate]) -> Pick {
+    for (i, c) in cands.iter().enumerate() {
+        if !usable(c) {
+            continue;
+        }
+        return match (c.gate, c.breaker) {
+            (Gate::Probe, _) => Pick::Probe(i),
+            (Gate::Open, BreakerSays::Trial) => Pick::Trial(i),
+            (Gate::Open, BreakerSays::Allowed | BreakerSays::Refused)
+            | (Gate::Ejected { .. } | Gate::Forced, _) => Pick::Normal(i),
+        };
+    }
+    let mut best: Option<(usize, f64)> = None;
+    for (i, c) in cands.iter().enumerate() {
+        if !callable(c) {
+            continue;
+        }
+        let ratio = c.success_ratio.unwrap_or(1.0);
+        if best.is_none_or(|(_, b)| ratio > b) {
+            best = Some((i, ratio));
+        }
+    }
+    match best {
+        Some((i, _)) => Pick::FailOpen(i),
+        None => Pick::None,
+    }
 }
 
 /// DESIGN §2 `context_overflow`: after a target refused the conversation as
@@ -190,13 +237,6 @@ pub fn known_smaller_windows(windows: &[Option<u32>], overflowed: u32) -> Vec<bo
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn a_last_resort_only_before_any_attempt_or_when_resuming_a_stream() {
-        assert!(last_resort_allowed(0, false));
-        assert!(!last_resort_allowed(2, false));
-        assert!(last_resort_allowed(2, true));
-    }
 
     #[test]
     fn after_an_overflow_only_targets_known_to_be_smaller_are_left() {
@@ -411,51 +451,158 @@ mod tests {
         assert_eq!(plan(&c, "any", "gpt-4o"), Err(SelectError::NoProviders));
     }
 
-    fn skip(secs: u64, t0: Instant) -> Gate {
-        Gate::Skip {
+    fn ejected(secs: u64, t0: Instant) -> Gate {
+        Gate::Ejected {
             until: t0 + Duration::from_secs(secs),
             class: ErrorClass::Overloaded,
         }
     }
 
-    #[test]
-    fn pick_takes_the_first_open_target() {
-        let t0 = Instant::now();
-        assert_eq!(pick(&[Gate::Open, Gate::Open], &[]), Pick::Normal(0));
-        assert_eq!(
-            pick(&[skip(5, t0), Gate::Open], &[false, false]),
-            Pick::Normal(1)
-        );
-        assert_eq!(
-            pick(&[Gate::Open, Gate::Open], &[true, false]),
-            Pick::Normal(1)
-        );
+    fn c(gate: Gate, breaker: BreakerSays, tried: bool, ratio: Option<f64>) -> Candidate {
+        Candidate {
+            gate,
+            breaker,
+            tried,
+            success_ratio: ratio,
+        }
+    }
+
+    fn open() -> Candidate {
+        c(Gate::Open, BreakerSays::Allowed, false, None)
     }
 
     #[test]
-    fn pick_probes_a_target_before_the_first_open_one() {
+    fn pick_takes_the_first_deployment_in_rotation() {
         let t0 = Instant::now();
-        let gates = [skip(5, t0), Gate::Probe, Gate::Open];
-        assert_eq!(pick(&gates, &[]), Pick::Probe(1));
+        assert_eq!(pick(&[open(), open()]), Pick::Normal(0));
+        let first_ejected = c(ejected(5, t0), BreakerSays::Allowed, false, Some(0.0));
+        assert_eq!(pick(&[first_ejected, open()]), Pick::Normal(1));
+        let tried = Candidate {
+            tried: true,
+            ..open()
+        };
+        assert_eq!(pick(&[tried, open()]), Pick::Normal(1));
+        let refused = c(Gate::Open, BreakerSays::Refused, false, None);
+        assert_eq!(pick(&[refused, open()]), Pick::Normal(1));
+        let trial = c(Gate::Open, BreakerSays::Trial, false, None);
+        assert_eq!(pick(&[trial, open()]), Pick::Trial(0));
+    }
+
+    #[test]
+    fn pick_probes_a_deployment_before_the_first_open_one() {
+        let t0 = Instant::now();
+        let probe = c(Gate::Probe, BreakerSays::Allowed, false, Some(0.0));
+        let out = c(ejected(5, t0), BreakerSays::Allowed, false, Some(0.0));
+        assert_eq!(pick(&[out, probe, open()]), Pick::Probe(1));
         // The probe failed: the same request moves on at once.
-        assert_eq!(pick(&gates, &[false, true]), Pick::Normal(2));
-        // A probe after an open target is not taken.
-        assert_eq!(pick(&[Gate::Open, Gate::Probe], &[]), Pick::Normal(0));
+        let probed = Candidate {
+            tried: true,
+            ..probe
+        };
+        assert_eq!(pick(&[out, probed, open()]), Pick::Normal(2));
+        // A probe after an open deployment is not taken.
+        assert_eq!(pick(&[open(), probe]), Pick::Normal(0));
+        // A probe refused by the agent's breaker is not taken either.
+        let refused_probe = c(Gate::Probe, BreakerSays::Refused, false, Some(0.0));
+        assert_eq!(pick(&[refused_probe, open()]), Pick::Normal(1));
     }
 
     #[test]
-    fn pick_falls_back_to_the_soonest_cooldown() {
+    fn all_out_of_rotation_fails_open_to_the_best_success_ratio() {
         let t0 = Instant::now();
-        let gates = [skip(60, t0), skip(5, t0), skip(30, t0)];
-        assert_eq!(pick(&gates, &[]), Pick::LastResort(1));
-        assert_eq!(pick(&gates, &[false, true, false]), Pick::LastResort(2));
+        let a = c(ejected(60, t0), BreakerSays::Allowed, false, Some(0.1));
+        let b = c(ejected(5, t0), BreakerSays::Refused, false, Some(0.9));
+        let d = c(Gate::Open, BreakerSays::Refused, false, Some(0.5));
+        assert_eq!(pick(&[a, b, d]), Pick::FailOpen(1));
+        // Ties go to plan order; no calls counts as no evidence against.
+        let e = c(ejected(5, t0), BreakerSays::Allowed, false, None);
+        let f = c(ejected(5, t0), BreakerSays::Allowed, false, Some(1.0));
+        assert_eq!(pick(&[f, e]), Pick::FailOpen(0));
+        // The best was tried: the next best.
+        let b_tried = Candidate { tried: true, ..b };
+        assert_eq!(pick(&[a, b_tried, d]), Pick::FailOpen(2));
+        // An operator's trip is never failed open to.
+        let forced = c(Gate::Forced, BreakerSays::Allowed, false, Some(1.0));
+        assert_eq!(pick(&[forced, a]), Pick::FailOpen(1));
+        assert_eq!(pick(&[forced]), Pick::None);
     }
 
     #[test]
     fn pick_returns_none_when_all_tried() {
         let t0 = Instant::now();
-        let gates = [Gate::Open, Gate::Probe, skip(5, t0)];
-        assert_eq!(pick(&gates, &[true, true, true]), Pick::None);
-        assert_eq!(pick(&[], &[]), Pick::None);
+        let cands = [open(), c(Gate::Probe, BreakerSays::Allowed, false, None), c(ejected(5, t0), BreakerSays::Refused, false, None)];
+        let tried: Vec<Candidate> = cands.iter().map(|c| Candidate { tried: true, ..*c }).collect();
+        assert_eq!(pick(&tried), Pick::None);
+        assert_eq!(pick(&[]), Pick::None);
+    }
+
+    mod prop {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn gate() -> impl Strategy<Value = Gate> {
+            let t0 = Instant::now();
+            prop_oneof![
+                Just(Gate::Open),
+                Just(Gate::Probe),
+                (0u64..100).prop_map(move |s| Gate::Ejected {
+                    until: t0 + Duration::from_secs(s),
+                    class: ErrorClass::Overloaded,
+                }),
+                Just(Gate::Forced),
+            ]
+        }
+
+        fn breaker() -> impl Strategy<Value = BreakerSays> {
+            prop_oneof![
+                Just(BreakerSays::Allowed),
+                Just(BreakerSays::Trial),
+                Just(BreakerSays::Refused),
+            ]
+        }
+
+        fn candidate() -> impl Strategy<Value = Candidate> {
+            (gate(), breaker(), any::<bool>(), proptest::option::of(0.0f64..=1.0)).prop_map(
+                |(gate, breaker, tried, success_ratio)| Candidate {
+                    gate,
+                    breaker,
+                    tried,
+                    success_ratio,
+                },
+            )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4096))]
+            /// DESIGN §3 "Fail open": over every combination of gates,
+            /// breakers, tried flags and ratios for up to 4 deployments, the
+            /// pick is a callable deployment whenever one exists, never a tried
+            /// or forced one, and a usable one beats failing open.
+            #[test]
+            fn never_none_while_an_untried_deployment_is_callable(cands in proptest::collection::vec(candidate(), 0..=4)) {
+                let p = pick(&cands);
+                let any_callable = cands.iter().any(callable);
+                let any_usable = cands.iter().any(usable);
+                match p {
+                    Pick::None => prop_assert!(!any_callable),
+                    Pick::Normal(i) | Pick::Trial(i) | Pick::Probe(i) => {
+                        prop_assert!(usable(&cands[i]));
+                        // The first usable in plan order.
+                        prop_assert!(!cands[..i].iter().any(usable));
+                    }
+                    Pick::FailOpen(i) => {
+                        prop_assert!(!any_usable);
+                        prop_assert!(callable(&cands[i]));
+                        let r = cands[i].success_ratio.unwrap_or(1.0);
+                        for (j, c) in cands.iter().enumerate() {
+                            if callable(c) {
+                                let rj = c.success_ratio.unwrap_or(1.0);
+                                prop_assert!(rj < r || (rj == r && j >= i));
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -229,6 +229,8 @@ pub struct RawConfig {
     #[serde(default)]
     cooldown_ms: Opt<RawCooldown>,
     #[serde(default)]
+    ejection: Opt<RawEjection>,
+    #[serde(default)]
     guard: Opt<RawGuard>,
     #[serde(default)]
     health: Opt<RawHealth>,
@@ -317,6 +319,21 @@ struct RawBudget {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawEjection {
+    #[serde(default)]
+    eject_after: Opt<u32>,
+    #[serde(default)]
+    failure_rate: Opt<f64>,
+    #[serde(default)]
+    min_calls: Opt<u32>,
+    #[serde(default)]
+    window_ms: Opt<u64>,
+    #[serde(default)]
+    max_ejection_ms: Opt<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawSelfHealing {
     #[serde(default)]
     enabled: Opt<bool>,
@@ -324,6 +341,10 @@ struct RawSelfHealing {
     max_consecutive_failures: Opt<u32>,
     #[serde(default)]
     restart_delay_ms: Opt<u64>,
+    #[serde(default)]
+    resume_probe_after_ms: Opt<u64>,
+    #[serde(default)]
+    resume_probe_max_ms: Opt<u64>,
     #[serde(default)]
     compaction_threshold: Opt<f64>,
     #[serde(default)]

@@ -4,7 +4,7 @@
 use super::{ConfigError, ConfigErrors, MINIMAL_EXAMPLE, load};
 use crate::class::ErrorClass;
 use crate::config::{
-    BreakerConfig, CompactionConfig, Config, CooldownConfig, EventsConfig, GuardConfig,
+    BreakerConfig, CompactionConfig, Config, CooldownConfig, EjectionConfig, EventsConfig, GuardConfig,
     HealthConfig, Jitter, KeyScope, NatsConfig, ProviderKind, RecoveryConfig, RetryConfig,
     SelfHealingConfig, Target,
 };
@@ -50,6 +50,7 @@ agents:
 self_healing:
   enabled: true
   max_consecutive_failures: 3    # failed turns in a row before the agent is paused
+  resume_probe_after_ms: 30000   # first automatic trial of a paused agent, doubling to 5 min
   restart_delay_ms: 2000         # first restart delay, doubling
   compaction_threshold: 0.85
   circuit_breaker: {enabled: true, failure_threshold: 5, window_ms: 60000,
@@ -59,11 +60,12 @@ self_healing:
 
 retry:                           # per class of §2
   max_retry_wait_ms: 5000
-  probe_interval_ms: 10000
+  probe_interval_ms: 5000
   rate_limit:   {max_attempts: 5, initial_ms: 1000, max_ms: 60000}
   server_error: {max_attempts: 3, initial_ms: 1000, max_ms: 30000}
   network:      {max_attempts: 3, initial_ms: 1000, max_ms: 30000}
 
+ejection: {eject_after: 3, failure_rate: 0.5, min_calls: 5, window_ms: 30000, max_ejection_ms: 300000}
 cooldown_ms: {auth: 600000, rate_limit: 60000, billing: 1800000, timeout: 30000,
               overloaded: 120000, model_not_found: 3600000, unknown: 30000}
 guard: {max_events: 2000, max_tool_calls: 400, task_timeout_ms: 600000,
@@ -226,7 +228,7 @@ fn design_example_loads_with_expected_values() {
     assert_eq!(sh.fallback_providers, vec!["anthropic".to_owned()]);
 
     assert_eq!(c.retry.max_retry_wait, Duration::from_secs(5));
-    assert_eq!(c.retry.probe_interval, Duration::from_secs(10));
+    assert_eq!(c.retry.probe_interval, Duration::from_secs(5));
     assert_eq!(c.retry.rate_limit.max_attempts, 5);
     assert_eq!(c.retry.rate_limit.max, Duration::from_secs(60));
     assert_eq!(c.retry.server_error.max_attempts, 3);
@@ -284,6 +286,11 @@ fn design_example_restates_the_defaults() {
     assert_eq!(c.recovery, RecoveryConfig::default());
     assert_eq!(c.guard, GuardConfig::default());
     assert_eq!(c.cooldown, CooldownConfig::default());
+    assert_eq!(c.ejection, EjectionConfig::default());
+    assert_eq!(
+        c.self_healing.resume_probe_after,
+        SelfHealingConfig::default().resume_probe_after
+    );
     assert_eq!(c.self_healing.circuit_breaker, BreakerConfig::default());
     assert_eq!(c.compaction, CompactionConfig::default());
 }

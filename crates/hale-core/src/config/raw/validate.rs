@@ -10,13 +10,13 @@
 
 use super::{
     ConfigError, ConfigErrors, Map, Nullable, Opt, RawAgent, RawAuth, RawBreaker, RawBudget,
-    RawConfig, RawCooldown, RawEvents, RawGuard, RawHealth, RawPolicy, RawPrice, RawProvider,
+    RawConfig, RawCooldown, RawEjection, RawEvents, RawGuard, RawHealth, RawPolicy, RawPrice, RawProvider,
     RawRecovery, RawRetry, RawSelfHealing,
 };
 use crate::class::ErrorClass;
 use crate::config::{
     AgentConfig, ApiKey, AuthConfig, BreakerConfig, BudgetConfig, CompactionConfig, Config,
-    CooldownConfig, DEFAULT_LISTEN, EventsConfig, GuardConfig, HealthConfig, Jitter, KeyScope,
+    CooldownConfig, DEFAULT_LISTEN, EjectionConfig, EventsConfig, GuardConfig, HealthConfig, Jitter, KeyScope,
     NatsConfig, Price, ProviderConfig, ProviderKind, RecoveryConfig, RetryConfig, RetryPolicy,
     Secret, SelfHealingConfig, Target, WebhookConfig,
 };
@@ -98,6 +98,9 @@ pub fn validate(
     }
     if let Some(c) = &raw.cooldown_ms {
         cfg.cooldown = cooldown(&c.value);
+    }
+    if let Some(e) = &raw.ejection {
+        cfg.ejection = cx.ejection(&e.value);
     }
     if let Some(g) = &raw.guard {
         cfg.guard = cx.guard(&g.value);
@@ -628,6 +631,25 @@ impl Ctx<'_> {
         b
     }
 
+    fn ejection(&mut self, r: &RawEjection) -> EjectionConfig {
+        let d = EjectionConfig::default();
+        EjectionConfig {
+            eject_after: self.at_least_one("ejection.eject_after", &r.eject_after, d.eject_after),
+            failure_rate: r
+                .failure_rate
+                .as_ref()
+                .and_then(|f| self.fraction("ejection.failure_rate", f))
+                .unwrap_or(d.failure_rate),
+            min_calls: self.at_least_one("ejection.min_calls", &r.min_calls, d.min_calls),
+            window: self.positive_ms("ejection.window_ms", &r.window_ms, d.window),
+            max_ejection: self.positive_ms(
+                "ejection.max_ejection_ms",
+                &r.max_ejection_ms,
+                d.max_ejection,
+            ),
+        }
+    }
+
     fn self_healing(
         &mut self,
         r: &RawSelfHealing,
@@ -647,6 +669,25 @@ impl Ctx<'_> {
             &r.restart_delay_ms,
             sh.restart_delay,
         );
+        sh.resume_probe_after = self.positive_ms(
+            "self_healing.resume_probe_after_ms",
+            &r.resume_probe_after_ms,
+            sh.resume_probe_after,
+        );
+        sh.resume_probe_max = self.positive_ms(
+            "self_healing.resume_probe_max_ms",
+            &r.resume_probe_max_ms,
+            sh.resume_probe_max.max(sh.resume_probe_after),
+        );
+        if let Some(m) = &r.resume_probe_max_ms
+            && sh.resume_probe_max < sh.resume_probe_after
+        {
+            self.at(
+                "self_healing.resume_probe_max_ms",
+                m,
+                "must not be shorter than resume_probe_after_ms",
+            );
+        }
         if let Some(t) = &r.compaction_threshold
             && let Some(v) = self.fraction("self_healing.compaction_threshold", t)
         {
