@@ -27,6 +27,8 @@ pub const DEFAULT_MALFORMED_AT: usize = 10;
 pub const DEFAULT_STREAM_ERROR_AFTER: usize = 10;
 /// How long `down` answers 503, from the first request for that model.
 pub const DEFAULT_DOWN_SECS: u64 = 60;
+/// `flaky` fails every this-many-th request (10 %).
+pub const DEFAULT_FLAKY_EVERY: u64 = 10;
 /// The tool `tool` calls when no `name` is given.
 pub const DEFAULT_TOOL_NAME: &str = "edit_file";
 /// Largest `tokens` accepted, so a model name cannot make the server build a huge answer.
@@ -73,6 +75,9 @@ pub enum Fault {
     Down { secs: u64 },
     /// 503 until `POST /chaos/reset`.
     DownUntilReset,
+    /// 503 for every `every`-th request of its key (the 10th, 20th… with
+    /// `every=10`): a deterministic 10 % failure rate.
+    Flaky { every: u64 },
     /// A tool call instead of text; `arguments` is a compact JSON object.
     Tool { name: String, arguments: String },
     /// A deterministic summary of the request's messages.
@@ -100,6 +105,7 @@ pub const FAULT_NAMES: &[&str] = &[
     "no-prefill",
     "down",
     "down-until-reset",
+    "flaky",
     "tool",
     "summarize",
 ];
@@ -127,6 +133,7 @@ impl Fault {
             Fault::NoPrefill => "no-prefill",
             Fault::Down { .. } => "down",
             Fault::DownUntilReset => "down-until-reset",
+            Fault::Flaky { .. } => "flaky",
             Fault::Tool { .. } => "tool",
             Fault::Summarize => "summarize",
         }
@@ -154,6 +161,7 @@ impl Fault {
             | Fault::NoPrefill
             | Fault::Down { .. }
             | Fault::DownUntilReset
+            | Fault::Flaky { .. }
             | Fault::Tool { .. }
             | Fault::Summarize => None,
         }
@@ -294,6 +302,7 @@ fn own_params(head: &str) -> &'static [&'static str] {
         "malformed" => &["at"],
         "context-overflow" => &["max_chars"],
         "down" => &["secs"],
+        "flaky" => &["every"],
         "tool" => &["name", "args"],
         _ => &[],
     }
@@ -390,6 +399,9 @@ fn parse_known(spec: &str, head: &str, rest: &str) -> Result<FaultSpec, SpecErro
             secs: num_or("secs", DEFAULT_DOWN_SECS)?,
         },
         "down-until-reset" => Fault::DownUntilReset,
+        "flaky" => Fault::Flaky {
+            every: num_or("every", DEFAULT_FLAKY_EVERY)?.max(1),
+        },
         "tool" => Fault::Tool {
             name: get("name").unwrap_or(DEFAULT_TOOL_NAME).to_owned(),
             arguments: parse_args(get("args").unwrap_or("{}")).map_err(err)?,

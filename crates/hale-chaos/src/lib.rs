@@ -80,6 +80,13 @@ impl ChaosHandle {
     }
 
     /// Same as `POST /chaos/down`: puts `down-until-reset` models down again.
+    /// From now on requests for `model` get the fault `spec` (the
+    /// `x-chaos-fault` grammar), or their own again with `None`; the same as
+    /// `POST /chaos/override`.
+    pub fn set_fault(&self, model: &str, spec: Option<&str>) {
+        self.shared.set_override(model, spec.map(str::to_owned));
+    }
+
     pub fn bring_down(&self) {
         self.shared.bring_down();
     }

@@ -109,6 +109,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/chaos/requests", get(requests))
         .route("/chaos/reset", post(reset))
         .route("/chaos/down", post(down))
+        .route("/chaos/override", post(set_override))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(shared)
 }
@@ -142,6 +143,34 @@ async fn requests(State(s): State<Arc<Shared>>) -> Json<Vec<serde_json::Value>> 
 async fn reset(State(s): State<Arc<Shared>>) -> StatusCode {
     s.reset();
     StatusCode::NO_CONTENT
+}
+
+/// `POST /chaos/override {"model": M, "fault": SPEC | null}`: from now on
+/// requests for `M` get `SPEC` (before any script step or the model name's
+/// own fault; an `x-chaos-fault` header still wins), until cleared with
+/// `null` or a reset. Lets a soak change faults while traffic flows.
+async fn set_override(
+    State(s): State<Arc<Shared>>,
+    axum::Json(body): axum::Json<OverrideBody>,
+) -> Response {
+    if let Some(spec) = &body.fault
+        && let Err(e) = fault::parse_lenient(spec)
+    {
+        let msg = format!("hale-chaos: {e}");
+        return json_response(
+            400,
+            wire::bad_request_body(Dialect::OpenAi, &msg),
+            "bad-spec",
+        );
+    }
+    s.set_override(&body.model, body.fault);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct OverrideBody {
+    model: String,
+    fault: Option<String>,
 }
 
 async fn down(State(s): State<Arc<Shared>>) -> StatusCode {
@@ -211,8 +240,9 @@ async fn chat(
 
     let parsed;
     let ok_spec;
+    let overridden = shared.override_for(model);
     let spec: &FaultSpec = match (
-        header,
+        header.or(overridden.as_deref()),
         shared
             .script
             .as_ref()
@@ -265,7 +295,7 @@ async fn chat(
             r
         }
         Fault::Error500 => error_response(dialect, ErrorKind::Server500, applied),
-        Fault::Error503 | Fault::Down { .. } | Fault::DownUntilReset => {
+        Fault::Error503 | Fault::Down { .. } | Fault::DownUntilReset | Fault::Flaky { .. } => {
             error_response(dialect, ErrorKind::Unavailable503, applied)
         }
         Fault::Error529 => error_response(dialect, ErrorKind::Overloaded529, applied),
@@ -322,6 +352,13 @@ fn effective_fault<'a>(
                 OK
             } else {
                 f
+            }
+        }
+        Fault::Flaky { every } => {
+            if seen.n % every.max(&1) == 0 {
+                f
+            } else {
+                OK
             }
         }
         Fault::ContextOverflow { max_chars } => match max_chars {
@@ -449,6 +486,7 @@ impl Shape {
             | Fault::NoPrefill
             | Fault::Down { .. }
             | Fault::DownUntilReset
+            | Fault::Flaky { .. }
             | Fault::Tool { .. }
             | Fault::Summarize => {}
         }

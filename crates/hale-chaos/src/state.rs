@@ -41,6 +41,8 @@ struct KeyState {
 #[derive(Debug, Default)]
 struct Inner {
     keys: HashMap<String, KeyState>,
+    /// Faults set at run time by `POST /chaos/override`, per model.
+    overrides: HashMap<String, String>,
     stats: Stats,
     bodies: VecDeque<Bytes>,
 }
@@ -136,6 +138,24 @@ impl Shared {
     }
 
     /// Whether `down-until-reset` answers ok.
+    /// The fault spec set for `model` by `POST /chaos/override`, if any.
+    pub fn override_for(&self, model: &str) -> Option<String> {
+        let g = self.lock();
+        if g.overrides.is_empty() {
+            return None;
+        }
+        g.overrides.get(model).cloned()
+    }
+
+    /// Sets (or, with `None`, clears) the fault of `model`.
+    pub fn set_override(&self, model: &str, spec: Option<String>) {
+        let mut g = self.lock();
+        match spec {
+            Some(s) => g.overrides.insert(model.to_owned(), s),
+            None => g.overrides.remove(model),
+        };
+    }
+
     pub fn revived(&self) -> bool {
         self.revived.load(Ordering::Relaxed)
     }

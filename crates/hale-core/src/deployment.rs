@@ -317,8 +317,7 @@ impl Health {
         b.failed = b.failed.saturating_add(1);
         let (calls, failed) = self.counts(cfg, now);
         let outlier = self.consecutive >= cfg.eject_after
-            || (calls >= cfg.min_calls
-                && f64::from(failed) >= cfg.failure_rate * f64::from(calls));
+            || (calls >= cfg.min_calls && f64::from(failed) >= cfg.failure_rate * f64::from(calls));
         let already = self.running(now).is_some();
         if !(already || outlier || explicit_signal(class, retry_after)) {
             return None;
@@ -423,7 +422,12 @@ impl Health {
     }
 
     /// A view at `now`.
-    pub fn snapshot(&self, cfg: &EjectionConfig, probe_interval: Duration, now: Instant) -> Snapshot {
+    pub fn snapshot(
+        &self,
+        cfg: &EjectionConfig,
+        probe_interval: Duration,
+        now: Instant,
+    ) -> Snapshot {
         let running = self.running(now);
         let (calls, _) = self.counts(cfg, now);
         Snapshot {
@@ -434,11 +438,13 @@ impl Health {
             ejections: self.ejections_in_row,
             ejected_remaining_ms: running.map_or(0, |e| ms(e.until.saturating_duration_since(now))),
             ejection_class: running.map(|e| e.class),
-            next_probe_ms: running.filter(|e| !self.forced && heals_by_itself(e.class)).map(|e| {
-                ms(add(e.probe_from, probe_interval)
-                    .min(e.until)
-                    .saturating_duration_since(now))
-            }),
+            next_probe_ms: running
+                .filter(|e| !self.forced && heals_by_itself(e.class))
+                .map(|e| {
+                    ms(add(e.probe_from, probe_interval)
+                        .min(e.until)
+                        .saturating_duration_since(now))
+                }),
             forced: self.forced,
         }
     }
@@ -475,7 +481,12 @@ mod tests {
         EjectionConfig::default()
     }
 
-    fn fail(h: &mut Health, class: ErrorClass, ra: Option<Duration>, now: Instant) -> Option<Duration> {
+    fn fail(
+        h: &mut Health,
+        class: ErrorClass,
+        ra: Option<Duration>,
+        now: Instant,
+    ) -> Option<Duration> {
         h.on_failure(&cfg(), &CooldownConfig::default(), class, ra, now)
     }
 
@@ -530,12 +541,29 @@ mod tests {
         let t0 = Instant::now();
         let cd = CooldownConfig::default();
         let mut h = Health::new();
-        assert_eq!(fail(&mut h, ErrorClass::RateLimit, Some(s(7)), t0), Some(s(7)));
-        assert!(matches!(h.gate(PROBE, t0), Gate::Ejected { class: ErrorClass::RateLimit, .. }));
+        assert_eq!(
+            fail(&mut h, ErrorClass::RateLimit, Some(s(7)), t0),
+            Some(s(7))
+        );
+        assert!(matches!(
+            h.gate(PROBE, t0),
+            Gate::Ejected {
+                class: ErrorClass::RateLimit,
+                ..
+            }
+        ));
         assert_eq!(h.gate(PROBE, t0 + s(7)), Gate::Open);
-        for class in [ErrorClass::Auth, ErrorClass::Billing, ErrorClass::ModelNotFound] {
+        for class in [
+            ErrorClass::Auth,
+            ErrorClass::Billing,
+            ErrorClass::ModelNotFound,
+        ] {
             let mut h = Health::new();
-            assert_eq!(fail(&mut h, class, None, t0), cd.for_class(class), "{class}");
+            assert_eq!(
+                fail(&mut h, class, None, t0),
+                cd.for_class(class),
+                "{class}"
+            );
             assert_eq!(h.state(&cfg(), t0), State::Ejected);
         }
     }
@@ -549,7 +577,11 @@ mod tests {
             .unwrap();
         let mut h = Health::new();
         for i in 1..c.eject_after {
-            assert_eq!(fail(&mut h, ErrorClass::Overloaded, None, t0), None, "failure {i}");
+            assert_eq!(
+                fail(&mut h, ErrorClass::Overloaded, None, t0),
+                None,
+                "failure {i}"
+            );
         }
         assert_eq!(h.gate(PROBE, t0), Gate::Open);
         // The N-th ejects for the base…
@@ -618,7 +650,10 @@ mod tests {
             now += s(1);
         }
         assert_eq!(lengths, [None, None, Some(s(30)), Some(s(60))]);
-        assert!(h.on_success(&c, now), "the success ended a running ejection");
+        assert!(
+            h.on_success(&c, now),
+            "the success ended a running ejection"
+        );
         assert_eq!(h.gate(PROBE, now), Gate::Open);
         assert_eq!(h.snapshot(&c, PROBE, now).ejections, 0);
         // Starting over (once the old failures left the window, so the rate
@@ -656,7 +691,11 @@ mod tests {
     #[test]
     fn classes_that_do_not_heal_are_probed_only_when_their_ejection_ends() {
         let t0 = Instant::now();
-        for class in [ErrorClass::Auth, ErrorClass::Billing, ErrorClass::ModelNotFound] {
+        for class in [
+            ErrorClass::Auth,
+            ErrorClass::Billing,
+            ErrorClass::ModelNotFound,
+        ] {
             let mut h = Health::new();
             let d = fail(&mut h, class, None, t0).expect("explicit");
             let mut t = t0;
@@ -677,7 +716,10 @@ mod tests {
         fail(&mut h, ErrorClass::RateLimit, Some(s(2)), t0 + s(1));
         assert!(matches!(
             h.gate(PROBE, t0 + s(100)),
-            Gate::Ejected { class: ErrorClass::Auth, .. }
+            Gate::Ejected {
+                class: ErrorClass::Auth,
+                ..
+            }
         ));
     }
 

@@ -57,6 +57,7 @@ event_kinds! {
     ProviderCooldown => "provider.cooldown",
     ProviderRecovered => "provider.recovered",
     GuardLimitHit => "guard.limit_hit",
+    TaskReset => "task.reset",
     BudgetExceeded => "budget.exceeded",
     CheckpointCorrupt => "checkpoint.corrupt",
     OutboxShed => "outbox.shed",

@@ -43,6 +43,11 @@ use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
 
+/// A task with no request for this long is forgotten (its guard and spend),
+/// so a gateway serving many short conversations holds bounded state. A task
+/// still in use is never forgotten, however long it runs.
+pub const IDLE_TASK_TTL: Duration = Duration::from_secs(60 * 60);
+
 /// The prefix of a task named by its conversation root.
 pub const CONVERSATION_TASK_PREFIX: &str = "conv-";
 

@@ -156,7 +156,10 @@ mod tests {
         assert!(!should_pause(&c, true, false, n - 1));
         assert!(should_pause(&c, true, false, n));
         assert!(should_pause(&c, true, false, n + 1));
-        assert!(!should_pause(&c, false, false, n + 10), "no identity, no pause");
+        assert!(
+            !should_pause(&c, false, false, n + 10),
+            "no identity, no pause"
+        );
         assert!(!should_pause(&c, true, true, n), "already paused");
         let off = SelfHealingConfig {
             enabled: false,

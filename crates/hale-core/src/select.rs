@@ -530,8 +530,15 @@ mod tests {
     #[test]
     fn pick_returns_none_when_all_tried() {
         let t0 = Instant::now();
-        let cands = [open(), c(Gate::Probe, BreakerSays::Allowed, false, None), c(ejected(5, t0), BreakerSays::Refused, false, None)];
-        let tried: Vec<Candidate> = cands.iter().map(|c| Candidate { tried: true, ..*c }).collect();
+        let cands = [
+            open(),
+            c(Gate::Probe, BreakerSays::Allowed, false, None),
+            c(ejected(5, t0), BreakerSays::Refused, false, None),
+        ];
+        let tried: Vec<Candidate> = cands
+            .iter()
+            .map(|c| Candidate { tried: true, ..*c })
+            .collect();
         assert_eq!(pick(&tried), Pick::None);
         assert_eq!(pick(&[]), Pick::None);
     }
@@ -562,14 +569,18 @@ mod tests {
         }
 
         fn candidate() -> impl Strategy<Value = Candidate> {
-            (gate(), breaker(), any::<bool>(), proptest::option::of(0.0f64..=1.0)).prop_map(
-                |(gate, breaker, tried, success_ratio)| Candidate {
+            (
+                gate(),
+                breaker(),
+                any::<bool>(),
+                proptest::option::of(0.0f64..=1.0),
+            )
+                .prop_map(|(gate, breaker, tried, success_ratio)| Candidate {
                     gate,
                     breaker,
                     tried,
                     success_ratio,
-                },
-            )
+                })
         }
 
         proptest! {

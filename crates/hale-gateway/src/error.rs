@@ -52,15 +52,27 @@ impl HaleError {
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
-    pub fn agent_paused(agent: &str, failures: u32) -> Self {
+    pub fn agent_paused(
+        agent: &str,
+        failures: u32,
+        by: hale_core::pause::PausedBy,
+        next_trial_in_ms: Option<u64>,
+    ) -> Self {
+        let why = match by {
+            hale_core::pause::PausedBy::Auto => format!(
+                "agent {agent} is paused after {failures} consecutive failed turns; hale lets a trial request through in {} ms and resumes it when that succeeds",
+                next_trial_in_ms.unwrap_or(0)
+            ),
+            hale_core::pause::PausedBy::Operator => {
+                format!("agent {agent} was paused by an operator")
+            }
+        };
         let mut e = Self::new(
             StatusCode::LOCKED,
             "agent_paused",
-            format!(
-                "agent {agent} is paused after {failures} consecutive failed turns; resume it with POST /agents/{agent}/resume"
-            ),
+            format!("{why}; resume it now with POST /agents/{agent}/resume"),
         );
-        e.hale = serde_json::json!({"agent": agent});
+        e.hale = serde_json::json!({"agent": agent, "paused_by": by, "next_trial_in_ms": next_trial_in_ms});
         e
     }
 

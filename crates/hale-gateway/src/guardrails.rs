@@ -4,8 +4,11 @@
 //! [`hale_core::budget::check`]); this module keeps their state per agent ×
 //! task, feeds them the tool results found in requests and the tool calls
 //! found in responses, and turns a hit into the final 409 / 402 with its
-//! event. A task is named by `X-Hale-Task`, else the agent's one task
-//! ([`DEFAULT_TASK`]) until it is reset.
+//! event. A task is named by `X-Hale-Task`, else by its conversation root
+//! ([`hale_core::guard::task_of`]), so unrelated conversations never add up
+//! into one runaway task. Tasks idle for
+//! [`hale_core::guard::IDLE_TASK_TTL`] are forgotten, so the map stays
+//! bounded however many conversations pass through.
 
 use crate::error::HaleError;
 use crate::proto::{ChatRequest, Part, Usage};
@@ -14,37 +17,83 @@ use axum::http::StatusCode;
 use hale_core::budget::{self, BudgetHit, Spend};
 use hale_core::config::BudgetConfig;
 use hale_core::event::EventKind;
-use hale_core::guard::{GuardHit, GuardSnapshot, TaskGuard, ToolCallSeen, ToolResultSeen};
+use hale_core::guard::{
+    GuardHit, GuardSnapshot, IDLE_TASK_TTL, TaskGuard, ToolCallSeen, ToolResultSeen,
+};
 use hale_core::models;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-/// The task of an agent that names none.
+/// How often idle tasks are swept.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// The task of heartbeats, decisions and supervised runs that name none.
 pub const DEFAULT_TASK: &str = "default";
 
 /// One task's guard and spend.
 pub struct TaskRt {
     pub guard: TaskGuard,
     pub spend: Spend,
+    last_used: Instant,
 }
 
 /// Every task's state, keyed by (agent, task).
 #[derive(Default)]
 pub struct Tasks {
     map: Mutex<HashMap<(String, String), TaskRt>>,
+    /// When idle tasks were last swept.
+    swept: Mutex<Option<Instant>>,
+}
+
+/// What a task reset found.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reset {
+    /// The task had guard or spend state.
+    pub existed: bool,
+    /// It was stopped by a guard limit.
+    pub guard_hit: bool,
 }
 
 impl Tasks {
     fn with<R>(&self, agent: &str, task: &str, f: impl FnOnce(&mut TaskRt) -> R) -> R {
+        let now = Instant::now();
+        self.sweep(now);
         let mut map = self.map.lock().expect("tasks lock");
         let rt = map
             .entry((agent.to_owned(), task.to_owned()))
             .or_insert_with(|| TaskRt {
-                guard: TaskGuard::new(Instant::now()),
+                guard: TaskGuard::new(now),
                 spend: Spend::default(),
+                last_used: now,
             });
+        rt.last_used = now;
         f(rt)
+    }
+
+    /// Forgets tasks idle for [`IDLE_TASK_TTL`], at most once a minute.
+    fn sweep(&self, now: Instant) {
+        {
+            let mut swept = self.swept.lock().expect("tasks sweep lock");
+            match *swept {
+                Some(t) if now.saturating_duration_since(t) < SWEEP_EVERY => return,
+                Some(_) | None => *swept = Some(now),
+            }
+        }
+        self.map
+            .lock()
+            .expect("tasks lock")
+            .retain(|_, rt| now.saturating_duration_since(rt.last_used) < IDLE_TASK_TTL);
+    }
+
+    /// How many tasks are held.
+    pub fn len(&self) -> usize {
+        self.map.lock().expect("tasks lock").len()
+    }
+
+    /// Whether no task is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The guard snapshots and spend of every task of `agent`.
@@ -58,11 +107,16 @@ impl Tasks {
     }
 
     /// Forgets a task (a reset or a terminated task starting over).
-    pub fn reset(&self, agent: &str, task: &str) {
-        self.map
+    pub fn reset(&self, agent: &str, task: &str) -> Reset {
+        let gone = self
+            .map
             .lock()
             .expect("tasks lock")
             .remove(&(agent.to_owned(), task.to_owned()));
+        Reset {
+            existed: gone.is_some(),
+            guard_hit: gone.is_some_and(|rt| rt.guard.hit().is_some()),
+        }
     }
 }
 

@@ -180,6 +180,15 @@ impl HealthRt {
         self.reg().set_context_exhausted(agent, exhausted);
     }
 
+    /// The terminated tasks of `agent`.
+    pub fn terminated_tasks(&self, agent: &str) -> Vec<String> {
+        self.book()
+            .terminated
+            .get(agent)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// Whether `task` of `agent` was terminated (its requests get 410).
     pub fn is_terminated(&self, agent: &str, task: &str) -> bool {
         has(&self.book().terminated, agent, task)
@@ -479,8 +488,9 @@ pub fn terminate(gw: &Gateway, agent: &str, task: &str, reason: &str) {
     block_task(gw, agent, task, reason, now);
 }
 
-/// Lifts the block of `task` and resets the agent's health (recovery, resume).
-fn unblock(gw: &Gateway, agent: &str, task: &str) {
+/// Lifts the block of `task` and resets the agent's health (recovery,
+/// resume, a task reset). Returns whether the task was terminated.
+pub fn unblock(gw: &Gateway, agent: &str, task: &str) -> bool {
     let terminated = {
         let mut book = gw.health.book();
         if !remove(&mut book.terminated, agent, task) {
@@ -490,10 +500,12 @@ fn unblock(gw: &Gateway, agent: &str, task: &str) {
         }
     };
     gw.health.reg().reset(agent, Instant::now());
+    let was = terminated.is_some();
     if let Some(list) = terminated {
         let rec = gw.update_agent(agent, |a| set_health_state(&mut a.state, &list, None));
         gw.store.submit(vec![Write::Agent(rec)]);
     }
+    was
 }
 
 /// An operator resumed `agent`: health back to watching, its terminated
@@ -507,7 +519,7 @@ pub fn on_resume(gw: &Gateway, agent: &str) {
         .cloned()
         .unwrap_or_default();
     for t in &tasks {
-        unblock(gw, agent, t);
+        let _ = unblock(gw, agent, t);
     }
     gw.health.reg().reset(agent, Instant::now());
 }
@@ -694,10 +706,9 @@ async fn decide(
     match d {
         Decision::Terminate => block_task(&gw, &id, &task, &reason, now),
         Decision::HandOff => {
-            return crate::http::set_paused(
+            return crate::api::agents::operator_pause(
                 &gw,
                 &id,
-                true,
                 "handed off to a human by an operator decision",
             )
             .await;
@@ -1081,7 +1092,7 @@ pub async fn plan_recovery(
         }
     };
     if answer["action"] == "restart" {
-        unblock(gw, agent, task);
+        let _ = unblock(gw, agent, task);
         let mut book = gw.health.book();
         add(&mut book.recovered, agent, task);
         add(&mut book.recovering, agent, task);

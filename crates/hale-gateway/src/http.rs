@@ -17,8 +17,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hale_core::config::KeyScope;
-use hale_core::event::EventKind;
-use hale_store::Write;
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,11 +31,8 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/live", get(|| async { "ok" }))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
-        .route("/agents", get(agents))
-        .route("/agents/{id}", get(agent))
-        .route("/agents/{id}/pause", post(pause))
-        .route("/agents/{id}/resume", post(resume))
         .route("/turns/{id}", get(turn))
+        .merge(crate::api::router())
         .merge(crate::health::router())
         .with_state(gw)
 }
@@ -241,34 +236,7 @@ async fn metrics(
 ) -> Response {
     admin!(gw, peer, headers);
     let now = Instant::now();
-    for ((agent, provider), b) in gw.all_breakers() {
-        let current = b.state(now);
-        for s in [
-            hale_core::breaker::BreakerState::Closed,
-            hale_core::breaker::BreakerState::Open,
-            hale_core::breaker::BreakerState::HalfOpen,
-            hale_core::breaker::BreakerState::ForcedOpen,
-            hale_core::breaker::BreakerState::Disabled,
-        ] {
-            gw.metrics
-                .breaker_state
-                .get_or_create(&crate::metrics::BreakerLabels {
-                    agent: agent.clone(),
-                    provider: provider.clone(),
-                    state: s.as_str().into(),
-                })
-                .set(i64::from(s == current));
-        }
-    }
-    for (name, p) in &gw.providers {
-        let snap = p.cooldown.lock().expect("cooldown lock").snapshot(now);
-        gw.metrics
-            .cooldown_seconds
-            .get_or_create(&crate::metrics::ProviderLabels {
-                provider: name.clone(),
-            })
-            .set(snap.remaining_ms as f64 / 1000.0);
-    }
+    crate::api::deployments::refresh_metrics(&gw, now);
     if let Ok(d) = gw.store.outbox_depth().await {
         gw.metrics.outbox_depth.set(d as i64);
     }
@@ -284,159 +252,6 @@ async fn metrics(
         gw.metrics.render(),
     )
         .into_response()
-}
-
-fn agent_view(gw: &Gateway, id: &str) -> serde_json::Value {
-    let rec = gw.agent_record(id);
-    let now = Instant::now();
-    let breakers: serde_json::Map<String, serde_json::Value> = gw
-        .breakers_of(id)
-        .into_iter()
-        .map(|(p, b)| (p, serde_json::to_value(b.snapshot(now)).unwrap_or_default()))
-        .collect();
-    let cooldowns: serde_json::Map<String, serde_json::Value> = gw
-        .providers
-        .iter()
-        .map(|(name, p)| {
-            let snap = p.cooldown.lock().expect("cooldown lock").snapshot(now);
-            (name.clone(), serde_json::to_value(snap).unwrap_or_default())
-        })
-        .collect();
-    json!({
-        "id": rec.id,
-        "state": if rec.paused { "paused" } else { "active" },
-        "consecutive_failures": rec.consecutive_failures,
-        "counters": {
-            "turns": rec.turns,
-            "failed_turns": rec.failed_turns,
-            "tokens_in": rec.tokens_in,
-            "tokens_out": rec.tokens_out,
-            "cost_usd": rec.cost_usd,
-        },
-        "last_failure_ms": rec.last_failure_ms,
-        "last_seen_ms": rec.last_seen_ms,
-        "breakers": breakers,
-        "cooldowns": cooldowns,
-        "health": gw.health.view(id, now),
-        "budget": budget_view(gw, id),
-        "detail": rec.state,
-    })
-}
-
-/// Caps, spend and guard state per task, for `GET /agents/{id}`.
-fn budget_view(gw: &Gateway, id: &str) -> serde_json::Value {
-    let caps = gw
-        .cfg
-        .agents
-        .get(id)
-        .or_else(|| gw.cfg.agents.get(hale_core::config::DEFAULT_AGENT))
-        .map(|a| a.budget.clone())
-        .unwrap_or_default();
-    let rec = gw.agent_record(id);
-    let tasks: serde_json::Map<String, serde_json::Value> = gw
-        .tasks
-        .of_agent(id)
-        .into_iter()
-        .map(|(task, guard, spend)| (task, json!({ "spend": spend, "guard": guard })))
-        .collect();
-    json!({
-        "caps": {
-            "max_tokens_per_task": caps.max_tokens_per_task,
-            "max_tokens_per_agent": caps.max_tokens_per_agent,
-            "max_cost_usd_per_task": caps.max_cost_usd_per_task,
-            "max_cost_usd_per_agent": caps.max_cost_usd_per_agent,
-        },
-        "agent_spend": { "tokens": rec.tokens_in + rec.tokens_out, "cost_usd": rec.cost_usd },
-        "tasks": tasks,
-    })
-}
-
-async fn agents(
-    State(gw): State<Arc<Gateway>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-) -> Response {
-    admin!(gw, peer, headers);
-    let mut ids: Vec<String> = gw
-        .agents
-        .lock()
-        .expect("agents lock")
-        .keys()
-        .cloned()
-        .collect();
-    for a in gw.cfg.agents.keys() {
-        if !ids.contains(a) {
-            ids.push(a.clone());
-        }
-    }
-    ids.sort();
-    let list: Vec<_> = ids.iter().map(|id| agent_view(&gw, id)).collect();
-    axum::Json(json!({ "agents": list })).into_response()
-}
-
-async fn agent(
-    State(gw): State<Arc<Gateway>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Response {
-    admin!(gw, peer, headers);
-    axum::Json(agent_view(&gw, &id)).into_response()
-}
-
-async fn pause(
-    State(gw): State<Arc<Gateway>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Response {
-    admin!(gw, peer, headers);
-    set_paused(&gw, &id, true, "paused by an operator").await
-}
-
-async fn resume(
-    State(gw): State<Arc<Gateway>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Response {
-    admin!(gw, peer, headers);
-    set_paused(&gw, &id, false, "resumed by an operator").await
-}
-
-/// Pauses or resumes an agent; the state change and its event commit together.
-pub async fn set_paused(gw: &Gateway, id: &str, paused: bool, reason: &str) -> Response {
-    let rec = gw.update_agent(id, |a| {
-        a.paused = paused;
-        if !paused {
-            a.consecutive_failures = 0;
-        }
-    });
-    if !paused {
-        crate::health::on_resume(gw, id);
-    }
-    let kind = if paused {
-        EventKind::AgentPaused
-    } else {
-        EventKind::AgentResumed
-    };
-    let ev = gw
-        .event(kind)
-        .agent(id)
-        .payload(json!({ "reason": reason }));
-    gw.metrics.event(kind);
-    if let Err(e) = gw
-        .store
-        .commit(vec![Write::Agent(rec), Write::Event(ev)])
-        .await
-    {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("could not record the change: {e}"),
-        )
-            .into_response();
-    }
-    axum::Json(agent_view(gw, id)).into_response()
 }
 
 async fn turn(

@@ -11,7 +11,10 @@
 //! - [`proto`]: the canonical chat model and the two wire dialects.
 //! - [`http`]: routes, auth, admin API. [`metrics`]: Prometheus.
 
+pub mod agents;
+pub mod api;
 pub mod compact;
+pub mod deployments;
 pub mod error;
 pub mod guardrails;
 pub mod health;

@@ -35,13 +35,19 @@ struct KindLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BreakerLabels {
     pub agent: String,
-    pub provider: String,
+    pub deployment: String,
     pub state: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProviderLabels {
-    pub provider: String,
+pub struct DeploymentLabels {
+    pub deployment: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeploymentStateLabels {
+    pub deployment: String,
+    pub state: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -76,8 +82,16 @@ pub struct Metrics {
     stream_resumes: Counter,
     /// 1 for the current state of each breaker, 0 for the others.
     pub breaker_state: Family<BreakerLabels, Gauge>,
-    /// Remaining cooldown per provider, in seconds.
-    pub cooldown_seconds: Family<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Health per deployment (1 = current state).
+    pub deployment_health: Family<DeploymentStateLabels, Gauge>,
+    /// Remaining ejection per deployment, in seconds.
+    pub deployment_ejected_seconds:
+        Family<DeploymentLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Consecutive failures per deployment.
+    pub deployment_consecutive_failures: Family<DeploymentLabels, Gauge>,
+    /// Recent success ratio per deployment (absent without calls).
+    pub deployment_success_ratio:
+        Family<DeploymentLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub outbox_depth: Gauge,
     pub dead_letters: Gauge,
     /// Undelivered events shed at the outbox cap since start.
@@ -140,12 +154,31 @@ impl Metrics {
             "Circuit breaker state (1 = current)",
             breaker_state.clone(),
         );
-        let cooldown_seconds =
-            Family::<ProviderLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let deployment_health = Family::<DeploymentStateLabels, Gauge>::default();
         registry.register(
-            "provider_cooldown_seconds",
-            "Remaining cooldown per provider",
-            cooldown_seconds.clone(),
+            "deployment_health",
+            "Deployment health: healthy, degraded or ejected (1 = current)",
+            deployment_health.clone(),
+        );
+        let deployment_ejected_seconds =
+            Family::<DeploymentLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "deployment_ejected_seconds",
+            "Remaining ejection per deployment",
+            deployment_ejected_seconds.clone(),
+        );
+        let deployment_consecutive_failures = Family::<DeploymentLabels, Gauge>::default();
+        registry.register(
+            "deployment_consecutive_failures",
+            "Consecutive failed calls per deployment",
+            deployment_consecutive_failures.clone(),
+        );
+        let deployment_success_ratio =
+            Family::<DeploymentLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "deployment_success_ratio",
+            "Successful calls / calls per deployment in the ejection window",
+            deployment_success_ratio.clone(),
         );
         let outbox_depth = Gauge::default();
         registry.register(
@@ -200,7 +233,10 @@ impl Metrics {
             malformed_chunks,
             stream_resumes,
             breaker_state,
-            cooldown_seconds,
+            deployment_health,
+            deployment_ejected_seconds,
+            deployment_consecutive_failures,
+            deployment_success_ratio,
             outbox_depth,
             dead_letters,
             outbox_shed,

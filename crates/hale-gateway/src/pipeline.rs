@@ -6,6 +6,7 @@
 //! (complete) → evidence → journal, guard and spend accounting. Each step is a call into a module that owns it; this
 //! file only orders them, so the flow of a request reads top to bottom.
 
+use crate::agents;
 use crate::compact;
 use crate::error::HaleError;
 use crate::guardrails;
@@ -70,20 +71,23 @@ pub async fn handle_chat(
         }
     };
 
-    // Agent gate.
-    let agent = header(&headers, AGENT_HEADER)
-        .or(caller.default_agent.clone())
-        .unwrap_or_else(|| DEFAULT_AGENT.to_owned());
+    // Agent gate. Traffic with no identity (no header, no key default)
+    // belongs to no agent loop and is never paused (DESIGN §5).
+    let named_agent = header(&headers, AGENT_HEADER).or(caller.default_agent.clone());
+    let named = named_agent.is_some();
+    let agent = named_agent.unwrap_or_else(|| DEFAULT_AGENT.to_owned());
     if let Some(allowed) = &caller.agents
         && !allowed.iter().any(|a| a == &agent)
     {
         return HaleError::forbidden(format!("this key may not act as agent {agent}"))
             .into_response(dialect);
     }
-    let task = header(&headers, TASK_HEADER).unwrap_or_else(|| guardrails::DEFAULT_TASK.to_owned());
-    if let Some(failures) = gw.paused(&agent) {
-        return HaleError::agent_paused(&agent, failures).into_response(dialect);
-    }
+    // The task: X-Hale-Task, else the conversation's root (DESIGN §1 step 2).
+    let task = conversation_task(header(&headers, TASK_HEADER).as_deref(), &req);
+    let admission = match agents::admit(&gw, &agent, wall_ms()) {
+        Ok(a) => a,
+        Err(e) => return e.into_response(dialect),
+    };
     if let Err(e) = crate::health::before_turn(&gw, &agent, &task) {
         return e.into_response(dialect);
     }
@@ -116,6 +120,8 @@ pub async fn handle_chat(
     };
     let turn_id = ulid::Ulid::from_parts(wall_ms(), rand::random::<u128>()).to_string();
     let mut turn = Turn::new(&gw, turn_id, agent.clone(), Some(task.clone()), targets);
+    turn.named = named;
+    turn.admission = admission;
     gw.metrics.turn_started();
 
     // Compaction against the first target's window.
@@ -293,6 +299,18 @@ fn tokio_stream_from(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
+/// The guard's task of a request: `X-Hale-Task`, else its conversation root
+/// (the system prompt and the first user message; `hale_core::guard::task_of`).
+fn conversation_task(explicit: Option<&str>, req: &ChatRequest) -> String {
+    let first_user = req
+        .messages
+        .iter()
+        .find(|m| m.role == proto::Role::User)
+        .map(proto::Message::joined_text)
+        .unwrap_or_default();
+    hale_core::guard::task_of(explicit, req.system.as_deref().unwrap_or(""), &first_user)
+}
+
 fn header(h: &HeaderMap, name: &str) -> Option<String> {
     h.get(name)
         .and_then(|v| v.to_str().ok())
@@ -468,29 +486,32 @@ fn finish_turn(
         counts,
         tokens,
     );
-    let max = gw.cfg.self_healing.max_consecutive_failures;
-    let mut paused_now = false;
-    let rec = gw.update_agent(&turn.agent, |a| {
-        a.turns += 1;
-        a.last_seen_ms = Some(now_ms);
-        a.tokens_in += usage.input_tokens;
-        a.tokens_out += usage.output_tokens;
-        a.cost_usd += cost;
-        if ok {
-            a.consecutive_failures = 0;
-            if turn.compacted {
-                gw.health.set_context_exhausted(&turn.agent, false);
-            }
-        } else if counts {
-            a.failed_turns += 1;
-            a.consecutive_failures += 1;
-            a.last_failure_ms = Some(now_ms);
-            if gw.cfg.self_healing.enabled && !a.paused && a.consecutive_failures >= max {
-                a.paused = true;
-                paused_now = true;
-            }
-        }
-    });
+    let outcome = if ok {
+        agents::Outcome::Succeeded
+    } else if counts {
+        agents::Outcome::Failed
+    } else {
+        agents::Outcome::CallerFault
+    };
+    if ok && turn.compacted {
+        gw.health.set_context_exhausted(&turn.agent, false);
+    }
+    let after = agents::after_turn(
+        gw,
+        &turn.agent,
+        &turn.id,
+        turn.named,
+        turn.admission,
+        outcome,
+        now_ms,
+        |a| {
+            a.turns += 1;
+            a.tokens_in += usage.input_tokens;
+            a.tokens_out += usage.output_tokens;
+            a.cost_usd += cost;
+        },
+    );
+    let rec = after.record;
     if let Some(t) = &target
         && served != Some(0)
         && ok
@@ -511,15 +532,7 @@ fn finish_turn(
         gw.metrics.event(ev.kind);
         writes.push(Write::Event(ev));
     }
-    writes.push(Write::Agent(rec.clone()));
-    if paused_now {
-        let ev = gw
-            .event(EventKind::AgentPaused)
-            .agent(&turn.agent)
-            .turn(&turn.id)
-            .payload(serde_json::json!({"reason": format!("{} consecutive failed turns", rec.consecutive_failures)}));
-        gw.metrics.event(ev.kind);
-        writes.push(Write::Event(ev));
-    }
+    writes.push(Write::Agent(rec));
+    writes.extend(after.events.into_iter().map(Write::Event));
     gw.store.submit(writes);
 }

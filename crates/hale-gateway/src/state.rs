@@ -1,30 +1,56 @@
-//! The gateway's live state: providers' cooldowns and retry budgets, breakers
-//! per agent × provider, agents' gate state, and the handles to the store and
+//! The gateway's live state: the components a turn needs (deployments'
+//! health, breakers and retry budgets; agents' gate state; tasks' guard and
+//! spend; compaction caches; health), and the handles to the store and
 //! metrics. The rules that change this state are in hale-core; this module
 //! only holds it behind locks that are never held across an `.await`.
 
 use crate::metrics::Metrics;
-use hale_core::breaker::SharedBreaker;
 use hale_core::clock::Clock;
 use hale_core::config::Config;
-use hale_core::cooldown::Cooldown;
 use hale_core::event::{Event, EventKind};
-use hale_core::retry::RetryBudget;
+use hale_core::pause::{Pause, PausedBy};
 use hale_store::{AgentRecord, Store, Write};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// Per-provider runtime state.
-pub struct ProviderRt {
-    pub cooldown: Mutex<Cooldown>,
-    pub budget: Mutex<RetryBudget>,
-}
-
-/// Per-agent gate state (mirrored to the store).
+/// Per-agent gate state (mirrored to the store; the pause also lives in
+/// the record's `state.pause`, so it outlives a restart).
 #[derive(Debug, Clone)]
 pub struct AgentRt {
     pub record: AgentRecord,
+    pub pause: Option<Pause>,
+}
+
+impl AgentRt {
+    fn new(record: AgentRecord) -> Self {
+        let pause = record.paused.then(|| {
+            serde_json::from_value::<Pause>(record.state["pause"].clone()).unwrap_or(
+                // Paused by an older hale, which paused only for failures.
+                Pause {
+                    by: if record.consecutive_failures > 0 {
+                        PausedBy::Auto
+                    } else {
+                        PausedBy::Operator
+                    },
+                    since_ms: record.last_failure_ms.unwrap_or(0),
+                    failed_trials: 0,
+                    next_trial_ms: Some(0),
+                },
+            )
+        });
+        Self { record, pause }
+    }
+
+    /// Sets (or clears) the pause, in the record too.
+    pub fn set_pause(&mut self, pause: Option<Pause>) {
+        self.pause = pause;
+        self.record.paused = pause.is_some();
+        if !self.record.state.is_object() {
+            self.record.state = serde_json::json!({});
+        }
+        self.record.state["pause"] = serde_json::to_value(pause).unwrap_or_default();
+    }
 }
 
 /// Everything a turn needs, shared by all requests.
@@ -33,9 +59,8 @@ pub struct Gateway {
     pub http: reqwest::Client,
     pub store: Store,
     pub metrics: Metrics,
-    pub providers: HashMap<String, ProviderRt>,
-    /// agent → provider → breaker: looked up by `&str`, no allocation per turn.
-    breakers: RwLock<HashMap<String, HashMap<String, Arc<SharedBreaker>>>>,
+    /// Deployments' health, breakers (agent × deployment), retry budgets.
+    pub deployments: crate::deployments::Deployments,
     pub agents: Mutex<HashMap<String, AgentRt>>,
     /// Idempotency keys being served right now: a duplicate waits on the watch.
     pub inflight: Mutex<HashMap<String, tokio::sync::watch::Receiver<bool>>>,
@@ -66,33 +91,19 @@ impl Gateway {
             .pool_idle_timeout(std::time::Duration::from_secs(90))
             .tcp_nodelay(true)
             .build()?;
-        let now = Instant::now();
-        let providers = cfg
-            .providers
-            .iter()
-            .map(|p| {
-                (
-                    p.name.clone(),
-                    ProviderRt {
-                        cooldown: Mutex::new(Cooldown::new()),
-                        budget: Mutex::new(RetryBudget::new(&cfg.retry, now)),
-                    },
-                )
-            })
-            .collect();
+        let deployments = crate::deployments::Deployments::new(cfg.clone(), Instant::now());
         let records = store.agents().await?;
         let health = crate::health::HealthRt::new(&records);
         let agents = records
             .into_iter()
-            .map(|r| (r.id.clone(), AgentRt { record: r }))
+            .map(|r| (r.id.clone(), AgentRt::new(r)))
             .collect();
         Ok(Arc::new(Self {
             cfg,
             http,
             store,
             metrics: Metrics::new(),
-            providers,
-            breakers: RwLock::new(HashMap::new()),
+            deployments,
             agents: Mutex::new(agents),
             inflight: Mutex::new(HashMap::new()),
             tasks: Default::default(),
@@ -101,54 +112,6 @@ impl Gateway {
             token_counts: Default::default(),
             health,
         }))
-    }
-
-    /// The breaker of `agent` × `provider`, created on first use.
-    pub fn breaker(&self, agent: &str, provider: &str) -> Arc<SharedBreaker> {
-        if let Some(b) = self
-            .breakers
-            .read()
-            .expect("breaker map lock")
-            .get(agent)
-            .and_then(|m| m.get(provider))
-        {
-            return b.clone();
-        }
-        self.breakers
-            .write()
-            .expect("breaker map lock")
-            .entry(agent.to_owned())
-            .or_default()
-            .entry(provider.to_owned())
-            .or_insert_with(|| {
-                Arc::new(SharedBreaker::new(
-                    self.cfg.self_healing.circuit_breaker.clone(),
-                ))
-            })
-            .clone()
-    }
-
-    /// Every breaker of one agent, by provider.
-    pub fn breakers_of(&self, agent: &str) -> Vec<(String, Arc<SharedBreaker>)> {
-        self.breakers
-            .read()
-            .expect("breaker map lock")
-            .get(agent)
-            .map(|m| m.iter().map(|(p, b)| (p.clone(), b.clone())).collect())
-            .unwrap_or_default()
-    }
-
-    /// Every breaker.
-    pub fn all_breakers(&self) -> Vec<((String, String), Arc<SharedBreaker>)> {
-        self.breakers
-            .read()
-            .expect("breaker map lock")
-            .iter()
-            .flat_map(|(a, m)| {
-                m.iter()
-                    .map(move |(p, b)| ((a.clone(), p.clone()), b.clone()))
-            })
-            .collect()
     }
 
     /// A new event at the current wall time.
@@ -162,15 +125,10 @@ impl Gateway {
         self.store.submit(vec![Write::Event(ev)]);
     }
 
-    /// `Some(consecutive failures)` when the agent is paused (the gate's
-    /// check on every request: no copy of the record).
-    pub fn paused(&self, agent: &str) -> Option<u32> {
-        self.agents
-            .lock()
-            .expect("agents lock")
-            .get(agent)
-            .filter(|a| a.record.paused)
-            .map(|a| a.record.consecutive_failures)
+    /// Whether hale knows `agent`: it was seen, or the config names it.
+    pub fn agent_known(&self, agent: &str) -> bool {
+        self.cfg.agents.contains_key(agent)
+            || self.agents.lock().expect("agents lock").contains_key(agent)
     }
 
     /// An agent's record (a fresh one when unknown).
@@ -198,11 +156,35 @@ impl Gateway {
     /// Applies `f` to an agent's record and returns the updated copy.
     pub fn update_agent(&self, agent: &str, f: impl FnOnce(&mut AgentRecord)) -> AgentRecord {
         let mut map = self.agents.lock().expect("agents lock");
-        let rt = map.entry(agent.to_owned()).or_insert_with(|| AgentRt {
-            record: new_agent(agent),
-        });
+        let rt = map
+            .entry(agent.to_owned())
+            .or_insert_with(|| AgentRt::new(new_agent(agent)));
         f(&mut rt.record);
         rt.record.clone()
+    }
+
+    /// Applies `f` to an agent's runtime state (record and pause) and
+    /// returns what it returned and the updated record.
+    pub fn update_agent_rt<R>(
+        &self,
+        agent: &str,
+        f: impl FnOnce(&mut AgentRt) -> R,
+    ) -> (R, AgentRecord) {
+        let mut map = self.agents.lock().expect("agents lock");
+        let rt = map
+            .entry(agent.to_owned())
+            .or_insert_with(|| AgentRt::new(new_agent(agent)));
+        let r = f(rt);
+        (r, rt.record.clone())
+    }
+
+    /// The agent's pause, if any (a copy).
+    pub fn pause_of(&self, agent: &str) -> Option<Pause> {
+        self.agents
+            .lock()
+            .expect("agents lock")
+            .get(agent)
+            .and_then(|a| a.pause)
     }
 }
 

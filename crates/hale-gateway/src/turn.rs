@@ -1,25 +1,30 @@
 //! The attempt loop of one turn (DESIGN §1 step 8, §2, §3).
 //!
-//! A turn walks its planned targets in order. For each it asks hale-core
-//! whether the target may be called now (cooldown gate, breaker admission),
-//! sends one attempt, classifies the outcome, feeds it back to the breaker,
-//! cooldown and retry budget, and asks hale-core what to do next: retry the
-//! same target after a wait, move on, or stop. Every attempt becomes one row of
-//! the turn's timeline. For streams an attempt succeeds only once the first
-//! content arrives, so a failure before that is invisible to the caller.
+//! A turn walks its planned deployments. For each it asks hale-core which to
+//! call next (`select::pick` over the deployments' gates and breakers: in
+//! rotation first, a due probe, else fail open to the best recent success
+//! ratio), sends one attempt, classifies the outcome, feeds it back to the
+//! [`Deployments`](crate::deployments::Deployments) component (health per
+//! scope, breaker, retry budget), and asks hale-core what to do next: retry
+//! the same deployment after a wait, move on, or stop. The last deployment
+//! standing is retried under its class's policy rather than the turn giving
+//! up. Every attempt becomes one row of the turn's timeline. For streams an
+//! attempt succeeds only once the first content arrives, so a failure before
+//! that is invisible to the caller.
 
+use crate::deployments::Effect;
 use crate::proto::{ChatRequest, StreamEvent};
 use crate::state::Gateway;
 use crate::upstream::{self, Answer, AttemptLimits, EventStream, Failure};
 use futures::StreamExt;
-use hale_core::breaker::{Admission, CallOutcome, Transition};
+use hale_core::breaker::{Admission, BreakerState, Transition};
 use hale_core::class::ErrorClass;
 use hale_core::classify::{self, Transport};
 use hale_core::config::Target;
-use hale_core::cooldown::Gate;
+use hale_core::deployment::Gate;
 use hale_core::event::EventKind;
 use hale_core::retry::{self, AttemptFacts, RetryDecision};
-use hale_core::select::{self, Pick};
+use hale_core::select::{self, Candidate, Pick};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -28,12 +33,13 @@ use std::time::{Duration, Instant};
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     Normal,
-    /// A live request let through to a provider in cooldown.
+    /// A live request let through to an ejected deployment.
     Probe,
     /// The half-open breaker's trial call.
     Trial,
-    /// All targets were cooling down; the soonest was tried anyway.
-    LastResort,
+    /// Every untried deployment was ejected or refused by its breaker: this
+    /// one (best recent success ratio) was tried anyway (DESIGN §3 "Fail open").
+    FailOpen,
 }
 
 /// One row of a turn's timeline.
@@ -58,6 +64,10 @@ pub struct AttemptRecord {
 pub struct Turn {
     pub id: String,
     pub agent: String,
+    /// The agent has an identity (header or key default): it may be paused.
+    pub named: bool,
+    /// Whether this turn is a paused agent's trial.
+    pub admission: crate::agents::Admission,
     pub task: Option<String>,
     pub started: Instant,
     pub started_ms: u64,
@@ -109,6 +119,8 @@ impl Turn {
         Self {
             id,
             agent,
+            named: false,
+            admission: crate::agents::Admission::Serve,
             task,
             started,
             started_ms: crate::state::wall_ms(),
@@ -150,12 +162,13 @@ pub async fn run(
         if now >= turn.deadline {
             return Err(last.unwrap_or_else(deadline_failure));
         }
-        let Some((idx, mode)) = choose(gw, turn, now, resume.is_some()) else {
+        let Some((idx, mode)) = choose(gw, turn, now) else {
             return Err(last.unwrap_or_else(|| Failure {
                 class: ErrorClass::Unknown,
                 retry_after: None,
                 status: None,
-                message: "every target is cooling down or has its breaker open".into(),
+                message: "every deployment of the route is forced out by an operator".into(),
+                connect_failed: false,
             }));
         };
         let target = turn.targets[idx].clone();
@@ -163,9 +176,12 @@ pub async fn run(
             turn.exhausted[idx] = true;
             continue;
         };
-        let prt = &gw.providers[&target.provider];
-        let breaker = gw.breaker(&turn.agent, &target.provider);
-        prt.budget.lock().expect("budget lock").on_request(now);
+        let deployment = crate::deployments::key(&target);
+        let breaker = gw.deployments.breaker(&turn.agent, &deployment);
+        let budget = gw.deployments.budget(&target.provider);
+        if let Some(b) = budget {
+            b.lock().expect("budget lock").on_request(now);
+        }
         let mut attempts_on_target = 0u32;
         let mut prev_wait = None;
         // After a 504 the same target is asked again with a lower max_tokens.
@@ -177,7 +193,7 @@ pub async fn run(
             let remaining = turn.deadline.saturating_duration_since(start);
             let headers = match mode {
                 Mode::Probe => gw.cfg.retry.probe_timeout.min(provider.timeout),
-                Mode::Normal | Mode::Trial | Mode::LastResort => provider.timeout,
+                Mode::Normal | Mode::Trial | Mode::FailOpen => provider.timeout,
             }
             .min(remaining);
             let limits = AttemptLimits {
@@ -214,6 +230,7 @@ pub async fn run(
                         resume,
                     });
                     on_success(gw, turn, &target, mode, elapsed);
+                    turn.exhausted[idx] = true;
                     turn.prefilled = pf.is_some();
                     return Ok((idx, served));
                 }
@@ -244,20 +261,19 @@ pub async fn run(
                     if f.class == ErrorClass::RateLimit {
                         turn.rate_limits[idx] += 1;
                     }
-                    let has_next = turn
-                        .exhausted
-                        .iter()
-                        .enumerate()
-                        .any(|(i, e)| i != idx && !e);
-                    let probing = matches!(mode, Mode::Probe | Mode::Trial | Mode::LastResort);
-                    // A probe is never retried: no retry token is spent on it.
-                    let budget_ok = probing
+                    let others = others_left(gw, turn, idx, Instant::now());
+                    let (has_next, untried_left) = (others.healthy, others.any);
+                    // A probe, trial or fail-open call moves on at once only to
+                    // a deployment in rotation or one with as good a record:
+                    // the best bet left is the last one standing and is retried.
+                    let probing = matches!(mode, Mode::Probe | Mode::Trial | Mode::FailOpen)
+                        && (others.healthy || others.as_good);
+                    // A probe that moves on spends no retry token.
+                    let budget_ok = (probing && untried_left)
                         || !classify::rule(f.class).retry_same_target
-                        || prt
-                            .budget
-                            .lock()
-                            .expect("budget lock")
-                            .try_retry(Instant::now());
+                        || budget.is_none_or(|b| {
+                            b.lock().expect("budget lock").try_retry(Instant::now())
+                        });
                     let facts = AttemptFacts {
                         class: f.class,
                         retry_after: f.retry_after,
@@ -265,6 +281,7 @@ pub async fn run(
                         rate_limits_on_target_this_turn: turn.rate_limits[idx],
                         prev_wait,
                         has_next_target: has_next,
+                        untried_left,
                         time_left: turn.deadline.saturating_duration_since(Instant::now()),
                         budget_ok,
                         probing,
@@ -272,8 +289,11 @@ pub async fn run(
                     let decision = retry::decide(&gw.cfg.retry, &facts, &mut rand::rng());
                     match decision {
                         RetryDecision::RetrySame { wait } => {
-                            // The breaker may have opened on this very failure.
+                            // The breaker may have opened on this very failure:
+                            // move on when a deployment in rotation is left;
+                            // otherwise this is the best bet and is retried.
                             if let Admission::Rejected { .. } = breaker.allow(Instant::now() + wait)
+                                && has_next
                             {
                                 turn.exhausted[idx] = true;
                                 last = Some(f);
@@ -317,71 +337,75 @@ fn deadline_failure() -> Failure {
         retry_after: None,
         status: None,
         message: "the turn's deadline passed".into(),
+        connect_failed: false,
     }
 }
 
-/// Picks the next target: cooldown gates and breaker admissions in plan order.
-///
-/// When every target is skipped, the one whose wait ends first is still
-/// called as a last resort — once, when the turn has made no call yet (one
-/// call beats failing without any), or when resuming a broken stream (the
-/// caller already holds part of the answer: the target that broke, alone on
-/// its route, may still finish it rather than the answer ending cut).
-fn choose(gw: &Gateway, turn: &Turn, now: Instant, resuming: bool) -> Option<(usize, Mode)> {
-    let probe_interval = gw.cfg.retry.probe_interval;
-    let mut gates = Vec::with_capacity(turn.targets.len());
-    let mut trial = vec![false; turn.targets.len()];
-    for (i, t) in turn.targets.iter().enumerate() {
-        if turn.exhausted[i] {
-            gates.push(Gate::Skip {
-                until: now,
-                class: ErrorClass::Unknown,
-            });
+/// What is left of the plan after a failure on `idx`.
+struct Others {
+    /// Another untried deployment is in rotation (and its breaker not open).
+    healthy: bool,
+    /// Another untried deployment may still be called at all.
+    any: bool,
+    /// Another untried deployment has a recent success ratio at least as good
+    /// as `idx`'s (no calls counts as 1.0).
+    as_good: bool,
+}
+
+fn others_left(gw: &Gateway, turn: &Turn, idx: usize, now: Instant) -> Others {
+    let mut o = Others {
+        healthy: false,
+        any: false,
+        as_good: false,
+    };
+    let ratio = |t: &Target| gw.deployments.success_ratio(t, now).unwrap_or(1.0);
+    let mine = ratio(&turn.targets[idx]);
+    for (j, t) in turn.targets.iter().enumerate() {
+        if j == idx || turn.exhausted[j] {
             continue;
         }
-        let Some(prt) = gw.providers.get(&t.provider) else {
-            gates.push(Gate::Skip {
-                until: now,
-                class: ErrorClass::Unknown,
-            });
-            continue;
-        };
-        let gate = prt
-            .cooldown
-            .lock()
-            .expect("cooldown lock")
-            .gate(probe_interval, now);
-        let gate = match gate {
-            Gate::Probe => Gate::Probe,
-            Gate::Skip { until, class } => Gate::Skip { until, class },
-            Gate::Open => match gw.breaker(&turn.agent, &t.provider).allow(now) {
-                Admission::Allowed => Gate::Open,
-                Admission::Trial => {
-                    trial[i] = true;
-                    Gate::Open
-                }
-                Admission::Rejected { retry_in } => Gate::Skip {
-                    until: now + retry_in,
-                    class: ErrorClass::Unknown,
-                },
-            },
-        };
-        let stop = matches!(gate, Gate::Open | Gate::Probe);
-        gates.push(gate);
+        match gw.deployments.gate(t, now) {
+            Gate::Forced => continue,
+            Gate::Ejected { .. } => {}
+            Gate::Open | Gate::Probe => {
+                let b = gw
+                    .deployments
+                    .breaker(&turn.agent, &crate::deployments::key(t));
+                o.healthy |= !matches!(b.state(now), BreakerState::Open | BreakerState::ForcedOpen);
+            }
+        }
+        o.any = true;
+        o.as_good |= ratio(t) >= mine;
+    }
+    o
+}
+
+/// Picks the next deployment (`select::pick`): the first in rotation whose
+/// breaker allows the call or whose probe is due, else fail open. Candidates
+/// are built in plan order and the building stops at the first usable one,
+/// so no later deployment's half-open trial is taken for nothing.
+fn choose(gw: &Gateway, turn: &Turn, now: Instant) -> Option<(usize, Mode)> {
+    let mut cands: Vec<Candidate> = Vec::with_capacity(turn.targets.len());
+    for (i, t) in turn.targets.iter().enumerate() {
+        let tried = turn.exhausted[i] || gw.cfg.provider(&t.provider).is_none();
+        let c = gw.deployments.candidate(&turn.agent, t, tried, now);
+        let stop = select::usable(&c);
+        cands.push(c);
         if stop {
             break;
         }
     }
-    let tried: Vec<bool> = turn.exhausted[..gates.len()].to_vec();
-    match select::pick(&gates, &tried) {
-        Pick::Normal(i) if trial[i] => Some((i, Mode::Trial)),
-        Pick::Normal(i) => Some((i, Mode::Normal)),
-        Pick::Probe(i) => Some((i, Mode::Probe)),
-        Pick::LastResort(i) if select::last_resort_allowed(turn.timeline.len(), resuming) => {
-            Some((i, Mode::LastResort))
-        }
-        Pick::LastResort(_) | Pick::None => None,
+    let picked = match select::pick(&cands) {
+        Pick::Normal(i) => (i, Mode::Normal),
+        Pick::Trial(i) => (i, Mode::Trial),
+        Pick::Probe(i) => (i, Mode::Probe),
+        Pick::FailOpen(i) => (i, Mode::FailOpen),
+        Pick::None => return None,
+    };
+    if picked.1 == Mode::Probe {
+        gw.deployments.take_probe(&turn.targets[picked.0], now);
     }
+    Some(picked)
 }
 
 /// Reads a fresh stream until its first content event (or its end).
@@ -431,96 +455,92 @@ pub fn is_content(ev: &StreamEvent) -> bool {
     }
 }
 
-/// Feeds a success back to the breaker and cooldown.
+/// Feeds a success back to the deployment's health and breaker.
 pub fn on_success(gw: &Gateway, turn: &Turn, target: &Target, mode: Mode, latency: Duration) {
-    let now = Instant::now();
-    let breaker = gw.breaker(&turn.agent, &target.provider);
-    let mut transitions: Vec<Transition> = Vec::new();
-    if let Some(t) = breaker.record(now, CallOutcome::Success { latency }, &mut rand::rng()) {
-        transitions.push(t);
-    }
-    if mode == Mode::Probe {
-        // A successful probe closes the breaker too.
-        if let Some(t) = breaker.reset() {
-            transitions.push(t);
-        }
-    }
-    for t in transitions {
-        breaker_event(gw, turn, target, &t);
-    }
-    let ended = gw.providers[&target.provider]
-        .cooldown
-        .lock()
-        .expect("cooldown lock")
-        .on_success(now);
-    if ended {
-        gw.emit(
-            gw.event(EventKind::ProviderRecovered)
-                .agent(&turn.agent)
-                .turn(&turn.id)
-                .payload(serde_json::json!({"provider": target.provider, "via": mode})),
-        );
-    }
+    let effects = gw.deployments.on_success(
+        &turn.agent,
+        target,
+        mode == Mode::Probe,
+        latency,
+        Instant::now(),
+    );
+    report(gw, turn, target, effects, mode);
 }
 
-/// Feeds a failure back to the breaker and cooldown.
+/// Feeds a failure back to the deployment's health and breaker.
 pub fn on_failure(gw: &Gateway, turn: &Turn, target: &Target, f: &Failure, latency: Duration) {
-    let now = Instant::now();
-    let breaker = gw.breaker(&turn.agent, &target.provider);
-    let outcome = CallOutcome::Failure {
-        class: f.class,
+    let effects = gw.deployments.on_failure(
+        &turn.agent,
+        target,
+        f.class,
+        f.retry_after,
+        f.connect_failed,
         latency,
-        retry_after: f.retry_after,
-    };
-    if let Some(t) = breaker.record(now, outcome, &mut rand::rng()) {
-        breaker_event(gw, turn, target, &t);
-    }
-    let applied = gw.providers[&target.provider]
-        .cooldown
-        .lock()
-        .expect("cooldown lock")
-        .on_failure(&gw.cfg.cooldown, f.class, f.retry_after, now);
-    if let Some(d) = applied {
-        gw.emit(
-            gw.event(EventKind::ProviderCooldown)
-                .agent(&turn.agent)
-                .turn(&turn.id)
-                .payload(serde_json::json!({
-                    "provider": target.provider,
-                    "class": f.class,
-                    "cooldown_ms": d.as_millis() as u64,
-                })),
-        );
+        Instant::now(),
+    );
+    report(gw, turn, target, effects, Mode::Normal);
+}
+
+/// Turns what changed into events (and the agent's breaker health signal).
+fn report(gw: &Gateway, turn: &Turn, target: &Target, effects: Vec<Effect>, mode: Mode) {
+    for e in effects {
+        match e {
+            Effect::Breaker(t) => breaker_event(gw, turn, target, &t),
+            Effect::Ejected {
+                scope,
+                key,
+                class,
+                length,
+            } => gw.emit(
+                gw.event(EventKind::ProviderCooldown)
+                    .agent(&turn.agent)
+                    .turn(&turn.id)
+                    .payload(serde_json::json!({
+                        "deployment": target.to_string(),
+                        "scope": scope,
+                        "key": key,
+                        "class": class,
+                        "ejection_ms": length.as_millis() as u64,
+                    })),
+            ),
+            Effect::Recovered { scope, key } => gw.emit(
+                gw.event(EventKind::ProviderRecovered)
+                    .agent(&turn.agent)
+                    .turn(&turn.id)
+                    .payload(serde_json::json!({
+                        "deployment": target.to_string(),
+                        "scope": scope,
+                        "key": key,
+                        "via": mode,
+                    })),
+            ),
+        }
     }
 }
 
 fn breaker_event(gw: &Gateway, turn: &Turn, target: &Target, t: &Transition) {
-    use hale_core::breaker::BreakerState;
     gw.emit(
         gw.event(EventKind::BreakerStateChanged)
             .agent(&turn.agent)
             .turn(&turn.id)
             .payload(serde_json::json!({
+                "deployment": target.to_string(),
                 "provider": target.provider,
                 "from": t.from,
                 "to": t.to,
                 "reason": t.reason,
+                "by": "hale",
             })),
     );
     // Health: an agent with any breaker open is failing.
-    let any_open = gw.breakers_of(&turn.agent).iter().any(|(_, b)| {
-        matches!(
-            b.state(Instant::now()),
-            BreakerState::Open | BreakerState::ForcedOpen
-        )
-    });
+    let any_open = gw.deployments.any_open(&turn.agent, Instant::now());
     gw.health.set_breaker_open(&turn.agent, any_open);
     if matches!(t.to, BreakerState::Open | BreakerState::ForcedOpen) {
         gw.emit(
             gw.event(EventKind::AgentCircuitOpen)
                 .agent(&turn.agent)
                 .turn(&turn.id)
-                .payload(serde_json::json!({"provider": target.provider, "reason": t.reason})),
+                .payload(serde_json::json!({"deployment": target.to_string(), "provider": target.provider, "reason": t.reason})),
         );
     }
 }

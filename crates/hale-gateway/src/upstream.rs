@@ -28,6 +28,9 @@ pub struct Failure {
     pub status: Option<u16>,
     /// The provider's reason, safe to show (no keys, no request headers).
     pub message: String,
+    /// The connection could not be made at all (refused, DNS): the failure
+    /// marks the `base_url`, not only the deployment (DESIGN §3).
+    pub connect_failed: bool,
 }
 
 impl Failure {
@@ -37,6 +40,7 @@ impl Failure {
             retry_after: c.retry_after,
             status,
             message: c.message,
+            connect_failed: false,
         }
     }
 
@@ -50,6 +54,7 @@ impl Failure {
             now_wall: SystemTime::now(),
         });
         let mut f = Self::from_classified(c, None);
+        f.connect_failed = matches!(t, Transport::ConnectRefused | Transport::Dns);
         if f.message.is_empty() {
             f.message = detail.to_owned();
         }

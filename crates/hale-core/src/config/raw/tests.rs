@@ -4,9 +4,9 @@
 use super::{ConfigError, ConfigErrors, MINIMAL_EXAMPLE, load};
 use crate::class::ErrorClass;
 use crate::config::{
-    BreakerConfig, CompactionConfig, Config, CooldownConfig, EjectionConfig, EventsConfig, GuardConfig,
-    HealthConfig, Jitter, KeyScope, NatsConfig, ProviderKind, RecoveryConfig, RetryConfig,
-    SelfHealingConfig, Target,
+    BreakerConfig, CompactionConfig, Config, CooldownConfig, EjectionConfig, EventsConfig,
+    GuardConfig, HealthConfig, Jitter, KeyScope, NatsConfig, ProviderKind, RecoveryConfig,
+    RetryConfig, SelfHealingConfig, Target,
 };
 use std::time::Duration;
 

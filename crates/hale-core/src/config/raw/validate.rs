@@ -10,15 +10,15 @@
 
 use super::{
     ConfigError, ConfigErrors, Map, Nullable, Opt, RawAgent, RawAuth, RawBreaker, RawBudget,
-    RawConfig, RawCooldown, RawEjection, RawEvents, RawGuard, RawHealth, RawPolicy, RawPrice, RawProvider,
-    RawRecovery, RawRetry, RawSelfHealing,
+    RawConfig, RawCooldown, RawEjection, RawEvents, RawGuard, RawHealth, RawPolicy, RawPrice,
+    RawProvider, RawRecovery, RawRetry, RawSelfHealing,
 };
 use crate::class::ErrorClass;
 use crate::config::{
     AgentConfig, ApiKey, AuthConfig, BreakerConfig, BudgetConfig, CompactionConfig, Config,
-    CooldownConfig, DEFAULT_LISTEN, EjectionConfig, EventsConfig, GuardConfig, HealthConfig, Jitter, KeyScope,
-    NatsConfig, Price, ProviderConfig, ProviderKind, RecoveryConfig, RetryConfig, RetryPolicy,
-    Secret, SelfHealingConfig, Target, WebhookConfig,
+    CooldownConfig, DEFAULT_LISTEN, EjectionConfig, EventsConfig, GuardConfig, HealthConfig,
+    Jitter, KeyScope, NatsConfig, Price, ProviderConfig, ProviderKind, RecoveryConfig, RetryConfig,
+    RetryPolicy, Secret, SelfHealingConfig, Target, WebhookConfig,
 };
 use crate::event::EventKind;
 use serde_saphyr::Spanned;

@@ -1,0 +1,303 @@
+//! `GET /agents`, `GET /agents/{id}`, `POST /agents/{id}/pause|resume` and
+//! `POST /agents/{id}/tasks/{task}/reset` (DESIGN §5, issue 8).
+//!
+//! An unknown agent (never seen, not under `agents:`) is a 404
+//! `agent_not_found`, so a typo never creates an agent. Resume says plainly
+//! what it cleared (the pause, the failure count, terminated tasks) and what
+//! it did not (tasks stopped by a guard limit: `reset-task` clears those).
+
+use crate::error::HaleError;
+use crate::http::admin_refusal;
+use crate::proto::Dialect;
+use crate::state::{Gateway, wall_ms};
+use axum::Router;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hale_core::event::EventKind;
+use hale_core::pause::{Pause, PausedBy};
+use hale_store::Write;
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub fn router() -> Router<Arc<Gateway>> {
+    Router::new()
+        .route("/agents", get(list))
+        .route("/agents/{id}", get(show))
+        .route("/agents/{id}/pause", post(pause))
+        .route("/agents/{id}/resume", post(resume))
+        .route("/agents/{id}/tasks/{task}/reset", post(reset_task))
+}
+
+fn not_found(id: &str) -> Response {
+    HaleError::new(
+        StatusCode::NOT_FOUND,
+        "agent_not_found",
+        format!("no agent {id}: hale has not seen it and the config does not name it"),
+    )
+    .into_response(Dialect::OpenAi)
+}
+
+fn store_error(e: impl std::fmt::Display) -> Response {
+    HaleError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "store_error",
+        format!("could not record the change: {e}"),
+    )
+    .into_response(Dialect::OpenAi)
+}
+
+/// One agent as the admin API shows it.
+pub fn view(gw: &Gateway, id: &str) -> Value {
+    let rec = gw.agent_record(id);
+    let now = Instant::now();
+    let now_ms = wall_ms();
+    let pause = gw.pause_of(id);
+    let breakers = gw.deployments.breakers_of(id);
+    let deployments: Vec<Value> = breakers
+        .iter()
+        .filter_map(|(d, _)| {
+            let (provider, model) = d.split_once('/')?;
+            let t = hale_core::config::Target {
+                provider: provider.to_owned(),
+                model: model.to_owned(),
+            };
+            serde_json::to_value(gw.deployments.view(&t, now)).ok()
+        })
+        .collect();
+    let breakers: serde_json::Map<String, Value> = breakers
+        .into_iter()
+        .map(|(d, b)| (d, serde_json::to_value(b.snapshot(now)).unwrap_or_default()))
+        .collect();
+    json!({
+        "id": rec.id,
+        "state": if pause.is_some() { "paused" } else { "active" },
+        "pause": pause.map(|p| json!({
+            "by": p.by,
+            "since_ms": p.since_ms,
+            "failed_trials": p.failed_trials,
+            "next_trial_in_ms": p.next_trial_in_ms(now_ms),
+        })),
+        "consecutive_failures": rec.consecutive_failures,
+        "counters": {
+            "turns": rec.turns,
+            "failed_turns": rec.failed_turns,
+            "tokens_in": rec.tokens_in,
+            "tokens_out": rec.tokens_out,
+            "cost_usd": rec.cost_usd,
+        },
+        "last_failure_ms": rec.last_failure_ms,
+        "last_seen_ms": rec.last_seen_ms,
+        "breakers": breakers,
+        "deployments": deployments,
+        "health": gw.health.view(id, now),
+        "budget": budget_view(gw, id),
+        "stopped_tasks": stopped_tasks(gw, id),
+        "detail": rec.state,
+    })
+}
+
+/// Caps, spend and guard state per task.
+fn budget_view(gw: &Gateway, id: &str) -> Value {
+    let caps = gw
+        .cfg
+        .agents
+        .get(id)
+        .or_else(|| gw.cfg.agents.get(hale_core::config::DEFAULT_AGENT))
+        .map(|a| a.budget.clone())
+        .unwrap_or_default();
+    let rec = gw.agent_record(id);
+    let tasks: serde_json::Map<String, Value> = gw
+        .tasks
+        .of_agent(id)
+        .into_iter()
+        .map(|(task, guard, spend)| (task, json!({ "spend": spend, "guard": guard })))
+        .collect();
+    json!({
+        "caps": {
+            "max_tokens_per_task": caps.max_tokens_per_task,
+            "max_tokens_per_agent": caps.max_tokens_per_agent,
+            "max_cost_usd_per_task": caps.max_cost_usd_per_task,
+            "max_cost_usd_per_agent": caps.max_cost_usd_per_agent,
+        },
+        "agent_spend": { "tokens": rec.tokens_in + rec.tokens_out, "cost_usd": rec.cost_usd },
+        "tasks": tasks,
+    })
+}
+
+/// Tasks of the agent that are stopped: by a guard limit or terminated.
+fn stopped_tasks(gw: &Gateway, id: &str) -> Vec<Value> {
+    let mut out: Vec<Value> = gw
+        .tasks
+        .of_agent(id)
+        .into_iter()
+        .filter_map(|(task, guard, _)| {
+            guard
+                .hit
+                .map(|h| json!({"task": task, "reason": "safety_limit", "limit": h.limit.code()}))
+        })
+        .collect();
+    for t in gw.health.terminated_tasks(id) {
+        out.push(json!({"task": t, "reason": "terminated"}));
+    }
+    out
+}
+
+async fn list(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(r) = admin_refusal(&gw, peer, &headers) {
+        return r;
+    }
+    let mut ids: Vec<String> = gw
+        .agents
+        .lock()
+        .expect("agents lock")
+        .keys()
+        .cloned()
+        .collect();
+    for a in gw.cfg.agents.keys() {
+        if !ids.contains(a) {
+            ids.push(a.clone());
+        }
+    }
+    ids.sort();
+    let list: Vec<_> = ids.iter().map(|id| view(&gw, id)).collect();
+    axum::Json(json!({ "agents": list })).into_response()
+}
+
+async fn show(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if let Some(r) = admin_refusal(&gw, peer, &headers) {
+        return r;
+    }
+    if !gw.agent_known(&id) {
+        return not_found(&id);
+    }
+    axum::Json(view(&gw, &id)).into_response()
+}
+
+async fn pause(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if let Some(r) = admin_refusal(&gw, peer, &headers) {
+        return r;
+    }
+    if !gw.agent_known(&id) {
+        return not_found(&id);
+    }
+    operator_pause(&gw, &id, "paused by an operator").await
+}
+
+/// An operator's pause (also a hand-off decision): held until an operator
+/// resumes; the change and its event commit together.
+pub async fn operator_pause(gw: &Gateway, id: &str, reason: &str) -> Response {
+    let now_ms = wall_ms();
+    let ((), rec) = gw.update_agent_rt(id, |rt| rt.set_pause(Some(Pause::operator(now_ms))));
+    let ev = gw
+        .event(EventKind::AgentPaused)
+        .agent(id)
+        .payload(json!({ "by": PausedBy::Operator, "reason": reason }));
+    gw.metrics.event(ev.kind);
+    if let Err(e) = gw
+        .store
+        .commit(vec![Write::Agent(rec), Write::Event(ev)])
+        .await
+    {
+        return store_error(e);
+    }
+    axum::Json(view(gw, id)).into_response()
+}
+
+async fn resume(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if let Some(r) = admin_refusal(&gw, peer, &headers) {
+        return r;
+    }
+    if !gw.agent_known(&id) {
+        return not_found(&id);
+    }
+    let ((was, cleared), rec) = gw.update_agent_rt(&id, |rt| {
+        let was = rt.pause;
+        let cleared = rt.record.consecutive_failures;
+        rt.set_pause(None);
+        rt.record.consecutive_failures = 0;
+        (was, cleared)
+    });
+    let terminated = gw.health.terminated_tasks(&id);
+    crate::health::on_resume(&gw, &id);
+    let ev = gw.event(EventKind::AgentResumed).agent(&id).payload(json!({
+        "by": PausedBy::Operator,
+        "reason": "resumed by an operator",
+        "was_paused_by": was.map(|p| p.by),
+    }));
+    gw.metrics.event(ev.kind);
+    if let Err(e) = gw
+        .store
+        .commit(vec![Write::Agent(rec), Write::Event(ev)])
+        .await
+    {
+        return store_error(e);
+    }
+    let mut v = view(&gw, &id);
+    v["resume"] = json!({
+        "was_paused": was.is_some(),
+        "paused_by": was.map(|p| p.by),
+        "consecutive_failures_cleared": cleared,
+        "terminated_tasks_cleared": terminated,
+        "still_stopped_tasks": stopped_tasks(&gw, &id),
+    });
+    axum::Json(v).into_response()
+}
+
+async fn reset_task(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path((id, task)): Path<(String, String)>,
+) -> Response {
+    if let Some(r) = admin_refusal(&gw, peer, &headers) {
+        return r;
+    }
+    if !gw.agent_known(&id) {
+        return not_found(&id);
+    }
+    let mut cleared = Vec::new();
+    let had = gw.tasks.reset(&id, &task);
+    if had.guard_hit {
+        cleared.push("safety_limit");
+    }
+    if had.existed {
+        cleared.push("guard");
+        cleared.push("spend");
+    }
+    if crate::health::unblock(&gw, &id, &task) {
+        cleared.push("terminated");
+    }
+    let ev = gw
+        .event(EventKind::TaskReset)
+        .agent(&id)
+        .task(&task)
+        .payload(json!({ "by": PausedBy::Operator, "cleared": cleared }));
+    gw.metrics.event(ev.kind);
+    if let Err(e) = gw.store.commit(vec![Write::Event(ev)]).await {
+        return store_error(e);
+    }
+    axum::Json(json!({ "agent": id, "task": task, "cleared": cleared })).into_response()
+}

@@ -1,0 +1,158 @@
+//! `GET /deployments` and `POST /deployments/{provider}/{model}/trip|reset`
+//! (DESIGN §3, issue 8): per-deployment health, and the operator's levers —
+//! trip forces a deployment out (an outside health check knows it is down
+//! before a call fails), reset brings it back at once (no waiting for the
+//! probe). Each lever emits `breaker.state_changed` naming who pulled it. A
+//! model name holding `/` is percent-encoded (`%2F`) in the path.
+
+use crate::error::HaleError;
+use crate::http::admin_refusal;
+use crate::metrics::{BreakerLabels, DeploymentLabels, DeploymentStateLabels};
+use crate::proto::Dialect;
+use crate::state::Gateway;
+use axum::Router;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hale_core::breaker::BreakerState;
+use hale_core::config::Target;
+use hale_core::deployment::State as Health;
+use hale_core::event::EventKind;
+use serde_json::json;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub fn router() -> Router<Arc<Gateway>> {
+    Router::new()
+        .route("/deployments", get(list))
+        .route("/deployments/{provider}/{model}/trip", post(trip))
+        .route("/deployments/{provider}/{model}/reset", post(reset))
+}
+
+async fn list(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(r) = admin_refusal(&gw, peer, &headers) {
+        return r;
+    }
+    axum::Json(json!({ "deployments": gw.deployments.views(Instant::now()) })).into_response()
+}
+
+fn known(gw: &Gateway, provider: String, model: String) -> Result<Target, Response> {
+    let t = Target { provider, model };
+    if gw.deployments.is_known(&t) {
+        Ok(t)
+    } else {
+        Err(HaleError::not_found(format!(
+            "no deployment {t}: not in the config and never called (GET /deployments lists them)"
+        ))
+        .into_response(Dialect::OpenAi))
+    }
+}
+
+async fn trip(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path((provider, model)): Path<(String, String)>,
+) -> Response {
+    if let Some(r) = admin_refusal(&gw, peer, &headers) {
+        return r;
+    }
+    let t = match known(&gw, provider, model) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let now = Instant::now();
+    if gw.deployments.trip(&t) {
+        gw.emit(gw.event(EventKind::BreakerStateChanged).payload(json!({
+            "deployment": t.to_string(),
+            "provider": t.provider,
+            "to": BreakerState::ForcedOpen,
+            "reason": "tripped by an operator",
+            "by": "operator",
+        })));
+    }
+    axum::Json(gw.deployments.view(&t, now)).into_response()
+}
+
+async fn reset(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path((provider, model)): Path<(String, String)>,
+) -> Response {
+    if let Some(r) = admin_refusal(&gw, peer, &headers) {
+        return r;
+    }
+    let t = match known(&gw, provider, model) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let now = Instant::now();
+    let (was_out, transitions) = gw.deployments.reset(&t, now);
+    if was_out || !transitions.is_empty() {
+        gw.emit(gw.event(EventKind::BreakerStateChanged).payload(json!({
+            "deployment": t.to_string(),
+            "provider": t.provider,
+            "to": BreakerState::Closed,
+            "reason": "reset by an operator",
+            "by": "operator",
+            "agents_closed": transitions.iter().map(|(a, _)| a).collect::<Vec<_>>(),
+        })));
+    }
+    for (agent, _) in &transitions {
+        let open = gw.deployments.any_open(agent, now);
+        gw.health.set_breaker_open(agent, open);
+    }
+    axum::Json(gw.deployments.view(&t, now)).into_response()
+}
+
+/// Fills the deployment and breaker gauges of `/metrics` at `now`.
+pub fn refresh_metrics(gw: &Gateway, now: Instant) {
+    let m = &gw.metrics;
+    for v in gw.deployments.views(now) {
+        for s in Health::ALL {
+            m.deployment_health
+                .get_or_create(&DeploymentStateLabels {
+                    deployment: v.deployment.clone(),
+                    state: s.as_str().into(),
+                })
+                .set(i64::from(s == v.health.health));
+        }
+        let d = DeploymentLabels {
+            deployment: v.deployment.clone(),
+        };
+        m.deployment_ejected_seconds
+            .get_or_create(&d)
+            .set(v.health.ejected_remaining_ms as f64 / 1000.0);
+        m.deployment_consecutive_failures
+            .get_or_create(&d)
+            .set(i64::from(v.health.consecutive_failures));
+        if let Some(r) = v.health.success_ratio {
+            m.deployment_success_ratio.get_or_create(&d).set(r);
+        }
+    }
+    for ((agent, deployment), b) in gw.deployments.all_breakers() {
+        let current = b.state(now);
+        for s in [
+            BreakerState::Closed,
+            BreakerState::Open,
+            BreakerState::HalfOpen,
+            BreakerState::ForcedOpen,
+            BreakerState::Disabled,
+        ] {
+            m.breaker_state
+                .get_or_create(&BreakerLabels {
+                    agent: agent.clone(),
+                    deployment: deployment.clone(),
+                    state: s.as_str().into(),
+                })
+                .set(i64::from(s == current));
+        }
+    }
+}

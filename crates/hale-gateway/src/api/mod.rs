@@ -1,0 +1,16 @@
+//! Admin HTTP handlers that are thin edges over the gateway's components:
+//! agents (views, pause, resume, task reset) and deployments (views, trip,
+//! reset). Each handler checks the admin scope, asks a component, and renders
+//! JSON; no rule lives here.
+
+pub mod agents;
+pub mod deployments;
+
+use crate::state::Gateway;
+use axum::Router;
+use std::sync::Arc;
+
+/// The routes of this module.
+pub fn router() -> Router<Arc<Gateway>> {
+    agents::router().merge(deployments::router())
+}

@@ -1,0 +1,432 @@
+//! The health of deployments, their breakers and retry budgets (DESIGN §3).
+//!
+//! This component owns, for the whole gateway:
+//! - the health of every scope a failure can mark
+//!   ([`hale_core::deployment::Scope`]): each deployment (`provider/model`),
+//!   each provider (its key) and each `base_url`;
+//! - the breakers, keyed agent × deployment;
+//! - the retry budget of each provider.
+//!
+//! The rules are hale-core's ([`hale_core::deployment`],
+//! [`hale_core::select`], [`hale_core::breaker`]); this module holds their
+//! state behind short locks (never held across an `.await`) and reports what
+//! changed as [`Effect`]s, which the caller turns into events. It knows
+//! nothing of HTTP, turns or events, so any part of the gateway can ask it.
+
+use hale_core::breaker::{Admission, BreakerState, CallOutcome, SharedBreaker, Transition};
+use hale_core::class::ErrorClass;
+use hale_core::config::{Config, Target};
+use hale_core::deployment::{self, Gate, Health, Scope, Snapshot};
+use hale_core::retry::RetryBudget;
+use hale_core::select::{BreakerSays, Candidate};
+use serde::Serialize;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// Something that changed, for the caller to report.
+#[derive(Debug, Clone)]
+pub enum Effect {
+    /// The agent × deployment breaker changed state.
+    Breaker(Transition),
+    /// A scope was ejected (or its ejection extended) for `length`.
+    Ejected {
+        scope: Scope,
+        key: String,
+        class: ErrorClass,
+        length: Duration,
+    },
+    /// A running ejection ended early on a success.
+    Recovered { scope: Scope, key: String },
+}
+
+/// One deployment as `GET /deployments` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeploymentView {
+    pub deployment: String,
+    pub provider: String,
+    pub model: String,
+    #[serde(flatten)]
+    pub health: Snapshot,
+    /// Breaker state per agent that has one for this deployment.
+    pub breakers: std::collections::BTreeMap<String, BreakerState>,
+}
+
+#[derive(Default)]
+struct Scopes {
+    deployments: HashMap<String, Health>,
+    providers: HashMap<String, Health>,
+    urls: HashMap<String, Health>,
+}
+
+impl Scopes {
+    fn map(&mut self, scope: Scope) -> &mut HashMap<String, Health> {
+        match scope {
+            Scope::Deployment => &mut self.deployments,
+            Scope::Provider => &mut self.providers,
+            Scope::BaseUrl => &mut self.urls,
+        }
+    }
+}
+
+/// Deployment health, breakers and retry budgets.
+pub struct Deployments {
+    cfg: Arc<Config>,
+    scopes: Mutex<Scopes>,
+    /// agent → deployment → breaker: looked up by `&str`, no allocation per turn.
+    breakers: RwLock<HashMap<String, HashMap<String, Arc<SharedBreaker>>>>,
+    budgets: HashMap<String, Mutex<RetryBudget>>,
+}
+
+/// The key of a deployment.
+pub fn key(t: &Target) -> String {
+    format!("{}/{}", t.provider, t.model)
+}
+
+impl Deployments {
+    pub fn new(cfg: Arc<Config>, now: Instant) -> Self {
+        let budgets = cfg
+            .providers
+            .iter()
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    Mutex::new(RetryBudget::new(&cfg.retry, now)),
+                )
+            })
+            .collect();
+        Self {
+            cfg,
+            scopes: Mutex::new(Scopes::default()),
+            breakers: RwLock::new(HashMap::new()),
+            budgets,
+        }
+    }
+
+    fn scopes(&self) -> std::sync::MutexGuard<'_, Scopes> {
+        // No rule panics while holding the lock, so a poisoned map is consistent.
+        self.scopes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn base_url(&self, t: &Target) -> &str {
+        self.cfg
+            .provider(&t.provider)
+            .map_or("", |p| p.base_url.as_str())
+    }
+
+    /// The key of `t` in `scope`.
+    fn scope_key(&self, scope: Scope, t: &Target) -> String {
+        match scope {
+            Scope::Deployment => key(t),
+            Scope::Provider => t.provider.clone(),
+            Scope::BaseUrl => self.base_url(t).to_owned(),
+        }
+    }
+
+    /// The combined gate of `t`'s scopes, without taking a probe.
+    fn gate_locked(&self, s: &Scopes, t: &Target, dkey: &str, now: Instant) -> Gate {
+        let pi = self.cfg.retry.probe_interval;
+        let g = |h: Option<&Health>| h.map_or(Gate::Open, |h| h.gate(pi, now));
+        deployment::combine(&[
+            g(s.deployments.get(dkey)),
+            g(s.providers.get(&t.provider)),
+            g(s.urls.get(self.base_url(t))),
+        ])
+    }
+
+    /// The combined gate of `t`'s scopes now, without taking a probe.
+    pub fn gate(&self, t: &Target, now: Instant) -> Gate {
+        let s = self.scopes();
+        self.gate_locked(&s, t, &key(t), now)
+    }
+
+    /// `t`'s recent success ratio (its own scope); `None` without calls.
+    pub fn success_ratio(&self, t: &Target, now: Instant) -> Option<f64> {
+        self.scopes()
+            .deployments
+            .get(&key(t))
+            .and_then(|h| h.success_ratio(&self.cfg.ejection, now))
+    }
+
+    /// The breaker of `agent` × `deployment`, created on first use.
+    pub fn breaker(&self, agent: &str, deployment: &str) -> Arc<SharedBreaker> {
+        if let Some(b) = self
+            .breakers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(agent)
+            .and_then(|m| m.get(deployment))
+        {
+            return b.clone();
+        }
+        self.breakers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(agent.to_owned())
+            .or_default()
+            .entry(deployment.to_owned())
+            .or_insert_with(|| {
+                Arc::new(SharedBreaker::new(
+                    self.cfg.self_healing.circuit_breaker.clone(),
+                ))
+            })
+            .clone()
+    }
+
+    /// Every breaker of one agent, by deployment.
+    pub fn breakers_of(&self, agent: &str) -> Vec<(String, Arc<SharedBreaker>)> {
+        self.breakers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(agent)
+            .map(|m| m.iter().map(|(d, b)| (d.clone(), b.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Every breaker: ((agent, deployment), breaker).
+    pub fn all_breakers(&self) -> Vec<((String, String), Arc<SharedBreaker>)> {
+        self.breakers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .flat_map(|(a, m)| {
+                m.iter()
+                    .map(move |(d, b)| ((a.clone(), d.clone()), b.clone()))
+            })
+            .collect()
+    }
+
+    /// Whether any breaker of `agent` is open.
+    pub fn any_open(&self, agent: &str, now: Instant) -> bool {
+        self.breakers_of(agent)
+            .iter()
+            .any(|(_, b)| matches!(b.state(now), BreakerState::Open | BreakerState::ForcedOpen))
+    }
+
+    /// The retry budget of a provider.
+    pub fn budget(&self, provider: &str) -> Option<&Mutex<RetryBudget>> {
+        self.budgets.get(provider)
+    }
+
+    /// `t` as the selection sees it now, for `agent`. The breaker is asked
+    /// (and a half-open trial taken) only when the deployment is in rotation
+    /// or its probe is due, so an ejected deployment never consumes a trial.
+    pub fn candidate(&self, agent: &str, t: &Target, tried: bool, now: Instant) -> Candidate {
+        let dkey = key(t);
+        let (gate, success_ratio) = {
+            let s = self.scopes();
+            let gate = self.gate_locked(&s, t, &dkey, now);
+            let ratio = s
+                .deployments
+                .get(&dkey)
+                .and_then(|h| h.success_ratio(&self.cfg.ejection, now));
+            (gate, ratio)
+        };
+        let breaker = if tried {
+            BreakerSays::Refused
+        } else {
+            match gate {
+                Gate::Open | Gate::Probe => match self.breaker(agent, &dkey).allow(now) {
+                    Admission::Allowed => BreakerSays::Allowed,
+                    Admission::Trial => BreakerSays::Trial,
+                    Admission::Rejected { .. } => BreakerSays::Refused,
+                },
+                Gate::Ejected { .. } | Gate::Forced => BreakerSays::Refused,
+            }
+        };
+        Candidate {
+            gate,
+            breaker,
+            tried,
+            success_ratio,
+        }
+    }
+
+    /// Takes the due probe of every scope of `t`, so concurrent callers do
+    /// not probe it too.
+    pub fn take_probe(&self, t: &Target, now: Instant) {
+        let pi = self.cfg.retry.probe_interval;
+        let dkey = key(t);
+        let url = self.base_url(t).to_owned();
+        let mut s = self.scopes();
+        if let Some(h) = s.deployments.get_mut(&dkey) {
+            h.take_probe(pi, now);
+        }
+        if let Some(h) = s.providers.get_mut(&t.provider) {
+            h.take_probe(pi, now);
+        }
+        if let Some(h) = s.urls.get_mut(&url) {
+            h.take_probe(pi, now);
+        }
+    }
+
+    /// A success of `agent` on `t`: every scope of `t` is proven in
+    /// rotation; the breaker records it (and a successful probe closes it).
+    pub fn on_success(
+        &self,
+        agent: &str,
+        t: &Target,
+        probe: bool,
+        latency: Duration,
+        now: Instant,
+    ) -> Vec<Effect> {
+        let dkey = key(t);
+        let mut out = Vec::new();
+        let b = self.breaker(agent, &dkey);
+        if let Some(tr) = b.record(now, CallOutcome::Success { latency }, &mut rand::rng()) {
+            out.push(Effect::Breaker(tr));
+        }
+        if probe && let Some(tr) = b.reset() {
+            out.push(Effect::Breaker(tr));
+        }
+        let ej = &self.cfg.ejection;
+        let mut s = self.scopes();
+        for scope in [Scope::Deployment, Scope::Provider, Scope::BaseUrl] {
+            let k = self.scope_key(scope, t);
+            let h = s.map(scope).entry(k.clone()).or_default();
+            if h.on_success(ej, now) {
+                out.push(Effect::Recovered { scope, key: k });
+            }
+        }
+        out
+    }
+
+    /// A failure of `agent` on `t`: the breaker records it and the scope the
+    /// class marks gets the evidence (which may eject it).
+    pub fn on_failure(
+        &self,
+        agent: &str,
+        t: &Target,
+        class: ErrorClass,
+        retry_after: Option<Duration>,
+        connect_failed: bool,
+        latency: Duration,
+        now: Instant,
+    ) -> Vec<Effect> {
+        let dkey = key(t);
+        let mut out = Vec::new();
+        let outcome = CallOutcome::Failure {
+            class,
+            latency,
+            retry_after,
+        };
+        if let Some(tr) = self
+            .breaker(agent, &dkey)
+            .record(now, outcome, &mut rand::rng())
+        {
+            out.push(Effect::Breaker(tr));
+        }
+        if let Some(scope) = deployment::scope(class, connect_failed) {
+            let k = self.scope_key(scope, t);
+            let mut s = self.scopes();
+            let h = s.map(scope).entry(k.clone()).or_default();
+            if let Some(length) = h.on_failure(
+                &self.cfg.ejection,
+                &self.cfg.cooldown,
+                class,
+                retry_after,
+                now,
+            ) {
+                out.push(Effect::Ejected {
+                    scope,
+                    key: k,
+                    class,
+                    length,
+                });
+            }
+        }
+        out
+    }
+
+    /// An operator forces `t` out of rotation; returns whether it changed.
+    pub fn trip(&self, t: &Target) -> bool {
+        self.scopes().deployments.entry(key(t)).or_default().trip()
+    }
+
+    /// An operator puts `t` back at once: no force, no ejection, no history,
+    /// and every agent's breaker for it closed. Returns the breaker transitions.
+    pub fn reset(&self, t: &Target, now: Instant) -> (bool, Vec<(String, Transition)>) {
+        let dkey = key(t);
+        let was_out = self
+            .scopes()
+            .deployments
+            .entry(dkey.clone())
+            .or_default()
+            .reset(now);
+        let mut transitions = Vec::new();
+        for ((agent, d), b) in self.all_breakers() {
+            if d == dkey
+                && let Some(tr) = b.reset()
+            {
+                transitions.push((agent, tr));
+            }
+        }
+        (was_out, transitions)
+    }
+
+    /// Every deployment hale knows of: those the config names (routes,
+    /// providers' models and default models) and those that served or failed.
+    pub fn known(&self) -> Vec<Target> {
+        let mut set: BTreeSet<(String, String)> = BTreeSet::new();
+        for p in &self.cfg.providers {
+            set.insert((p.name.clone(), p.default_model.clone()));
+            for m in &p.models {
+                set.insert((p.name.clone(), m.clone()));
+            }
+        }
+        for route in self.cfg.routes.values() {
+            for t in route {
+                set.insert((t.provider.clone(), t.model.clone()));
+            }
+        }
+        for k in self.scopes().deployments.keys() {
+            if let Some((p, m)) = k.split_once('/') {
+                set.insert((p.to_owned(), m.to_owned()));
+            }
+        }
+        set.into_iter()
+            .map(|(provider, model)| Target { provider, model })
+            .collect()
+    }
+
+    /// Whether `t` is a deployment hale knows of.
+    pub fn is_known(&self, t: &Target) -> bool {
+        self.cfg.provider(&t.provider).is_some() && self.known().contains(t)
+    }
+
+    /// `t`'s view at `now`: its own counts, the health of all its scopes.
+    pub fn view(&self, t: &Target, now: Instant) -> DeploymentView {
+        let dkey = key(t);
+        let ej = &self.cfg.ejection;
+        let pi = self.cfg.retry.probe_interval;
+        let health = {
+            let s = self.scopes();
+            let snap = |h: Option<&Health>| h.cloned().unwrap_or_default().snapshot(ej, pi, now);
+            Health::merge(
+                snap(s.deployments.get(&dkey)),
+                &[
+                    snap(s.providers.get(&t.provider)),
+                    snap(s.urls.get(self.base_url(t))),
+                ],
+            )
+        };
+        let breakers = self
+            .all_breakers()
+            .into_iter()
+            .filter(|((_, d), _)| *d == dkey)
+            .map(|((a, _), b)| (a, b.state(now)))
+            .collect();
+        DeploymentView {
+            deployment: dkey,
+            provider: t.provider.clone(),
+            model: t.model.clone(),
+            health,
+            breakers,
+        }
+    }
+
+    /// Every known deployment's view.
+    pub fn views(&self, now: Instant) -> Vec<DeploymentView> {
+        self.known().iter().map(|t| self.view(t, now)).collect()
+    }
+}
