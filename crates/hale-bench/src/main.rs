@@ -14,6 +14,7 @@
 
 mod load;
 mod procs;
+mod soak;
 mod stats;
 
 use anyhow::{Context, bail};
@@ -167,6 +168,15 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 }
 
 fn main() -> anyhow::Result<()> {
+    // `hale-bench soak …`: the overlapping-faults soak (soak.rs).
+    if std::env::args().nth(1).as_deref() == Some("soak") {
+        let args = soak::SoakArgs::parse_from(std::env::args().skip(1));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        return rt.block_on(soak::run(args));
+    }
     let args = Args::parse();
     if args.concurrency.is_empty() || args.concurrency.contains(&0) {
         bail!("--concurrency needs positive numbers, e.g. 1,8,64");

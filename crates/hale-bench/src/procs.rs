@@ -128,8 +128,18 @@ pub async fn start_hale(
 ) -> anyhow::Result<Proc> {
     let addr = free_port()?;
     let cfg = hale_config(addr, &format!("http://{chaos}/v1"), model, data_dir);
+    start_hale_with(bin, work, addr, &cfg).await
+}
+
+/// Starts `hale serve` listening on `addr` with the config `yaml`.
+pub async fn start_hale_with(
+    bin: &Path,
+    work: &Path,
+    addr: SocketAddr,
+    yaml: &str,
+) -> anyhow::Result<Proc> {
     let cfg_path = work.join("hale.yaml");
-    std::fs::write(&cfg_path, cfg)?;
+    std::fs::write(&cfg_path, yaml)?;
     let mut p = spawn(
         "hale",
         bin,

@@ -739,6 +739,9 @@ async fn terminate_route(
     if let Some(r) = crate::http::admin_refusal(&gw, peer, &headers) {
         return r;
     }
+    if !gw.agent_known(&id) {
+        return crate::api::agents::not_found(&id);
+    }
     let b: TerminateBody = if body.is_empty() {
         TerminateBody::default()
     } else {

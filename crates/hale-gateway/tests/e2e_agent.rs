@@ -70,12 +70,18 @@ async fn three_failed_turns_pause_the_agent_without_upstream_calls_until_resumed
     assert_eq!(v["consecutive_failures"], 3);
     assert_eq!(v["counters"]["turns"], 3);
     assert_eq!(v["counters"]["failed_turns"], 3);
-    assert!(v["breakers"]["bad"].is_object(), "breakers: {v}");
-    assert_eq!(v["cooldowns"]["bad"]["class"], "auth", "{v}");
-    assert!(
-        v["cooldowns"]["bad"]["remaining_ms"].as_u64().unwrap_or(0) > 0,
-        "{v}"
-    );
+    // Breakers are per agent × deployment; an auth failure ejects every
+    // deployment of the provider (its key), shown on the deployment.
+    assert!(v["breakers"]["bad/auth"].is_object(), "breakers: {v}");
+    let d = v["deployments"]
+        .as_array()
+        .and_then(|l| l.iter().find(|d| d["deployment"] == "bad/auth"))
+        .cloned()
+        .unwrap_or_else(|| panic!("deployment listed: {v}"));
+    assert_eq!(d["health"], "ejected", "{d}");
+    assert_eq!(d["ejection_class"], "auth", "{d}");
+    assert!(d["ejected_remaining_ms"].as_u64().unwrap_or(0) > 0, "{d}");
+    assert_eq!(v["pause"]["by"], "auto", "{v}");
 
     let (s, v) = h.post_json("/agents/ag/resume").await;
     assert_eq!(s, 200, "{v}");
@@ -222,7 +228,7 @@ async fn evidence_headers_on_success_and_error() {
 
 /// `/metrics` exposes turns, attempts by class and target, breaker states and cooldowns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_expose_turns_attempts_by_class_and_target_breakers_and_cooldowns() {
+async fn metrics_expose_turns_attempts_by_class_and_target_breakers_and_deployment_health() {
     let (_c, h) = pair("error-503", ProviderKind::Anthropic, |cfg| {
         cfg.retry.server_error.initial = Duration::from_millis(20);
     })
@@ -245,16 +251,30 @@ async fn metrics_expose_turns_attempts_by_class_and_target_breakers_and_cooldown
         "{m}"
     );
     assert!(
-        has(&["breaker", "provider=\"primary\"", "state=\"closed\""]),
+        has(&[
+            "breaker",
+            "deployment=\"primary/error-503\"",
+            "state=\"closed\""
+        ]),
         "{m}"
     );
-    assert!(has(&["cooldown", "provider=\"primary\""]), "{m}");
+    assert!(
+        has(&[
+            "deployment_health",
+            "deployment=\"primary/error-503\"",
+            "state=\"ejected\"",
+            " 1"
+        ]),
+        "{m}"
+    );
     let cooldown_line = m
         .lines()
         .find(|l| {
-            !l.starts_with('#') && l.contains("cooldown") && l.contains("provider=\"primary\"")
+            !l.starts_with('#')
+                && l.contains("deployment_ejected_seconds")
+                && l.contains("deployment=\"primary/error-503\"")
         })
-        .expect("cooldown line");
+        .expect("ejection line");
     let secs: f64 = cooldown_line
         .rsplit(' ')
         .next()

@@ -32,7 +32,8 @@ pub fn router() -> Router<Arc<Gateway>> {
         .route("/agents/{id}/tasks/{task}/reset", post(reset_task))
 }
 
-fn not_found(id: &str) -> Response {
+/// 404 `agent_not_found` for an agent hale has never seen and the config does not name.
+pub fn not_found(id: &str) -> Response {
     HaleError::new(
         StatusCode::NOT_FOUND,
         "agent_not_found",
