@@ -37,8 +37,9 @@ pub struct Gateway {
     /// agent → provider → breaker: looked up by `&str`, no allocation per turn.
     breakers: RwLock<HashMap<String, HashMap<String, Arc<SharedBreaker>>>>,
     pub agents: Mutex<HashMap<String, AgentRt>>,
-    /// Idempotency keys being served right now: a duplicate waits on the watch.
-    pub inflight: Mutex<HashMap<String, tokio::sync::watch::Receiver<bool>>>,
+    /// Idempotency keys being served right now, with their request's hash: a
+    /// duplicate of the same request waits on the watch.
+    pub inflight: Mutex<HashMap<String, (String, tokio::sync::watch::Receiver<bool>)>>,
     /// Per-task guard and spend.
     pub tasks: crate::guardrails::Tasks,
     /// Stored compactions by message prefix.
@@ -86,11 +87,12 @@ impl Gateway {
             .into_iter()
             .map(|r| (r.id.clone(), AgentRt { record: r }))
             .collect();
+        let metrics = Metrics::for_config(&cfg);
         Ok(Arc::new(Self {
             cfg,
             http,
             store,
-            metrics: Metrics::new(),
+            metrics,
             providers,
             breakers: RwLock::new(HashMap::new()),
             agents: Mutex::new(agents),
