@@ -180,8 +180,9 @@ mod tests {
             insecure_no_auth: true,
         };
         let keys = keyed();
-        // (config, peer loopback, forwarded, token, admin endpoint, expected)
-        let cases: &[(&AuthConfig, bool, bool, Option<&str>, bool, Want)] = &[
+        /// (config, peer loopback, forwarded, token, admin endpoint, expected)
+        type Case<'a> = (&'a AuthConfig, bool, bool, Option<&'a str>, bool, Want);
+        let cases: &[Case] = &[
             // No keys: direct loopback clients only.
             (&none, true, false, None, true, Want::Trusted),
             (&none, true, false, Some("anything"), false, Want::Trusted),
