@@ -30,6 +30,8 @@ pub struct Config {
     /// `postgres://…` for scale-out; `None` = SQLite in `data_dir`.
     pub storage: Option<String>,
     pub auth: AuthConfig,
+    /// `limits:` — bounds on what a caller may send.
+    pub limits: LimitsConfig,
     /// Model name → ordered targets.
     pub routes: BTreeMap<String, Vec<Target>>,
     pub providers: Vec<ProviderConfig>,
@@ -58,6 +60,7 @@ impl Config {
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             storage: None,
             auth: AuthConfig::default(),
+            limits: LimitsConfig::default(),
             routes: BTreeMap::new(),
             providers,
             agents: BTreeMap::new(),
@@ -81,11 +84,29 @@ impl Config {
     }
 }
 
-/// API keys and their scopes.
+/// API keys and their scopes (the rule is [`crate::access`]).
 #[derive(Debug, Clone, Default)]
 pub struct AuthConfig {
-    /// No keys: only loopback clients are served.
+    /// No keys: only direct loopback clients are served.
     pub keys: Vec<ApiKey>,
+    /// No keys and this set: every client is served without authentication.
+    /// Not a YAML key: only `hale serve --insecure-no-auth` sets it.
+    pub insecure_no_auth: bool,
+}
+
+/// `limits:` — bounds on what a caller may send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitsConfig {
+    /// A request body larger than this is refused with 413, on every route.
+    pub max_request_bytes: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_request_bytes: 32 * 1024 * 1024,
+        }
+    }
 }
 
 /// One bearer key.

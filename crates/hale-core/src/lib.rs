@@ -8,6 +8,7 @@
 //! rule is tested under a fake clock. Adapters (HTTP, storage, sinks,
 //! processes, CLI) call into this crate; it never calls them.
 
+pub mod access;
 pub mod breaker;
 pub mod budget;
 pub mod class;
@@ -19,6 +20,7 @@ pub mod deployment;
 pub mod event;
 pub mod guard;
 pub mod health;
+pub mod ids;
 pub mod models;
 pub mod pause;
 pub mod recovery;

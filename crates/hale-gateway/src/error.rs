@@ -3,6 +3,9 @@
 //! Errors become responses only here, at the edge: the OpenAI error shape (or
 //! Anthropic's, for `/v1/messages` callers) with hale's detail beside it —
 //! `{"error": {"type", "message", "hale": {turn_id, agent, timeline}}}`.
+//! Errors no handler made (an unknown route, a wrong method, a body over the
+//! limit, an extractor's rejection) are given the same shape by
+//! [`crate::http`] through [`HaleError::from_status`].
 
 use crate::proto::{self, Dialect};
 use crate::turn::Turn;
@@ -51,6 +54,44 @@ impl HaleError {
     }
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+    /// A request body over `limits.max_request_bytes`.
+    pub fn request_too_large(limit: u64) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            format!("the request body is larger than {limit} bytes (limits.max_request_bytes)"),
+        )
+    }
+    /// An `Idempotency-Key` already used for a request with another body
+    /// (Stripe's rule: a key names one request).
+    pub fn idempotency_key_reused() -> Self {
+        Self::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency_key_reused",
+            "this Idempotency-Key was already used for a request with a different body; use a new key for a new request",
+        )
+    }
+    /// A request header hale refuses, named in the message.
+    pub fn bad_header(name: &str, problem: impl std::fmt::Display) -> Self {
+        Self::bad_request(format!("header {name} {problem}"))
+    }
+    /// An error of `status` that no handler shaped (a framework rejection),
+    /// with its type derived from the status.
+    pub fn from_status(status: StatusCode, message: impl Into<String>) -> Self {
+        let kind = match status.as_u16() {
+            400 | 422 => "invalid_request_error",
+            401 => "unauthorized",
+            403 => "forbidden",
+            404 => "not_found",
+            405 => "method_not_allowed",
+            408 => "request_timeout",
+            413 => "request_too_large",
+            415 => "unsupported_media_type",
+            s if s >= 500 => "internal_error",
+            _ => "invalid_request_error",
+        };
+        Self::new(status, kind, message)
     }
     pub fn agent_paused(
         agent: &str,

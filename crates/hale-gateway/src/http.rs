@@ -3,8 +3,18 @@
 //! `router()` lists every endpoint in one place. Model calls go to
 //! [`crate::pipeline::handle_chat`]; everything else is a small read of the
 //! gateway's state or store. Auth runs first: a bearer key (or Anthropic's
-//! `x-api-key`) maps to a scope; with no keys configured only loopback
-//! clients are served. Admin endpoints need an admin key when keys exist.
+//! `x-api-key`) maps to a scope; with no keys configured only direct
+//! loopback clients are served (the rule is `hale_core::access`). Admin
+//! endpoints need an admin key when keys exist.
+//!
+//! [`app`] is what is served: the routes, plus the edge every route shares —
+//! the body limit (`limits.max_request_bytes`), JSON answers for an unknown
+//! route (404) and a wrong method (405), and [`shape_errors`], which gives
+//! every error no handler shaped (axum's 413, 415, 422 and bad-query 400
+//! rejections, plain-text 5xx) the error shape of the route's dialect:
+//! Anthropic's on `/v1/messages`, OpenAI's everywhere else. Serving refuses
+//! to start on a non-loopback address without keys
+//! (`hale_core::access::exposure_refusal`).
 
 use crate::error::HaleError;
 use crate::pipeline::{self, Caller};
@@ -12,10 +22,11 @@ use crate::proto::{self, Dialect};
 use crate::state::Gateway;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use hale_core::access::{self, Grant};
 use hale_core::config::KeyScope;
 use serde_json::json;
 use std::net::SocketAddr;
@@ -37,9 +48,25 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .with_state(gw)
 }
 
-/// Serves `router(gw)` plus `admin_extra` (routes that need the admin scope,
-/// such as the event stream and the dead letters) until `shutdown` resolves,
-/// then drains in-flight requests.
+/// `router(gw)` plus `admin_extra` (routes that need the admin scope, such
+/// as the event stream and the dead letters), behind the edge every route
+/// shares: the body limit, JSON 404/405 fallbacks and [`shape_errors`].
+pub fn app(gw: Arc<Gateway>, admin_extra: Router) -> Router {
+    let limit = gw.cfg.limits.max_request_bytes;
+    let guarded = admin_extra.layer(axum::middleware::from_fn_with_state(gw.clone(), admin_only));
+    router(gw)
+        .merge(guarded)
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(axum::middleware::from_fn_with_state(limit, shape_errors))
+        .layer(DefaultBodyLimit::max(
+            usize::try_from(limit).unwrap_or(usize::MAX),
+        ))
+}
+
+/// Serves [`app`] until `shutdown` resolves, then drains in-flight requests.
+/// Refuses to start (`PermissionDenied`) on a non-loopback address when no
+/// keys are configured, unless `auth.insecure_no_auth` is set.
 pub async fn serve_with(
     gw: Arc<Gateway>,
     admin_extra: Router,
@@ -47,8 +74,15 @@ pub async fn serve_with(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::serve::ListenerExt;
-    let guarded = admin_extra.layer(axum::middleware::from_fn_with_state(gw.clone(), admin_only));
-    let app = router(gw).merge(guarded);
+    if let Some(refusal) = access::exposure_refusal(&gw.cfg.auth, listener.local_addr()?) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            refusal,
+        ));
+    }
+    let app = app(gw, admin_extra);
+    // Small SSE frames and short answers must not wait for Nagle's algorithm
+    // (~40 ms per response with delayed ACKs on the caller's side).
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
@@ -58,6 +92,75 @@ pub async fn serve_with(
     )
     .with_graceful_shutdown(shutdown)
     .await
+}
+
+/// The wire dialect of a path: its errors are in that dialect's shape.
+fn dialect_of(path: &str) -> Dialect {
+    if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+        Dialect::Anthropic
+    } else {
+        Dialect::OpenAi
+    }
+}
+
+/// 404 for a path no route serves.
+async fn no_route(method: Method, uri: Uri) -> Response {
+    HaleError::not_found(format!("no route for {method} {}", uri.path()))
+        .into_response(dialect_of(uri.path()))
+}
+
+/// 405 for a route served with other methods (axum adds the `Allow` header).
+async fn wrong_method(method: Method, uri: Uri) -> Response {
+    HaleError::from_status(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+    .into_response(dialect_of(uri.path()))
+}
+
+/// How much of an unshaped error body is kept as the message.
+const UNSHAPED_BODY_MAX: usize = 16 * 1024;
+
+/// Gives an error response that is not JSON (axum's extractor rejections,
+/// the body limit's 413, a handler's plain-text 5xx) the error shape of the
+/// route's dialect, keeping its status, its headers (e.g. `Allow`) and its
+/// text as the message. Successes and JSON errors pass untouched.
+async fn shape_errors(
+    State(limit): State<u64>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let dialect = dialect_of(req.uri().path());
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, UNSHAPED_BODY_MAX)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let err = if status == StatusCode::PAYLOAD_TOO_LARGE {
+        HaleError::request_too_large(limit)
+    } else if text.is_empty() {
+        HaleError::from_status(
+            status,
+            status.canonical_reason().unwrap_or("request refused"),
+        )
+    } else {
+        HaleError::from_status(status, text)
+    };
+    let mut shaped = err.into_response(dialect);
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    parts.headers.remove(axum::http::header::CONTENT_TYPE);
+    shaped.headers_mut().extend(parts.headers);
+    shaped
 }
 
 /// Refuses a request without the admin scope (when keys are configured).
@@ -73,81 +176,59 @@ async fn admin_only(
     }
 }
 
-/// Serves until `shutdown` resolves, then drains in-flight requests.
+/// Serves [`app`] with no admin extras; see [`serve_with`].
 pub async fn serve(
     gw: Arc<Gateway>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    // Small SSE frames and short answers must not wait for Nagle's algorithm
-    // (~40 ms per response with delayed ACKs on the caller's side).
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(
-        listener,
-        router(gw).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    serve_with(gw, Router::new(), listener, shutdown).await
 }
 
-/// Resolves the caller from its key; `admin` requires the admin scope.
+/// Resolves the caller (`hale_core::access::decide`); `admin` requires the
+/// admin scope.
 pub(crate) fn authorize(
     gw: &Gateway,
     peer: SocketAddr,
     headers: &HeaderMap,
     admin: bool,
 ) -> Result<Caller, HaleError> {
-    let keys = &gw.cfg.auth.keys;
-    if keys.is_empty() {
-        if peer.ip().is_loopback() {
-            return Ok(Caller {
-                default_agent: None,
-                agents: None,
-            });
-        }
-        return Err(HaleError::forbidden(
-            "no API keys are configured: only loopback clients are served",
-        ));
-    }
-    let presented = headers
+    let token = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
-        .map(str::trim);
-    let Some(presented) = presented else {
-        return Err(HaleError::unauthorized());
+        .and_then(access::bearer_token)
+        .or_else(|| {
+            headers
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+        });
+    let req = access::Request {
+        peer_loopback: access::is_loopback(peer.ip()),
+        forwarded: access::FORWARDING_HEADERS
+            .iter()
+            .any(|h| headers.contains_key(*h)),
+        token,
+        admin,
     };
-    let key = keys
-        .iter()
-        .find(|k| constant_time_eq(k.token.expose().as_bytes(), presented.as_bytes()))
-        .ok_or_else(HaleError::unauthorized)?;
-    match &key.scope {
-        KeyScope::Admin => Ok(Caller {
+    match access::decide(&gw.cfg.auth, &req) {
+        Ok(Grant::Trusted) => Ok(Caller {
             default_agent: None,
             agents: None,
         }),
-        KeyScope::Agents(_) if admin => {
-            Err(HaleError::forbidden("this endpoint needs an admin key"))
-        }
-        KeyScope::Agents(list) => Ok(Caller {
-            default_agent: list.first().cloned(),
-            agents: Some(list.clone()),
-        }),
+        Ok(Grant::Key(key)) => match &key.scope {
+            KeyScope::Admin => Ok(Caller {
+                default_agent: None,
+                agents: None,
+            }),
+            KeyScope::Agents(list) => Ok(Caller {
+                default_agent: list.first().cloned(),
+                agents: Some(list.clone()),
+            }),
+        },
+        Err(r) if r.unauthenticated() => Err(HaleError::unauthorized()),
+        Err(r) => Err(HaleError::forbidden(r.message())),
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn chat_openai(

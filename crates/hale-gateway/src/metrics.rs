@@ -4,9 +4,17 @@
 //! class names, `provider/model` targets from the config, event kinds — never
 //! free text. Gauges that mirror state (breakers, cooldowns, outbox depth) are
 //! refreshed when `/metrics` is scraped rather than on every change.
+//!
+//! A client chooses agent names (`X-Hale-Agent`) and model names (any name
+//! a provider with no `models:` list accepts, `provider/model` pins), so
+//! every agent, provider and model goes through [`LabelBounds`] before it
+//! becomes a label value: a name the config does not know (under `agents:`,
+//! a provider's `default_model`/`models`, `routes`) is folded into
+//! [`OTHER`]. The number of series is then bounded by the config, whatever
+//! the clients send.
 
 use hale_core::class::ErrorClass;
-use hale_core::config::Target;
+use hale_core::config::{Config, DEFAULT_AGENT, Target};
 use hale_core::event::EventKind;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -14,7 +22,73 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::collections::HashSet;
 use std::time::Duration;
+
+/// The label value of every agent, provider or model the config does not name.
+pub const OTHER: &str = "other";
+
+/// The agents, providers and models the config names: the only values those
+/// labels take; anything else is [`OTHER`].
+#[derive(Debug, Clone, Default)]
+pub struct LabelBounds {
+    agents: HashSet<String>,
+    providers: HashSet<String>,
+    models: HashSet<String>,
+}
+
+impl LabelBounds {
+    /// The names in `cfg`: agents under `agents:` (and the default agent),
+    /// providers, and models (providers' `default_model` and `models`, route
+    /// names and route targets' models).
+    pub fn from_config(cfg: &Config) -> Self {
+        let mut b = Self::default();
+        b.agents.insert(DEFAULT_AGENT.to_owned());
+        b.agents.extend(cfg.agents.keys().cloned());
+        for p in &cfg.providers {
+            b.providers.insert(p.name.clone());
+            b.models.insert(p.default_model.clone());
+            b.models.extend(p.models.iter().cloned());
+        }
+        for (route, targets) in &cfg.routes {
+            b.models.insert(route.clone());
+            b.models.extend(targets.iter().map(|t| t.model.clone()));
+        }
+        b
+    }
+
+    /// `agent` when configured, else [`OTHER`].
+    pub fn agent<'a>(&self, agent: &'a str) -> &'a str {
+        if self.agents.contains(agent) {
+            agent
+        } else {
+            OTHER
+        }
+    }
+
+    /// `provider` when configured, else [`OTHER`].
+    pub fn provider<'a>(&self, provider: &'a str) -> &'a str {
+        if self.providers.contains(provider) {
+            provider
+        } else {
+            OTHER
+        }
+    }
+
+    /// `model` when configured, else [`OTHER`].
+    pub fn model<'a>(&self, model: &'a str) -> &'a str {
+        if self.models.contains(model) {
+            model
+        } else {
+            OTHER
+        }
+    }
+
+    /// `provider/model`, each part folded.
+    pub fn target(&self, t: &Target) -> String {
+        format!("{}/{}", self.provider(&t.provider), self.model(&t.model))
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AttemptLabels {
@@ -101,6 +175,7 @@ pub struct Metrics {
     pub sink_dead_lettered: Family<SinkLabels, Gauge>,
     pub sink_healthy: Family<SinkLabels, Gauge>,
     sink_source: std::sync::OnceLock<SinkSource>,
+    bounds: LabelBounds,
 }
 
 impl Default for Metrics {
@@ -110,6 +185,21 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Metrics whose labels are bounded by `cfg` (see [`LabelBounds`]).
+    pub fn for_config(cfg: &Config) -> Self {
+        Self {
+            bounds: LabelBounds::from_config(cfg),
+            ..Self::new()
+        }
+    }
+
+    /// The values agent, provider and model labels may take.
+    pub fn bounds(&self) -> &LabelBounds {
+        &self.bounds
+    }
+
+    /// Metrics that know no names: every agent, provider and model is
+    /// labelled [`OTHER`] (the gateway uses [`Metrics::for_config`]).
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("hale");
         let turns = Family::<OutcomeLabels, Counter>::default();
@@ -151,7 +241,7 @@ impl Metrics {
         let breaker_state = Family::<BreakerLabels, Gauge>::default();
         registry.register(
             "breaker_state",
-            "Circuit breaker state (1 = current)",
+            "Circuit breakers in each state (1 = a configured agent's breaker is in it; agent=\"other\": how many unconfigured agents' breakers are)",
             breaker_state.clone(),
         );
         let deployment_health = Family::<DeploymentStateLabels, Gauge>::default();
@@ -245,6 +335,7 @@ impl Metrics {
             sink_dead_lettered,
             sink_healthy,
             sink_source: std::sync::OnceLock::new(),
+            bounds: LabelBounds::default(),
         }
     }
 
@@ -293,7 +384,7 @@ impl Metrics {
         let class = class.map(ErrorClass::as_str).unwrap_or("ok");
         self.attempts
             .get_or_create(&AttemptLabels {
-                target: target.to_string(),
+                target: self.bounds.target(target),
                 class: class.into(),
             })
             .inc();

@@ -73,7 +73,13 @@ pub async fn handle_chat(
 
     // Agent gate. Traffic with no identity (no header, no key default)
     // belongs to no agent loop and is never paused (DESIGN §5).
-    let named_agent = header(&headers, AGENT_HEADER).or(caller.default_agent.clone());
+    let (named_agent, explicit_task) = match (
+        label_header(&headers, AGENT_HEADER),
+        label_header(&headers, TASK_HEADER),
+    ) {
+        (Ok(agent), Ok(task)) => (agent.or(caller.default_agent.clone()), task),
+        (Err(e), _) | (_, Err(e)) => return e.into_response(dialect),
+    };
     let named = named_agent.is_some();
     let agent = named_agent.unwrap_or_else(|| DEFAULT_AGENT.to_owned());
     if let Some(allowed) = &caller.agents
@@ -83,7 +89,7 @@ pub async fn handle_chat(
             .into_response(dialect);
     }
     // The task: X-Hale-Task, else the conversation's root (DESIGN §1 step 2).
-    let task = conversation_task(header(&headers, TASK_HEADER).as_deref(), &req);
+    let task = conversation_task(explicit_task.as_deref(), &req);
     let admission = match agents::admit(&gw, &agent, wall_ms()) {
         Ok(a) => a,
         Err(e) => return e.into_response(dialect),
@@ -92,18 +98,22 @@ pub async fn handle_chat(
         return e.into_response(dialect);
     }
 
-    // Idempotency: a key seen before returns the stored response; a concurrent duplicate waits.
+    // Idempotency: a key seen before with this body returns the stored
+    // response (with another body: 422); a concurrent duplicate waits.
+    let request_hash = request_hash(&body);
     let idem_key = header(&headers, "idempotency-key").map(|k| format!("{agent}\u{1f}{k}"));
     let _idem_guard = match &idem_key {
         None => None,
-        Some(key) => match idempotency_begin(&gw, key).await {
+        Some(key) => match idempotency_begin(&gw, key, &request_hash).await {
             IdemStart::Stored(resp) => return stored_response(resp, IDEMPOTENT_REPLAY_HEADER),
+            IdemStart::Reused => {
+                return HaleError::idempotency_key_reused().into_response(dialect);
+            }
             IdemStart::Fresh(guard) => Some(guard),
         },
     };
 
     // Replay: a recovered task's request that already completed is answered from the journal.
-    let request_hash = request_hash(&body);
     if let Some(resp) = crate::health::replay(&gw, &agent, &task, &request_hash).await {
         return resp;
     }
@@ -198,6 +208,7 @@ pub async fn handle_chat(
             if let Some(key) = &idem_key {
                 gw.store.submit(vec![Write::Idempotency {
                     key: key.clone(),
+                    request_hash: request_hash.clone(),
                     response: stored,
                 }]);
             }
@@ -241,6 +252,7 @@ pub async fn handle_chat(
                 {
                     gw2.store.submit(vec![Write::Idempotency {
                         key: key.clone(),
+                        request_hash: request_hash.clone(),
                         response: stored,
                     }]);
                 }
@@ -319,6 +331,21 @@ fn header(h: &HeaderMap, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// An agent or task name header: absent or blank is `None`; one that is not
+/// UTF-8, longer than `hale_core::ids::MAX_LABEL_BYTES` or holds a control
+/// character is a 400 naming the header.
+fn label_header(h: &HeaderMap, name: &str) -> Result<Option<String>, HaleError> {
+    let Some(v) = h.get(name) else {
+        return Ok(None);
+    };
+    let s = std::str::from_utf8(v.as_bytes())
+        .map_err(|_| HaleError::bad_header(name, "is not UTF-8"))?;
+    // Checked before trimming: `str::trim` would drop a trailing U+0085.
+    hale_core::ids::valid_label(s).map_err(|e| HaleError::bad_header(name, e))?;
+    let s = s.trim_matches(' ');
+    Ok((!s.is_empty()).then(|| s.to_owned()))
+}
+
 /// Sets the evidence headers of DESIGN §1 step 10.
 fn evidence(resp: &mut Response, turn: &Turn, served: usize, model: &str) {
     let h = resp.headers_mut();
@@ -384,6 +411,8 @@ pub(crate) fn stored_response(s: StoredResponse, marker: &'static str) -> Respon
 
 enum IdemStart {
     Stored(StoredResponse),
+    /// The key answered (or is answering) a request with another body.
+    Reused,
     Fresh(IdemGuard),
 }
 
@@ -408,18 +437,25 @@ impl Drop for IdemGuard {
     }
 }
 
-async fn idempotency_begin(gw: &Arc<Gateway>, key: &str) -> IdemStart {
+/// Stripe's rule: a key names one request. The stored (or in-flight) request
+/// hash must be this one; a row stored before hashes were kept has none and
+/// is served as before.
+async fn idempotency_begin(gw: &Arc<Gateway>, key: &str, hash: &str) -> IdemStart {
     loop {
         if let Ok(Some(s)) = gw.store.idempotent(key).await {
-            return IdemStart::Stored(s);
+            return match s.request_hash {
+                Some(h) if h != hash => IdemStart::Reused,
+                Some(_) | None => IdemStart::Stored(s.response),
+            };
         }
         let waiter = {
             let mut map = gw.inflight.lock().expect("inflight lock");
             match map.get(key) {
-                Some(rx) => Some(rx.clone()),
+                Some((h, _)) if h != hash => return IdemStart::Reused,
+                Some((_, rx)) => Some(rx.clone()),
                 None => {
                     let (tx, rx) = tokio::sync::watch::channel(false);
-                    map.insert(key.to_owned(), rx);
+                    map.insert(key.to_owned(), (hash.to_owned(), rx));
                     return IdemStart::Fresh(IdemGuard {
                         gw: gw.clone(),
                         key: key.to_owned(),

@@ -62,8 +62,9 @@ pub struct Gateway {
     /// Deployments' health, breakers (agent × deployment), retry budgets.
     pub deployments: crate::deployments::Deployments,
     pub agents: Mutex<HashMap<String, AgentRt>>,
-    /// Idempotency keys being served right now: a duplicate waits on the watch.
-    pub inflight: Mutex<HashMap<String, tokio::sync::watch::Receiver<bool>>>,
+    /// Idempotency keys being served right now, with their request's hash: a
+    /// duplicate of the same request waits on the watch.
+    pub inflight: Mutex<HashMap<String, (String, tokio::sync::watch::Receiver<bool>)>>,
     /// Per-task guard and spend.
     pub tasks: crate::guardrails::Tasks,
     /// Stored compactions by message prefix.
@@ -98,11 +99,12 @@ impl Gateway {
             .into_iter()
             .map(|r| (r.id.clone(), AgentRt::new(r)))
             .collect();
+        let metrics = Metrics::for_config(&cfg);
         Ok(Arc::new(Self {
             cfg,
             http,
             store,
-            metrics: Metrics::new(),
+            metrics,
             deployments,
             agents: Mutex::new(agents),
             inflight: Mutex::new(HashMap::new()),

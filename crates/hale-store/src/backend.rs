@@ -162,7 +162,7 @@ macro_rules! gen_apply {
                     Encoded::Idempotency(i) => {
                         sqlx::query(
                             "INSERT INTO idempotency (key, status, headers, body, content_type, \
-                             created_ms) VALUES ($1, $2, $3, $4, $5, $6) \
+                             created_ms, request_hash) VALUES ($1, $2, $3, $4, $5, $6, $7) \
                              ON CONFLICT (key) DO NOTHING",
                         )
                         .bind(&i.key)
@@ -171,6 +171,7 @@ macro_rules! gen_apply {
                         .bind(&i.resp.body)
                         .bind(&i.resp.content_type)
                         .bind(i.created_ms)
+                        .bind(&i.request_hash)
                         .execute(&mut *conn)
                         .await?;
                     }

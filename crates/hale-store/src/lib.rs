@@ -30,8 +30,8 @@ mod writer;
 
 pub use error::{Result, StoreError};
 pub use model::{
-    AgentRecord, CheckpointRecord, DeadLetter, SinkCursor, StoredEvent, StoredResponse, TurnRecord,
-    TurnStatus, Write,
+    AgentRecord, CheckpointRecord, DeadLetter, IdempotentResponse, SinkCursor, StoredEvent,
+    StoredResponse, TurnRecord, TurnStatus, Write,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{

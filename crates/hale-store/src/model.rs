@@ -18,10 +18,13 @@ pub enum Write {
     Turn(TurnRecord),
     /// Upserted by id.
     Agent(AgentRecord),
-    /// The response stored for an `Idempotency-Key`. The first response stored
-    /// for a key wins; later ones are ignored.
+    /// The response stored for an `Idempotency-Key`, with the hash of the
+    /// request it answered (a reuse of the key for another request is
+    /// refused by comparing it). The first response stored for a key wins;
+    /// later ones are ignored.
     Idempotency {
         key: String,
+        request_hash: String,
         response: StoredResponse,
     },
     /// Checkpoints are immutable: the first write of an (agent, id) wins.
@@ -66,6 +69,14 @@ pub struct StoredResponse {
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
     pub content_type: String,
+}
+
+/// The response stored for an idempotency key, and the hash of the request
+/// it answered (`None` for a row stored before hale kept the hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotentResponse {
+    pub request_hash: Option<String>,
+    pub response: StoredResponse,
 }
 
 /// One turn of the journal (DESIGN §1, §5).

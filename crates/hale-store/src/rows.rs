@@ -13,8 +13,8 @@ use sqlx::sqlite::SqliteRow;
 
 use crate::error::StoreError;
 use crate::model::{
-    AgentRecord, CheckpointRecord, DeadLetter, StoredEvent, StoredResponse, TurnRecord, TurnStatus,
-    Write,
+    AgentRecord, CheckpointRecord, DeadLetter, IdempotentResponse, StoredEvent, StoredResponse,
+    TurnRecord, TurnStatus, Write,
 };
 
 /// A write, ready to bind.
@@ -81,6 +81,7 @@ pub(crate) struct AgentRow {
 #[derive(Debug)]
 pub(crate) struct IdemRow {
     pub key: String,
+    pub request_hash: String,
     pub resp: RespCols,
     pub created_ms: i64,
 }
@@ -176,9 +177,14 @@ pub(crate) fn encode(w: Write, now_ms: u64) -> Result<Encoded, StoreError> {
                 id: a.id,
             })
         }
-        Write::Idempotency { key, response } => {
+        Write::Idempotency {
+            key,
+            request_hash,
+            response,
+        } => {
             let what = format!("idempotency key {key}");
             Encoded::Idempotency(IdemRow {
+                request_hash,
                 resp: resp_cols(&what, &response)?,
                 created_ms: num(&what, "created_ms", now_ms)?,
                 key,
@@ -361,15 +367,20 @@ pub(crate) fn decode_agent(r: &impl Cols) -> Result<AgentRecord, StoreError> {
     })
 }
 
-pub(crate) fn decode_idempotency(r: &impl Cols) -> Result<StoredResponse, StoreError> {
+pub(crate) const IDEMPOTENCY_COLS: &str = "key, status, headers, body, content_type, request_hash";
+
+pub(crate) fn decode_idempotency(r: &impl Cols) -> Result<IdempotentResponse, StoreError> {
     let c = Ctx::new("idempotency", r, "key");
-    decode_resp(
-        &c,
-        c.col(r.i64("status"))?,
-        &c.col(r.text("headers"))?,
-        c.col(r.blob("body"))?,
-        c.col(r.text("content_type"))?,
-    )
+    Ok(IdempotentResponse {
+        request_hash: c.col(r.opt_text("request_hash"))?,
+        response: decode_resp(
+            &c,
+            c.col(r.i64("status"))?,
+            &c.col(r.text("headers"))?,
+            c.col(r.blob("body"))?,
+            c.col(r.text("content_type"))?,
+        )?,
+    })
 }
 
 pub(crate) const CHECKPOINT_COLS: &str = "agent, id, task, parent, body, sha256, created_ms";

@@ -8,6 +8,13 @@
 //! after the outbox was pruned empty — sink cursors rely on it), `BLOB` /
 //! `BYTEA`, `REAL` / `DOUBLE PRECISION`. Every number is 64-bit. JSON is
 //! stored as text so both backends decode it the same way.
+//!
+//! A nullable column added later is not a version change (an older hale
+//! names its columns and ignores it): it is in the `CREATE TABLE` for new
+//! stores and added at open to stores created before it — PostgreSQL with
+//! `ADD COLUMN IF NOT EXISTS` in the DDL list, SQLite (which has no such
+//! clause) from [`SQLITE_ADDED_COLUMNS`] after a look at `pragma_table_info`.
+//! Rows written before the column existed read it as `NULL`.
 
 /// The version these statements create.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -74,7 +81,8 @@ pub(crate) const SQLITE: &[&str] = &[
         headers TEXT NOT NULL,
         body BLOB NOT NULL,
         content_type TEXT NOT NULL,
-        created_ms INTEGER NOT NULL)",
+        created_ms INTEGER NOT NULL,
+        request_hash TEXT)",
     "CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency (created_ms)",
     "CREATE TABLE IF NOT EXISTS checkpoints (
         agent TEXT NOT NULL,
@@ -87,6 +95,11 @@ pub(crate) const SQLITE: &[&str] = &[
         PRIMARY KEY (agent, id))",
     "CREATE INDEX IF NOT EXISTS checkpoints_task ON checkpoints (agent, task, created_ms)",
 ];
+
+/// Columns added to SQLite tables after their first release: (table,
+/// column, type). Added at open when missing.
+pub(crate) const SQLITE_ADDED_COLUMNS: &[(&str, &str, &str)] =
+    &[("idempotency", "request_hash", "TEXT")];
 
 /// PostgreSQL DDL.
 pub(crate) const POSTGRES: &[&str] = &[
@@ -150,7 +163,9 @@ pub(crate) const POSTGRES: &[&str] = &[
         headers TEXT NOT NULL,
         body BYTEA NOT NULL,
         content_type TEXT NOT NULL,
-        created_ms BIGINT NOT NULL)",
+        created_ms BIGINT NOT NULL,
+        request_hash TEXT)",
+    "ALTER TABLE idempotency ADD COLUMN IF NOT EXISTS request_hash TEXT",
     "CREATE INDEX IF NOT EXISTS idempotency_age ON idempotency (created_ms)",
     "CREATE TABLE IF NOT EXISTS checkpoints (
         agent TEXT NOT NULL,

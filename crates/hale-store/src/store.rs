@@ -18,10 +18,10 @@ use tokio::task::JoinHandle;
 
 use crate::backend::{Pool, SCHEMA_LOCK, on_pool};
 use crate::error::{Result, StoreError};
-use crate::model::{AgentRecord, CheckpointRecord, StoredResponse, TurnRecord, Write};
+use crate::model::{AgentRecord, CheckpointRecord, IdempotentResponse, TurnRecord, Write};
 use crate::rows::{
-    self, AGENT_COLS, CHECKPOINT_COLS, TURN_COLS, decode_agent, decode_checkpoint,
-    decode_idempotency, decode_turn,
+    self, AGENT_COLS, CHECKPOINT_COLS, IDEMPOTENCY_COLS, TURN_COLS, decode_agent,
+    decode_checkpoint, decode_idempotency, decode_turn,
 };
 use crate::schema::{self, SCHEMA_VERSION};
 use crate::writer::{self, Msg, Shared};
@@ -150,6 +150,22 @@ impl Store {
                 .execute(&mut *tx)
                 .await
                 .map_err(open_err)?;
+        }
+        for (table, column, ty) in schema::SQLITE_ADDED_COLUMNS {
+            let present: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM pragma_table_info($1) WHERE name = $2")
+                    .bind(*table)
+                    .bind(*column)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(open_err)?;
+            if present == 0 {
+                let sql = format!("ALTER TABLE {table} ADD COLUMN {column} {ty}");
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(open_err)?;
+            }
         }
         tx.commit().await.map_err(open_err)?;
         let pool = Pool::Sqlite(pool);
@@ -359,16 +375,15 @@ impl Store {
         })
     }
 
-    /// The response stored for an idempotency key.
-    pub async fn idempotent(&self, key: &str) -> Result<Option<StoredResponse>> {
+    /// The response stored for an idempotency key, with its request's hash.
+    pub async fn idempotent(&self, key: &str) -> Result<Option<IdempotentResponse>> {
         on_pool!(&self.inner.pool, |p, _Db| {
-            let row = sqlx::query(
-                "SELECT key, status, headers, body, content_type FROM idempotency WHERE key = $1",
-            )
-            .bind(key)
-            .fetch_optional(p)
-            .await
-            .map_err(StoreError::db("reading an idempotency key"))?;
+            let sql = format!("SELECT {IDEMPOTENCY_COLS} FROM idempotency WHERE key = $1");
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(key)
+                .fetch_optional(p)
+                .await
+                .map_err(StoreError::db("reading an idempotency key"))?;
             row.as_ref().map(decode_idempotency).transpose()
         })
     }

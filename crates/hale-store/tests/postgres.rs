@@ -73,3 +73,27 @@ async fn pg_commit_survives_reopen_and_two_instances_share_the_outbox() {
     c.close().await;
     common::drop_schema(&pg).await;
 }
+
+/// A schema from before the idempotency request hash: opening it adds the
+/// column, the old row is still served (without a hash).
+#[tokio::test]
+async fn pg_store_from_before_the_request_hash_gains_the_column() {
+    use sqlx::Connection;
+    let Some(pg) = common::pg_scratch().await else {
+        return;
+    };
+    let mut conn = sqlx::PgConnection::connect(&pg.url).await.expect("connect");
+    for stmt in [common::IDEMPOTENCY_V1, common::IDEMPOTENCY_V1_ROW] {
+        sqlx::query(stmt)
+            .execute(&mut conn)
+            .await
+            .expect("old schema");
+    }
+    drop(conn);
+    let s = Store::open_postgres(&pg.url, common::opts())
+        .await
+        .expect("open");
+    common::old_idempotency_rows_read_without_a_hash(&s).await;
+    s.close().await;
+    common::drop_schema(&pg).await;
+}

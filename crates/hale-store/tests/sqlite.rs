@@ -213,3 +213,32 @@ async fn a_waiting_commit_is_not_held_for_the_linger() {
     );
     s.close().await;
 }
+
+/// A data directory from before the idempotency request hash: opening it adds
+/// the column, the old row is still served (without a hash), reopening is a
+/// no-op.
+#[tokio::test]
+async fn sqlite_store_from_before_the_request_hash_gains_the_column() {
+    use sqlx::ConnectOptions;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(dir.path().join(hale_store::SQLITE_FILE))
+        .create_if_missing(true)
+        .connect()
+        .await
+        .expect("connect");
+    for stmt in [common::IDEMPOTENCY_V1, common::IDEMPOTENCY_V1_ROW] {
+        sqlx::query(stmt)
+            .execute(&mut conn)
+            .await
+            .expect("old schema");
+    }
+    drop(conn);
+    let s = sqlite_at(dir.path()).await;
+    common::old_idempotency_rows_read_without_a_hash(&s).await;
+    s.close().await;
+    let s = sqlite_at(dir.path()).await;
+    let new = s.idempotent("new").await.expect("read").expect("kept");
+    assert_eq!(new.request_hash.as_deref(), Some("h"));
+    s.close().await;
+}

@@ -41,6 +41,9 @@ pub enum Cmd {
         /// If another hale holds the data directory, stop it (SIGTERM, then SIGKILL after 5 s) and take over.
         #[arg(long)]
         takeover: bool,
+        /// With no auth.keys, serve every client (not only loopback ones) without authentication; needed to listen on a non-loopback address without keys.
+        #[arg(long)]
+        insecure_no_auth: bool,
     },
     /// Follow or list the event stream of a running gateway.
     Events {
@@ -162,6 +165,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             listen,
             data_dir,
             takeover,
+            insecure_no_auth,
         } => {
             let Some(path) = config else {
                 bail!(
@@ -175,6 +179,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             if let Some(d) = data_dir {
                 cfg.data_dir = d;
+            }
+            cfg.auth.insecure_no_auth = insecure_no_auth;
+            if let Some(refusal) = hale_core::access::exposure_refusal(&cfg.auth, cfg.listen) {
+                bail!("{refusal}");
             }
             serve(cfg, takeover).await?;
             Ok(ExitCode::SUCCESS)
@@ -339,7 +347,9 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
-    if cfg.auth.keys.is_empty() {
+    if cfg.auth.keys.is_empty() && cfg.auth.insecure_no_auth {
+        eprintln!("warning: --insecure-no-auth: every client is served without authentication");
+    } else if cfg.auth.keys.is_empty() {
         eprintln!("warning: no API keys configured: only loopback clients are served");
     }
     eprintln!("hale listening on http://{}", listener.local_addr()?);

@@ -217,6 +217,8 @@ pub struct RawConfig {
     #[serde(default)]
     auth: Opt<RawAuth>,
     #[serde(default)]
+    limits: Opt<RawLimits>,
+    #[serde(default)]
     routes: Opt<Map<Vec<Spanned<String>>>>,
     #[serde(default)]
     providers: Opt<Vec<Spanned<RawProvider>>>,
@@ -251,6 +253,13 @@ pub struct RawConfig {
 struct RawAuth {
     #[serde(default)]
     keys: Opt<Vec<Spanned<RawKey>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    #[serde(default)]
+    max_request_bytes: Opt<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -112,21 +112,27 @@ async fn reset(
     axum::Json(gw.deployments.view(&t, now)).into_response()
 }
 
-/// Fills the deployment and breaker gauges of `/metrics` at `now`.
+/// Fills the deployment and breaker gauges of `/metrics` at `now`. Labels
+/// are bounded: deployments and agents the config does not name are folded
+/// into `other` (`metrics::LabelBounds`), and breakers that share a label set
+/// are counted together.
 pub fn refresh_metrics(gw: &Gateway, now: Instant) {
     let m = &gw.metrics;
+    let bounds = m.bounds();
+    let label = |provider: &str, model: &str| {
+        format!("{}/{}", bounds.provider(provider), bounds.model(model))
+    };
     for v in gw.deployments.views(now) {
+        let deployment = label(&v.provider, &v.model);
         for s in Health::ALL {
             m.deployment_health
                 .get_or_create(&DeploymentStateLabels {
-                    deployment: v.deployment.clone(),
+                    deployment: deployment.clone(),
                     state: s.as_str().into(),
                 })
                 .set(i64::from(s == v.health.health));
         }
-        let d = DeploymentLabels {
-            deployment: v.deployment.clone(),
-        };
+        let d = DeploymentLabels { deployment };
         m.deployment_ejected_seconds
             .get_or_create(&d)
             .set(v.health.ejected_remaining_ms as f64 / 1000.0);
@@ -137,22 +143,32 @@ pub fn refresh_metrics(gw: &Gateway, now: Instant) {
             m.deployment_success_ratio.get_or_create(&d).set(r);
         }
     }
+    const STATES: [BreakerState; 5] = [
+        BreakerState::Closed,
+        BreakerState::Open,
+        BreakerState::HalfOpen,
+        BreakerState::ForcedOpen,
+        BreakerState::Disabled,
+    ];
+    let mut counts: std::collections::BTreeMap<(String, String), [i64; 5]> = Default::default();
     for ((agent, deployment), b) in gw.deployments.all_breakers() {
         let current = b.state(now);
-        for s in [
-            BreakerState::Closed,
-            BreakerState::Open,
-            BreakerState::HalfOpen,
-            BreakerState::ForcedOpen,
-            BreakerState::Disabled,
-        ] {
+        let (p, model) = deployment.split_once('/').unwrap_or((&deployment, ""));
+        let key = (bounds.agent(&agent).to_owned(), label(p, model));
+        let c = counts.entry(key).or_default();
+        for (i, s) in STATES.iter().enumerate() {
+            c[i] += i64::from(*s == current);
+        }
+    }
+    for ((agent, deployment), c) in counts {
+        for (s, n) in STATES.iter().zip(c) {
             m.breaker_state
                 .get_or_create(&BreakerLabels {
                     agent: agent.clone(),
                     deployment: deployment.clone(),
                     state: s.as_str().into(),
                 })
-                .set(i64::from(s == current));
+                .set(n);
         }
     }
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use hale_core::event::{Event, EventKind};
 use hale_store::{
-    AgentRecord, CheckpointRecord, Store, StoreError, StoreOptions, StoredResponse, TurnRecord,
-    TurnStatus, Write,
+    AgentRecord, CheckpointRecord, IdempotentResponse, Store, StoreError, StoreOptions,
+    StoredResponse, TurnRecord, TurnStatus, Write,
 };
 use serde_json::json;
 
@@ -330,20 +330,59 @@ pub async fn idempotency_keeps_first_response(s: &Store) {
     assert_eq!(s.idempotent("k1").await.expect("read"), None);
     s.commit(vec![Write::Idempotency {
         key: "k1".into(),
+        request_hash: "h1".into(),
         response: resp("first"),
     }])
     .await
     .expect("commit");
     s.commit(vec![Write::Idempotency {
         key: "k1".into(),
+        request_hash: "h2".into(),
         response: resp("second"),
     }])
     .await
     .expect("commit");
-    assert_eq!(s.idempotent("k1").await.expect("read"), Some(resp("first")));
+    assert_eq!(
+        s.idempotent("k1").await.expect("read"),
+        Some(IdempotentResponse {
+            request_hash: Some("h1".into()),
+            response: resp("first"),
+        }),
+        "the first response and its request's hash are kept"
+    );
     assert_eq!(s.prune_idempotency(0).await.expect("prune"), 0);
     assert_eq!(s.prune_idempotency(u64::MAX).await.expect("prune"), 1);
     assert_eq!(s.idempotent("k1").await.expect("read"), None);
+}
+
+/// The idempotency table as the first release created it (no request hash).
+pub const IDEMPOTENCY_V1: &str = "CREATE TABLE idempotency (
+    key TEXT PRIMARY KEY,
+    status BIGINT NOT NULL,
+    headers TEXT NOT NULL,
+    body BYTEA NOT NULL,
+    content_type TEXT NOT NULL,
+    created_ms BIGINT NOT NULL)";
+
+/// A row written by the first release, before the request hash was kept.
+pub const IDEMPOTENCY_V1_ROW: &str = "INSERT INTO idempotency (key, status, headers, body, \
+    content_type, created_ms) VALUES ('old', 200, '[]', 'b', 'application/json', 1)";
+
+/// After opening a store whose idempotency table predates the hash column:
+/// the old row reads back without a hash, and new rows keep theirs.
+pub async fn old_idempotency_rows_read_without_a_hash(s: &Store) {
+    let old = s.idempotent("old").await.expect("read").expect("old row");
+    assert_eq!(old.request_hash, None);
+    assert_eq!(old.response.body, b"b");
+    s.commit(vec![Write::Idempotency {
+        key: "new".into(),
+        request_hash: "h".into(),
+        response: resp("new"),
+    }])
+    .await
+    .expect("commit");
+    let new = s.idempotent("new").await.expect("read").expect("new row");
+    assert_eq!(new.request_hash.as_deref(), Some("h"));
 }
 
 pub async fn completed_turn_finds_latest_success(s: &Store) {

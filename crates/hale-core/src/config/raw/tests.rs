@@ -1006,3 +1006,19 @@ fn journal_retention_is_read_in_hours_and_zero_is_refused() {
     let errs = load_err(&with_base("journal: {retention_hours: 0}\n"));
     assert_error(&errs, "journal.retention_hours", Some(10), "at least 1");
 }
+
+#[test]
+fn request_body_limit_defaults_to_32_mib_and_zero_is_refused() {
+    let default = load_ok(&with_base(""));
+    assert_eq!(default.limits.max_request_bytes, 33_554_432);
+    assert_eq!(default.limits, crate::config::LimitsConfig::default());
+    let cfg = load_ok(&with_base("limits: {max_request_bytes: 1048576}\n"));
+    assert_eq!(cfg.limits.max_request_bytes, 1_048_576);
+    let errs = load_err(&with_base("limits: {max_request_bytes: 0}\n"));
+    assert_error(&errs, "limits.max_request_bytes", Some(10), "at least 1");
+    let errs = load_err(&with_base("limits: {max_body: 5}\n"));
+    assert!(
+        errs.iter().any(|e| e.message.contains("max_body")),
+        "{errs:?}"
+    );
+}

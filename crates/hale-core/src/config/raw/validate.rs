@@ -84,6 +84,15 @@ pub fn validate(
     if let Some(a) = &raw.auth {
         cfg.auth = cx.auth(&a.value);
     }
+    if let Some(l) = &raw.limits
+        && let Some(n) = &l.value.max_request_bytes
+    {
+        if n.value == 0 {
+            cx.at("limits.max_request_bytes", n, "must be at least 1");
+        } else {
+            cfg.limits.max_request_bytes = n.value;
+        }
+    }
     if let Some(r) = &raw.routes {
         cfg.routes = cx.routes(&r.value, &cfg.providers);
     }
