@@ -258,13 +258,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cmd: ConfigCmd::Check { file },
         } => match load_config(&file) {
             Ok(cfg) => {
-                println!(
+                use std::io::Write as _;
+                writeln!(
+                    std::io::stdout().lock(),
                     "{}: ok ({} providers, {} routes, {} agents)",
                     file.display(),
                     cfg.providers.len(),
                     cfg.routes.len(),
                     cfg.agents.len()
-                );
+                )?;
                 Ok(ExitCode::SUCCESS)
             }
             Err(e) => {
