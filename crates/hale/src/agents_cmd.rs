@@ -181,6 +181,31 @@ pub fn ago(then_ms: u64, now_ms: u64) -> String {
     }
 }
 
+/// The agent's stopped tasks with why: `stopped_tasks` of a gateway that
+/// reports it, else the terminated tasks of its health view.
+fn stopped_tasks(a: &Value) -> Vec<(String, String)> {
+    if let Some(list) = a["stopped_tasks"].as_array() {
+        return list
+            .iter()
+            .map(|t| {
+                (
+                    t["task"].as_str().unwrap_or("?").to_owned(),
+                    t["reason"].as_str().unwrap_or("stopped").to_owned(),
+                )
+            })
+            .collect();
+    }
+    a["health"]["terminated_tasks"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .filter_map(Value::as_str)
+                .map(|t| (t.to_owned(), "terminated".to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// One line of an agent for `list` and `doctor`: (ok, text).
 pub fn describe(a: &Value, now_ms: u64) -> (bool, String) {
     let id = a["id"].as_str().unwrap_or("?");
@@ -189,9 +214,7 @@ pub fn describe(a: &Value, now_ms: u64) -> (bool, String) {
         .as_u64()
         .map_or("never".to_owned(), |t| ago(t, now_ms));
     let health = a["health"]["state"].as_str().unwrap_or("unknown");
-    let terminated = a["health"]["terminated_tasks"]
-        .as_array()
-        .map_or(0, Vec::len);
+    let stopped = stopped_tasks(a);
     if a["state"] == "paused" {
         let by = match a["pause"]["by"].as_str() {
             Some("auto") => " by auto",
@@ -225,10 +248,22 @@ pub fn describe(a: &Value, now_ms: u64) -> (bool, String) {
                 format!("{id} ! degraded ({signal}, last failure: {last})"),
             )
         }
-        _ if terminated > 0 => (
-            false,
-            format!("{id} ✗ {terminated} terminated task(s) (last failure: {last})"),
-        ),
+        _ if !stopped.is_empty() => {
+            let shown: Vec<String> = stopped
+                .iter()
+                .take(3)
+                .map(|(t, why)| format!("{t}: {why}"))
+                .collect();
+            let more = if stopped.len() > 3 { ", …" } else { "" };
+            (
+                false,
+                format!(
+                    "{id} ✗ {} stopped task(s) ({}{more}; `hale agent reset-task {id} TASK` clears one)",
+                    stopped.len(),
+                    shown.join(", ")
+                ),
+            )
+        }
         _ => (true, format!("{id} ✓ {health}")),
     }
 }
@@ -327,6 +362,16 @@ pub fn resume_report(name: &str, v: &Value) -> Vec<String> {
         ));
     } else {
         lines.push(format!("{name} was not paused: nothing to resume"));
+    }
+    let unblocked: Vec<&str> = r["terminated_tasks_cleared"]
+        .as_array()
+        .map(|l| l.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !unblocked.is_empty() {
+        lines.push(format!(
+            "cleared terminated task(s): {}",
+            unblocked.join(", ")
+        ));
     }
     let stopped = r["still_stopped_tasks"]
         .as_array()
@@ -576,11 +621,17 @@ pub async fn doctor(remote: Remote) -> anyhow::Result<ExitCode> {
                 ),
                 _ => {
                     problems += 1;
-                    let left = d["ejected_remaining_ms"].as_u64().unwrap_or(0);
+                    let until = if d["forced"].as_bool().unwrap_or(false) {
+                        "until reset".to_owned()
+                    } else {
+                        format!(
+                            "{} left",
+                            duration_ms(d["ejected_remaining_ms"].as_u64().unwrap_or(0))
+                        )
+                    };
                     out!(
-                        "[deployments] {name} ✗ {} ({} left; `hale deployment reset {name}` brings it back)",
+                        "[deployments] {name} ✗ {} ({until}; `hale deployment reset {name}` brings it back)",
                         deployment_health(d),
-                        duration_ms(left)
                     );
                 }
             }
@@ -696,11 +747,13 @@ mod tests {
             ]
         );
         let clean = json!({"resume": {"was_paused": false, "paused_by": null,
-            "consecutive_failures_cleared": 0, "still_stopped_tasks": []}});
+            "consecutive_failures_cleared": 0, "terminated_tasks_cleared": ["t2"],
+            "still_stopped_tasks": []}});
         assert_eq!(
             resume_report("a", &clean),
             vec![
                 "a was not paused: nothing to resume".to_owned(),
+                "cleared terminated task(s): t2".to_owned(),
                 "a is accepting requests".to_owned()
             ]
         );
@@ -767,5 +820,20 @@ mod tests {
             line,
             "webhook:h ✗ down (backlog 12, oldest waiting 2m 0s, last error: refused)"
         );
+    }
+
+    #[test]
+    fn an_agent_with_a_stopped_task_is_not_called_healthy() {
+        let a = json!({"id": "a", "state": "active", "health": {"state": "healthy"},
+            "stopped_tasks": [{"task": "t1", "reason": "safety_limit"}]});
+        let (ok, line) = describe(&a, 0);
+        assert!(!ok);
+        assert_eq!(
+            line,
+            "a ✗ 1 stopped task(s) (t1: safety_limit; `hale agent reset-task a TASK` clears one)"
+        );
+        let old = json!({"id": "a", "state": "active",
+            "health": {"state": "healthy", "terminated_tasks": ["t9"]}});
+        assert!(describe(&old, 0).1.contains("t9: terminated"));
     }
 }

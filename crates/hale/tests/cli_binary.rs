@@ -457,9 +457,26 @@ async fn agent_unknown_show_pause_resume_terminate_exit_1_and_create_nothing() {
     );
 }
 
+/// One chat turn of `AGENT`'s task `task`: the HTTP status.
+async fn turn(gw: &Gw, task: &str) -> u16 {
+    gw.http
+        .post(format!("{}/v1/chat/completions", gw.url))
+        .header("x-hale-agent", AGENT)
+        .header("x-hale-task", task)
+        .json(&serde_json::json!({
+            "model": "r",
+            "messages": [{"role": "user", "content": "hello"}],
+        }))
+        .send()
+        .await
+        .expect("chat call")
+        .status()
+        .as_u16()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_resume_names_the_tasks_it_did_not_clear_and_reset_task_clears_them() {
-    let gw = Gw::start(false, "").await;
+    let gw = Gw::start(false, "guard: {max_events: 4}\n").await;
     gw.cli(&["agent", "pause", AGENT], None).await.ok();
     let o = gw.cli(&["agent", "resume", AGENT], None).await;
     o.ok();
@@ -471,9 +488,13 @@ async fn agent_resume_names_the_tasks_it_did_not_clear_and_reset_task_clears_the
     );
     assert!(o.stdout.contains("is accepting requests"), "{}", o.show());
 
-    gw.cli(&["agent", "terminate", AGENT, "--task", "t1"], None)
-        .await
-        .ok();
+    // Task t1 loops past the guard's limit: it is stopped (409).
+    let mut codes = Vec::new();
+    while codes.last() != Some(&409) && codes.len() < 10 {
+        codes.push(turn(&gw, "t1").await);
+    }
+    assert_eq!(codes.last(), Some(&409), "{codes:?}");
+
     let o = gw.cli(&["agent", "resume", AGENT], None).await;
     o.ok();
     assert!(
@@ -481,27 +502,49 @@ async fn agent_resume_names_the_tasks_it_did_not_clear_and_reset_task_clears_the
         "{}",
         o.show()
     );
-    assert!(o.stdout.contains("still stopped: task t1"), "{}", o.show());
     assert!(
-        o.stdout
-            .contains(&format!("hale agent reset-task {AGENT} t1")),
+        o.stdout.contains(&format!(
+            "still stopped: task t1 (safety_limit) — use `hale agent reset-task {AGENT} t1`"
+        )),
         "{}",
         o.show()
     );
     assert!(!o.stdout.contains("accepting requests"), "{}", o.show());
     assert!(!o.stdout.contains("healthy"), "{}", o.show());
+    assert_eq!(turn(&gw, "t1").await, 409, "resume did not clear it");
+    let o = gw.cli(&["agent", "list"], None).await;
+    o.ok();
+    assert!(
+        o.stdout
+            .contains(&format!("{AGENT} ✗ 1 stopped task(s) (t1: safety_limit")),
+        "{}",
+        o.show()
+    );
 
     let o = gw.cli(&["agent", "reset-task", AGENT, "t1"], None).await;
     o.ok();
     assert!(
         o.stdout
-            .contains(&format!("reset task t1 of {AGENT}: cleared")),
+            .contains(&format!("reset task t1 of {AGENT}: cleared safety_limit")),
         "{}",
         o.show()
     );
+    assert_eq!(turn(&gw, "t1").await, 200, "reset-task cleared it");
     let o = gw.cli(&["agent", "resume", AGENT], None).await;
     o.ok();
     assert!(!o.stdout.contains("still stopped"), "{}", o.show());
+
+    // A terminated task is cleared by resume, and resume says so.
+    gw.cli(&["agent", "terminate", AGENT, "--task", "t2"], None)
+        .await
+        .ok();
+    let o = gw.cli(&["agent", "resume", AGENT], None).await;
+    o.ok();
+    assert!(
+        o.stdout.contains("cleared terminated task(s): t2"),
+        "{}",
+        o.show()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
