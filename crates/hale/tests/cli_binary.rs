@@ -285,6 +285,30 @@ fn config_check_says_ok_for_a_valid_file_and_exits_2_for_an_invalid_or_missing_o
     assert!(o.stderr.contains("cannot read config file"), "{}", o.show());
 }
 
+#[test]
+fn output_to_a_closed_pipe_ends_quietly_with_141_and_no_panic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = dir.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        "providers:\n  - {name: p, kind: openai, base_url: \"http://127.0.0.1:1/v1\", default_model: m}\n",
+    )
+    .expect("write");
+    let mut child = Command::new(hale_bin())
+        .args(["config", "check"])
+        .arg(&good)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("hale runs");
+    // The reader goes away before hale writes (`hale … | head -0`).
+    drop(child.stdout.take());
+    let o = Out::of(child.wait_with_output().expect("wait"));
+    assert_eq!(o.code, Some(141), "{}", o.show());
+    assert!(o.stderr.is_empty(), "{}", o.show());
+}
+
 /// Every client command, with its arguments (the URL is added).
 const CLIENT_COMMANDS: &[&[&str]] = &[
     &["agent", "list"],
