@@ -1,11 +1,15 @@
 //! Clients of the event endpoints for the CLI: `hale events tail` and
-//! `hale dlq list|replay` (DESIGN §10).
+//! `hale dlq list|replay` (DESIGN §10), and the HTTP helpers every `hale`
+//! client command shares: one way to build the client, and one clear line
+//! for each way a call can fail (unreachable, token refused, refused).
 //!
 //! They talk HTTP to a running `hale serve` (the process that holds the data
 //! directory), so they never race it for the store. Each command has a `_to`
-//! variant writing to any `io::Write`, which the tests read.
+//! variant writing to any `io::Write`, which the tests read. The TLS crypto
+//! provider is installed by the binary's `main` before any of these run.
 
 use std::io::Write;
+use std::time::Duration;
 
 use futures::StreamExt;
 use hale_core::event::Event;
@@ -13,10 +17,76 @@ use hale_core::event::Event;
 use crate::relay::ReplayReport;
 use crate::sse::{DlqEntry, ReplayRequest};
 
-fn client() -> anyhow::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .build()
+/// How long a CLI command waits for a TCP connection to the gateway.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a CLI command waits for a whole (non-streaming) answer.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The HTTP client of a CLI command: a bounded connect, and a bounded whole
+/// call unless `streaming` (a followed event stream has no end).
+pub fn http_client(streaming: bool) -> anyhow::Result<reqwest::Client> {
+    let b = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT);
+    let b = if streaming {
+        b
+    } else {
+        b.timeout(CALL_TIMEOUT)
+    };
+    b.build()
         .map_err(|e| anyhow::anyhow!("building the HTTP client: {e}"))
+}
+
+/// The deepest cause of a transport error ("Connection refused (os error
+/// 111)"), which is what a person needs, not reqwest's wrapper chain.
+fn root_cause(e: &reqwest::Error) -> String {
+    let mut cur: &dyn std::error::Error = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    if e.is_timeout() {
+        return "timed out".to_owned();
+    }
+    cur.to_string()
+}
+
+/// One line for a call that never got an answer.
+pub fn unreachable(base: &str, e: &reqwest::Error) -> anyhow::Error {
+    anyhow::anyhow!(
+        "cannot reach the gateway at {}: {} (is `hale serve` running there? pass its address with --url)",
+        base.trim_end_matches('/'),
+        root_cause(e)
+    )
+}
+
+/// The `error.message` and `error.type` of an answer in the OpenAI error
+/// shape; the raw text (or the reason phrase) otherwise.
+pub fn error_parts(status: reqwest::StatusCode, body: &str) -> (String, Option<String>) {
+    let v = serde_json::from_str::<serde_json::Value>(body).ok();
+    let msg = v
+        .as_ref()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| {
+            let t = body.trim();
+            if t.is_empty() {
+                status.canonical_reason().unwrap_or("no detail").to_owned()
+            } else {
+                t.chars().take(300).collect()
+            }
+        });
+    let kind = v.and_then(|v| v["error"]["type"].as_str().map(str::to_owned));
+    (msg, kind)
+}
+
+/// One line for a call the gateway refused: `what` names the call
+/// (`GET /dlq`). A refused token says how to pass one.
+pub fn refused(what: &str, status: reqwest::StatusCode, body: &str) -> anyhow::Error {
+    let (msg, _) = error_parts(status, body);
+    match status.as_u16() {
+        401 => anyhow::anyhow!(
+            "{what}: the gateway refused the token ({status}): {msg}; pass an admin key with --token or $HALE_TOKEN"
+        ),
+        403 => anyhow::anyhow!("{what}: not allowed ({status}): {msg}"),
+        _ => anyhow::anyhow!("{what}: {status}: {msg}"),
+    }
 }
 
 fn authed(req: reqwest::RequestBuilder, token: Option<&str>) -> reqwest::RequestBuilder {
@@ -32,11 +102,17 @@ async fn check(resp: reqwest::Response, what: &str) -> anyhow::Result<reqwest::R
     }
     let status = resp.status();
     let body = resp.text().await.unwrap_or_default();
-    let msg = serde_json::from_str::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
-        .unwrap_or(body);
-    anyhow::bail!("{what}: {status}: {msg}")
+    Err(refused(what, status, &body))
+}
+
+/// Decodes a JSON answer, with a clear line when it is not what was expected.
+async fn json_of<T: serde::de::DeserializeOwned>(
+    resp: reqwest::Response,
+    what: &str,
+) -> anyhow::Result<T> {
+    resp.json()
+        .await
+        .map_err(|e| anyhow::anyhow!("{what}: the gateway's answer could not be read: {e}"))
 }
 
 /// `hale events tail`: prints one line per event (time kind agent turn payload).
@@ -71,7 +147,7 @@ pub async fn events_tail_to(
         .iter()
         .map(|(k, v)| format!("{k}={}", encode(v)))
         .collect();
-    let req = client()?
+    let req = http_client(follow)?
         .get(format!(
             "{}/events?{}",
             url.trim_end_matches('/'),
@@ -81,12 +157,12 @@ pub async fn events_tail_to(
     let resp = authed(req, token)
         .send()
         .await
-        .map_err(|e| anyhow::anyhow!("GET {url}/events: {e}"))?;
+        .map_err(|e| unreachable(url, &e))?;
     let resp = check(resp, "GET /events").await?;
     let mut body = resp.bytes_stream();
     let mut parser = SseParser::default();
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| anyhow::anyhow!("reading /events: {e}"))?;
+        let chunk = chunk.map_err(|e| anyhow::anyhow!("reading /events: {}", root_cause(&e)))?;
         for data in parser.push(&chunk) {
             match serde_json::from_str::<Event>(&data) {
                 Ok(ev) => writeln!(out, "{}", format_event(&ev))?,
@@ -194,12 +270,12 @@ pub async fn dlq_list_to(
     token: Option<&str>,
     out: &mut dyn Write,
 ) -> anyhow::Result<Vec<DlqEntry>> {
-    let req = client()?.get(format!("{}/dlq", url.trim_end_matches('/')));
+    let req = http_client(false)?.get(format!("{}/dlq", url.trim_end_matches('/')));
     let resp = authed(req, token)
         .send()
         .await
-        .map_err(|e| anyhow::anyhow!("GET {url}/dlq: {e}"))?;
-    let list: Vec<DlqEntry> = check(resp, "GET /dlq").await?.json().await?;
+        .map_err(|e| unreachable(url, &e))?;
+    let list: Vec<DlqEntry> = json_of(check(resp, "GET /dlq").await?, "GET /dlq").await?;
     if list.is_empty() {
         writeln!(out, "no dead letters")?;
     }
@@ -249,14 +325,18 @@ pub async fn dlq_replay_to(
         all,
         sink: None,
     };
-    let req = client()?
+    let req = http_client(false)?
         .post(format!("{}/dlq/replay", url.trim_end_matches('/')))
         .json(&body);
     let resp = authed(req, token)
         .send()
         .await
-        .map_err(|e| anyhow::anyhow!("POST {url}/dlq/replay: {e}"))?;
-    let report: ReplayReport = check(resp, "POST /dlq/replay").await?.json().await?;
+        .map_err(|e| unreachable(url, &e))?;
+    let report: ReplayReport =
+        json_of(check(resp, "POST /dlq/replay").await?, "POST /dlq/replay").await?;
+    if report.delivered.is_empty() && report.failed.is_empty() {
+        writeln!(out, "nothing to replay: no matching dead letters")?;
+    }
     for d in &report.delivered {
         writeln!(out, "delivered {} seq={} sink={}", d.id, d.seq, d.sink)?;
     }

@@ -1,9 +1,14 @@
-//! `hale agent …`, `hale doctor` and `hale checkpoints list`: thin HTTP
-//! clients of a running gateway's admin API (DESIGN §10). Every command takes
-//! `--url` (default [`DEFAULT_URL`]) and `--token` (default `$HALE_TOKEN`).
-//! The output is for people; `--json` on `agent` prints the API's JSON.
+//! `hale agent …`, `hale deployment …`, `hale doctor` and `hale checkpoints
+//! list`: thin HTTP clients of a running gateway's admin API (DESIGN §10).
+//! Every command takes `--url` (default [`DEFAULT_URL`]) and `--token`
+//! (default `$HALE_TOKEN`). The output is for people (`agent show` prints the
+//! API's JSON). Every failure is one line naming what failed and what to do:
+//! an unreachable gateway, a refused token, an unknown agent or deployment.
+//! What is printed is what the gateway reported, never more: `resume` names
+//! the tasks it did not clear instead of calling the agent healthy.
 
-use anyhow::{Context, bail};
+use crate::run::enc;
+use anyhow::bail;
 use serde_json::Value;
 use std::process::ExitCode;
 
@@ -29,7 +34,7 @@ pub enum AgentCmd {
     Show { name: String },
     /// Pause: its requests get 423 until resumed.
     Pause { name: String },
-    /// Resume: resets the failure count, health, and unblocks terminated tasks.
+    /// Resume: lifts a pause and resets the failure count; says which tasks stay stopped.
     Resume { name: String },
     /// Terminate the agent's task (default: its current one): its requests get 410.
     Terminate {
@@ -39,6 +44,24 @@ pub enum AgentCmd {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Clear a stopped task (safety limit, termination, spend) so its requests are served again.
+    ResetTask { name: String, task: String },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum DeploymentCmd {
+    /// Every deployment (provider/model) with its health.
+    List,
+    /// Force a deployment out of rotation until reset (an outside check knows it is down).
+    Trip {
+        /// PROVIDER/MODEL (the model may itself contain `/`).
+        deployment: String,
+    },
+    /// Bring a deployment back at once, without waiting for the probe.
+    Reset {
+        /// PROVIDER/MODEL (the model may itself contain `/`).
+        deployment: String,
+    },
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -47,28 +70,52 @@ pub enum CheckpointsCmd {
     List { agent: String, task: Option<String> },
 }
 
-struct Client {
+/// Writes a line to stdout; a closed pipe is an error, not a panic.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($t)*)?;
+    }};
+}
+
+/// A gateway's answer: its status and its JSON body (`null` when it had none).
+struct Answer {
+    status: reqwest::StatusCode,
+    body: Value,
+    text: String,
+}
+
+impl Answer {
+    fn error_type(&self) -> Option<&str> {
+        self.body["error"]["type"].as_str()
+    }
+}
+
+pub(crate) struct Client {
     http: reqwest::Client,
     r: Remote,
 }
 
 impl Client {
-    fn new(r: Remote) -> Self {
-        crate::cli::install_crypto();
-        Self {
-            http: reqwest::Client::new(),
+    pub(crate) fn new(r: Remote) -> anyhow::Result<Self> {
+        Ok(Self {
+            http: hale_events::cli::http_client(false)?,
             r,
-        }
+        })
     }
 
-    async fn call(
+    fn base(&self) -> &str {
+        self.r.url.trim_end_matches('/')
+    }
+
+    /// Sends one call; an error only when no answer came back.
+    async fn send(
         &self,
         method: reqwest::Method,
         path: &str,
         body: Option<Value>,
-    ) -> anyhow::Result<Value> {
-        let url = format!("{}{path}", self.r.url.trim_end_matches('/'));
-        let mut rb = self.http.request(method, &url);
+    ) -> anyhow::Result<Answer> {
+        let mut rb = self.http.request(method, format!("{}{path}", self.base()));
         if let Some(t) = &self.r.token {
             rb = rb.bearer_auth(t);
         }
@@ -78,16 +125,47 @@ impl Client {
         let resp = rb
             .send()
             .await
-            .with_context(|| format!("cannot reach the gateway at {}", self.r.url))?;
+            .map_err(|e| hale_events::cli::unreachable(&self.r.url, &e))?;
         let status = resp.status();
-        let v: Value = resp.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            let msg = v["error"]["message"]
-                .as_str()
-                .map_or_else(|| v.to_string(), str::to_owned);
-            bail!("{url}: {status}: {msg}");
+        let text = resp.text().await.unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Ok(Answer { status, body, text })
+    }
+
+    /// Sends one call and turns every refusal into one clear error.
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let what = format!("{method} {path}");
+        let a = self.send(method, path, body).await?;
+        if !a.status.is_success() {
+            return Err(hale_events::cli::refused(&what, a.status, &a.text));
         }
-        Ok(v)
+        Ok(a.body)
+    }
+
+    /// A call about one agent: an unknown agent is a clear error.
+    async fn agent_call(
+        &self,
+        method: reqwest::Method,
+        name: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let what = format!("{method} {path}");
+        let a = self.send(method, path, body).await?;
+        if a.status == reqwest::StatusCode::NOT_FOUND && a.error_type() == Some("agent_not_found") {
+            bail!(
+                "no agent named `{name}`: the gateway has not seen it and the config does not name it (`hale agent list` shows the known ones)"
+            );
+        }
+        if !a.status.is_success() {
+            return Err(hale_events::cli::refused(&what, a.status, &a.text));
+        }
+        Ok(a.body)
     }
 }
 
@@ -103,6 +181,31 @@ pub fn ago(then_ms: u64, now_ms: u64) -> String {
     }
 }
 
+/// The agent's stopped tasks with why: `stopped_tasks` of a gateway that
+/// reports it, else the terminated tasks of its health view.
+fn stopped_tasks(a: &Value) -> Vec<(String, String)> {
+    if let Some(list) = a["stopped_tasks"].as_array() {
+        return list
+            .iter()
+            .map(|t| {
+                (
+                    t["task"].as_str().unwrap_or("?").to_owned(),
+                    t["reason"].as_str().unwrap_or("stopped").to_owned(),
+                )
+            })
+            .collect();
+    }
+    a["health"]["terminated_tasks"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .filter_map(Value::as_str)
+                .map(|t| (t.to_owned(), "terminated".to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// One line of an agent for `list` and `doctor`: (ok, text).
 pub fn describe(a: &Value, now_ms: u64) -> (bool, String) {
     let id = a["id"].as_str().unwrap_or("?");
@@ -111,13 +214,21 @@ pub fn describe(a: &Value, now_ms: u64) -> (bool, String) {
         .as_u64()
         .map_or("never".to_owned(), |t| ago(t, now_ms));
     let health = a["health"]["state"].as_str().unwrap_or("unknown");
-    let terminated = a["health"]["terminated_tasks"]
-        .as_array()
-        .map_or(0, Vec::len);
+    let stopped = stopped_tasks(a);
     if a["state"] == "paused" {
+        let by = match a["pause"]["by"].as_str() {
+            Some("auto") => " by auto",
+            Some("operator") => " by an operator",
+            _ => "",
+        };
+        let trial = a["pause"]["next_trial_in_ms"]
+            .as_u64()
+            .map_or(String::new(), |ms| {
+                format!(", automatic trial in {}", duration_ms(ms))
+            });
         return (
             false,
-            format!("{id} ✗ paused ({failures} consecutive failures, last: {last})"),
+            format!("{id} ✗ paused{by} ({failures} consecutive failures, last: {last}{trial})"),
         );
     }
     match health {
@@ -137,100 +248,398 @@ pub fn describe(a: &Value, now_ms: u64) -> (bool, String) {
                 format!("{id} ! degraded ({signal}, last failure: {last})"),
             )
         }
-        _ if terminated > 0 => (
-            false,
-            format!("{id} ✗ {terminated} terminated task(s) (last failure: {last})"),
-        ),
+        _ if !stopped.is_empty() => {
+            let shown: Vec<String> = stopped
+                .iter()
+                .take(3)
+                .map(|(t, why)| format!("{t}: {why}"))
+                .collect();
+            let more = if stopped.len() > 3 { ", …" } else { "" };
+            (
+                false,
+                format!(
+                    "{id} ✗ {} stopped task(s) ({}{more}; `hale agent reset-task {id} TASK` clears one)",
+                    stopped.len(),
+                    shown.join(", ")
+                ),
+            )
+        }
         _ => (true, format!("{id} ✓ {health}")),
     }
 }
 
 pub async fn agent(cmd: AgentCmd, remote: Remote) -> anyhow::Result<ExitCode> {
-    let c = Client::new(remote);
+    use reqwest::Method;
+    let c = Client::new(remote)?;
     let now = hale_gateway::state::wall_ms();
     match cmd {
         AgentCmd::List => {
-            let v = c.call(reqwest::Method::GET, "/agents", None).await?;
+            let v = c.call(Method::GET, "/agents", None).await?;
             let list = v["agents"].as_array().cloned().unwrap_or_default();
             if list.is_empty() {
-                println!("no agents yet");
+                out!("no agents yet");
             }
             for a in &list {
-                println!("{}", describe(a, now).1);
+                out!("{}", describe(a, now).1);
             }
         }
         AgentCmd::Show { name } => {
-            let v = c
-                .call(
-                    reqwest::Method::GET,
-                    &format!("/agents/{}", crate::run::enc(&name)),
-                    None,
-                )
-                .await?;
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            let path = format!("/agents/{}", enc(&name));
+            let v = c.agent_call(Method::GET, &name, &path, None).await?;
+            out!("{}", serde_json::to_string_pretty(&v)?);
         }
         AgentCmd::Pause { name } => {
-            let v = c
-                .call(
-                    reqwest::Method::POST,
-                    &format!("/agents/{}/pause", crate::run::enc(&name)),
-                    None,
-                )
-                .await?;
-            println!("{}", describe(&v, now).1);
+            let path = format!("/agents/{}/pause", enc(&name));
+            c.agent_call(Method::POST, &name, &path, None).await?;
+            out!("paused {name}: its requests get 423 until `hale agent resume {name}`");
         }
         AgentCmd::Resume { name } => {
-            let v = c
-                .call(
-                    reqwest::Method::POST,
-                    &format!("/agents/{}/resume", crate::run::enc(&name)),
-                    None,
-                )
-                .await?;
-            println!("{}", describe(&v, now).1);
+            let path = format!("/agents/{}/resume", enc(&name));
+            let v = c.agent_call(Method::POST, &name, &path, None).await?;
+            for line in resume_report(&name, &v) {
+                out!("{line}");
+            }
         }
         AgentCmd::Terminate { name, task, reason } => {
+            let path = format!("/agents/{}/terminate", enc(&name));
             let body = serde_json::json!({"task": task, "reason": reason});
-            let v = c
-                .call(
-                    reqwest::Method::POST,
-                    &format!("/agents/{}/terminate", crate::run::enc(&name)),
-                    Some(body),
-                )
-                .await?;
-            println!(
-                "{name}: task {} terminated",
-                v["task"].as_str().unwrap_or("?")
+            let v = c.agent_call(Method::POST, &name, &path, Some(body)).await?;
+            let task = v["task"].as_str().unwrap_or("?");
+            out!(
+                "terminated task {task} of {name}: its requests get 410 until `hale agent reset-task {name} {task}`"
             );
+        }
+        AgentCmd::ResetTask { name, task } => {
+            let path = format!("/agents/{}/tasks/{}/reset", enc(&name), enc(&task));
+            let v = c.agent_call(Method::POST, &name, &path, None).await?;
+            let cleared: Vec<&str> = v["cleared"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            if cleared.is_empty() {
+                out!("task {task} of {name} was not stopped: nothing to clear");
+            } else {
+                out!(
+                    "reset task {task} of {name}: cleared {}; its requests are served again",
+                    cleared.join(", ")
+                );
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// `hale doctor`: the gateway's readiness, then one line per agent that is
-/// paused, stuck, failing or terminated (and a count of the healthy ones).
-/// Exit code 1 when anything needs attention.
-pub async fn doctor(remote: Remote) -> anyhow::Result<ExitCode> {
-    let c = Client::new(remote.clone());
-    let now = hale_gateway::state::wall_ms();
-    let mut problems = 0usize;
-    match c
-        .http
-        .get(format!("{}/ready", remote.url.trim_end_matches('/')))
-        .send()
-        .await
+/// What `hale agent resume` did and did not do, in plain lines, from the
+/// `resume` object of the answer. Never claims health it cannot vouch for:
+/// tasks that stay stopped are named with the command that clears them.
+pub fn resume_report(name: &str, v: &Value) -> Vec<String> {
+    let r = &v["resume"];
+    if r.is_null() {
+        // An older gateway: it lifted the pause but does not say what else
+        // may still stop the agent's tasks.
+        return vec![format!(
+            "resumed {name} (this gateway does not report whether any of its tasks are still stopped; see `hale agent show {name}`)"
+        )];
+    }
+    let mut lines = Vec::new();
+    let cleared = r["consecutive_failures_cleared"].as_u64().unwrap_or(0);
+    let failures = match cleared {
+        0 => String::new(),
+        1 => " after 1 failure".to_owned(),
+        n => format!(" after {n} failures"),
+    };
+    if r["was_paused"].as_bool().unwrap_or(false) {
+        let by = match r["paused_by"].as_str() {
+            Some("auto") => " by auto".to_owned(),
+            Some("operator") => " by an operator".to_owned(),
+            Some(other) => format!(" by {other}"),
+            None => String::new(),
+        };
+        lines.push(format!("resumed {name} (was paused{by}{failures})"));
+    } else if cleared > 0 {
+        lines.push(format!(
+            "{name} was not paused; cleared {cleared} consecutive failure(s)"
+        ));
+    } else {
+        lines.push(format!("{name} was not paused: nothing to resume"));
+    }
+    let unblocked: Vec<&str> = r["terminated_tasks_cleared"]
+        .as_array()
+        .map(|l| l.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !unblocked.is_empty() {
+        lines.push(format!(
+            "cleared terminated task(s): {}",
+            unblocked.join(", ")
+        ));
+    }
+    let stopped = r["still_stopped_tasks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for t in &stopped {
+        let task = t["task"].as_str().unwrap_or("?");
+        let reason = t["reason"].as_str().unwrap_or("stopped");
+        lines.push(format!(
+            "still stopped: task {task} ({reason}) — use `hale agent reset-task {name} {task}`"
+        ));
+    }
+    if stopped.is_empty() {
+        lines.push(format!("{name} is accepting requests"));
+    }
+    lines
+}
+
+/// Splits `PROVIDER/MODEL` at the first `/` (a model name may contain more).
+pub fn split_deployment(d: &str) -> anyhow::Result<(&str, &str)> {
+    match d.split_once('/') {
+        Some((p, m)) if !p.is_empty() && !m.is_empty() => Ok((p, m)),
+        _ => bail!("`{d}` is not a deployment: name it as PROVIDER/MODEL, e.g. openai/gpt-4o"),
+    }
+}
+
+/// `1.2s`, `340ms`, `3m 5s`.
+pub fn duration_ms(ms: u64) -> String {
+    match ms {
+        0..=999 => format!("{ms}ms"),
+        1_000..=59_999 => format!("{:.1}s", ms as f64 / 1000.0),
+        _ => format!("{}m {}s", ms / 60_000, ms % 60_000 / 1000),
+    }
+}
+
+/// One deployment's health as a word, with why and whether an operator forced it.
+fn deployment_health(d: &Value) -> String {
+    let health = d["health"].as_str().unwrap_or("unknown");
+    let mut s = health.to_owned();
+    if let Some(class) = d["ejection_class"].as_str()
+        && health == "ejected"
     {
-        Ok(r) if r.status().is_success() => println!("[gateway] {} ✓ ready", remote.url),
-        Ok(r) => {
-            problems += 1;
-            println!("[gateway] {} ✗ not ready ({})", remote.url, r.status());
-        }
-        Err(e) => {
-            println!("[gateway] {} ✗ unreachable ({e})", remote.url);
-            return Ok(ExitCode::FAILURE);
+        s.push_str(&format!(" ({class})"));
+    }
+    if d["forced"].as_bool().unwrap_or(false) {
+        s.push_str(" [forced]");
+    }
+    s
+}
+
+/// The rows of `hale deployment list`: a header, then one row per deployment.
+pub fn deployment_table(list: &[Value]) -> Vec<String> {
+    let rows: Vec<[String; 6]> = list
+        .iter()
+        .map(|d| {
+            [
+                d["deployment"].as_str().unwrap_or("?").to_owned(),
+                deployment_health(d),
+                d["consecutive_failures"].as_u64().unwrap_or(0).to_string(),
+                d["success_ratio"]
+                    .as_f64()
+                    .map_or("-".to_owned(), |r| format!("{:.0}%", r * 100.0)),
+                match d["ejected_remaining_ms"].as_u64().unwrap_or(0) {
+                    0 => "-".to_owned(),
+                    ms => duration_ms(ms),
+                },
+                d["next_probe_ms"]
+                    .as_u64()
+                    .map_or("-".to_owned(), |ms| format!("in {}", duration_ms(ms))),
+            ]
+        })
+        .collect();
+    let header = [
+        "DEPLOYMENT",
+        "HEALTH",
+        "FAILURES",
+        "SUCCESS",
+        "EJECTED FOR",
+        "NEXT PROBE",
+    ]
+    .map(str::to_owned);
+    let mut widths = header.clone().map(|h| h.chars().count());
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
         }
     }
-    let v = c.call(reqwest::Method::GET, "/agents", None).await?;
+    std::iter::once(&header)
+        .chain(&rows)
+        .map(|r| {
+            let cells: Vec<String> = r
+                .iter()
+                .zip(widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            cells.join("  ").trim_end().to_owned()
+        })
+        .collect()
+}
+
+/// The note for a gateway that predates an endpoint.
+const OLDER_GATEWAY: &str = "not reported by this gateway (it is older than this hale)";
+
+pub async fn deployment(cmd: DeploymentCmd, remote: Remote) -> anyhow::Result<ExitCode> {
+    use reqwest::Method;
+    let c = Client::new(remote)?;
+    match cmd {
+        DeploymentCmd::List => {
+            let a = c.send(Method::GET, "/deployments", None).await?;
+            if a.status == reqwest::StatusCode::NOT_FOUND {
+                bail!("deployments are {OLDER_GATEWAY}");
+            }
+            if !a.status.is_success() {
+                return Err(hale_events::cli::refused(
+                    "GET /deployments",
+                    a.status,
+                    &a.text,
+                ));
+            }
+            let list = a.body["deployments"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if list.is_empty() {
+                out!("no deployments");
+            } else {
+                for line in deployment_table(&list) {
+                    out!("{line}");
+                }
+            }
+        }
+        DeploymentCmd::Trip { ref deployment } | DeploymentCmd::Reset { ref deployment } => {
+            let (verb, done) = match &cmd {
+                DeploymentCmd::Trip { .. } => ("trip", "tripped"),
+                DeploymentCmd::Reset { .. } | DeploymentCmd::List => ("reset", "reset"),
+            };
+            let (provider, model) = split_deployment(deployment)?;
+            let path = format!("/deployments/{}/{}/{verb}", enc(provider), enc(model));
+            let a = c.send(Method::POST, &path, None).await?;
+            if a.status == reqwest::StatusCode::NOT_FOUND {
+                if a.text.trim().is_empty() {
+                    bail!("deployment control is {OLDER_GATEWAY}");
+                }
+                let (msg, _) = hale_events::cli::error_parts(a.status, &a.text);
+                bail!("no deployment `{deployment}`: {msg} (`hale deployment list` shows them)");
+            }
+            if !a.status.is_success() {
+                return Err(hale_events::cli::refused(
+                    &format!("POST {path}"),
+                    a.status,
+                    &a.text,
+                ));
+            }
+            out!("{done} {deployment}: now {}", deployment_health(&a.body));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line per sink of `/ready`'s `sinks`: (needs attention, text).
+pub fn describe_sink(s: &Value) -> (bool, String) {
+    let name = s["name"].as_str().unwrap_or("?");
+    let state = s["state"].as_str().unwrap_or("unknown");
+    let backlog = s["backlog"].as_u64().unwrap_or(0);
+    let dead = s["dead_letters"].as_u64().unwrap_or(0);
+    let mut detail = vec![format!("backlog {backlog}")];
+    if let Some(age) = s["oldest_undelivered_age_ms"].as_u64() {
+        detail.push(format!("oldest waiting {}", duration_ms(age)));
+    }
+    if dead > 0 {
+        detail.push(format!("{dead} dead letter(s): `hale dlq list`"));
+    }
+    if let Some(e) = s["last_error"].as_str() {
+        detail.push(format!("last error: {e}"));
+    }
+    let (bad, mark) = match state {
+        "up" => (dead > 0, if dead > 0 { "!" } else { "✓" }),
+        "half_open" => (dead > 0, "!"),
+        _ => (true, "✗"),
+    };
+    (
+        bad,
+        format!("{name} {mark} {state} ({})", detail.join(", ")),
+    )
+}
+
+/// `hale doctor`: the gateway's readiness and its event sinks, the
+/// deployments, then one line per agent that is paused, stuck, failing or
+/// terminated (and a count of the healthy ones). Exit code 1 when anything
+/// needs attention. Sinks and deployments come from endpoints an older
+/// gateway lacks: then a note says so instead of failing.
+pub async fn doctor(remote: Remote) -> anyhow::Result<ExitCode> {
+    use reqwest::Method;
+    let c = Client::new(remote.clone())?;
+    let now = hale_gateway::state::wall_ms();
+    let mut problems = 0usize;
+
+    let ready = c.send(Method::GET, "/ready", None).await?;
+    if ready.status.is_success() {
+        out!("[gateway] {} ✓ ready", remote.url);
+    } else {
+        problems += 1;
+        let why = ready.body["store"]
+            .as_str()
+            .map_or_else(|| ready.text.trim().to_owned(), str::to_owned);
+        out!(
+            "[gateway] {} ✗ not ready ({}: {why})",
+            remote.url,
+            ready.status
+        );
+    }
+    match ready.body["sinks"].as_array() {
+        Some(sinks) if sinks.is_empty() => out!("[sinks] none configured"),
+        Some(sinks) => {
+            for s in sinks {
+                let (bad, line) = describe_sink(s);
+                problems += usize::from(bad);
+                out!("[sinks] {line}");
+            }
+        }
+        None => out!("[sinks] {OLDER_GATEWAY}"),
+    }
+
+    let deps = c.send(Method::GET, "/deployments", None).await?;
+    if deps.status == reqwest::StatusCode::NOT_FOUND {
+        out!("[deployments] {OLDER_GATEWAY}");
+    } else if !deps.status.is_success() {
+        return Err(hale_events::cli::refused(
+            "GET /deployments",
+            deps.status,
+            &deps.text,
+        ));
+    } else {
+        let list = deps.body["deployments"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let mut healthy = 0usize;
+        for d in &list {
+            let name = d["deployment"].as_str().unwrap_or("?");
+            match d["health"].as_str() {
+                Some("healthy") => healthy += 1,
+                Some("degraded") => out!(
+                    "[deployments] {name} ! {} ({} consecutive failures)",
+                    deployment_health(d),
+                    d["consecutive_failures"].as_u64().unwrap_or(0)
+                ),
+                _ => {
+                    problems += 1;
+                    let until = if d["forced"].as_bool().unwrap_or(false) {
+                        "until reset".to_owned()
+                    } else {
+                        format!(
+                            "{} left",
+                            duration_ms(d["ejected_remaining_ms"].as_u64().unwrap_or(0))
+                        )
+                    };
+                    out!(
+                        "[deployments] {name} ✗ {} ({until}; `hale deployment reset {name}` brings it back)",
+                        deployment_health(d),
+                    );
+                }
+            }
+        }
+        out!("[deployments] {healthy} of {} healthy", list.len());
+    }
+
+    let v = c.call(Method::GET, "/agents", None).await?;
     let list = v["agents"].as_array().cloned().unwrap_or_default();
     let mut healthy = 0usize;
     for a in &list {
@@ -242,9 +651,9 @@ pub async fn doctor(remote: Remote) -> anyhow::Result<ExitCode> {
         if !ok {
             problems += 1;
         }
-        println!("[agents] {line}");
+        out!("[agents] {line}");
     }
-    println!("[agents] {healthy} of {} healthy", list.len());
+    out!("[agents] {healthy} of {} healthy", list.len());
     Ok(if problems == 0 {
         ExitCode::SUCCESS
     } else {
@@ -253,32 +662,30 @@ pub async fn doctor(remote: Remote) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn checkpoints(cmd: CheckpointsCmd, remote: Remote) -> anyhow::Result<ExitCode> {
-    let c = Client::new(remote);
+    let c = Client::new(remote)?;
     let now = hale_gateway::state::wall_ms();
     let CheckpointsCmd::List { agent, task } = cmd;
     let path = match &task {
-        Some(t) => format!(
-            "/agents/{}/tasks/{}/checkpoints",
-            crate::run::enc(&agent),
-            crate::run::enc(t)
-        ),
-        None => format!("/agents/{}/checkpoints", crate::run::enc(&agent)),
+        Some(t) => format!("/agents/{}/tasks/{}/checkpoints", enc(&agent), enc(t)),
+        None => format!("/agents/{}/checkpoints", enc(&agent)),
     };
     let v = c.call(reqwest::Method::GET, &path, None).await?;
     let list = v["checkpoints"].as_array().cloned().unwrap_or_default();
     if list.is_empty() {
-        println!("no checkpoints");
+        out!("no checkpoints");
     }
     for cp in &list {
         let valid = cp["valid"].as_bool().unwrap_or(false);
-        println!(
+        out!(
             "{} {} task={} parent={} {}B sha256={} {}",
             if valid { "✓" } else { "✗ CORRUPT" },
             cp["id"].as_str().unwrap_or("?"),
             cp["task"].as_str().unwrap_or("?"),
             cp["parent"].as_str().unwrap_or("-"),
             cp["size"].as_u64().unwrap_or(0),
-            cp["sha256"].as_str().map_or("?", |s| &s[..s.len().min(12)]),
+            cp["sha256"]
+                .as_str()
+                .map_or("?", |s| s.get(..12).unwrap_or(s)),
             cp["created_ms"]
                 .as_u64()
                 .map_or(String::new(), |t| ago(t, now)),
@@ -324,5 +731,109 @@ mod tests {
         assert!(line.starts_with("s ✗ stuck (repeated_calls"), "{line}");
         let fine = json!({"id": "f", "state": "active", "health": {"state": "healthy"}});
         assert_eq!(describe(&fine, now), (true, "f ✓ healthy".to_owned()));
+    }
+
+    #[test]
+    fn resume_names_what_it_cleared_and_the_tasks_still_stopped() {
+        let v = json!({"resume": {"was_paused": true, "paused_by": "auto",
+            "consecutive_failures_cleared": 3,
+            "still_stopped_tasks": [{"task": "t1", "reason": "safety_limit"}]}});
+        assert_eq!(
+            resume_report("research-agent", &v),
+            vec![
+                "resumed research-agent (was paused by auto after 3 failures)".to_owned(),
+                "still stopped: task t1 (safety_limit) — use `hale agent reset-task research-agent t1`"
+                    .to_owned(),
+            ]
+        );
+        let clean = json!({"resume": {"was_paused": false, "paused_by": null,
+            "consecutive_failures_cleared": 0, "terminated_tasks_cleared": ["t2"],
+            "still_stopped_tasks": []}});
+        assert_eq!(
+            resume_report("a", &clean),
+            vec![
+                "a was not paused: nothing to resume".to_owned(),
+                "cleared terminated task(s): t2".to_owned(),
+                "a is accepting requests".to_owned()
+            ]
+        );
+        // An older gateway's answer: no claim of health.
+        let old = resume_report("a", &json!({"id": "a", "health": {"state": "healthy"}}));
+        assert!(!old.concat().contains("healthy"), "{old:?}");
+    }
+
+    #[test]
+    fn a_deployment_splits_at_the_first_slash_only() {
+        assert_eq!(
+            split_deployment("openai/gpt-4o").unwrap(),
+            ("openai", "gpt-4o")
+        );
+        assert_eq!(
+            split_deployment("hf/meta-llama/Llama-3").unwrap(),
+            ("hf", "meta-llama/Llama-3")
+        );
+        assert_eq!(
+            crate::run::enc("meta-llama/Llama-3"),
+            "meta-llama%2FLlama-3"
+        );
+        for bad in ["gpt-4o", "/m", "p/", ""] {
+            assert!(split_deployment(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_deployment_table_aligns_columns_and_shows_dashes_for_nothing() {
+        let list = vec![
+            json!({"deployment": "openai/gpt-4o", "health": "healthy", "consecutive_failures": 0,
+                   "success_ratio": null, "ejected_remaining_ms": 0, "next_probe_ms": null}),
+            json!({"deployment": "p/m", "health": "ejected", "ejection_class": "overloaded",
+                   "forced": true, "consecutive_failures": 4, "success_ratio": 0.25,
+                   "ejected_remaining_ms": 12_300, "next_probe_ms": 800}),
+        ];
+        let t = deployment_table(&list);
+        assert_eq!(t.len(), 3);
+        assert!(t[0].starts_with("DEPLOYMENT     HEALTH"), "{t:?}");
+        assert!(t[1].starts_with("openai/gpt-4o  healthy"), "{t:?}");
+        assert!(t[1].ends_with('-'), "{t:?}");
+        assert!(
+            t[2].contains("ejected (overloaded) [forced]") && t[2].contains("25%"),
+            "{t:?}"
+        );
+        assert!(
+            t[2].contains("12.3s") && t[2].ends_with("in 800ms"),
+            "{t:?}"
+        );
+    }
+
+    #[test]
+    fn a_sink_that_is_down_or_has_dead_letters_needs_attention() {
+        let up = json!({"name": "nats", "state": "up", "backlog": 0, "dead_letters": 0});
+        assert_eq!(
+            describe_sink(&up),
+            (false, "nats ✓ up (backlog 0)".to_owned())
+        );
+        let down = json!({"name": "webhook:h", "state": "down", "backlog": 12,
+            "oldest_undelivered_age_ms": 120_000, "dead_letters": 0, "last_error": "refused"});
+        let (bad, line) = describe_sink(&down);
+        assert!(bad);
+        assert_eq!(
+            line,
+            "webhook:h ✗ down (backlog 12, oldest waiting 2m 0s, last error: refused)"
+        );
+    }
+
+    #[test]
+    fn an_agent_with_a_stopped_task_is_not_called_healthy() {
+        let a = json!({"id": "a", "state": "active", "health": {"state": "healthy"},
+            "stopped_tasks": [{"task": "t1", "reason": "safety_limit"}]});
+        let (ok, line) = describe(&a, 0);
+        assert!(!ok);
+        assert_eq!(
+            line,
+            "a ✗ 1 stopped task(s) (t1: safety_limit; `hale agent reset-task a TASK` clears one)"
+        );
+        let old = json!({"id": "a", "state": "active",
+            "health": {"state": "healthy", "terminated_tasks": ["t9"]}});
+        assert!(describe(&old, 0).1.contains("t9: terminated"));
     }
 }

@@ -72,7 +72,14 @@ pub enum Cmd {
         #[command(flatten)]
         remote: crate::agents_cmd::Remote,
     },
-    /// A health report of a running gateway: paused, stuck and failing agents.
+    /// The deployments (provider/model) of a running gateway: health, and manual trip/reset.
+    Deployment {
+        #[command(subcommand)]
+        cmd: crate::agents_cmd::DeploymentCmd,
+        #[command(flatten)]
+        remote: crate::agents_cmd::Remote,
+    },
+    /// A health report of a running gateway: event sinks, deployments, paused, stuck and failing agents.
     Doctor {
         #[command(flatten)]
         remote: crate::agents_cmd::Remote,
@@ -152,8 +159,10 @@ pub fn load_config(path: &Path) -> anyhow::Result<Config> {
         .map_err(|e| anyhow::anyhow!("invalid config {}:\n{e}", path.display()))
 }
 
-/// Installs the one TLS crypto provider (ring) before any client is built.
+/// Installs the one TLS crypto provider (ring). `main` calls it once,
+/// before any command runs, so no code path builds a client without it.
 pub fn install_crypto() {
+    // An error only means a provider is already installed: that one serves.
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
@@ -250,19 +259,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Run(args) => crate::run::run(args).await,
         Cmd::Agent { cmd, remote } => crate::agents_cmd::agent(cmd, remote).await,
+        Cmd::Deployment { cmd, remote } => crate::agents_cmd::deployment(cmd, remote).await,
         Cmd::Doctor { remote } => crate::agents_cmd::doctor(remote).await,
         Cmd::Checkpoints { cmd, remote } => crate::agents_cmd::checkpoints(cmd, remote).await,
         Cmd::Config {
             cmd: ConfigCmd::Check { file },
         } => match load_config(&file) {
             Ok(cfg) => {
-                println!(
+                use std::io::Write as _;
+                writeln!(
+                    std::io::stdout().lock(),
                     "{}: ok ({} providers, {} routes, {} agents)",
                     file.display(),
                     cfg.providers.len(),
                     cfg.routes.len(),
                     cfg.agents.len()
-                );
+                )?;
                 Ok(ExitCode::SUCCESS)
             }
             Err(e) => {
@@ -279,7 +291,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// the data-directory lock. Undelivered events stay in the outbox for the next boot.
 pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
     use hale_core::config::{SHUTDOWN_DRAIN, SHUTDOWN_TASKS};
-    install_crypto();
     let cfg = Arc::new(cfg);
     // One process per data directory (the embedded SQLite store lives there).
     let lock = if cfg.storage.is_none() {

@@ -91,7 +91,6 @@ fn demo_config(primary_url: &str, backup_url: &str, data_dir: PathBuf) -> Config
 }
 
 pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    crate::cli::install_crypto();
     let tmp;
     let dir = match data_dir {
         Some(d) => d,

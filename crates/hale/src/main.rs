@@ -19,6 +19,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const LOG_ENV: &str = "HALE_LOG";
 
 fn main() -> std::process::ExitCode {
+    // First, before any command can build an HTTP client (DESIGN §10).
+    cli::install_crypto();
     let cli = cli::Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env(LOG_ENV)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
@@ -38,9 +40,22 @@ fn main() -> std::process::ExitCode {
     };
     match rt.block_on(cli::run(cli)) {
         Ok(code) => code,
+        // The reader of our output went away (`hale events tail | head`):
+        // stop quietly, as a process killed by SIGPIPE would.
+        Err(e) if is_broken_pipe(&e) => std::process::ExitCode::from(EXIT_BROKEN_PIPE),
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The shell's exit status of a process killed by SIGPIPE (128 + 13).
+const EXIT_BROKEN_PIPE: u8 = 141;
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -18,9 +18,19 @@
 //! the gateway, so a supervisor needs no config of its own and several
 //! supervisors of one agent share one budget of recoveries.
 //!
-//! With `--url` it talks to a running `hale serve`; without, it starts an
-//! embedded gateway from `--config` on a loopback port (with its monitor).
-//! A clean exit (status 0) ends the supervision with success.
+//! With `--url` it talks to a running `hale serve`, and checks first that the
+//! gateway answers (`GET /live`) and accepts the token: an agent started
+//! against no gateway would only fail, so the child is never started then.
+//! Without `--url` it starts an embedded gateway from `--config` on a
+//! loopback port (with its monitor). A clean exit (status 0) ends the
+//! supervision with success.
+//!
+//! A gateway that blips (restarting, briefly unreachable, answering 5xx)
+//! while the child is down does not end the supervision: the supervisor asks
+//! for the recovery plan again with capped backoff
+//! ([`RECOVER_BACKOFF_INITIAL`] doubling to [`RECOVER_BACKOFF_MAX`]) for up
+//! to [`RECOVER_PATIENCE`] before it gives up. A refusal (4xx: bad token,
+//! bad request) is final at once.
 
 use anyhow::{Context, bail};
 use serde_json::Value;
@@ -34,6 +44,12 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 pub const TERMINATE_POLL: Duration = Duration::from_millis(500);
 /// Exit code when the recovery limits were reached (human review).
 pub const EXIT_GAVE_UP: u8 = 3;
+/// How long the supervisor keeps asking an unreachable (or 5xx) gateway for a recovery plan.
+pub const RECOVER_PATIENCE: Duration = Duration::from_secs(60);
+/// The first wait between two such attempts; it doubles up to [`RECOVER_BACKOFF_MAX`].
+pub const RECOVER_BACKOFF_INITIAL: Duration = Duration::from_millis(250);
+/// The longest wait between two attempts to reach the gateway.
+pub const RECOVER_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Default directory for the kept output and resume files.
 pub const DEFAULT_LOG_DIR: &str = "hale-runs";
 
@@ -89,21 +105,111 @@ impl Api {
         }
     }
 
-    async fn recover(&self, agent: &str, task: &str, cause: &str) -> anyhow::Result<Value> {
+    /// Before the child starts: the gateway answers and accepts the token.
+    async fn preflight(&self, agent: &str, task: &str) -> anyhow::Result<()> {
+        let live = self
+            .req(reqwest::Method::GET, "/live")
+            .send()
+            .await
+            .map_err(|e| hale_events::cli::unreachable(&self.url, &e))
+            .context("the agent was not started")?;
+        if !live.status().is_success() {
+            bail!(
+                "the gateway at {} is not live ({}); the agent was not started",
+                self.url,
+                live.status()
+            );
+        }
+        // An admin call the supervisor will need: a refused token fails now,
+        // not after the first crash.
+        let path = format!("/agents/{}/tasks/{}", enc(agent), enc(task));
+        let r = self
+            .req(reqwest::Method::GET, &path)
+            .send()
+            .await
+            .map_err(|e| hale_events::cli::unreachable(&self.url, &e))
+            .context("the agent was not started")?;
+        let status = r.status();
+        if matches!(status.as_u16(), 401 | 403) {
+            let body = r.text().await.unwrap_or_default();
+            return Err(hale_events::cli::refused(
+                &format!("GET {path}"),
+                status,
+                &body,
+            ))
+            .context("the agent was not started");
+        }
+        Ok(())
+    }
+
+    /// One request for a recovery plan. `Err(Retry)` when the gateway did
+    /// not answer or answered 5xx (it may be restarting): worth asking again.
+    async fn recover_once(
+        &self,
+        agent: &str,
+        task: &str,
+        cause: &str,
+    ) -> Result<Value, RecoverError> {
         let path = format!("/agents/{}/tasks/{}/recover", enc(agent), enc(task));
         let r = self
             .req(reqwest::Method::POST, &path)
             .json(&serde_json::json!({ "cause": cause }))
             .send()
             .await
-            .with_context(|| format!("cannot reach the gateway at {}", self.url))?;
+            .map_err(|e| RecoverError::Retry(hale_events::cli::unreachable(&self.url, &e)))?;
         let status = r.status();
-        let v: Value = r.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            bail!("the gateway refused the recovery plan ({status}): {v}");
+        let text = r.text().await.unwrap_or_default();
+        if status.is_server_error() {
+            return Err(RecoverError::Retry(hale_events::cli::refused(
+                &format!("POST {path}"),
+                status,
+                &text,
+            )));
         }
-        Ok(v)
+        if !status.is_success() {
+            return Err(RecoverError::Final(
+                hale_events::cli::refused(&format!("POST {path}"), status, &text)
+                    .context("the gateway refused the recovery plan"),
+            ));
+        }
+        serde_json::from_str(&text).map_err(|e| {
+            RecoverError::Final(anyhow::anyhow!(
+                "the gateway's recovery plan could not be read: {e}"
+            ))
+        })
     }
+
+    /// A recovery plan, asking again with capped backoff while the gateway
+    /// blips, for up to [`RECOVER_PATIENCE`].
+    async fn recover(&self, agent: &str, task: &str, cause: &str) -> anyhow::Result<Value> {
+        let t0 = tokio::time::Instant::now();
+        let mut wait = RECOVER_BACKOFF_INITIAL;
+        loop {
+            match self.recover_once(agent, task, cause).await {
+                Ok(v) => return Ok(v),
+                Err(RecoverError::Final(e)) => return Err(e),
+                Err(RecoverError::Retry(e)) => {
+                    if t0.elapsed() + wait > RECOVER_PATIENCE {
+                        return Err(e.context(format!(
+                            "no recovery plan after {}s of trying; the agent stays down",
+                            RECOVER_PATIENCE.as_secs()
+                        )));
+                    }
+                    eprintln!("hale run: {e:#}; asking again in {} ms", wait.as_millis());
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(RECOVER_BACKOFF_MAX);
+                }
+            }
+        }
+    }
+}
+
+/// Why a request for a recovery plan failed.
+enum RecoverError {
+    /// No answer, or a 5xx: the gateway may be restarting; ask again.
+    Retry(anyhow::Error),
+    /// A refusal or an unreadable plan: asking again would not help.
+    Final(anyhow::Error),
 }
 
 /// Percent-encodes a path segment (agent and task names are free text).
@@ -140,13 +246,17 @@ fn keep<R: AsyncRead + Unpin + Send + 'static>(
     tokio::spawn(async move {
         let mut lines = BufReader::new(from).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            if to_stderr {
-                eprintln!("{line}");
-            } else {
-                println!("{line}");
-            }
             use std::io::Write;
-            let _ = writeln!(log.lock().expect("log lock"), "{line}");
+            // Our own stdout/stderr may be closed: the child's output is
+            // still kept in the log, and nothing panics.
+            let _ = if to_stderr {
+                writeln!(std::io::stderr().lock(), "{line}")
+            } else {
+                writeln!(std::io::stdout().lock(), "{line}")
+            };
+            if let Ok(mut f) = log.lock() {
+                let _ = writeln!(f, "{line}");
+            }
         }
     })
 }
@@ -159,7 +269,6 @@ enum Ended {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    crate::cli::install_crypto();
     let mut embedded = None;
     let url = match &args.url {
         Some(u) => u.trim_end_matches('/').to_owned(),
@@ -177,10 +286,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let api = Api {
-        http: reqwest::Client::new(),
+        http: hale_events::cli::http_client(false)?,
         url: url.clone(),
         token: args.token.clone(),
     };
+    if embedded.is_none() {
+        api.preflight(&args.agent, &args.task).await?;
+    }
     std::fs::create_dir_all(&args.log_dir)
         .with_context(|| format!("cannot create the log directory {}", args.log_dir.display()))?;
     let stem = format!("{}.{}", file_safe(&args.agent), file_safe(&args.task));
@@ -208,10 +320,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 "none (first start or from scratch)".to_owned(),
                 |(id, _)| id.clone(),
             );
-            let _ = writeln!(
-                log.lock().expect("log lock"),
-                "--- hale run: start {restart}, checkpoint: {from} ---"
-            );
+            if let Ok(mut f) = log.lock() {
+                let _ = writeln!(f, "--- hale run: start {restart}, checkpoint: {from} ---");
+            }
         }
         let ended = run_once(
             &args,
