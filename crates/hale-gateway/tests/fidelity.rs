@@ -33,9 +33,6 @@ struct Seen {
 #[derive(Default)]
 struct RecState {
     seen: Mutex<Vec<Seen>>,
-    /// Non-streaming answers still to be cut half way (Content-Length says
-    /// the whole body, the connection closes after half of it).
-    cut_next: AtomicU32,
     /// Requests still to be answered with a 504.
     fail_504_next: AtomicU32,
 }
@@ -120,25 +117,11 @@ async fn answer(
         );
         return r;
     }
-    let full = full_answer(anthropic, &model).to_string().into_bytes();
-    let total = full.len();
-    let body = if take_one(&state.cut_next) {
-        let half = Bytes::from(full[..total / 2].to_vec());
-        let parts: Vec<Result<Bytes, std::io::Error>> = vec![
-            Ok(half),
-            Err(std::io::Error::other("recorder: cut the body half way")),
-        ];
-        Body::from_stream(futures::stream::iter(parts))
-    } else {
-        Body::from(full)
-    };
-    let mut r = Response::new(body);
-    let h = r.headers_mut();
-    h.insert(
+    let mut r = Response::new(Body::from(full_answer(anthropic, &model).to_string()));
+    r.headers_mut().insert(
         header::CONTENT_TYPE,
         "application/json".parse().expect("value"),
     );
-    h.insert(header::CONTENT_LENGTH, total.into());
     r
 }
 
@@ -563,6 +546,90 @@ async fn a_cross_dialect_request_lists_what_was_dropped_in_the_timeline() {
     }
 }
 
+/// A provider on a raw socket that answers its first request with a
+/// `Content-Length` of N, N/2 bytes of a valid body, and a closed
+/// connection; every later request with the whole body.
+struct CutOnce {
+    addr: String,
+    requests: Arc<AtomicU32>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl CutOnce {
+    async fn start(kind: ProviderKind) -> CutOnce {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let requests = Arc::new(AtomicU32::new(0));
+        let count = requests.clone();
+        let anthropic = kind == ProviderKind::Anthropic;
+        let task = tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                // Read the request head and its Content-Length body.
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let head_end = loop {
+                    let Ok(n) = sock.read(&mut chunk).await else {
+                        break None;
+                    };
+                    if n == 0 {
+                        break None;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break Some(i + 4);
+                    }
+                };
+                let Some(head_end) = head_end else { continue };
+                let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                while buf.len() < head_end + len {
+                    match sock.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let n = count.fetch_add(1, Ordering::SeqCst);
+                let body = full_answer(anthropic, SERVED).to_string().into_bytes();
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let sent = if n == 0 {
+                    &body[..body.len() / 2]
+                } else {
+                    &body[..]
+                };
+                let _ = sock.write_all(head.as_bytes()).await;
+                let _ = sock.write_all(sent).await;
+                let _ = sock.flush().await;
+                let _ = sock.shutdown().await;
+            }
+        });
+        CutOnce {
+            addr,
+            requests,
+            _task: task,
+        }
+    }
+
+    fn provider(&self, name: &str, kind: ProviderKind) -> ProviderConfig {
+        let base = match kind {
+            ProviderKind::OpenAi => format!("http://{}/v1", self.addr),
+            ProviderKind::Anthropic => format!("http://{}", self.addr),
+        };
+        let mut p = ProviderConfig::new(name, kind, &base, SERVED);
+        p.timeout = TEST_TIMEOUT;
+        p
+    }
+}
+
 /// A non-streaming answer whose body is cut half way (Content-Length N,
 /// the connection closed after N/2 bytes) before hale read it all — nothing
 /// reached the caller — is retried on the same target, which answers: the
@@ -570,11 +637,10 @@ async fn a_cross_dialect_request_lists_what_was_dropped_in_the_timeline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_non_streaming_body_cut_midway_is_retried_on_the_same_target() {
     for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
-        let rec = Recorder::start().await;
-        rec.state.cut_next.store(1, Ordering::SeqCst);
+        let cut = CutOnce::start(kind).await;
         let backup = Recorder::start().await;
         let mut cfg = config(vec![
-            rec.provider("primary", kind, SERVED),
+            cut.provider("primary", kind),
             backup.provider("backup", kind, SERVED),
         ]);
         cfg.retry.network.initial = Duration::from_millis(20);
@@ -582,7 +648,11 @@ async fn a_non_streaming_body_cut_midway_is_retried_on_the_same_target() {
         let r = h.openai(ROUTE).send().await;
         r.assert_complete(ANSWER);
         assert_eq!(r.provider, "primary", "{kind:?}");
-        assert_eq!(rec.seen().len(), 2, "{kind:?}: cut, then answered");
+        assert_eq!(
+            cut.requests.load(Ordering::SeqCst),
+            2,
+            "{kind:?}: cut, then answered"
+        );
         assert_eq!(
             backup.seen().len(),
             0,
@@ -591,7 +661,10 @@ async fn a_non_streaming_body_cut_midway_is_retried_on_the_same_target() {
         let tl = h.timeline(&r.turn_id).await;
         let target = format!("primary/{SERVED}");
         assert_eq!(targets_of(&tl), [target.clone(), target], "{tl:?}");
-        assert_eq!(classes_of(&tl)[1], "ok", "{tl:?}");
-        assert_ne!(classes_of(&tl)[0], "ok", "{tl:?}");
+        assert_eq!(classes_of(&tl), ["network", "ok"], "{tl:?}");
+        assert!(
+            tl[0]["message"].as_str().unwrap_or("").contains("body"),
+            "{tl:?}"
+        );
     }
 }
