@@ -178,6 +178,16 @@ impl Origin {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The client's body without its messages (which are assembled apart:
+    /// cloning them twice would copy every image twice).
+    fn body_but_messages(&self) -> Map<String, Value> {
+        self.body
+            .iter()
+            .filter(|(k, _)| *k != "messages")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
     fn wire_messages(&self) -> &[Value] {
         self.body
             .get("messages")
@@ -389,7 +399,7 @@ fn patch_openai(
     prefill: Option<&str>,
     changes: &mut Vec<String>,
 ) -> Value {
-    let mut body = origin.body.clone();
+    let mut body = origin.body_but_messages();
     patch_model(origin, model, &mut body, changes);
 
     let wire = origin.wire_messages();
@@ -523,7 +533,7 @@ fn patch_anthropic(
     prefill: Option<&str>,
     changes: &mut Vec<String>,
 ) -> Value {
-    let mut body = origin.body.clone();
+    let mut body = origin.body_but_messages();
     patch_model(origin, model, &mut body, changes);
 
     if req.system != origin.system {
