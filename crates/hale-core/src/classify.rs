@@ -7,7 +7,8 @@
 //!
 //! 1. **Transport** — when no error status arrived (no response at all, or a
 //!    2xx whose body or stream then failed), the transport failure decides:
-//!    reset/refused/DNS → network, no headers or no first token → timeout,
+//!    reset/refused/DNS, or a complete body cut before hale read it all →
+//!    network, no headers or no first token → timeout,
 //!    stream cut/stalled/unfinished → stream_broken, malformed body → format.
 //!    An error status beats a transport failure: a 502 whose HTML body does
 //!    not parse is an overloaded upstream, not a format error.
@@ -84,6 +85,13 @@ pub enum Transport {
     FirstTokenTimeout,
     /// The stream was cut mid-way.
     StreamCut,
+    /// A complete (non-streaming) response body broke off before its end,
+    /// while hale was still reading it: nothing of the answer reached the
+    /// caller, so the request can be sent again whole. The connection was
+    /// lost before the response was delivered: network (retried on the same
+    /// target), unlike a stream cut after content, which DESIGN §3 resumes
+    /// on the next target.
+    BodyCut,
     /// No chunk within `stream_idle_timeout`.
     StreamStalled,
     /// The stream ended without a finish (`[DONE]`/`message_stop`).
@@ -104,6 +112,7 @@ impl Transport {
             Transport::HeadersTimeout => "no response headers within the timeout",
             Transport::FirstTokenTimeout => "no first token within the timeout",
             Transport::StreamCut => "stream cut",
+            Transport::BodyCut => "response body cut before its end",
             Transport::StreamStalled => "stream stalled",
             Transport::StreamEndedWithoutFinish => "stream ended without finish",
             Transport::MalformedBody => "malformed body",
@@ -114,9 +123,10 @@ impl Transport {
     /// The class a transport failure implies on its own; `None` for [`Transport::Other`].
     pub fn class(self) -> Option<ErrorClass> {
         match self {
-            Transport::ConnectReset | Transport::ConnectRefused | Transport::Dns => {
-                Some(ErrorClass::Network)
-            }
+            Transport::ConnectReset
+            | Transport::ConnectRefused
+            | Transport::Dns
+            | Transport::BodyCut => Some(ErrorClass::Network),
             Transport::HeadersTimeout | Transport::FirstTokenTimeout => Some(ErrorClass::Timeout),
             Transport::StreamCut
             | Transport::StreamStalled
@@ -950,6 +960,7 @@ mod tests {
             ("reset before response", None, None, None, Some(T::ConnectReset), C::Network),
             ("refused", None, None, None, Some(T::ConnectRefused), C::Network),
             ("dns", None, None, None, Some(T::Dns), C::Network),
+            ("2xx body cut before hale read it all", Some(200), None, None, Some(T::BodyCut), C::Network),
             // timeout
             ("no headers in time", None, None, None, Some(T::HeadersTimeout), C::Timeout),
             ("no first token", Some(200), None, None, Some(T::FirstTokenTimeout), C::Timeout),
@@ -1273,12 +1284,12 @@ mod tests {
             status in proptest::option::of(0u16..1000),
             ra in proptest::option::of(".{0,40}"),
             body in proptest::option::of(".{0,300}"),
-            t in proptest::option::of(0usize..10),
+            t in proptest::option::of(0usize..11),
         ) {
             let transports = [
                 Transport::ConnectReset, Transport::ConnectRefused, Transport::Dns,
                 Transport::HeadersTimeout, Transport::FirstTokenTimeout, Transport::StreamCut,
-                Transport::StreamStalled, Transport::StreamEndedWithoutFinish,
+                Transport::BodyCut, Transport::StreamStalled, Transport::StreamEndedWithoutFinish,
                 Transport::MalformedBody, Transport::Other,
             ];
             let o = obs(status, ra.as_deref(), body.as_deref(), t.map(|i| transports[i]));

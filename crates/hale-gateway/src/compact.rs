@@ -508,6 +508,7 @@ async fn summarise(
         include_usage: false,
         extra: Default::default(),
         dialect: Dialect::OpenAi,
+        origin: None,
     };
     let targets = select::plan(&gw.cfg, &turn.agent, &model).ok()?;
     let id = format!("{}-summary", turn.id);

@@ -60,11 +60,8 @@ pub async fn handle_chat(
                 .into_response(dialect);
         }
     };
-    let parsed = match dialect {
-        Dialect::OpenAi => proto::openai::parse_request(&value),
-        Dialect::Anthropic => proto::anthropic::parse_request(&value),
-    };
-    let mut req = match parsed {
+    // The request keeps the client's JSON and provider-feature headers (same-dialect fidelity).
+    let mut req = match proto::parse_request(dialect, value, &headers) {
         Ok(r) => r,
         Err(e) => {
             return HaleError::bad_request(format!("invalid request: {e}")).into_response(dialect);

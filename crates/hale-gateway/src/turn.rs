@@ -58,6 +58,10 @@ pub struct AttemptRecord {
     /// Whether this attempt resumed a broken stream (and how).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resume: Option<&'static str>,
+    /// What hale changed or dropped from the client's request to send this
+    /// attempt (`model`, `max_tokens`, `dropped: cache_control`, …).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<String>,
 }
 
 /// A turn in progress.
@@ -203,7 +207,10 @@ pub async fn run(
             let model = target.model.as_str();
             // Only targets that accept an assistant prefill get one; others are aligned by the relay.
             let pf = prefill.as_deref().filter(|_| provider.supports_prefill);
-            let sent = upstream::send(&gw.http, provider, req, model, pf, &limits).await;
+            let upstream::Sent {
+                result: sent,
+                changes,
+            } = upstream::send(&gw.http, provider, req, model, pf, &limits).await;
             let result = match sent {
                 Ok(Answer::Complete(r)) => Ok(Served::Complete(r)),
                 Ok(Answer::Stream(s)) => {
@@ -228,6 +235,7 @@ pub async fn run(
                         status: Some(200),
                         message: None,
                         resume,
+                        changes,
                     });
                     on_success(gw, turn, &target, mode, elapsed);
                     turn.exhausted[idx] = true;
@@ -244,6 +252,7 @@ pub async fn run(
                         status: f.status,
                         message: Some(f.message.clone()),
                         resume,
+                        changes,
                     });
                     turn.last_failure = Some(f.clone());
                     // A target that rejects an assistant prefill is asked again without it;

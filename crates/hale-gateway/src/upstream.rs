@@ -1,6 +1,7 @@
 //! Provider clients: one attempt against one provider.
 //!
-//! An attempt renders the canonical request in the provider's dialect, sends
+//! An attempt renders the request for the provider's dialect (the client's
+//! own JSON, patched, when the dialects match: [`proto::fidelity`]), sends
 //! it with the provider's key, and turns whatever comes back into either a
 //! response, a live stream of canonical events, or a [`Failure`] already
 //! classified by hale-core. Timeouts are applied here because they are a
@@ -88,7 +89,19 @@ pub fn dialect_of(kind: ProviderKind) -> Dialect {
     }
 }
 
+/// One attempt as sent: its outcome, and what hale changed or dropped from
+/// the client's request to send it (the attempt's `changes` in the timeline).
+pub struct Sent {
+    pub result: Result<Answer, Failure>,
+    pub changes: Vec<String>,
+}
+
 /// Sends one attempt. `prefill` is delivered text to continue from.
+///
+/// The body is the client's own when the provider speaks its dialect
+/// ([`proto::render_for`]): hale patches in only what it changed, and
+/// forwards the client's provider-feature headers (`anthropic-beta`,
+/// `anthropic-version`, `OpenAI-Beta`) to a provider of their kind.
 pub async fn send(
     http: &reqwest::Client,
     provider: &ProviderConfig,
@@ -96,25 +109,41 @@ pub async fn send(
     model: &str,
     prefill: Option<&str>,
     limits: &AttemptLimits,
+) -> Sent {
+    let out = proto::render_for(dialect_of(provider.kind), req, model, prefill);
+    let result = attempt(http, provider, &out, req.stream, limits).await;
+    Sent {
+        result,
+        changes: out.changes,
+    }
+}
+
+async fn attempt(
+    http: &reqwest::Client,
+    provider: &ProviderConfig,
+    out: &proto::Outgoing,
+    stream: bool,
+    limits: &AttemptLimits,
 ) -> Result<Answer, Failure> {
-    let (url, body) = match provider.kind {
-        ProviderKind::OpenAi => (
-            format!("{}/chat/completions", provider.base_url),
-            proto::openai::render_request(req, model, prefill),
-        ),
-        ProviderKind::Anthropic => (
-            format!("{}/v1/messages", provider.base_url),
-            proto::anthropic::render_request(req, model, prefill),
-        ),
+    let url = match provider.kind {
+        ProviderKind::OpenAi => format!("{}/chat/completions", provider.base_url),
+        ProviderKind::Anthropic => format!("{}/v1/messages", provider.base_url),
     };
-    let mut rb = http.post(&url).json(&body);
+    let mut rb = http.post(&url).json(&out.body);
     rb = match (provider.kind, &provider.api_key) {
         (ProviderKind::OpenAi, Some(k)) => rb.bearer_auth(k.expose()),
         (ProviderKind::Anthropic, Some(k)) => rb.header("x-api-key", k.expose()),
         (_, None) => rb,
     };
-    if provider.kind == ProviderKind::Anthropic {
-        rb = rb.header("anthropic-version", ANTHROPIC_VERSION);
+    let client_version = out
+        .headers
+        .iter()
+        .any(|(k, _)| *k == proto::fidelity::ANTHROPIC_VERSION);
+    if provider.kind == ProviderKind::Anthropic && !client_version {
+        rb = rb.header(proto::fidelity::ANTHROPIC_VERSION, ANTHROPIC_VERSION);
+    }
+    for (k, v) in &out.headers {
+        rb = rb.header(*k, v);
     }
     let resp = match tokio::time::timeout(limits.headers, rb.send()).await {
         Err(_) => {
@@ -143,7 +172,7 @@ pub async fn send(
         });
         return Err(Failure::from_classified(c, Some(status)));
     }
-    if req.stream {
+    if stream {
         Ok(Answer::Stream(event_stream(
             resp,
             provider.kind,
@@ -157,12 +186,11 @@ pub async fn send(
                     "response body did not arrive in time",
                 ));
             }
-            // The headers said 2xx and the body broke off before its end: a cut
-            // (stream_broken), whatever the client calls it — reqwest reports a
-            // body cut as "error decoding response body", which reads as a format
-            // error, and nothing was parsed yet. A cut is never re-sent to the
-            // same target but moves on at once.
-            Ok(Err(e)) => return Err(Failure::transport(Transport::StreamCut, &redact(&e))),
+            // The headers said 2xx and the body broke off before its end
+            // (reqwest calls it "error decoding response body"; nothing was
+            // parsed yet). Nothing reached the caller, so this is a body cut:
+            // the classifier makes it retryable on the same target.
+            Ok(Err(e)) => return Err(Failure::transport(Transport::BodyCut, &redact(&e))),
             Ok(Ok(b)) => b,
         };
         let parsed = serde_json::from_slice::<serde_json::Value>(&bytes)

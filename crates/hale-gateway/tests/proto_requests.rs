@@ -375,6 +375,7 @@ fn anthropic_render_merges_same_role_and_places_system_messages() {
         include_usage: false,
         extra: Default::default(),
         dialect: Dialect::OpenAi,
+        origin: None,
     };
     let a = anthropic::render_request(&req, "m", None);
     assert_eq!(a["system"], json!("base\n\nsummary of earlier turns"));
@@ -693,4 +694,187 @@ fn null_optional_fields_read_as_absent() {
         (None, None, None)
     );
     assert!(req.tools.is_empty() && req.stop.is_empty());
+}
+
+// ---------------------------------------------------------------------------
+// Same-dialect fidelity (proto::parse_request + proto::render_for).
+// ---------------------------------------------------------------------------
+
+fn client_request(dialect: Dialect, body: &Value) -> ChatRequest {
+    hale_gateway::proto::parse_request(dialect, body.clone(), &Default::default()).unwrap()
+}
+
+fn anthropic_cached_body() -> Value {
+    json!({
+        "model": "claude-x",
+        "max_tokens": 1000,
+        "system": [{"type": "text", "text": "Manual.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Look it up.", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "grep", "input": {"q": "x"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a long result",
+                                          "cache_control": {"type": "ephemeral"}}]},
+            {"role": "assistant", "content": "Found it."},
+            {"role": "user", "content": [{"type": "text", "text": "And now?", "cache_control": {"type": "ephemeral"}}]}
+        ],
+        "thinking": {"type": "enabled", "budget_tokens": 512}
+    })
+}
+
+#[test]
+fn an_unchanged_request_renders_as_the_client_sent_it_with_the_served_model() {
+    for (dialect, body) in [
+        (Dialect::OpenAi, openai_body()),
+        (Dialect::Anthropic, anthropic_cached_body()),
+    ] {
+        let req = client_request(dialect, &body);
+        let out = hale_gateway::proto::render_for(dialect, &req, "served", None);
+        let mut want = body.clone();
+        want["model"] = json!("served");
+        assert_eq!(out.body, want, "{dialect:?}");
+        assert_eq!(out.changes, ["model"]);
+    }
+}
+
+#[test]
+fn a_nudge_is_the_only_message_hale_encodes_the_others_keep_their_json() {
+    // OpenAI: the nudge is one more system message; every other message is the client's.
+    let body = openai_body();
+    let mut req = client_request(Dialect::OpenAi, &body);
+    req.messages
+        .push(Message::text(Role::System, "Stop repeating yourself."));
+    let out = hale_gateway::proto::render_for(Dialect::OpenAi, &req, "gpt-4o", None);
+    let sent = body["messages"].as_array().unwrap();
+    let got = out.body["messages"].as_array().unwrap();
+    assert_eq!(&got[..sent.len()], &sent[..]);
+    assert_eq!(
+        got[sent.len()],
+        json!({"role": "system", "content": "Stop repeating yourself."})
+    );
+    assert_eq!(out.changes, ["messages"]);
+
+    // Anthropic: the nudge joins the last user message (roles alternate); that
+    // message keeps its own block with its cache_control.
+    let body = anthropic_cached_body();
+    let mut req = client_request(Dialect::Anthropic, &body);
+    req.messages
+        .push(Message::text(Role::System, "Stop repeating yourself."));
+    let out = hale_gateway::proto::render_for(Dialect::Anthropic, &req, "claude-x", None);
+    let sent = body["messages"].as_array().unwrap();
+    let got = out.body["messages"].as_array().unwrap();
+    assert_eq!(got.len(), sent.len());
+    assert_eq!(&got[..sent.len() - 1], &sent[..sent.len() - 1]);
+    assert_eq!(
+        got[sent.len() - 1]["content"],
+        json!([
+            {"type": "text", "text": "And now?", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "Stop repeating yourself."}
+        ])
+    );
+    assert_eq!(out.body["system"], body["system"]);
+    assert_eq!(out.body["thinking"], body["thinking"]);
+}
+
+#[test]
+fn compaction_re_encodes_only_the_messages_it_replaced_or_changed() {
+    let body = anthropic_cached_body();
+    let mut req = client_request(Dialect::Anthropic, &body);
+    // Tier 1: the tool result's content is stripped to a placeholder.
+    for m in &mut req.messages {
+        for p in &mut m.content {
+            if let Part::ToolResult { content, .. } = p {
+                *content = "[stripped by hale]".into();
+            }
+        }
+    }
+    let out = hale_gateway::proto::render_for(Dialect::Anthropic, &req, "claude-x", None);
+    let sent = body["messages"].as_array().unwrap();
+    let got = out.body["messages"].as_array().unwrap();
+    assert_eq!(got.len(), sent.len());
+    for i in [0, 1, 3, 4] {
+        assert_eq!(got[i], sent[i], "message {i} is the client's");
+    }
+    assert_eq!(
+        got[2],
+        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "[stripped by hale]"}]})
+    );
+    assert_eq!(out.changes, ["messages"]);
+
+    // A summary replacing the oldest messages: the rest is still the client's.
+    let body = openai_body();
+    let mut req = client_request(Dialect::OpenAi, &body);
+    req.messages.splice(
+        ..3,
+        [Message::text(
+            Role::System,
+            "[Summary by hale] Paris 18C, Rome 22C.",
+        )],
+    );
+    let out = hale_gateway::proto::render_for(Dialect::OpenAi, &req, "gpt-4o", None);
+    let sent = body["messages"].as_array().unwrap();
+    let got = out.body["messages"].as_array().unwrap();
+    // Two lifted system messages, the summary, then the last two tool results' successors.
+    assert_eq!(&got[..2], &sent[..2]);
+    assert_eq!(got[2]["content"], "[Summary by hale] Paris 18C, Rome 22C.");
+    assert_eq!(&got[3..], &sent[5..]);
+}
+
+#[test]
+fn a_prefill_and_a_lowered_max_tokens_are_patched_into_the_clients_json() {
+    let body = anthropic_cached_body();
+    let mut req = client_request(Dialect::Anthropic, &body);
+    req.max_tokens = Some(500);
+    let out = hale_gateway::proto::render_for(
+        Dialect::Anthropic,
+        &req,
+        "claude-x",
+        Some("Here is what I found "),
+    );
+    let got = out.body["messages"].as_array().unwrap();
+    assert_eq!(
+        got.last().unwrap(),
+        &json!({"role": "assistant", "content": [{"type": "text", "text": "Here is what I found"}]})
+    );
+    assert_eq!(out.body["max_tokens"], 500);
+    assert_eq!(out.changes, ["prefill", "max_tokens"]);
+
+    // OpenAI keeps the caller's spelling of the limit.
+    let body = openai_body();
+    let mut req = client_request(Dialect::OpenAi, &body);
+    req.max_tokens = Some(128);
+    let out = hale_gateway::proto::render_for(Dialect::OpenAi, &req, "gpt-4o", None);
+    assert_eq!(out.body["max_completion_tokens"], 128);
+    assert!(out.body.get("max_tokens").is_none());
+    assert_eq!(out.changes, ["max_tokens"]);
+}
+
+#[test]
+fn only_provider_feature_headers_are_kept_and_only_for_their_dialect() {
+    let mut h = axum::http::HeaderMap::new();
+    h.insert("anthropic-beta", "a-1".parse().unwrap());
+    h.append("anthropic-beta", "b-2".parse().unwrap());
+    h.insert("openai-beta", "assistants=v2".parse().unwrap());
+    h.insert("authorization", "Bearer secret".parse().unwrap());
+    h.insert("x-api-key", "secret".parse().unwrap());
+    h.insert("cookie", "s=1".parse().unwrap());
+    let req = hale_gateway::proto::parse_request(Dialect::Anthropic, anthropic_cached_body(), &h)
+        .unwrap();
+    let to_anthropic = hale_gateway::proto::render_for(Dialect::Anthropic, &req, "claude-x", None);
+    assert_eq!(
+        to_anthropic.headers,
+        [("anthropic-beta", "a-1,b-2".to_owned())]
+    );
+    assert_eq!(to_anthropic.changes, ["dropped: openai-beta header"]);
+    let to_openai = hale_gateway::proto::render_for(Dialect::OpenAi, &req, "gpt-4o", None);
+    assert_eq!(
+        to_openai.headers,
+        [("openai-beta", "assistants=v2".to_owned())]
+    );
+    assert!(
+        to_openai
+            .changes
+            .contains(&"dropped: anthropic-beta header".to_owned()),
+        "{:?}",
+        to_openai.changes
+    );
 }

@@ -32,6 +32,7 @@
 
 use serde_json::{Map, Value, json};
 
+use super::fidelity::Trace;
 pub use super::openai::SseFrame;
 use super::openai::{
     as_object, at, count, empty_schema, err, error_message, field, join, kind_of, opt_array,
@@ -143,7 +144,7 @@ fn input_tokens(u: Option<&Map<String, Value>>) -> u64 {
 }
 
 /// An OpenAI `image_url` part as an Anthropic `image` block, when it is one.
-fn image_from_openai(part: &Value) -> Option<Value> {
+pub(crate) fn image_from_openai(part: &Value) -> Option<Value> {
     if part.get("type").and_then(Value::as_str) != Some("image_url") {
         return None;
     }
@@ -170,6 +171,12 @@ fn image_from_openai(part: &Value) -> Option<Value> {
 /// by a blank line). `tool_choice` becomes the OpenAI-shaped canonical form
 /// (`disable_parallel_tool_use` has no canonical form and is dropped).
 pub fn parse_request(body: &Value) -> Result<ChatRequest, ProtoError> {
+    parse_request_traced(body).map(|(req, _)| req)
+}
+
+/// [`parse_request`], also telling which canonical messages each wire
+/// message became (for [`super::fidelity`]).
+pub(crate) fn parse_request_traced(body: &Value) -> Result<(ChatRequest, Trace), ProtoError> {
     let obj = as_object(body, "")?;
     let model = req_str(obj, "model", "")?.to_string();
     let raw_messages = req_array(obj, "messages", "")?;
@@ -206,7 +213,9 @@ pub fn parse_request(body: &Value) -> Result<ChatRequest, ProtoError> {
     };
 
     let mut messages = Vec::new();
+    let mut trace = Trace::with_capacity(raw_messages.len());
     for (i, m) in raw_messages.iter().enumerate() {
+        let before = messages.len();
         let p = at("messages", i);
         let mo = as_object(m, &p)?;
         let role = match req_str(mo, "role", &p)? {
@@ -262,6 +271,7 @@ pub fn parse_request(body: &Value) -> Result<ChatRequest, ProtoError> {
                 content: parts,
             }),
         }
+        trace.spans.push(before..messages.len());
     }
 
     let mut tools = Vec::new();
@@ -298,7 +308,7 @@ pub fn parse_request(body: &Value) -> Result<ChatRequest, ProtoError> {
         }
     }
 
-    Ok(ChatRequest {
+    let req = ChatRequest {
         model,
         system,
         messages,
@@ -312,7 +322,9 @@ pub fn parse_request(body: &Value) -> Result<ChatRequest, ProtoError> {
         include_usage: false,
         extra,
         dialect: Dialect::Anthropic,
-    })
+        origin: None,
+    };
+    Ok((req, trace))
 }
 
 /// Message content: a string or an array of blocks. `tool_use` is allowed in
@@ -508,7 +520,17 @@ fn push_turn(turns: &mut Vec<Turn>, role: &'static str, blocks: Vec<Value>) {
     }
 }
 
-fn text_block(text: &str) -> Option<Value> {
+/// One canonical message as an Anthropic turn: its role and blocks (a
+/// system message is user text, as it is anywhere but the lead).
+pub(crate) fn turn_of(m: &Message) -> (&'static str, Vec<Value>) {
+    match m.role {
+        Role::System => ("user", text_block(&m.joined_text()).into_iter().collect()),
+        Role::User | Role::Tool => ("user", blocks_of(m)),
+        Role::Assistant => ("assistant", blocks_of(m)),
+    }
+}
+
+pub(crate) fn text_block(text: &str) -> Option<Value> {
     if text.trim().is_empty() {
         None
     } else {

@@ -5,12 +5,21 @@
 //! request, response and stream event passes through the canonical types here,
 //! so a chain can mix provider kinds and the agent sees its own dialect
 //! whoever served it. [`openai`] and [`anthropic`] hold the codecs.
+//!
+//! The canonical model is what hale reasons about, not what it sends when it
+//! need not translate: a request parsed by [`parse_request`] keeps the client's
+//! JSON (its [`Origin`]), and [`fidelity::render_for`] sends a provider of the
+//! same dialect that JSON with only what hale changed patched in.
 
 pub mod anthropic;
+pub mod fidelity;
 pub mod openai;
+
+pub use fidelity::{Origin, Outgoing, render_for};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::sync::Arc;
 
 /// The wire dialect of a request, response or provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -141,6 +150,33 @@ pub struct ChatRequest {
     pub extra: serde_json::Map<String, Value>,
     /// The dialect the request arrived in.
     pub dialect: Dialect,
+    /// The request as the client sent it (body and provider-feature headers),
+    /// for same-dialect fidelity; `None` for requests hale makes itself.
+    pub origin: Option<Arc<Origin>>,
+}
+
+/// Parses a client's request body of `dialect` and keeps what the client
+/// sent — the body itself and the provider-feature headers of
+/// [`fidelity::FEATURE_HEADERS`] — so a provider of the same dialect
+/// receives it as sent ([`render_for`]).
+pub fn parse_request(
+    dialect: Dialect,
+    body: Value,
+    headers: &axum::http::HeaderMap,
+) -> Result<ChatRequest, ProtoError> {
+    let (mut req, trace) = match dialect {
+        Dialect::OpenAi => openai::parse_request_traced(&body)?,
+        Dialect::Anthropic => anthropic::parse_request_traced(&body)?,
+    };
+    let origin = Origin::new(
+        dialect,
+        body,
+        fidelity::feature_headers(headers),
+        &req,
+        trace,
+    );
+    req.origin = Some(Arc::new(origin));
+    Ok(req)
 }
 
 /// A complete (non-streaming) chat response, dialect-neutral.

@@ -28,6 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
+use super::fidelity::Trace;
 use super::{
     ChatRequest, ChatResponse, Dialect, Message, Part, ProtoError, Role, StopReason, StreamEvent,
     Tool, Usage,
@@ -318,13 +319,21 @@ pub(crate) fn image_from_anthropic(block: &Value) -> Option<Value> {
 /// missing `model`, `messages` not an array, unknown role, tool message without
 /// `tool_call_id`, non-string arguments, and so on.
 pub fn parse_request(body: &Value) -> Result<ChatRequest, ProtoError> {
+    parse_request_traced(body).map(|(req, _)| req)
+}
+
+/// [`parse_request`], also telling which canonical messages each wire
+/// message became (for [`super::fidelity`]).
+pub(crate) fn parse_request_traced(body: &Value) -> Result<(ChatRequest, Trace), ProtoError> {
     let obj = as_object(body, "")?;
     let model = req_str(obj, "model", "")?.to_string();
     let raw_messages = req_array(obj, "messages", "")?;
 
     let mut system: Vec<String> = Vec::new();
     let mut messages: Vec<Message> = Vec::new();
+    let mut trace = Trace::with_capacity(raw_messages.len());
     for (i, m) in raw_messages.iter().enumerate() {
+        let before = messages.len();
         let p = at("messages", i);
         let mo = as_object(m, &p)?;
         let role = req_str(mo, "role", &p)?;
@@ -333,6 +342,7 @@ pub fn parse_request(body: &Value) -> Result<ChatRequest, ProtoError> {
                 let text = text_content(field(mo, "content"), &join(&p, "content"))?;
                 if messages.is_empty() {
                     system.push(text);
+                    trace.lifted += 1;
                 } else {
                     messages.push(Message::text(Role::System, text));
                 }
@@ -383,6 +393,7 @@ pub fn parse_request(body: &Value) -> Result<ChatRequest, ProtoError> {
                 ));
             }
         }
+        trace.spans.push(before..messages.len());
     }
 
     let mut tools = Vec::new();
@@ -450,7 +461,7 @@ pub fn parse_request(body: &Value) -> Result<ChatRequest, ProtoError> {
         extra.insert(MAX_COMPLETION_TOKENS.to_string(), json!(max_completion));
     }
 
-    Ok(ChatRequest {
+    let req = ChatRequest {
         model,
         system: if system.is_empty() {
             None
@@ -468,7 +479,9 @@ pub fn parse_request(body: &Value) -> Result<ChatRequest, ProtoError> {
         include_usage,
         extra,
         dialect: Dialect::OpenAi,
-    })
+        origin: None,
+    };
+    Ok((req, trace))
 }
 
 /// Content that must be text: a string, or an array of `text` parts (joined by newlines).
@@ -665,13 +678,7 @@ pub fn render_request(req: &ChatRequest, model: &str, prefill: Option<&str>) -> 
         messages.push(json!({"role": "system", "content": s}));
     }
     for m in &req.messages {
-        match m.role {
-            Role::System => {
-                messages.push(json!({"role": "system", "content": m.joined_text()}));
-            }
-            Role::User | Role::Tool => render_user_like(&m.content, &mut messages),
-            Role::Assistant => messages.push(render_assistant(&m.content)),
-        }
+        render_message(m, &mut messages);
     }
     if let Some(p) = prefill
         && !p.is_empty()
@@ -724,6 +731,16 @@ pub fn render_request(req: &ChatRequest, model: &str, prefill: Option<&str>) -> 
         body.insert("stream_options".into(), json!({"include_usage": true}));
     }
     Value::Object(body)
+}
+
+/// One canonical message as OpenAI messages (a user message holding tool
+/// results becomes several).
+pub(crate) fn render_message(m: &Message, out: &mut Vec<Value>) {
+    match m.role {
+        Role::System => out.push(json!({"role": "system", "content": m.joined_text()})),
+        Role::User | Role::Tool => render_user_like(&m.content, out),
+        Role::Assistant => out.push(render_assistant(&m.content)),
+    }
 }
 
 /// A user or tool message: tool results become `role: tool` messages (first,

@@ -1,0 +1,836 @@
+//! Same-dialect fidelity: what a client sent reaches a provider of its own
+//! dialect as it was sent (DESIGN §1, §3).
+//!
+//! The canonical model of [`super`] holds what hale reasons about (roles,
+//! text, tool calls, limits); it does not hold everything a dialect can say —
+//! `cache_control` on a system or message block, the system prompt as an
+//! array of blocks, `thinking`, `metadata`, documents, `response_format`,
+//! fields that do not exist yet. Re-rendering from the canonical form would
+//! lose those, so a request keeps its [`Origin`]: the client's JSON, the
+//! provider-feature headers it sent, and a fingerprint of each canonical
+//! message the parser made of each wire message.
+//!
+//! When the target speaks the request's dialect, [`render_for`] starts from
+//! the client's JSON and patches in only what hale changed:
+//!
+//! - `model`, to the serving target's model;
+//! - the messages, when compaction or a nudge changed them: the current
+//!   canonical messages are aligned with the original ones by fingerprint,
+//!   in order; a wire message whose canonical messages are all still there,
+//!   unchanged, is sent as the client's JSON; everything else is rendered
+//!   from the canonical form (and, for Anthropic, merged with a neighbour of
+//!   the same role, as roles must alternate);
+//! - the system prompt, `max_tokens` (after a 504, or Anthropic's required
+//!   default), sampling fields and tools, each only when its canonical value
+//!   is no longer what was parsed;
+//! - an assistant prefill for a mid-stream resume;
+//! - `stream` / `stream_options.include_usage` as the attempt needs.
+//!
+//! Each of those is named in [`Outgoing::changes`], which becomes the
+//! attempt's `changes` in the turn's timeline. Crossing dialects, the
+//! canonical renderers map what has an equivalent; what has none is named
+//! there as `dropped: …` (found by reading the client's JSON for what the
+//! other dialect cannot carry). Only the headers of
+//! [`FEATURE_HEADERS`] are ever forwarded — never credentials or cookies —
+//! and only to a provider of the kind they belong to.
+
+use super::{ChatRequest, Dialect, Message, anthropic, openai};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeSet;
+use std::hash::{DefaultHasher, Hasher};
+use std::ops::Range;
+
+/// Anthropic's beta-feature header.
+pub const ANTHROPIC_BETA: &str = "anthropic-beta";
+/// Anthropic's API version header (the client's value wins over hale's default).
+pub const ANTHROPIC_VERSION: &str = "anthropic-version";
+/// OpenAI's beta-feature header.
+pub const OPENAI_BETA: &str = "openai-beta";
+
+/// The provider-feature headers forwarded from a client, each with the
+/// dialect of the providers it is forwarded to.
+pub const FEATURE_HEADERS: &[(&str, Dialect)] = &[
+    (ANTHROPIC_BETA, Dialect::Anthropic),
+    (ANTHROPIC_VERSION, Dialect::Anthropic),
+    (OPENAI_BETA, Dialect::OpenAi),
+];
+
+/// The most `dropped: …` notes one attempt lists (the rest are counted).
+const MAX_NOTES: usize = 24;
+/// The most characters of a client-chosen name (a field, a block type) in a note.
+const MAX_NAME_CHARS: usize = 64;
+
+/// Which canonical messages each wire message of a request became, as the
+/// parsers of both dialects report it.
+#[derive(Debug, Default)]
+pub struct Trace {
+    /// For wire message `i`, the range of canonical messages it produced.
+    pub spans: Vec<Range<usize>>,
+    /// Leading wire messages lifted into the system prompt (OpenAI
+    /// `system`/`developer` messages before any other).
+    pub lifted: usize,
+}
+
+impl Trace {
+    pub fn with_capacity(n: usize) -> Self {
+        Self {
+            spans: Vec::with_capacity(n),
+            lifted: 0,
+        }
+    }
+}
+
+/// The canonical messages one wire message became, by fingerprint.
+#[derive(Debug, PartialEq, Eq)]
+struct Group {
+    wire: usize,
+    msgs: Vec<u64>,
+}
+
+/// A request as the client sent it.
+#[derive(Debug, PartialEq)]
+pub struct Origin {
+    pub dialect: Dialect,
+    /// The client's body (a JSON object: the parser accepted it).
+    pub body: Map<String, Value>,
+    /// Provider-feature headers the client sent ([`FEATURE_HEADERS`]), lower-case names.
+    pub headers: Vec<(&'static str, String)>,
+    /// The canonical values as parsed, to tell what hale changed since.
+    model: String,
+    system: Option<String>,
+    max_tokens: Option<u32>,
+    stream: bool,
+    knobs: Knobs,
+    lifted: usize,
+    groups: Vec<Group>,
+}
+
+/// Fingerprints of the canonical fields hale renders when they changed.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+struct Knobs {
+    temperature: u64,
+    top_p: u64,
+    stop: u64,
+    tools: u64,
+    tool_choice: u64,
+}
+
+impl Knobs {
+    fn of(req: &ChatRequest) -> Self {
+        Self {
+            temperature: fingerprint(&req.temperature),
+            top_p: fingerprint(&req.top_p),
+            stop: fingerprint(&req.stop),
+            tools: fingerprint(&req.tools),
+            tool_choice: fingerprint(&req.tool_choice),
+        }
+    }
+}
+
+impl Origin {
+    /// The origin of `req`, parsed from `body` with `trace`.
+    pub fn new(
+        dialect: Dialect,
+        body: Value,
+        headers: Vec<(&'static str, String)>,
+        req: &ChatRequest,
+        trace: Trace,
+    ) -> Self {
+        let body = match body {
+            Value::Object(m) => m,
+            Value::Null
+            | Value::Bool(_)
+            | Value::Number(_)
+            | Value::String(_)
+            | Value::Array(_) => Map::new(),
+        };
+        let prints: Vec<u64> = req.messages.iter().map(fingerprint).collect();
+        let groups = trace
+            .spans
+            .into_iter()
+            .enumerate()
+            .skip(trace.lifted)
+            .map(|(wire, span)| Group {
+                wire,
+                msgs: prints.get(span).map(<[u64]>::to_vec).unwrap_or_default(),
+            })
+            .collect();
+        Self {
+            dialect,
+            body,
+            headers,
+            model: req.model.clone(),
+            system: req.system.clone(),
+            max_tokens: req.max_tokens,
+            stream: req.stream,
+            knobs: Knobs::of(req),
+            lifted: trace.lifted,
+            groups,
+        }
+    }
+
+    /// The client's value of a forwarded header.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The client's body without its messages (which are assembled apart:
+    /// cloning them twice would copy every image twice).
+    fn body_but_messages(&self) -> Map<String, Value> {
+        self.body
+            .iter()
+            .filter(|(k, _)| *k != "messages")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    fn wire_messages(&self) -> &[Value] {
+        self.body
+            .get("messages")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+}
+
+/// The provider-feature headers of [`FEATURE_HEADERS`] in a client's
+/// request; repeated headers are joined with `,` (as HTTP allows).
+pub fn feature_headers(h: &axum::http::HeaderMap) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    for (name, _) in FEATURE_HEADERS {
+        let values: Vec<&str> = h
+            .get_all(*name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .collect();
+        if !values.is_empty() {
+            out.push((*name, values.join(",")));
+        }
+    }
+    out
+}
+
+/// A request ready for one provider.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outgoing {
+    pub body: Value,
+    /// Headers to send besides hale's own (auth, content type).
+    pub headers: Vec<(&'static str, String)>,
+    /// What hale changed or dropped from what the client sent, for the timeline.
+    pub changes: Vec<String>,
+}
+
+/// Renders `req` for a provider speaking `target`, serving `model`, with
+/// `prefill` (delivered text to continue from) when given. See the module
+/// documentation for what is kept, patched and dropped.
+pub fn render_for(
+    target: Dialect,
+    req: &ChatRequest,
+    model: &str,
+    prefill: Option<&str>,
+) -> Outgoing {
+    let Some(origin) = req.origin.as_deref() else {
+        return Outgoing {
+            body: canonical(target, req, model, prefill),
+            headers: Vec::new(),
+            changes: Vec::new(),
+        };
+    };
+    let mut changes = Vec::new();
+    let body = if origin.dialect == target {
+        match target {
+            Dialect::OpenAi => patch_openai(origin, req, model, prefill, &mut changes),
+            Dialect::Anthropic => patch_anthropic(origin, req, model, prefill, &mut changes),
+        }
+    } else {
+        crossing_changes(origin, req, target, model, prefill, &mut changes);
+        canonical(target, req, model, prefill)
+    };
+    let mut headers = Vec::new();
+    for (name, value) in &origin.headers {
+        let belongs = FEATURE_HEADERS
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, d)| *d);
+        if belongs == Some(target) {
+            headers.push((*name, value.clone()));
+        } else {
+            changes.push(format!("dropped: {name} header"));
+        }
+    }
+    Outgoing {
+        body,
+        headers,
+        changes,
+    }
+}
+
+fn canonical(target: Dialect, req: &ChatRequest, model: &str, prefill: Option<&str>) -> Value {
+    match target {
+        Dialect::OpenAi => openai::render_request(req, model, prefill),
+        Dialect::Anthropic => anthropic::render_request(req, model, prefill),
+    }
+}
+
+/// A stable fingerprint of a value's JSON form (to tell whether hale
+/// changed a message or a field since it was parsed).
+fn fingerprint<T: Serialize + ?Sized>(v: &T) -> u64 {
+    struct Sink(DefaultHasher);
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.write(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut s = Sink(DefaultHasher::new());
+    // Serialising canonical types into a hasher cannot fail.
+    let _ = serde_json::to_writer(&mut s, v);
+    s.0.finish()
+}
+
+/// A piece of the outgoing conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    /// The client's wire message at this index, as sent.
+    Wire(usize),
+    /// These current canonical messages, rendered by hale.
+    New(Range<usize>),
+}
+
+/// Aligns the current messages with the parsed groups, in order: a group
+/// found whole (at or after the current position) is kept as the client's
+/// JSON; messages between kept groups are new. Returns the pieces and
+/// whether anything differs from what the client sent.
+fn align(groups: &[Group], current: &[Message]) -> (Vec<Piece>, bool) {
+    let cur: Vec<u64> = current.iter().map(fingerprint).collect();
+    let mut pieces = Vec::new();
+    let mut i = 0;
+    let mut kept = 0;
+    for g in groups {
+        let len = g.msgs.len();
+        if i + len > cur.len() {
+            continue;
+        }
+        let found = (i..=cur.len() - len).find(|&k| cur[k..k + len] == g.msgs[..]);
+        if let Some(k) = found {
+            if k > i {
+                pieces.push(Piece::New(i..k));
+            }
+            pieces.push(Piece::Wire(g.wire));
+            kept += 1;
+            i = k + len;
+        }
+    }
+    if i < cur.len() {
+        pieces.push(Piece::New(i..cur.len()));
+    }
+    let changed = kept != groups.len() || pieces.iter().any(|p| matches!(p, Piece::New(_)));
+    (pieces, changed)
+}
+
+/// The changed sampling fields and tools, rendered canonically into `body`.
+fn patch_knobs(
+    origin: &Origin,
+    req: &ChatRequest,
+    fields: [&'static str; 5],
+    render: impl FnOnce() -> Value,
+    body: &mut Map<String, Value>,
+    changes: &mut Vec<String>,
+) {
+    let now = Knobs::of(req);
+    if now == origin.knobs {
+        return;
+    }
+    let was = origin.knobs;
+    let changed = [
+        now.temperature != was.temperature,
+        now.top_p != was.top_p,
+        now.stop != was.stop,
+        now.tools != was.tools,
+        now.tool_choice != was.tool_choice,
+    ];
+    let full = render();
+    for (field, changed) in fields.into_iter().zip(changed) {
+        if !changed {
+            continue;
+        }
+        match full.get(field) {
+            Some(v) => body.insert(field.to_owned(), v.clone()),
+            None => body.remove(field),
+        };
+        changes.push(field.to_owned());
+        // The tool choice goes with the tools it names.
+        if field == fields[3] {
+            match full.get(fields[4]) {
+                Some(v) => body.insert(fields[4].to_owned(), v.clone()),
+                None => body.remove(fields[4]),
+            };
+        }
+    }
+}
+
+/// `model`, when the serving target's differs from the client's.
+fn patch_model(
+    origin: &Origin,
+    model: &str,
+    body: &mut Map<String, Value>,
+    changes: &mut Vec<String>,
+) {
+    if origin.model != model {
+        changes.push("model".into());
+    }
+    body.insert("model".into(), json!(model));
+}
+
+/// An OpenAI request for an OpenAI provider: the client's JSON, patched.
+fn patch_openai(
+    origin: &Origin,
+    req: &ChatRequest,
+    model: &str,
+    prefill: Option<&str>,
+    changes: &mut Vec<String>,
+) -> Value {
+    let mut body = origin.body_but_messages();
+    patch_model(origin, model, &mut body, changes);
+
+    let wire = origin.wire_messages();
+    let mut messages = Vec::with_capacity(wire.len() + 1);
+    if req.system == origin.system {
+        messages.extend(wire.iter().take(origin.lifted).cloned());
+    } else {
+        if let Some(s) = req.system.as_deref().filter(|s| !s.is_empty()) {
+            messages.push(json!({"role": "system", "content": s}));
+        }
+        changes.push("system".into());
+    }
+    let (pieces, changed) = align(&origin.groups, &req.messages);
+    for p in pieces {
+        match p {
+            Piece::Wire(i) => messages.extend(wire.get(i).cloned()),
+            Piece::New(r) => {
+                for m in &req.messages[r] {
+                    openai::render_message(m, &mut messages);
+                }
+            }
+        }
+    }
+    if changed {
+        changes.push("messages".into());
+    }
+    if let Some(p) = prefill.filter(|p| !p.is_empty()) {
+        messages.push(json!({"role": "assistant", "content": p}));
+        changes.push("prefill".into());
+    }
+    body.insert("messages".into(), Value::Array(messages));
+
+    if req.max_tokens != origin.max_tokens {
+        let key = if body.contains_key("max_completion_tokens") {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        match req.max_tokens {
+            Some(n) => body.insert(key.into(), json!(n)),
+            None => body.remove(key),
+        };
+        changes.push("max_tokens".into());
+    }
+    patch_knobs(
+        origin,
+        req,
+        ["temperature", "top_p", "stop", "tools", "tool_choice"],
+        || openai::render_request(req, model, None),
+        &mut body,
+        changes,
+    );
+    if req.stream {
+        if body.get("stream") != Some(&Value::Bool(true)) {
+            body.insert("stream".into(), json!(true));
+            changes.push("stream".into());
+        }
+        // hale always asks for usage upstream (it accounts every turn).
+        let so = body.entry("stream_options").or_insert_with(|| json!({}));
+        if !so.is_object() {
+            *so = json!({});
+        }
+        if let Some(o) = so.as_object_mut()
+            && o.get("include_usage") != Some(&Value::Bool(true))
+        {
+            o.insert("include_usage".into(), json!(true));
+            changes.push("stream_options".into());
+        }
+    } else if origin.stream {
+        body.remove("stream");
+        body.remove("stream_options");
+        changes.push("stream".into());
+    }
+    Value::Object(body)
+}
+
+/// An Anthropic message being assembled: its JSON, and the wire index it
+/// is when it is the client's message untouched.
+struct Entry {
+    value: Value,
+    wire: Option<usize>,
+}
+
+fn role_of(v: &Value) -> &str {
+    v.get("role").and_then(Value::as_str).unwrap_or("")
+}
+
+/// Content as blocks (a string becomes one text block; empty, none).
+fn blocks(content: Option<&Value>) -> Vec<Value> {
+    match content {
+        Some(Value::String(s)) => anthropic::text_block(s).into_iter().collect(),
+        Some(Value::Array(a)) => a.clone(),
+        Some(Value::Null | Value::Bool(_) | Value::Number(_) | Value::Object(_)) | None => {
+            Vec::new()
+        }
+    }
+}
+
+/// Appends `e` to the conversation, merged into the last message when both
+/// have the same role and were not already neighbours in the client's
+/// request (Anthropic requires alternating roles; what the client sent
+/// itself is left as it was).
+fn push_entry(out: &mut Vec<Entry>, e: Entry) {
+    if let Some(last) = out.last_mut()
+        && role_of(&last.value) == role_of(&e.value)
+    {
+        let neighbours = matches!((last.wire, e.wire), (Some(a), Some(b)) if b == a + 1);
+        if !neighbours {
+            let mut merged = blocks(last.value.get("content"));
+            merged.extend(blocks(e.value.get("content")));
+            if role_of(&last.value) == "user" {
+                // tool_result blocks must open a user message.
+                merged
+                    .sort_by_key(|b| b.get("type").and_then(Value::as_str) != Some("tool_result"));
+            }
+            if let Some(o) = last.value.as_object_mut() {
+                o.insert("content".into(), Value::Array(merged));
+            }
+            last.wire = None;
+            return;
+        }
+    }
+    out.push(e);
+}
+
+/// An Anthropic request for an Anthropic provider: the client's JSON, patched.
+fn patch_anthropic(
+    origin: &Origin,
+    req: &ChatRequest,
+    model: &str,
+    prefill: Option<&str>,
+    changes: &mut Vec<String>,
+) -> Value {
+    let mut body = origin.body_but_messages();
+    patch_model(origin, model, &mut body, changes);
+
+    if req.system != origin.system {
+        match req.system.as_deref().filter(|s| !s.is_empty()) {
+            Some(s) => body.insert("system".into(), json!(s)),
+            None => body.remove("system"),
+        };
+        changes.push("system".into());
+    }
+
+    let wire = origin.wire_messages();
+    let (pieces, changed) = align(&origin.groups, &req.messages);
+    let mut entries: Vec<Entry> = Vec::with_capacity(wire.len() + 1);
+    for p in pieces {
+        match p {
+            Piece::Wire(i) => {
+                if let Some(v) = wire.get(i) {
+                    push_entry(
+                        &mut entries,
+                        Entry {
+                            value: v.clone(),
+                            wire: Some(i),
+                        },
+                    );
+                }
+            }
+            Piece::New(r) => {
+                for m in &req.messages[r] {
+                    let (role, blocks) = anthropic::turn_of(m);
+                    if blocks.is_empty() {
+                        continue;
+                    }
+                    push_entry(
+                        &mut entries,
+                        Entry {
+                            value: json!({"role": role, "content": blocks}),
+                            wire: None,
+                        },
+                    );
+                }
+            }
+        }
+    }
+    if changed {
+        changes.push("messages".into());
+    }
+    if let Some(p) = prefill
+        && let Some(b) = anthropic::text_block(anthropic::effective_prefill(p))
+    {
+        push_entry(
+            &mut entries,
+            Entry {
+                value: json!({"role": "assistant", "content": [b]}),
+                wire: None,
+            },
+        );
+        changes.push("prefill".into());
+    }
+    body.insert(
+        "messages".into(),
+        Value::Array(entries.into_iter().map(|e| e.value).collect()),
+    );
+
+    if req.max_tokens != origin.max_tokens || !body.contains_key("max_tokens") {
+        body.insert(
+            "max_tokens".into(),
+            json!(req.max_tokens.unwrap_or(anthropic::DEFAULT_MAX_TOKENS)),
+        );
+        changes.push("max_tokens".into());
+    }
+    patch_knobs(
+        origin,
+        req,
+        [
+            "temperature",
+            "top_p",
+            "stop_sequences",
+            "tools",
+            "tool_choice",
+        ],
+        || anthropic::render_request(req, model, None),
+        &mut body,
+        changes,
+    );
+    if req.stream != origin.stream || (req.stream && body.get("stream") != Some(&json!(true))) {
+        if req.stream {
+            body.insert("stream".into(), json!(true));
+        } else {
+            body.remove("stream");
+        }
+        changes.push("stream".into());
+    }
+    Value::Object(body)
+}
+
+/// What crossing dialects changes: hale's own changes (model, limits,
+/// messages, prefill) and what the client sent that the target's dialect
+/// cannot carry (`dropped: …`).
+fn crossing_changes(
+    origin: &Origin,
+    req: &ChatRequest,
+    target: Dialect,
+    model: &str,
+    prefill: Option<&str>,
+    changes: &mut Vec<String>,
+) {
+    if origin.model != model {
+        changes.push("model".into());
+    }
+    let max_added = target == Dialect::Anthropic && req.max_tokens.is_none();
+    if req.max_tokens != origin.max_tokens || max_added {
+        changes.push("max_tokens".into());
+    }
+    if req.system != origin.system {
+        changes.push("system".into());
+    }
+    if align(&origin.groups, &req.messages).1 {
+        changes.push("messages".into());
+    }
+    if prefill.is_some_and(|p| !p.trim().is_empty()) {
+        changes.push("prefill".into());
+    }
+    let mut dropped = BTreeSet::new();
+    match origin.dialect {
+        Dialect::Anthropic => anthropic_losses(origin, &mut dropped),
+        Dialect::OpenAi => openai_losses(origin, req, &mut dropped),
+    }
+    let n = dropped.len();
+    changes.extend(dropped.into_iter().take(MAX_NOTES));
+    if n > MAX_NOTES {
+        changes.push(format!("dropped: {} more", n - MAX_NOTES));
+    }
+}
+
+fn note(dropped: &mut BTreeSet<String>, what: &str) {
+    let what: String = what.chars().take(MAX_NAME_CHARS).collect();
+    dropped.insert(format!("dropped: {what}"));
+}
+
+fn has_key_deep(v: &Value, key: &str) -> bool {
+    match v {
+        Value::Object(o) => o.contains_key(key) || o.values().any(|x| has_key_deep(x, key)),
+        Value::Array(a) => a.iter().any(|x| has_key_deep(x, key)),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => false,
+    }
+}
+
+/// Top-level fields the canonical model carries across dialects.
+const ANTHROPIC_MAPPED: &[&str] = &[
+    "model",
+    "messages",
+    "system",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stop_sequences",
+    "stream",
+    "tools",
+    "tool_choice",
+];
+
+/// What an Anthropic request loses on its way to an OpenAI provider.
+fn anthropic_losses(origin: &Origin, dropped: &mut BTreeSet<String>) {
+    let b = &origin.body;
+    for k in b.keys() {
+        if !ANTHROPIC_MAPPED.contains(&k.as_str()) {
+            note(dropped, k);
+        }
+    }
+    for k in ["system", "messages", "tools"] {
+        if b.get(k).is_some_and(|v| has_key_deep(v, "cache_control")) {
+            note(dropped, "cache_control");
+        }
+    }
+    if let Some(Value::Array(sys)) = b.get("system")
+        && sys.len() > 1
+    {
+        // Several system blocks become one system message.
+        dropped.insert("changed: system blocks joined".into());
+    }
+    if b.get("tool_choice")
+        .and_then(|t| t.get("disable_parallel_tool_use"))
+        .is_some()
+    {
+        note(dropped, "tool_choice.disable_parallel_tool_use");
+    }
+    for m in origin.wire_messages() {
+        let Some(Value::Array(content)) = m.get("content") else {
+            continue;
+        };
+        for block in content {
+            let ty = block.get("type").and_then(Value::as_str).unwrap_or("");
+            match ty {
+                "text" | "tool_use" => {}
+                "image" => {
+                    if openai::image_from_anthropic(block).is_none() {
+                        note(dropped, "image block (source without an OpenAI form)");
+                    }
+                }
+                "tool_result" => {
+                    if block.get("is_error") == Some(&Value::Bool(true)) {
+                        note(dropped, "tool_result.is_error");
+                    }
+                    if let Some(Value::Array(inner)) = block.get("content") {
+                        for ib in inner {
+                            let it = ib.get("type").and_then(Value::as_str).unwrap_or("");
+                            if it != "text" {
+                                note(dropped, &format!("{it} block in tool_result"));
+                            }
+                        }
+                    }
+                }
+                other => note(dropped, &format!("{other} block")),
+            }
+        }
+    }
+}
+
+/// Top-level fields the canonical model carries across dialects.
+const OPENAI_MAPPED: &[&str] = &[
+    "model",
+    "messages",
+    "tools",
+    "tool_choice",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "stream",
+    "stream_options",
+];
+
+/// Message fields the canonical model carries across dialects.
+const OPENAI_MESSAGE_MAPPED: &[&str] = &["role", "content", "tool_calls", "tool_call_id"];
+
+/// What an OpenAI request loses on its way to an Anthropic provider.
+fn openai_losses(origin: &Origin, req: &ChatRequest, dropped: &mut BTreeSet<String>) {
+    let b = &origin.body;
+    for k in b.keys() {
+        if !OPENAI_MAPPED.contains(&k.as_str()) {
+            note(dropped, k);
+        }
+    }
+    if let Some(Value::Object(so)) = b.get("stream_options") {
+        for k in so.keys().filter(|k| *k != "include_usage") {
+            note(dropped, &format!("stream_options.{k}"));
+        }
+    }
+    if req.temperature.is_some_and(|t| !(0.0..=1.0).contains(&t)) {
+        dropped.insert("changed: temperature clamped to 0–1".into());
+    }
+    if let Some(Value::Object(tc)) = b.get("tool_choice")
+        && tc.get("type").and_then(Value::as_str) != Some("function")
+    {
+        note(dropped, "tool_choice");
+    }
+    if let Some(Value::Array(tools)) = b.get("tools") {
+        for t in tools {
+            if let Some(Value::Object(f)) = t.get("function") {
+                for k in f.keys() {
+                    if !["name", "description", "parameters"].contains(&k.as_str()) {
+                        note(dropped, &format!("tools[].function.{k}"));
+                    }
+                }
+            }
+        }
+    }
+    for m in origin.wire_messages() {
+        let Some(mo) = m.as_object() else { continue };
+        for k in mo.keys() {
+            if !OPENAI_MESSAGE_MAPPED.contains(&k.as_str()) {
+                note(dropped, &format!("messages[].{k}"));
+            }
+        }
+        let assistant = mo.get("role").and_then(Value::as_str) == Some("assistant");
+        let Some(Value::Array(parts)) = mo.get("content") else {
+            continue;
+        };
+        for part in parts {
+            let ty = part.get("type").and_then(Value::as_str).unwrap_or("");
+            match ty {
+                "text" => {}
+                "image_url" if !assistant => {
+                    if part
+                        .get("image_url")
+                        .and_then(|i| i.get("detail"))
+                        .is_some()
+                    {
+                        note(dropped, "image_url.detail");
+                    }
+                    if anthropic::image_from_openai(part).is_none() {
+                        note(dropped, "image_url part (URL without an Anthropic form)");
+                    }
+                }
+                other => note(dropped, &format!("{other} part")),
+            }
+        }
+    }
+}
