@@ -16,6 +16,7 @@ pub mod clock;
 pub mod compaction;
 pub mod config;
 pub mod cooldown;
+pub mod delivery;
 pub mod event;
 pub mod guard;
 pub mod health;

@@ -19,11 +19,19 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, context::PublishErrorKind, stream};
+use async_nats::ConnectErrorKind;
+use async_nats::jetstream::{
+    self,
+    context::{CreateStreamErrorKind, PublishError, PublishErrorKind},
+    stream,
+};
 use bytes::Bytes;
 use hale_core::config::NatsConfig;
+use hale_core::delivery::DeliveryFailure;
 use hale_core::event::Event;
 use hale_store::StoredEvent;
+
+use crate::DeliveryError;
 
 /// The stream's deduplication window (≥ 2 min: longer than any retry cycle).
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
@@ -58,14 +66,27 @@ impl std::fmt::Debug for JetStreamSink {
 
 impl JetStreamSink {
     /// Connects and gets or creates the stream `cfg.stream` over
-    /// `{prefix}.>`.
-    pub async fn connect(cfg: &NatsConfig, ack_timeout: Duration) -> anyhow::Result<Self> {
+    /// `{prefix}.>`. Every failure here is the sink's (unreachable, no
+    /// JetStream, a stream that cannot be created as configured).
+    pub async fn connect(cfg: &NatsConfig, ack_timeout: Duration) -> Result<Self, DeliveryError> {
         let client = async_nats::ConnectOptions::new()
             .max_reconnects(MAX_RECONNECTS)
             .connection_timeout(CONNECT_TIMEOUT)
             .connect(cfg.url.as_str())
             .await
-            .map_err(|e| anyhow::anyhow!("connecting to NATS at {}: {e}", cfg.url))?;
+            .map_err(|e| {
+                let failure = match e.kind() {
+                    ConnectErrorKind::TimedOut => DeliveryFailure::Timeout,
+                    ConnectErrorKind::ServerParse
+                    | ConnectErrorKind::Authentication
+                    | ConnectErrorKind::AuthorizationViolation
+                    | ConnectErrorKind::Tls => DeliveryFailure::Misconfigured,
+                    ConnectErrorKind::Dns
+                    | ConnectErrorKind::Io
+                    | ConnectErrorKind::MaxReconnects => DeliveryFailure::Unreachable,
+                };
+                DeliveryError::new(failure, format!("connecting to NATS at {}: {e}", cfg.url))
+            })?;
         let js = jetstream::ContextBuilder::new()
             .timeout(ack_timeout)
             .max_ack_inflight(DEFAULT_WINDOW * 8)
@@ -78,7 +99,24 @@ impl JetStreamSink {
             ..Default::default()
         })
         .await
-        .map_err(|e| anyhow::anyhow!("getting or creating stream {}: {e}", cfg.stream))?;
+        .map_err(|e| {
+            let failure = match e.kind() {
+                CreateStreamErrorKind::JetStreamUnavailable => DeliveryFailure::NoResponders,
+                CreateStreamErrorKind::TimedOut => DeliveryFailure::Timeout,
+                CreateStreamErrorKind::Response | CreateStreamErrorKind::ResponseParse => {
+                    DeliveryFailure::BadAnswer
+                }
+                CreateStreamErrorKind::EmptyStreamName
+                | CreateStreamErrorKind::InvalidStreamName
+                | CreateStreamErrorKind::DomainAndExternalSet
+                | CreateStreamErrorKind::NotFound
+                | CreateStreamErrorKind::JetStream(_) => DeliveryFailure::Misconfigured,
+            };
+            DeliveryError::new(
+                failure,
+                format!("getting or creating stream {}: {e}", cfg.stream),
+            )
+        })?;
         Ok(JetStreamSink {
             client,
             js,
@@ -101,14 +139,17 @@ impl JetStreamSink {
 
     /// Publishes every event, then awaits the acks in order. One result per
     /// event, in order.
-    pub async fn publish_window(&self, events: &[StoredEvent]) -> Vec<Result<(), String>> {
+    pub async fn publish_window(&self, events: &[StoredEvent]) -> Vec<Result<(), DeliveryError>> {
         let mut pending = Vec::with_capacity(events.len());
         for se in events {
             let ev = &se.event;
             let payload = match serde_json::to_vec(ev) {
                 Ok(b) => Bytes::from(b),
                 Err(e) => {
-                    pending.push(Err(format!("encoding event {}: {e}", ev.id)));
+                    pending.push(Err(DeliveryError::new(
+                        DeliveryFailure::Unencodable,
+                        format!("encoding event {}: {e}", ev.id),
+                    )));
                     continue;
                 }
             };
@@ -117,16 +158,13 @@ impl JetStreamSink {
                 .message_id(&ev.id);
             match self.js.send_publish(self.subject(ev), msg).await {
                 Ok(fut) => pending.push(Ok(fut)),
-                Err(e) => pending.push(Err(publish_error(&e.kind(), &e.to_string()))),
+                Err(e) => pending.push(Err(publish_error(&e))),
             }
         }
         let mut out = Vec::with_capacity(events.len());
         for p in pending {
             out.push(match p {
-                Ok(fut) => fut
-                    .await
-                    .map(|_ack| ())
-                    .map_err(|e| publish_error(&e.kind(), &e.to_string())),
+                Ok(fut) => fut.await.map(|_ack| ()).map_err(|e| publish_error(&e)),
                 Err(e) => Err(e),
             });
         }
@@ -134,15 +172,49 @@ impl JetStreamSink {
     }
 
     /// Publishes one event and awaits its ack.
-    pub async fn publish_one(&self, event: &StoredEvent) -> Result<(), String> {
+    pub async fn publish_one(&self, event: &StoredEvent) -> Result<(), DeliveryError> {
         self.publish_window(std::slice::from_ref(event))
             .await
             .into_iter()
             .next()
-            .unwrap_or_else(|| Err("no publish result".into()))
+            .unwrap_or_else(|| {
+                Err(DeliveryError::new(
+                    DeliveryFailure::BadAnswer,
+                    "no publish result",
+                ))
+            })
     }
 }
 
-fn publish_error(kind: &PublishErrorKind, msg: &str) -> String {
-    format!("JetStream publish failed ({kind:?}): {msg}")
+/// A publish error as a [`DeliveryFailure`]: JetStream's own answers by
+/// their `err_code`, the client's by kind.
+fn publish_error(e: &PublishError) -> DeliveryError {
+    let api = || {
+        std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<jetstream::Error>())
+            .map(|j| j.error_code().0)
+    };
+    let failure = match e.kind() {
+        PublishErrorKind::StreamNotFound => DeliveryFailure::NoResponders,
+        PublishErrorKind::WrongLastMessageId => DeliveryFailure::JetStreamError(
+            api().unwrap_or(hale_core::delivery::jetstream_codes::WRONG_LAST_MESSAGE_ID),
+        ),
+        PublishErrorKind::WrongLastSequence => DeliveryFailure::JetStreamError(
+            api().unwrap_or(hale_core::delivery::jetstream_codes::WRONG_LAST_SEQUENCE),
+        ),
+        PublishErrorKind::TimedOut => DeliveryFailure::Timeout,
+        PublishErrorKind::BrokenPipe => DeliveryFailure::Unreachable,
+        PublishErrorKind::MaxAckPending => DeliveryFailure::Backpressure,
+        PublishErrorKind::MaxPayloadExceeded => DeliveryFailure::PayloadTooLarge,
+        // A JetStream API error, or the client's own trouble (the
+        // connection's command channel closed, an unparsable ack).
+        PublishErrorKind::Other => match api() {
+            Some(code) => DeliveryFailure::JetStreamError(code),
+            None => DeliveryFailure::Unreachable,
+        },
+    };
+    DeliveryError::new(
+        failure,
+        format!("JetStream publish failed ({:?}): {e}", e.kind()),
+    )
 }
