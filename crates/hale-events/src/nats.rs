@@ -16,6 +16,10 @@
 //! those would land in the stream *after* an earlier message lost with the
 //! connection, out of order. The relay instead opens a fresh connection and
 //! republishes from the first unacknowledged event (see [`crate::relay`]).
+//! On every new connection the relay first asks [`JetStreamSink::stored_prefix`]
+//! which of its pending events the stream already stored (their acks lost),
+//! and skips them: the server's deduplication only remembers ids for
+//! [`DUPLICATE_WINDOW`], an outage can last longer.
 
 use std::time::Duration;
 
@@ -53,6 +57,7 @@ pub const SINK_NAME: &str = "nats";
 pub struct JetStreamSink {
     client: async_nats::Client,
     js: jetstream::Context,
+    stream: stream::Stream,
     prefix: String,
 }
 
@@ -92,34 +97,36 @@ impl JetStreamSink {
             .max_ack_inflight(DEFAULT_WINDOW * 8)
             .backpressure_on_inflight(true)
             .build(client.clone());
-        js.get_or_create_stream(stream::Config {
-            name: cfg.stream.clone(),
-            subjects: vec![format!("{}.>", cfg.subject_prefix)],
-            duplicate_window: DUPLICATE_WINDOW,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| {
-            let failure = match e.kind() {
-                CreateStreamErrorKind::JetStreamUnavailable => DeliveryFailure::NoResponders,
-                CreateStreamErrorKind::TimedOut => DeliveryFailure::Timeout,
-                CreateStreamErrorKind::Response | CreateStreamErrorKind::ResponseParse => {
-                    DeliveryFailure::BadAnswer
-                }
-                CreateStreamErrorKind::EmptyStreamName
-                | CreateStreamErrorKind::InvalidStreamName
-                | CreateStreamErrorKind::DomainAndExternalSet
-                | CreateStreamErrorKind::NotFound
-                | CreateStreamErrorKind::JetStream(_) => DeliveryFailure::Misconfigured,
-            };
-            DeliveryError::new(
-                failure,
-                format!("getting or creating stream {}: {e}", cfg.stream),
-            )
-        })?;
+        let stream = js
+            .get_or_create_stream(stream::Config {
+                name: cfg.stream.clone(),
+                subjects: vec![format!("{}.>", cfg.subject_prefix)],
+                duplicate_window: DUPLICATE_WINDOW,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| {
+                let failure = match e.kind() {
+                    CreateStreamErrorKind::JetStreamUnavailable => DeliveryFailure::NoResponders,
+                    CreateStreamErrorKind::TimedOut => DeliveryFailure::Timeout,
+                    CreateStreamErrorKind::Response | CreateStreamErrorKind::ResponseParse => {
+                        DeliveryFailure::BadAnswer
+                    }
+                    CreateStreamErrorKind::EmptyStreamName
+                    | CreateStreamErrorKind::InvalidStreamName
+                    | CreateStreamErrorKind::DomainAndExternalSet
+                    | CreateStreamErrorKind::NotFound
+                    | CreateStreamErrorKind::JetStream(_) => DeliveryFailure::Misconfigured,
+                };
+                DeliveryError::new(
+                    failure,
+                    format!("getting or creating stream {}: {e}", cfg.stream),
+                )
+            })?;
         Ok(JetStreamSink {
             client,
             js,
+            stream,
             prefix: cfg.subject_prefix.clone(),
         })
     }
@@ -135,6 +142,38 @@ impl JetStreamSink {
     /// The subject of an event: `{prefix}.{kind}`.
     pub fn subject(&self, event: &Event) -> String {
         format!("{}.{}", self.prefix, event.kind.as_str())
+    }
+
+    /// How many of `ids` — the relay's next events, in order, from its first
+    /// unacknowledged one — the stream already holds as its last messages:
+    /// stored before their acks were lost (a killed server, a crashed
+    /// relay). The stream's tail must be exactly `ids[..n]`, message after
+    /// message. Anything else (a gap, another publisher's message, an empty
+    /// or purged stream, an error) answers 0 and the relay republishes,
+    /// leaving duplicates to the stream's duplicate window. This is what
+    /// keeps an outage longer than [`DUPLICATE_WINDOW`] free of duplicates.
+    pub async fn stored_prefix(&self, ids: &[&str]) -> usize {
+        let mut stream = self.stream.clone();
+        let Ok(info) = stream.info().await else {
+            return 0;
+        };
+        let (first, last) = (info.state.first_sequence, info.state.last_sequence);
+        if last == 0 || ids.is_empty() {
+            return 0;
+        }
+        let Some(last_id) = msg_id(&stream, last).await else {
+            return 0;
+        };
+        let Some(j) = ids.iter().position(|i| *i == last_id) else {
+            return 0;
+        };
+        for k in (0..j).rev() {
+            let seq = last - (j - k) as u64;
+            if seq < first.max(1) || msg_id(&stream, seq).await.as_deref() != Some(ids[k]) {
+                return 0;
+            }
+        }
+        j + 1
     }
 
     /// Publishes every event, then awaits the acks in order. One result per
@@ -184,6 +223,14 @@ impl JetStreamSink {
                 ))
             })
     }
+}
+
+/// The `Nats-Msg-Id` of the stream's message `seq`, if it is there.
+async fn msg_id(stream: &stream::Stream, seq: u64) -> Option<String> {
+    let m = stream.get_raw_message(seq).await.ok()?;
+    m.headers
+        .get(async_nats::header::NATS_MESSAGE_ID)
+        .map(|v| v.as_str().to_string())
 }
 
 /// A publish error as a [`DeliveryFailure`]: JetStream's own answers by

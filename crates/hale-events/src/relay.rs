@@ -249,16 +249,21 @@ struct NatsConn {
 
 impl NatsConn {
     async fn get(&self) -> Result<JetStreamSink, DeliveryError> {
+        self.get_fresh().await.map(|(s, _)| s)
+    }
+
+    /// The connection, and whether it was just made.
+    async fn get_fresh(&self) -> Result<(JetStreamSink, bool), DeliveryError> {
         let mut guard = self.sink.lock().await;
         if let Some(s) = guard.as_ref()
             && s.is_connected()
         {
-            return Ok(s.clone());
+            return Ok((s.clone(), false));
         }
         *guard = None;
         let s = JetStreamSink::connect(&self.cfg, self.ack_timeout).await?;
         *guard = Some(s.clone());
-        Ok(s)
+        Ok((s, true))
     }
 
     async fn reset(&self) {
@@ -925,10 +930,40 @@ impl NatsRelay {
                 }
                 let sink = tokio::select! {
                     _ = token.cancelled() => return Ok(()),
-                    r = self.conn.get() => r,
+                    r = self.conn.get_fresh() => r,
                 };
                 let sink = match sink {
-                    Ok(s) => s,
+                    Ok((s, fresh)) => {
+                        // A new connection (start, or after an outage): skip
+                        // what the stream stored before the acks were lost.
+                        let pending =
+                            &batch[i..(i + sh.tuning.nats_window.max(1)).min(batch.len())];
+                        let ids: Vec<&str> =
+                            pending.iter().map(|se| se.event.id.as_str()).collect();
+                        let stored = if fresh {
+                            tokio::select! {
+                                _ = token.cancelled() => return Ok(()),
+                                n = s.stored_prefix(&ids) => n,
+                            }
+                        } else {
+                            0
+                        };
+                        if stored > 0 {
+                            tracing::info!(
+                                stored,
+                                "NATS: the stream already holds the next events; skipping them"
+                            );
+                            for se in &pending[..stored] {
+                                attempts.remove(&se.seq);
+                            }
+                            self.gate.delivered(stored as u64);
+                            cursor = pending[stored - 1].seq;
+                            self.gate.ack(cursor).await?;
+                            i += stored;
+                            continue;
+                        }
+                        s
+                    }
                     Err(e) => {
                         // No connection: the first pending event's attempt failed.
                         match self.head_failed(&batch[i], &e, &mut attempts).await {

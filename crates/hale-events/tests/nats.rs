@@ -366,3 +366,56 @@ async fn jetstream_rejecting_one_message_dead_letters_only_it_and_replay_deliver
     assert_eq!(got.len(), evs.len());
     tasks.shutdown(Duration::from_secs(5)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_stored_before_a_lost_ack_are_not_duplicated_after_the_duplicate_window() {
+    let Some(bin) = nats_server_bin() else { return };
+    let port = free_port();
+    let nats_dir = tempfile::tempdir().unwrap();
+    let server = NatsServer::start(&bin, port, nats_dir.path());
+    // A stream whose duplicate window (1 s) is shorter than the "outage" below.
+    let client = async_nats::connect(format!("nats://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let js = jetstream::new(client);
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: NatsConfig::DEFAULT_STREAM.into(),
+        subjects: vec![format!("{}.>", NatsConfig::DEFAULT_SUBJECT_PREFIX)],
+        duplicate_window: Duration::from_secs(1),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path()).await;
+    let evs = events(10, &[EventKind::AgentPaused, EventKind::AgentResumed]);
+    commit_all(&store, &evs).await;
+    // A previous relay published the first 4 and died before its cursor moved.
+    for e in &evs[..4] {
+        let msg = jetstream::message::PublishMessage::build()
+            .payload(serde_json::to_vec(e).unwrap().into())
+            .message_id(&e.id);
+        js.send_publish(format!("hale.events.{}", e.kind.as_str()), msg)
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    // Longer than the duplicate window: the server no longer knows those ids.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let tasks = TaskSet::new();
+    let _relays = Relays::start_with(store.clone(), &nats_cfg(port), &tasks, outage_tuning())
+        .await
+        .unwrap();
+    let last = store.last_seq().await.unwrap();
+    eventually(Duration::from_secs(20), "every event relayed", || {
+        let s = store.clone();
+        async move { s.sink_cursor(nats::SINK_NAME).await.unwrap() >= last }
+    })
+    .await;
+    let stored = usize::try_from(stream_len(server.port).await).unwrap();
+    let ids = read_stream_ids(server.port, stored).await;
+    let want: Vec<String> = evs.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(ids, want, "each event once, in order");
+    tasks.shutdown(Duration::from_secs(5)).await;
+}
