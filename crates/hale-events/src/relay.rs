@@ -938,9 +938,9 @@ impl NatsRelay {
                         // what the stream stored before the acks were lost.
                         let pending =
                             &batch[i..(i + sh.tuning.nats_window.max(1)).min(batch.len())];
-                        let ids: Vec<&str> =
-                            pending.iter().map(|se| se.event.id.as_str()).collect();
                         let stored = if fresh {
+                            let ids: Vec<&str> =
+                                pending.iter().map(|se| se.event.id.as_str()).collect();
                             tokio::select! {
                                 _ = token.cancelled() => return Ok(()),
                                 n = s.stored_prefix(&ids) => n,
