@@ -222,6 +222,8 @@ agents:
   turner: {{provider: p}}
 retry:
   network: {{max_attempts: 3, initial_ms: 10, max_ms: 20}}
+# Each turn's first attempt fails by design: keep the provider in use.
+self_healing: {{max_consecutive_failures: 1000, circuit_breaker: {{enabled: false}}}}
 events:
   webhooks: [{{url: \"{hook}\"}}]
   nats: {{url: \"nats://127.0.0.1:{nats_port}\"}}
@@ -283,7 +285,7 @@ events:
             while !stop.load(Ordering::SeqCst) {
                 // The first request for each model name is cut before any
                 // answer (chaos `reset`): the turn retries (an agent.retry event).
-                let model = format!("reset:times=1:tokens={}", i % 500 + 1);
+                let model = format!("reset:times=1:tokens={}", i % 2000 + 1);
                 i += 1;
                 let r = http
                     .post(format!("{base}/v1/chat/completions"))
@@ -413,5 +415,10 @@ events:
         );
     }
     assert_eq!(dlq.as_array().map(Vec::len), Some(0), "{dlq}");
+    // Turns produced events too (each turn's first attempt is retried).
+    assert!(
+        kinds.get("agent.retry").copied().unwrap_or(0) > 0,
+        "{kinds:?}"
+    );
     drop(nats);
 }
