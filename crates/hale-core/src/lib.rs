@@ -16,6 +16,7 @@ pub mod classify;
 pub mod clock;
 pub mod compaction;
 pub mod config;
+pub mod delivery;
 pub mod deployment;
 pub mod event;
 pub mod guard;

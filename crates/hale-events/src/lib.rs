@@ -21,6 +21,30 @@ pub mod sse;
 pub mod tasks;
 pub mod webhook;
 
+/// Why one delivery attempt failed: what the relay's rule
+/// (`hale_core::delivery::verdict`) judges, and a message fit for `/ready`
+/// (no credentials, webhook paths or query strings).
+#[derive(Debug, Clone)]
+pub struct DeliveryError {
+    pub failure: hale_core::delivery::DeliveryFailure,
+    pub message: String,
+}
+
+impl DeliveryError {
+    pub fn new(failure: hale_core::delivery::DeliveryFailure, message: impl Into<String>) -> Self {
+        DeliveryError {
+            failure,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for DeliveryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// Milliseconds since the Unix epoch (wall time, for event stamps).
 pub(crate) fn now_ms() -> u64 {
     use hale_core::clock::Clock;

@@ -16,14 +16,26 @@
 //! those would land in the stream *after* an earlier message lost with the
 //! connection, out of order. The relay instead opens a fresh connection and
 //! republishes from the first unacknowledged event (see [`crate::relay`]).
+//! On every new connection the relay first asks [`JetStreamSink::stored_prefix`]
+//! which of its pending events the stream already stored (their acks lost),
+//! and skips them: the server's deduplication only remembers ids for
+//! [`DUPLICATE_WINDOW`], an outage can last longer.
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, context::PublishErrorKind, stream};
+use async_nats::ConnectErrorKind;
+use async_nats::jetstream::{
+    self,
+    context::{CreateStreamErrorKind, PublishError, PublishErrorKind},
+    stream,
+};
 use bytes::Bytes;
 use hale_core::config::NatsConfig;
+use hale_core::delivery::DeliveryFailure;
 use hale_core::event::Event;
 use hale_store::StoredEvent;
+
+use crate::DeliveryError;
 
 /// The stream's deduplication window (≥ 2 min: longer than any retry cycle).
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
@@ -45,6 +57,7 @@ pub const SINK_NAME: &str = "nats";
 pub struct JetStreamSink {
     client: async_nats::Client,
     js: jetstream::Context,
+    stream: stream::Stream,
     prefix: String,
 }
 
@@ -58,30 +71,62 @@ impl std::fmt::Debug for JetStreamSink {
 
 impl JetStreamSink {
     /// Connects and gets or creates the stream `cfg.stream` over
-    /// `{prefix}.>`.
-    pub async fn connect(cfg: &NatsConfig, ack_timeout: Duration) -> anyhow::Result<Self> {
+    /// `{prefix}.>`. Every failure here is the sink's (unreachable, no
+    /// JetStream, a stream that cannot be created as configured).
+    pub async fn connect(cfg: &NatsConfig, ack_timeout: Duration) -> Result<Self, DeliveryError> {
         let client = async_nats::ConnectOptions::new()
             .max_reconnects(MAX_RECONNECTS)
             .connection_timeout(CONNECT_TIMEOUT)
             .connect(cfg.url.as_str())
             .await
-            .map_err(|e| anyhow::anyhow!("connecting to NATS at {}: {e}", cfg.url))?;
+            .map_err(|e| {
+                let failure = match e.kind() {
+                    ConnectErrorKind::TimedOut => DeliveryFailure::Timeout,
+                    ConnectErrorKind::ServerParse
+                    | ConnectErrorKind::Authentication
+                    | ConnectErrorKind::AuthorizationViolation
+                    | ConnectErrorKind::Tls => DeliveryFailure::Misconfigured,
+                    ConnectErrorKind::Dns
+                    | ConnectErrorKind::Io
+                    | ConnectErrorKind::MaxReconnects => DeliveryFailure::Unreachable,
+                };
+                DeliveryError::new(failure, format!("connecting to NATS at {}: {e}", cfg.url))
+            })?;
         let js = jetstream::ContextBuilder::new()
             .timeout(ack_timeout)
             .max_ack_inflight(DEFAULT_WINDOW * 8)
             .backpressure_on_inflight(true)
             .build(client.clone());
-        js.get_or_create_stream(stream::Config {
-            name: cfg.stream.clone(),
-            subjects: vec![format!("{}.>", cfg.subject_prefix)],
-            duplicate_window: DUPLICATE_WINDOW,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| anyhow::anyhow!("getting or creating stream {}: {e}", cfg.stream))?;
+        let stream = js
+            .get_or_create_stream(stream::Config {
+                name: cfg.stream.clone(),
+                subjects: vec![format!("{}.>", cfg.subject_prefix)],
+                duplicate_window: DUPLICATE_WINDOW,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| {
+                let failure = match e.kind() {
+                    CreateStreamErrorKind::JetStreamUnavailable => DeliveryFailure::NoResponders,
+                    CreateStreamErrorKind::TimedOut => DeliveryFailure::Timeout,
+                    CreateStreamErrorKind::Response | CreateStreamErrorKind::ResponseParse => {
+                        DeliveryFailure::BadAnswer
+                    }
+                    CreateStreamErrorKind::EmptyStreamName
+                    | CreateStreamErrorKind::InvalidStreamName
+                    | CreateStreamErrorKind::DomainAndExternalSet
+                    | CreateStreamErrorKind::NotFound
+                    | CreateStreamErrorKind::JetStream(_) => DeliveryFailure::Misconfigured,
+                };
+                DeliveryError::new(
+                    failure,
+                    format!("getting or creating stream {}: {e}", cfg.stream),
+                )
+            })?;
         Ok(JetStreamSink {
             client,
             js,
+            stream,
             prefix: cfg.subject_prefix.clone(),
         })
     }
@@ -99,16 +144,51 @@ impl JetStreamSink {
         format!("{}.{}", self.prefix, event.kind.as_str())
     }
 
+    /// How many of `ids` — the relay's next events, in order, from its first
+    /// unacknowledged one — the stream already holds as its last messages:
+    /// stored before their acks were lost (a killed server, a crashed
+    /// relay). The stream's tail must be exactly `ids[..n]`, message after
+    /// message. Anything else (a gap, another publisher's message, an empty
+    /// or purged stream, an error) answers 0 and the relay republishes,
+    /// leaving duplicates to the stream's duplicate window. This is what
+    /// keeps an outage longer than [`DUPLICATE_WINDOW`] free of duplicates.
+    pub async fn stored_prefix(&self, ids: &[&str]) -> usize {
+        let mut stream = self.stream.clone();
+        let Ok(info) = stream.info().await else {
+            return 0;
+        };
+        let (first, last) = (info.state.first_sequence, info.state.last_sequence);
+        if last == 0 || ids.is_empty() {
+            return 0;
+        }
+        let Some(last_id) = msg_id(&stream, last).await else {
+            return 0;
+        };
+        let Some(j) = ids.iter().position(|i| *i == last_id) else {
+            return 0;
+        };
+        for k in (0..j).rev() {
+            let seq = last - (j - k) as u64;
+            if seq < first.max(1) || msg_id(&stream, seq).await.as_deref() != Some(ids[k]) {
+                return 0;
+            }
+        }
+        j + 1
+    }
+
     /// Publishes every event, then awaits the acks in order. One result per
     /// event, in order.
-    pub async fn publish_window(&self, events: &[StoredEvent]) -> Vec<Result<(), String>> {
+    pub async fn publish_window(&self, events: &[StoredEvent]) -> Vec<Result<(), DeliveryError>> {
         let mut pending = Vec::with_capacity(events.len());
         for se in events {
             let ev = &se.event;
             let payload = match serde_json::to_vec(ev) {
                 Ok(b) => Bytes::from(b),
                 Err(e) => {
-                    pending.push(Err(format!("encoding event {}: {e}", ev.id)));
+                    pending.push(Err(DeliveryError::new(
+                        DeliveryFailure::Unencodable,
+                        format!("encoding event {}: {e}", ev.id),
+                    )));
                     continue;
                 }
             };
@@ -117,16 +197,13 @@ impl JetStreamSink {
                 .message_id(&ev.id);
             match self.js.send_publish(self.subject(ev), msg).await {
                 Ok(fut) => pending.push(Ok(fut)),
-                Err(e) => pending.push(Err(publish_error(&e.kind(), &e.to_string()))),
+                Err(e) => pending.push(Err(publish_error(&e))),
             }
         }
         let mut out = Vec::with_capacity(events.len());
         for p in pending {
             out.push(match p {
-                Ok(fut) => fut
-                    .await
-                    .map(|_ack| ())
-                    .map_err(|e| publish_error(&e.kind(), &e.to_string())),
+                Ok(fut) => fut.await.map(|_ack| ()).map_err(|e| publish_error(&e)),
                 Err(e) => Err(e),
             });
         }
@@ -134,15 +211,57 @@ impl JetStreamSink {
     }
 
     /// Publishes one event and awaits its ack.
-    pub async fn publish_one(&self, event: &StoredEvent) -> Result<(), String> {
+    pub async fn publish_one(&self, event: &StoredEvent) -> Result<(), DeliveryError> {
         self.publish_window(std::slice::from_ref(event))
             .await
             .into_iter()
             .next()
-            .unwrap_or_else(|| Err("no publish result".into()))
+            .unwrap_or_else(|| {
+                Err(DeliveryError::new(
+                    DeliveryFailure::BadAnswer,
+                    "no publish result",
+                ))
+            })
     }
 }
 
-fn publish_error(kind: &PublishErrorKind, msg: &str) -> String {
-    format!("JetStream publish failed ({kind:?}): {msg}")
+/// The `Nats-Msg-Id` of the stream's message `seq`, if it is there.
+async fn msg_id(stream: &stream::Stream, seq: u64) -> Option<String> {
+    let m = stream.get_raw_message(seq).await.ok()?;
+    m.headers
+        .get(async_nats::header::NATS_MESSAGE_ID)
+        .map(|v| v.as_str().to_string())
+}
+
+/// A publish error as a [`DeliveryFailure`]: JetStream's own answers by
+/// their `err_code`, the client's by kind.
+fn publish_error(e: &PublishError) -> DeliveryError {
+    let api = || {
+        std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<jetstream::Error>())
+            .map(|j| j.error_code().0)
+    };
+    let failure = match e.kind() {
+        PublishErrorKind::StreamNotFound => DeliveryFailure::NoResponders,
+        PublishErrorKind::WrongLastMessageId => DeliveryFailure::JetStreamError(
+            api().unwrap_or(hale_core::delivery::jetstream_codes::WRONG_LAST_MESSAGE_ID),
+        ),
+        PublishErrorKind::WrongLastSequence => DeliveryFailure::JetStreamError(
+            api().unwrap_or(hale_core::delivery::jetstream_codes::WRONG_LAST_SEQUENCE),
+        ),
+        PublishErrorKind::TimedOut => DeliveryFailure::Timeout,
+        PublishErrorKind::BrokenPipe => DeliveryFailure::Unreachable,
+        PublishErrorKind::MaxAckPending => DeliveryFailure::Backpressure,
+        PublishErrorKind::MaxPayloadExceeded => DeliveryFailure::PayloadTooLarge,
+        // A JetStream API error, or the client's own trouble (the
+        // connection's command channel closed, an unparsable ack).
+        PublishErrorKind::Other => match api() {
+            Some(code) => DeliveryFailure::JetStreamError(code),
+            None => DeliveryFailure::Unreachable,
+        },
+    };
+    DeliveryError::new(
+        failure,
+        format!("JetStream publish failed ({:?}): {e}", e.kind()),
+    )
 }

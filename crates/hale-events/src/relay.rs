@@ -11,18 +11,27 @@
 //! every [`POLL_INTERVAL`] (events committed by another instance sharing a
 //! PostgreSQL store are not signalled locally).
 //!
-//! Failures: an event is tried up to `max_delivery_attempts` times with
-//! exponential backoff ([`RelayTuning::retry_initial`] doubling up to
-//! [`RelayTuning::retry_max`]); a short outage is ridden out and the queue
-//! drains in order when the sink returns. After the last attempt the event is
-//! copied to the dead letters (`hale dlq`), a `sink.dead_lettered` event is
-//! emitted (except for a `sink.dead_lettered` event itself, which would
-//! otherwise chain forever on a dead sink), and the relay moves on.
+//! Failures (DESIGN §6 "Dead letters are for bad events, not bad
+//! infrastructure"): each failed attempt is judged by
+//! `hale_core::delivery::verdict`.
+//! - The sink is *down* (refused, timeout, 5xx, 408, 429, NATS disconnected,
+//!   JetStream unavailable, a stream-wide JetStream error): the relay's
+//!   [`SinkBreaker`] opens and the relay waits — capped, jittered backoff
+//!   ([`RelayTuning::down_backoff`]) — then tries the *same* event again. It
+//!   attempts nothing else, counts no attempt against the event and
+//!   dead-letters nothing, however long the outage; when the sink returns the
+//!   backlog drains in order.
+//! - The sink is up but *rejected this event* (a webhook's other 4xx, a
+//!   JetStream error about the message): the event is tried up to
+//!   `max_delivery_attempts` times ([`RelayTuning::retry_initial`] doubling
+//!   up to [`RelayTuning::retry_max`] between tries), then copied to the dead
+//!   letters (`hale dlq`), a `sink.dead_lettered` event is emitted (except for
+//!   a `sink.dead_lettered` event itself, which would otherwise chain), and
+//!   the relay moves on.
 //!
-//! Each webhook also has a breaker (hale-core's, tripping after
-//! [`WEBHOOK_BREAKER_FAILURES`] consecutive failures): while it is open the
-//! relay waits — the event is neither attempted nor dead-lettered — so a dead
-//! receiver gets one trial per open period instead of a stream of requests.
+//! Each relay publishes its [`SinkStatus`] — state (up, down, half-open),
+//! backlog, age of the oldest undelivered event, dead letters, last error —
+//! through [`Relays::stats`], for `/ready`, `/metrics` and `hale doctor`.
 //!
 //! NATS is pipelined: a window of publishes, then their acks in order. After
 //! a failed window the relay reconnects and restarts from the first
@@ -35,24 +44,28 @@
 //! [`RelayStats::shed`] and reported by an `outbox.shed` event.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hale_core::breaker::{Admission, CallOutcome, SharedBreaker};
-use hale_core::config::{BreakerConfig, EventsConfig, NatsConfig};
+use hale_core::config::{EventsConfig, NatsConfig};
+use hale_core::delivery::{
+    DownBackoff, RejectionStep, SinkBreaker, SinkKind, SinkState, SinkStatus, Verdict,
+    after_rejection, verdict,
+};
 use hale_core::event::{Event, EventKind};
 use hale_store::{Store, StoreError, StoredEvent, Write};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::DeliveryError;
 use crate::nats::{self, JetStreamSink};
 use crate::tasks::TaskSet;
 use crate::webhook::{self, WebhookSink};
 
-/// First pause after a failed delivery; doubles per attempt.
+/// First pause after a sink rejected an event; doubles per attempt.
 pub const DEFAULT_RETRY_INITIAL: Duration = Duration::from_millis(500);
-/// Longest pause between two attempts.
+/// Longest pause between two attempts of a rejected event.
 pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(5);
 /// Events read from the outbox per query.
 pub const DEFAULT_BATCH: usize = 1024;
@@ -62,24 +75,22 @@ pub const DEFAULT_SHED_INTERVAL: Duration = Duration::from_secs(1);
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Room kept under the outbox cap after a shed, for the `outbox.shed` report.
 pub const SHED_HEADROOM: u64 = 1;
-/// Consecutive failures that open a webhook's breaker.
-pub const WEBHOOK_BREAKER_FAILURES: u32 = 3;
-/// How long a webhook's breaker stays open first (doubling per failed trial).
-pub const WEBHOOK_BREAKER_OPEN: Duration = Duration::from_secs(5);
-/// Longest a webhook's breaker stays open.
-pub const WEBHOOK_BREAKER_MAX_OPEN: Duration = Duration::from_secs(60);
 
 /// The timing knobs of the relays. [`Default`] is what `hale serve` uses;
 /// tests shorten them.
 #[derive(Debug, Clone)]
 pub struct RelayTuning {
+    /// Pause after a rejection of an event, doubling per attempt…
     pub retry_initial: Duration,
+    /// …up to this.
     pub retry_max: Duration,
+    /// The waits of a down sink between trials (default:
+    /// `hale_core::delivery::DEFAULT_DOWN_BACKOFF_*`).
+    pub down_backoff: DownBackoff,
     pub batch: usize,
     pub nats_window: usize,
     pub nats_ack_timeout: Duration,
     pub webhook_timeout: Duration,
-    pub webhook_breaker: BreakerConfig,
     pub shed_interval: Duration,
 }
 
@@ -88,84 +99,144 @@ impl Default for RelayTuning {
         RelayTuning {
             retry_initial: DEFAULT_RETRY_INITIAL,
             retry_max: DEFAULT_RETRY_MAX,
+            down_backoff: DownBackoff::default(),
             batch: DEFAULT_BATCH,
             nats_window: nats::DEFAULT_WINDOW,
             nats_ack_timeout: nats::DEFAULT_ACK_TIMEOUT,
             webhook_timeout: webhook::DEFAULT_TIMEOUT,
-            webhook_breaker: webhook_breaker(WEBHOOK_BREAKER_OPEN, WEBHOOK_BREAKER_MAX_OPEN),
             shed_interval: DEFAULT_SHED_INTERVAL,
         }
     }
 }
 
-/// The breaker rules of a webhook: open after [`WEBHOOK_BREAKER_FAILURES`]
-/// consecutive failures, for `open` doubling up to `max_open`.
-pub fn webhook_breaker(open: Duration, max_open: Duration) -> BreakerConfig {
-    BreakerConfig {
-        enabled: true,
-        consecutive_failures: Some(WEBHOOK_BREAKER_FAILURES),
-        failure_threshold: None,
-        failure_rate: None,
-        half_open_after: open,
-        max_open,
-        half_open_requests: 1,
-        success_threshold: 1,
-        ..BreakerConfig::default()
-    }
-}
-
-impl RelayTuning {
-    fn backoff(&self, attempt: u32) -> Duration {
-        let factor = 1u32 << attempt.saturating_sub(1).min(16);
-        self.retry_initial
-            .saturating_mul(factor)
-            .min(self.retry_max)
-    }
-}
-
-/// Counters of one sink.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SinkStats {
-    pub sink: String,
-    /// Events the sink acknowledged (replays included).
-    pub delivered: u64,
-    /// Failed delivery attempts.
-    pub failed: u64,
-    pub dead_lettered: u64,
-    /// The last seq acknowledged.
-    pub cursor: i64,
-    /// The last attempt succeeded (and the breaker is not open).
-    pub healthy: bool,
-}
-
-/// Counters of every relay.
+/// The status of every relay.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RelayStats {
-    pub sinks: Vec<SinkStats>,
+    pub sinks: Vec<SinkStatus>,
     /// Undelivered events shed at the outbox cap since start.
     pub shed: u64,
 }
 
+/// What one relay shares with [`Relays::stats`].
 #[derive(Debug)]
 struct Counters {
+    /// The store's name of the sink (cursor, dead letters); may hold a URL.
     name: String,
+    /// The name shown publicly.
+    public: String,
+    kind: SinkKind,
     delivered: AtomicU64,
     failed: AtomicU64,
     dead_lettered: AtomicU64,
+    /// Dead letters of this sink in the store now.
+    dead_letters: AtomicU64,
     cursor: AtomicI64,
-    healthy: AtomicBool,
+    /// A [`SinkState`] as `state_code`.
+    state: AtomicU8,
+    /// `time_ms` of the event being delivered; 0 = none.
+    head_time_ms: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+fn state_code(s: SinkState) -> u8 {
+    match s {
+        SinkState::Up => 0,
+        SinkState::Down => 1,
+        SinkState::HalfOpen => 2,
+    }
+}
+
+fn state_of(code: u8) -> SinkState {
+    match code {
+        1 => SinkState::Down,
+        2 => SinkState::HalfOpen,
+        // 0 is the only other value ever stored.
+        _up => SinkState::Up,
+    }
 }
 
 impl Counters {
-    fn new(name: String) -> Arc<Self> {
+    fn new(name: String, public: String, kind: SinkKind) -> Arc<Self> {
         Arc::new(Counters {
             name,
+            public,
+            kind,
             delivered: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             dead_lettered: AtomicU64::new(0),
+            dead_letters: AtomicU64::new(0),
             cursor: AtomicI64::new(0),
-            healthy: AtomicBool::new(true),
+            state: AtomicU8::new(state_code(SinkState::Up)),
+            head_time_ms: AtomicU64::new(0),
+            last_error: Mutex::new(None),
         })
+    }
+
+    fn state(&self) -> SinkState {
+        state_of(self.state.load(Ordering::Relaxed))
+    }
+
+    /// Records the state; logs the transitions an operator cares about.
+    fn set_state(&self, new: SinkState) {
+        let old = state_of(self.state.swap(state_code(new), Ordering::Relaxed));
+        match (old, new) {
+            (SinkState::Up, SinkState::Down) => tracing::warn!(
+                sink = %self.public,
+                error = self.last_error().unwrap_or_default(),
+                "sink down: holding its events (nothing is dead-lettered) until it answers"
+            ),
+            (SinkState::Down | SinkState::HalfOpen, SinkState::Up) => tracing::info!(
+                sink = %self.public,
+                "sink back: draining its backlog in order"
+            ),
+            (SinkState::Up, SinkState::Up | SinkState::HalfOpen)
+            | (SinkState::Down, SinkState::Down | SinkState::HalfOpen)
+            | (SinkState::HalfOpen, SinkState::Down | SinkState::HalfOpen) => {}
+        }
+    }
+
+    fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_error(&self, e: Option<&str>) {
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = e.map(str::to_string);
+    }
+
+    /// The relay is working on `se` (the oldest event it has not delivered).
+    fn note_head(&self, se: &StoredEvent) {
+        self.head_time_ms
+            .store(se.event.time_ms.max(1), Ordering::Relaxed);
+    }
+
+    fn clear_head(&self) {
+        self.head_time_ms.store(0, Ordering::Relaxed);
+    }
+
+    fn status(&self, latest_seq: i64, now_ms: u64) -> SinkStatus {
+        let cursor = self.cursor.load(Ordering::Relaxed);
+        let backlog = u64::try_from(latest_seq.saturating_sub(cursor)).unwrap_or(0);
+        let head = self.head_time_ms.load(Ordering::Relaxed);
+        SinkStatus {
+            name: self.public.clone(),
+            kind: self.kind,
+            state: self.state(),
+            backlog,
+            oldest_undelivered_age_ms: (backlog > 0 && head > 0)
+                .then(|| now_ms.saturating_sub(head)),
+            dead_letters: self.dead_letters.load(Ordering::Relaxed),
+            last_error: self.last_error(),
+            delivered: self.delivered.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            cursor,
+        }
     }
 }
 
@@ -177,17 +248,22 @@ struct NatsConn {
 }
 
 impl NatsConn {
-    async fn get(&self) -> anyhow::Result<JetStreamSink> {
+    async fn get(&self) -> Result<JetStreamSink, DeliveryError> {
+        self.get_fresh().await.map(|(s, _)| s)
+    }
+
+    /// The connection, and whether it was just made.
+    async fn get_fresh(&self) -> Result<(JetStreamSink, bool), DeliveryError> {
         let mut guard = self.sink.lock().await;
         if let Some(s) = guard.as_ref()
             && s.is_connected()
         {
-            return Ok(s.clone());
+            return Ok((s.clone(), false));
         }
         *guard = None;
         let s = JetStreamSink::connect(&self.cfg, self.ack_timeout).await?;
         *guard = Some(s.clone());
-        Ok(s)
+        Ok((s, true))
     }
 
     async fn reset(&self) {
@@ -202,13 +278,15 @@ enum Deliverer {
 }
 
 impl Deliverer {
-    async fn deliver_one(&self, se: &StoredEvent) -> Result<(), String> {
+    async fn deliver_one(&self, se: &StoredEvent) -> Result<(), DeliveryError> {
         match self {
-            Deliverer::Webhook(w) => w.deliver(&se.event).await.map_err(|e| e.message),
+            Deliverer::Webhook(w) => w.deliver(&se.event).await,
             Deliverer::Nats(conn) => {
-                let sink = conn.get().await.map_err(|e| format!("{e:#}"))?;
+                let sink = conn.get().await?;
                 let r = sink.publish_one(se).await;
-                if r.is_err() {
+                if let Err(e) = &r
+                    && verdict(e.failure) == Verdict::SinkDown
+                {
                     conn.reset().await;
                 }
                 r
@@ -263,6 +341,20 @@ pub struct ReplayItem {
     pub error: Option<String>,
 }
 
+/// Public names of the webhooks: `webhook:<host[:port]>`, with `#2`, `#3`…
+/// for further hooks on the same host (names are metric labels: unique).
+fn public_webhook_names(urls: &[&str]) -> Vec<String> {
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    urls.iter()
+        .map(|u| {
+            let base = format!("webhook:{}", webhook::public_host(u));
+            let n = seen.entry(base.clone()).or_insert(0);
+            *n += 1;
+            if *n == 1 { base } else { format!("{base}#{n}") }
+        })
+        .collect()
+}
+
 impl Relays {
     /// Registers every configured sink and starts its relay task (named
     /// `relay:<sink>`) plus the cap enforcer (`outbox-cap`) in `tasks`.
@@ -286,12 +378,13 @@ impl Relays {
         let max_attempts = cfg.max_delivery_attempts.max(1);
         let mut sinks = Vec::new();
         let mut webhook_tasks = Vec::new();
-        for hook in &cfg.webhooks {
+        let urls: Vec<&str> = cfg.webhooks.iter().map(|h| h.url.as_str()).collect();
+        for (hook, public) in cfg.webhooks.iter().zip(public_webhook_names(&urls)) {
             let name = WebhookSink::sink_name(&hook.url);
             let kinds = parse_kinds(&hook.kinds)?;
             let sink = Arc::new(WebhookSink::new(hook, tuning.webhook_timeout)?);
             store.register_sink(&name).await?;
-            let counters = Counters::new(name);
+            let counters = Counters::new(name, public, SinkKind::Webhook);
             webhook_tasks.push((sink.clone(), kinds, counters.clone()));
             sinks.push(SinkHandle {
                 counters,
@@ -306,7 +399,11 @@ impl Relays {
                 ack_timeout: tuning.nats_ack_timeout,
                 sink: tokio::sync::Mutex::new(None),
             });
-            let counters = Counters::new(nats::SINK_NAME.to_string());
+            let counters = Counters::new(
+                nats::SINK_NAME.to_string(),
+                nats::SINK_NAME.to_string(),
+                SinkKind::Nats,
+            );
             nats_task = Some((conn.clone(), counters.clone()));
             sinks.push(SinkHandle {
                 counters,
@@ -324,6 +421,10 @@ impl Relays {
         for s in &sinks {
             let c = store.sink_cursor(&s.counters.name).await?;
             s.counters.cursor.store(c, Ordering::Relaxed);
+            let letters = store.dlq_list(Some(&s.counters.name)).await?.len();
+            s.counters
+                .dead_letters
+                .store(letters as u64, Ordering::Relaxed);
         }
         let shared = Arc::new(Shared {
             store,
@@ -333,23 +434,17 @@ impl Relays {
             shed: AtomicU64::new(0),
         });
         for (sink, kinds, counters) in webhook_tasks {
-            let breaker = SharedBreaker::new(shared.tuning.webhook_breaker.clone());
             let task = WebhookRelay {
-                shared: shared.clone(),
                 sink,
                 kinds,
-                counters: counters.clone(),
-                breaker,
-                token: tasks.token(),
+                gate: Gate::new(shared.clone(), counters.clone(), tasks.token()),
             };
-            tasks.spawn(format!("relay:{}", counters.name), task.run());
+            tasks.spawn(format!("relay:{}", counters.public), task.run());
         }
         if let Some((conn, counters)) = nats_task {
             let task = NatsRelay {
-                shared: shared.clone(),
                 conn,
-                counters,
-                token: tasks.token(),
+                gate: Gate::new(shared.clone(), counters, tasks.token()),
             };
             tasks.spawn(format!("relay:{}", nats::SINK_NAME), task.run());
         }
@@ -360,24 +455,16 @@ impl Relays {
         Ok(Relays { shared })
     }
 
-    /// Per-sink counters and the shed count.
+    /// Every sink's status and the shed count.
     pub fn stats(&self) -> RelayStats {
+        let latest = *self.shared.store.watch_seq().borrow();
+        let now = crate::now_ms();
         RelayStats {
             sinks: self
                 .shared
                 .sinks
                 .iter()
-                .map(|s| {
-                    let c = &s.counters;
-                    SinkStats {
-                        sink: c.name.clone(),
-                        delivered: c.delivered.load(Ordering::Relaxed),
-                        failed: c.failed.load(Ordering::Relaxed),
-                        dead_lettered: c.dead_lettered.load(Ordering::Relaxed),
-                        cursor: c.cursor.load(Ordering::Relaxed),
-                        healthy: c.healthy.load(Ordering::Relaxed),
-                    }
-                })
+                .map(|s| s.counters.status(latest, now))
                 .collect(),
             shed: self.shared.shed.load(Ordering::Relaxed),
         }
@@ -390,8 +477,10 @@ impl Relays {
 
     /// Re-delivers dead letters — of `sink` or of every sink, all or only
     /// `ids` — in their original seq order with their original ids. An event
-    /// leaves the dead letters only once its sink acknowledged it; after a
-    /// failure the rest of that sink's letters stay put, so order holds.
+    /// leaves the dead letters only once its sink acknowledged it. A
+    /// rejection is retried up to `max_delivery_attempts` times; a sink that
+    /// is down stops that sink's replay at once. After a failure the rest of
+    /// that sink's letters stay put, so order holds.
     pub async fn replay(
         &self,
         sink: Option<&str>,
@@ -433,30 +522,48 @@ impl Relays {
                     event: d.event.clone(),
                 };
                 let mut last_err = String::new();
-                let mut ok = false;
-                for attempt in 1..=self.shared.max_attempts {
-                    match handle.deliverer.deliver_one(&se).await {
-                        Ok(()) => {
-                            ok = true;
-                            break;
+                let mut rejections = 0u32;
+                let ok = loop {
+                    let e = match handle.deliverer.deliver_one(&se).await {
+                        Ok(()) => break true,
+                        Err(e) => e,
+                    };
+                    handle.counters.failed.fetch_add(1, Ordering::Relaxed);
+                    match verdict(e.failure) {
+                        Verdict::SinkDown => {
+                            last_err = format!("sink down: {}", e.message);
+                            break false;
                         }
-                        Err(e) => {
-                            handle.counters.failed.fetch_add(1, Ordering::Relaxed);
-                            last_err = e;
-                            if attempt < self.shared.max_attempts {
-                                tokio::time::sleep(self.shared.tuning.backoff(attempt)).await;
+                        Verdict::EventRejected => {
+                            last_err = e.message;
+                            rejections += 1;
+                            match after_rejection(
+                                rejections,
+                                self.shared.max_attempts,
+                                self.shared.tuning.retry_initial,
+                                self.shared.tuning.retry_max,
+                            ) {
+                                RejectionStep::DeadLetter => break false,
+                                RejectionStep::RetryAfter(pause) => {
+                                    tokio::time::sleep(pause).await;
+                                }
                             }
                         }
                     }
-                }
+                };
                 if ok {
                     handle.counters.delivered.fetch_add(1, Ordering::Relaxed);
-                    store
+                    let taken = store
                         .dlq_take(&name, Some(std::slice::from_ref(&d.id)))
                         .await?;
+                    let _ = handle.counters.dead_letters.fetch_update(
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                        |n| Some(n.saturating_sub(taken.len() as u64)),
+                    );
                     report.delivered.push(item(None));
                 } else {
-                    let attempts = d.attempts.saturating_add(self.shared.max_attempts);
+                    let attempts = d.attempts.saturating_add(rejections);
                     match store.dead_letter(&name, d.seq, attempts, &last_err).await {
                         // The event left the outbox since: the old letter stays as it was.
                         Ok(()) | Err(StoreError::NoSuchEvent(_)) => {}
@@ -529,15 +636,17 @@ impl Shared {
     }
 
     async fn dead_letter(&self, counters: &Counters, se: &StoredEvent, attempts: u32, error: &str) {
-        tracing::warn!(sink = %counters.name, id = %se.event.id, seq = se.seq, attempts, error, "event dead-lettered");
+        tracing::warn!(sink = %counters.public, id = %se.event.id, seq = se.seq, attempts, error, "event rejected by the sink; dead-lettered");
         match self
             .store
             .dead_letter(&counters.name, se.seq, attempts, error)
             .await
         {
-            Ok(()) => {}
+            Ok(()) => {
+                counters.dead_letters.fetch_add(1, Ordering::Relaxed);
+            }
             Err(e) => {
-                tracing::error!(sink = %counters.name, id = %se.event.id, error = %e, "cannot dead-letter an event")
+                tracing::error!(sink = %counters.public, id = %se.event.id, error = %e, "cannot dead-letter an event")
             }
         }
         counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
@@ -548,7 +657,7 @@ impl Shared {
                 &mut rand::rng(),
             )
             .payload(serde_json::json!({
-                "sink": counters.name,
+                "sink": counters.public,
                 "event_id": se.event.id,
                 "event_kind": se.event.kind.as_str(),
                 "seq": se.seq,
@@ -560,13 +669,132 @@ impl Shared {
     }
 }
 
-struct WebhookRelay {
+/// What a relay does with the first undelivered event after it failed.
+enum HeadStep {
+    /// Try it again (the breaker says when).
+    Retry,
+    /// It was dead-lettered: move the cursor past it.
+    DeadLettered,
+    Cancelled,
+}
+
+/// The part every relay shares: the sink's breaker, its counters and the
+/// rule of the module docs.
+struct Gate {
     shared: Arc<Shared>,
+    counters: Arc<Counters>,
+    breaker: SinkBreaker,
+    token: CancellationToken,
+}
+
+impl Gate {
+    fn new(shared: Arc<Shared>, counters: Arc<Counters>, token: CancellationToken) -> Self {
+        let breaker = SinkBreaker::new(shared.tuning.down_backoff);
+        Gate {
+            shared,
+            counters,
+            breaker,
+            token,
+        }
+    }
+
+    /// Waits while the sink is down; false when cancelled meanwhile.
+    async fn wait_turn(&self) -> bool {
+        loop {
+            match self.breaker.wait(Instant::now()) {
+                Some(wait) => {
+                    self.counters.set_state(SinkState::Down);
+                    if !pause(&self.token, wait).await {
+                        return false;
+                    }
+                }
+                None => {
+                    self.counters.set_state(self.breaker.state(Instant::now()));
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// The sink acknowledged `n` events.
+    fn delivered(&mut self, n: u64) {
+        self.breaker.on_success();
+        self.counters.delivered.fetch_add(n, Ordering::Relaxed);
+        self.counters.set_error(None);
+        self.counters.set_state(SinkState::Up);
+    }
+
+    /// `se`, the first undelivered event, failed with `e` (its
+    /// `attempts`-th rejection so far is counted here).
+    async fn head_failed(
+        &mut self,
+        se: &StoredEvent,
+        e: &DeliveryError,
+        attempts: &mut u32,
+    ) -> HeadStep {
+        self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        self.counters.set_error(Some(&e.message));
+        let v = verdict(e.failure);
+        self.breaker.on_failure(v, Instant::now(), &mut rand::rng());
+        match v {
+            Verdict::SinkDown => {
+                tracing::debug!(sink = %self.counters.public, id = %se.event.id, failures = self.breaker.failures(), error = %e, "sink down");
+                self.counters.set_state(SinkState::Down);
+                HeadStep::Retry
+            }
+            Verdict::EventRejected => {
+                self.counters.set_state(SinkState::Up);
+                *attempts += 1;
+                tracing::debug!(sink = %self.counters.public, id = %se.event.id, attempts = *attempts, error = %e, "event rejected");
+                let sh = &self.shared;
+                match after_rejection(
+                    *attempts,
+                    sh.max_attempts,
+                    sh.tuning.retry_initial,
+                    sh.tuning.retry_max,
+                ) {
+                    RejectionStep::DeadLetter => {
+                        sh.dead_letter(&self.counters, se, *attempts, &e.message)
+                            .await;
+                        HeadStep::DeadLettered
+                    }
+                    RejectionStep::RetryAfter(d) => {
+                        if pause(&self.token, d).await {
+                            HeadStep::Retry
+                        } else {
+                            HeadStep::Cancelled
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The sink's cursor from the store, retried while the store has trouble.
+    async fn initial_cursor(&self) -> anyhow::Result<Option<i64>> {
+        let sh = &self.shared;
+        loop {
+            match sh.store.sink_cursor(&self.counters.name).await {
+                Ok(c) => return Ok(Some(c)),
+                Err(e) => {
+                    store_trouble(&self.counters.name, e)?;
+                    if !pause(&self.token, sh.tuning.retry_max).await {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn ack(&self, seq: i64) -> anyhow::Result<()> {
+        self.shared.ack(&self.counters, seq).await
+    }
+}
+
+struct WebhookRelay {
     sink: Arc<WebhookSink>,
     kinds: Option<Vec<EventKind>>,
-    counters: Arc<Counters>,
-    breaker: SharedBreaker,
-    token: CancellationToken,
+    gate: Gate,
 }
 
 enum Outcome {
@@ -575,23 +803,16 @@ enum Outcome {
 }
 
 impl WebhookRelay {
-    async fn run(self) -> anyhow::Result<()> {
-        let sh = self.shared.clone();
-        let name = self.counters.name.clone();
+    async fn run(mut self) -> anyhow::Result<()> {
+        let sh = self.gate.shared.clone();
+        let name = self.gate.counters.name.clone();
+        let token = self.gate.token.clone();
         let mut watch = sh.store.watch_seq();
-        let mut cursor = loop {
-            match sh.store.sink_cursor(&name).await {
-                Ok(c) => break c,
-                Err(e) => {
-                    store_trouble(&name, e)?;
-                    if !pause(&self.token, sh.tuning.retry_max).await {
-                        return Ok(());
-                    }
-                }
-            }
+        let Some(mut cursor) = self.gate.initial_cursor().await? else {
+            return Ok(());
         };
         loop {
-            if self.token.is_cancelled() {
+            if token.is_cancelled() {
                 return Ok(());
             }
             let target = *watch.borrow_and_update();
@@ -603,7 +824,7 @@ impl WebhookRelay {
                 Ok(b) => b,
                 Err(e) => {
                     store_trouble(&name, e)?;
-                    if !pause(&self.token, sh.tuning.retry_max).await {
+                    if !pause(&token, sh.tuning.retry_max).await {
                         return Ok(());
                     }
                     continue;
@@ -616,104 +837,71 @@ impl WebhookRelay {
                     Outcome::Cancelled => return Ok(()),
                 }
                 cursor = se.seq;
-                sh.ack(&self.counters, cursor).await?;
+                self.gate.ack(cursor).await?;
             }
             // A short read covered everything committed up to `target`;
             // events of other kinds up to there are done for this sink.
             if !full && target > cursor {
                 cursor = target;
-                sh.ack(&self.counters, cursor).await?;
+                self.gate.ack(cursor).await?;
             }
-            if batch.is_empty() && !wait_for_more(&self.token, &mut watch).await? {
-                return Ok(());
+            if batch.is_empty() {
+                self.gate.counters.clear_head();
+                if !wait_for_more(&token, &mut watch).await? {
+                    return Ok(());
+                }
             }
         }
     }
 
-    async fn deliver(&self, se: &StoredEvent) -> Outcome {
-        let sh = &self.shared;
+    /// Delivers one event: waits out a down sink, retries a rejection, and
+    /// dead-letters it after the last rejected attempt.
+    async fn deliver(&mut self, se: &StoredEvent) -> Outcome {
+        self.gate.counters.note_head(se);
         let mut attempts = 0u32;
         loop {
-            if let Admission::Rejected { retry_in } = self.breaker.allow(Instant::now()) {
-                self.counters.healthy.store(false, Ordering::Relaxed);
-                if !pause(&self.token, retry_in.max(Duration::from_millis(10))).await {
-                    return Outcome::Cancelled;
-                }
-                continue;
+            if !self.gate.wait_turn().await {
+                return Outcome::Cancelled;
             }
-            let started = Instant::now();
             let result = tokio::select! {
-                _ = self.token.cancelled() => return Outcome::Cancelled,
+                _ = self.gate.token.cancelled() => return Outcome::Cancelled,
                 r = self.sink.deliver(&se.event) => r,
             };
-            let latency = started.elapsed();
-            match result {
+            let e = match result {
                 Ok(()) => {
-                    self.breaker.record(
-                        Instant::now(),
-                        CallOutcome::Success { latency },
-                        &mut rand::rng(),
-                    );
-                    self.counters.delivered.fetch_add(1, Ordering::Relaxed);
-                    self.counters.healthy.store(true, Ordering::Relaxed);
+                    self.gate.delivered(1);
                     return Outcome::Done;
                 }
-                Err(e) => {
-                    self.breaker.record(
-                        Instant::now(),
-                        CallOutcome::Failure {
-                            class: e.class,
-                            latency,
-                            retry_after: None,
-                        },
-                        &mut rand::rng(),
-                    );
-                    attempts += 1;
-                    self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                    self.counters.healthy.store(false, Ordering::Relaxed);
-                    tracing::debug!(sink = %self.counters.name, id = %se.event.id, attempts, error = %e, "webhook delivery failed");
-                    if attempts >= sh.max_attempts {
-                        sh.dead_letter(&self.counters, se, attempts, &e.message)
-                            .await;
-                        return Outcome::Done;
-                    }
-                    if !pause(&self.token, sh.tuning.backoff(attempts)).await {
-                        return Outcome::Cancelled;
-                    }
-                }
+                Err(e) => e,
+            };
+            match self.gate.head_failed(se, &e, &mut attempts).await {
+                HeadStep::Retry => {}
+                HeadStep::DeadLettered => return Outcome::Done,
+                HeadStep::Cancelled => return Outcome::Cancelled,
             }
         }
     }
 }
 
 struct NatsRelay {
-    shared: Arc<Shared>,
     conn: Arc<NatsConn>,
-    counters: Arc<Counters>,
-    token: CancellationToken,
+    gate: Gate,
 }
 
 impl NatsRelay {
-    async fn run(self) -> anyhow::Result<()> {
-        let sh = self.shared.clone();
-        let name = self.counters.name.clone();
+    async fn run(mut self) -> anyhow::Result<()> {
+        let sh = self.gate.shared.clone();
+        let name = self.gate.counters.name.clone();
+        let token = self.gate.token.clone();
         let mut watch = sh.store.watch_seq();
-        let mut cursor = loop {
-            match sh.store.sink_cursor(&name).await {
-                Ok(c) => break c,
-                Err(e) => {
-                    store_trouble(&name, e)?;
-                    if !pause(&self.token, sh.tuning.retry_max).await {
-                        return Ok(());
-                    }
-                }
-            }
+        let Some(mut cursor) = self.gate.initial_cursor().await? else {
+            return Ok(());
         };
-        // Failed attempts per seq, across windows.
+        // Rejections of the first undelivered event (by seq).
         let mut attempts: HashMap<i64, u32> = HashMap::new();
         let mut slow_start = false;
         loop {
-            if self.token.is_cancelled() {
+            if token.is_cancelled() {
                 return Ok(());
             }
             watch.borrow_and_update();
@@ -721,47 +909,71 @@ impl NatsRelay {
                 Ok(b) => b,
                 Err(e) => {
                     store_trouble(&name, e)?;
-                    if !pause(&self.token, sh.tuning.retry_max).await {
+                    if !pause(&token, sh.tuning.retry_max).await {
                         return Ok(());
                     }
                     continue;
                 }
             };
             if batch.is_empty() {
-                if !wait_for_more(&self.token, &mut watch).await? {
+                self.gate.counters.clear_head();
+                if !wait_for_more(&token, &mut watch).await? {
                     return Ok(());
                 }
                 continue;
             }
             let mut i = 0;
             while i < batch.len() {
-                if self.token.is_cancelled() {
+                self.gate.counters.note_head(&batch[i]);
+                if !self.gate.wait_turn().await {
                     return Ok(());
                 }
                 let sink = tokio::select! {
-                    _ = self.token.cancelled() => return Ok(()),
-                    r = self.conn.get() => r,
+                    _ = token.cancelled() => return Ok(()),
+                    r = self.conn.get_fresh() => r,
                 };
                 let sink = match sink {
-                    Ok(s) => s,
+                    Ok((s, fresh)) => {
+                        // A new connection (start, or after an outage): skip
+                        // what the stream stored before the acks were lost.
+                        let pending =
+                            &batch[i..(i + sh.tuning.nats_window.max(1)).min(batch.len())];
+                        let stored = if fresh {
+                            let ids: Vec<&str> =
+                                pending.iter().map(|se| se.event.id.as_str()).collect();
+                            tokio::select! {
+                                _ = token.cancelled() => return Ok(()),
+                                n = s.stored_prefix(&ids) => n,
+                            }
+                        } else {
+                            0
+                        };
+                        if stored > 0 {
+                            tracing::info!(
+                                stored,
+                                "NATS: the stream already holds the next events; skipping them"
+                            );
+                            for se in &pending[..stored] {
+                                attempts.remove(&se.seq);
+                            }
+                            self.gate.delivered(stored as u64);
+                            cursor = pending[stored - 1].seq;
+                            self.gate.ack(cursor).await?;
+                            i += stored;
+                            continue;
+                        }
+                        s
+                    }
                     Err(e) => {
                         // No connection: the first pending event's attempt failed.
-                        let se = &batch[i];
-                        let n = attempts.entry(se.seq).or_insert(0);
-                        *n += 1;
-                        let n = *n;
-                        self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                        self.counters.healthy.store(false, Ordering::Relaxed);
-                        tracing::debug!(error = %format!("{e:#}"), attempts = n, "NATS unreachable");
-                        if n >= sh.max_attempts {
-                            attempts.remove(&se.seq);
-                            sh.dead_letter(&self.counters, se, n, &format!("{e:#}"))
-                                .await;
-                            cursor = se.seq;
-                            sh.ack(&self.counters, cursor).await?;
-                            i += 1;
-                        } else if !pause(&self.token, sh.tuning.backoff(n)).await {
-                            return Ok(());
+                        match self.head_failed(&batch[i], &e, &mut attempts).await {
+                            HeadStep::Retry => slow_start = true,
+                            HeadStep::DeadLettered => {
+                                cursor = batch[i].seq;
+                                self.gate.ack(cursor).await?;
+                                i += 1;
+                            }
+                            HeadStep::Cancelled => return Ok(()),
                         }
                         continue;
                     }
@@ -773,58 +985,46 @@ impl NatsRelay {
                 };
                 let chunk = &batch[i..(i + window).min(batch.len())];
                 let results = tokio::select! {
-                    _ = self.token.cancelled() => return Ok(()),
+                    _ = token.cancelled() => return Ok(()),
                     r = sink.publish_window(chunk) => r,
                 };
-                let mut head: Option<(i64, String)> = None;
-                let mut new_cursor = cursor;
-                let mut advanced = 0;
-                for (k, (se, r)) in chunk.iter().zip(results).enumerate() {
+                // The acknowledged prefix of the window, and the first failure.
+                let mut acked = 0usize;
+                let mut head: Option<DeliveryError> = None;
+                for r in results {
                     match r {
-                        Ok(()) => {
-                            if head.is_none() {
-                                attempts.remove(&se.seq);
-                                self.counters.delivered.fetch_add(1, Ordering::Relaxed);
-                                new_cursor = se.seq;
-                                advanced = k + 1;
-                            }
-                        }
-                        Err(e) => {
-                            self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                            let n = attempts.entry(se.seq).or_insert(0);
-                            *n += 1;
-                            let n = *n;
-                            if head.is_none() {
-                                if n >= sh.max_attempts {
-                                    attempts.remove(&se.seq);
-                                    sh.dead_letter(&self.counters, se, n, &e).await;
-                                    new_cursor = se.seq;
-                                    advanced = k + 1;
-                                } else {
-                                    head = Some((se.seq, e));
-                                }
-                            }
+                        Ok(()) if head.is_none() => acked += 1,
+                        // Published after the failed one: republished from
+                        // the head (the stream deduplicates by id).
+                        Ok(()) => {}
+                        Err(e) if head.is_none() => head = Some(e),
+                        Err(_) => {
+                            self.gate.counters.failed.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                 }
-                if new_cursor > cursor {
-                    cursor = new_cursor;
-                    sh.ack(&self.counters, cursor).await?;
+                if acked > 0 {
+                    for se in &chunk[..acked] {
+                        attempts.remove(&se.seq);
+                    }
+                    self.gate.delivered(acked as u64);
+                    cursor = chunk[acked - 1].seq;
+                    self.gate.ack(cursor).await?;
+                    i += acked;
                 }
-                i += advanced;
                 match head {
-                    None => {
-                        slow_start = false;
-                        self.counters.healthy.store(true, Ordering::Relaxed);
-                    }
-                    Some((seq, e)) => {
-                        slow_start = true;
-                        self.counters.healthy.store(false, Ordering::Relaxed);
-                        let n = attempts.get(&seq).copied().unwrap_or(1);
-                        tracing::warn!(seq, attempts = n, error = %e, "NATS publish failed; retrying from the first unacknowledged event");
-                        self.conn.reset().await;
-                        if !pause(&self.token, sh.tuning.backoff(n)).await {
-                            return Ok(());
+                    None => slow_start = false,
+                    Some(e) => {
+                        let se = &chunk[acked];
+                        self.gate.counters.note_head(se);
+                        match self.head_failed(se, &e, &mut attempts).await {
+                            HeadStep::Retry => slow_start = true,
+                            HeadStep::DeadLettered => {
+                                cursor = se.seq;
+                                self.gate.ack(cursor).await?;
+                                i += 1;
+                            }
+                            HeadStep::Cancelled => return Ok(()),
                         }
                     }
                 }
@@ -832,6 +1032,25 @@ impl NatsRelay {
             // Forget attempt counts of events now behind the cursor.
             attempts.retain(|seq, _| *seq > cursor);
         }
+    }
+
+    /// [`Gate::head_failed`] with the rejection count kept per seq; a down
+    /// sink also drops the connection (the next try reconnects).
+    async fn head_failed(
+        &mut self,
+        se: &StoredEvent,
+        e: &DeliveryError,
+        attempts: &mut HashMap<i64, u32>,
+    ) -> HeadStep {
+        if verdict(e.failure) == Verdict::SinkDown {
+            self.conn.reset().await;
+        }
+        let n = attempts.entry(se.seq).or_insert(0);
+        let step = self.gate.head_failed(se, e, n).await;
+        if matches!(step, HeadStep::DeadLettered) {
+            attempts.remove(&se.seq);
+        }
+        step
     }
 }
 

@@ -9,12 +9,18 @@
 //! once) without parsing the body.
 //!
 //! A delivery succeeds on any 2xx answer; anything else, or no answer within
-//! the timeout, is a failure the relay retries (see [`crate::relay`]).
+//! the timeout, is a [`DeliveryFailure`] the relay judges with
+//! `hale_core::delivery::verdict`: refused, timeout, 5xx, 408 and 429 mean
+//! the receiver is down (wait, blame no event); another 4xx refuses this
+//! event (see [`crate::relay`]). Messages name the receiver by
+//! [`public_host`] only: a webhook URL's path or query is often its secret.
 
 use std::time::Duration;
 
-use hale_core::class::ErrorClass;
 use hale_core::config::WebhookConfig;
+use hale_core::delivery::DeliveryFailure;
+
+pub use crate::DeliveryError;
 use hale_core::event::Event;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -125,16 +131,16 @@ pub fn verify(
     }
 }
 
-/// Why one delivery failed, with the class the breaker counts.
-#[derive(Debug, Clone)]
-pub struct DeliveryError {
-    pub class: ErrorClass,
-    pub message: String,
-}
-
-impl std::fmt::Display for DeliveryError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+/// `host[:port]` of a webhook URL — what may be shown publicly (a webhook
+/// URL's path or query often is its secret, e.g. Slack's).
+pub fn public_host(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => match (u.host_str(), u.port()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => h.to_string(),
+            (None, _) => "invalid-url".to_string(),
+        },
+        Err(_) => "invalid-url".to_string(),
     }
 }
 
@@ -142,23 +148,28 @@ impl std::fmt::Display for DeliveryError {
 #[derive(Debug, Clone)]
 pub struct WebhookSink {
     pub url: String,
+    /// [`public_host`] of `url`, for messages.
+    host: String,
     secret: Option<Vec<u8>>,
     client: reqwest::Client,
 }
 
 impl WebhookSink {
     /// The sink name used for cursors and dead letters: `webhook:<url>`.
+    /// Internal (it holds the whole URL): shown only to admins.
     pub fn sink_name(url: &str) -> String {
         format!("webhook:{url}")
     }
 
     pub fn new(cfg: &WebhookConfig, timeout: Duration) -> anyhow::Result<Self> {
+        let host = public_host(&cfg.url);
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .build()
-            .map_err(|e| anyhow::anyhow!("building the webhook client for {}: {e}", cfg.url))?;
+            .map_err(|e| anyhow::anyhow!("building the webhook client for {host}: {e}"))?;
         Ok(WebhookSink {
             url: cfg.url.clone(),
+            host,
             secret: cfg.secret.as_ref().map(|s| s.expose().as_bytes().to_vec()),
             client,
         })
@@ -167,7 +178,7 @@ impl WebhookSink {
     /// POSTs one event; Ok on a 2xx answer.
     pub async fn deliver(&self, event: &Event) -> Result<(), DeliveryError> {
         let body = serde_json::to_vec(event).map_err(|e| DeliveryError {
-            class: ErrorClass::Unknown,
+            failure: DeliveryFailure::Unencodable,
             message: format!("encoding event {}: {e}", event.id),
         })?;
         let mut req = self
@@ -184,24 +195,37 @@ impl WebhookSink {
             Ok(resp) if resp.status().is_success() => Ok(()),
             Ok(resp) => {
                 let status = resp.status();
-                let class = match status.as_u16() {
-                    429 => ErrorClass::RateLimit,
-                    500..=599 => ErrorClass::Overloaded,
-                    _ => ErrorClass::Unknown,
-                };
                 Err(DeliveryError {
-                    class,
-                    message: format!("{} answered {status}", self.url),
+                    failure: DeliveryFailure::HttpStatus(status.as_u16()),
+                    message: format!("webhook {} answered {status}", self.host),
                 })
             }
-            Err(e) => Err(DeliveryError {
-                class: if e.is_timeout() {
-                    ErrorClass::Timeout
+            Err(e) => {
+                let failure = if e.is_timeout() {
+                    DeliveryFailure::Timeout
+                } else if e.is_builder() {
+                    DeliveryFailure::Misconfigured
                 } else {
-                    ErrorClass::Network
-                },
-                message: format!("POST {}: {e}", self.url),
-            }),
+                    DeliveryFailure::Unreachable
+                };
+                Err(DeliveryError {
+                    failure,
+                    message: format!("POST to webhook {}: {}", self.host, chain(&e.without_url())),
+                })
+            }
         }
     }
+}
+
+/// An error with its sources (reqwest's top level says only "error sending
+/// request"; the cause, e.g. "Connection refused", is below).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
 }

@@ -1,5 +1,5 @@
 //! The outbox cap: the oldest undelivered events are shed, counted and
-//! reported; and a webhook's open breaker holds events instead of
+//! reported; and a down webhook's breaker holds events instead of
 //! dead-lettering them.
 
 mod common;
@@ -13,8 +13,9 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use common::*;
 use hale_core::config::{EventsConfig, WebhookConfig};
+use hale_core::delivery::{DownBackoff, SinkState};
 use hale_core::event::EventKind;
-use hale_events::relay::{RelayTuning, Relays, webhook_breaker};
+use hale_events::relay::{RelayTuning, Relays};
 use hale_events::tasks::TaskSet;
 
 #[tokio::test]
@@ -75,7 +76,7 @@ async fn flaky(State(f): State<Flaky>) -> StatusCode {
 }
 
 #[tokio::test]
-async fn an_open_breaker_holds_events_instead_of_dead_lettering_them() {
+async fn a_down_webhook_is_waited_out_behind_its_breaker_and_nothing_is_dead_lettered() {
     install_crypto();
     let f = Flaky::default();
     f.down.store(true, Ordering::SeqCst);
@@ -85,7 +86,7 @@ async fn an_open_breaker_holds_events_instead_of_dead_lettering_them() {
             .with_state(f.clone()),
     )
     .await;
-    let url = format!("{hook}/h");
+    let url = format!("{hook}/h?token=secret");
     let sink = format!("webhook:{url}");
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path()).await;
@@ -100,30 +101,44 @@ async fn an_open_breaker_holds_events_instead_of_dead_lettering_them() {
         }],
         ..EventsConfig::default()
     };
-    let open = Duration::from_millis(1500);
+    // Each wait of the down sink is 1.5–3 s (equal jitter).
+    let wait = Duration::from_secs(3);
     let tuning = RelayTuning {
         retry_initial: Duration::from_millis(10),
         retry_max: Duration::from_millis(20),
-        webhook_breaker: webhook_breaker(open, open),
+        down_backoff: DownBackoff {
+            initial: wait,
+            max: wait,
+        },
         ..RelayTuning::default()
     };
     let relays = Relays::start_with(store.clone(), &cfg, &tasks, tuning)
         .await
         .unwrap();
-    // The first event uses its 3 attempts and is dead-lettered; that trips
-    // the breaker.
-    eventually(Duration::from_secs(5), "first event dead-lettered", || {
-        let s = store.clone();
-        let sink = sink.clone();
-        async move { s.dlq_list(Some(&sink)).await.unwrap().len() == 1 }
+    // The first 503 makes the sink down.
+    eventually(Duration::from_secs(5), "the sink is down", || {
+        let r = relays.clone();
+        async move { r.stats().sinks[0].state == SinkState::Down }
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // While open: no request reached the receiver, nothing else dead-lettered.
-    assert_eq!(f.requests.load(Ordering::SeqCst), 3);
-    assert_eq!(store.dlq_list(Some(&sink)).await.unwrap().len(), 1);
-    assert!(!relays.stats().sinks[0].healthy);
-    // The receiver returns; after the open period the held events drain in order.
+    // While down: one request so far, nothing else attempted, nothing dead-lettered.
+    assert_eq!(f.requests.load(Ordering::SeqCst), 1);
+    assert!(store.dlq_list(Some(&sink)).await.unwrap().is_empty());
+    let st = relays.stats().sinks[0].clone();
+    assert_eq!(st.state, SinkState::Down);
+    assert_eq!(st.backlog, 3);
+    assert!(st.oldest_undelivered_age_ms.is_some(), "{st:?}");
+    assert_eq!(st.dead_letters, 0);
+    // The public name and the last error carry no path or query (secrets).
+    assert_eq!(
+        st.name,
+        format!("webhook:{}", hook.trim_start_matches("http://"))
+    );
+    let err = st.last_error.unwrap();
+    assert!(err.contains("503"), "{err}");
+    assert!(!err.contains("secret") && !err.contains("/h"), "{err}");
+    // The receiver returns; after the wait the held events drain in order.
     f.down.store(false, Ordering::SeqCst);
     let last = store.last_seq().await.unwrap();
     eventually(Duration::from_secs(10), "held events delivered", || {
@@ -132,33 +147,13 @@ async fn an_open_breaker_holds_events_instead_of_dead_lettering_them() {
         async move { s.sink_cursor(&sink).await.unwrap() >= last }
     })
     .await;
-    let dlq = store.dlq_list(Some(&sink)).await.unwrap();
-    assert_eq!(dlq.len(), 1);
-    assert_eq!(dlq[0].id, evs[0].id);
-    assert!(relays.stats().sinks[0].healthy);
-    tasks.shutdown(Duration::from_secs(2)).await;
-}
-
-#[tokio::test]
-async fn sinks_dropped_from_the_config_are_forgotten() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = store(dir.path()).await;
-    store
-        .register_sink("webhook:http://127.0.0.1:9/gone")
-        .await
-        .unwrap();
-    store.register_sink("someone-else").await.unwrap();
-    let tasks = TaskSet::new();
-    let _relays = Relays::start(store.clone(), &EventsConfig::default(), &tasks)
-        .await
-        .unwrap();
-    let names: Vec<String> = store
-        .sinks()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|s| s.sink)
-        .collect();
-    assert_eq!(names, vec!["someone-else".to_string()]);
+    assert!(store.dlq_list(Some(&sink)).await.unwrap().is_empty());
+    let st = relays.stats().sinks[0].clone();
+    assert_eq!(st.state, SinkState::Up);
+    assert_eq!(st.backlog, 0);
+    assert_eq!(st.oldest_undelivered_age_ms, None);
+    assert_eq!(st.last_error, None);
+    assert_eq!(st.delivered, 3);
+    assert_eq!(f.requests.load(Ordering::SeqCst), 4);
     tasks.shutdown(Duration::from_secs(2)).await;
 }

@@ -299,15 +299,40 @@ async fn models(
     axum::Json(proto::openai::render_models(&ids)).into_response()
 }
 
+/// `GET /ready`: 200 when the store answers (503 when not), with each event
+/// sink's state, backlog, oldest undelivered age, dead letters and last error
+/// (DESIGN §6). Public, so it shows sinks by their public names only (no
+/// webhook credentials, paths or query strings). A sink that is down does not
+/// make hale unready: its events wait in the outbox.
 async fn ready(State(gw): State<Arc<Gateway>>) -> Response {
-    match gw.store.last_seq().await {
-        Ok(_) => (StatusCode::OK, "ready").into_response(),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("store unavailable: {e}"),
-        )
-            .into_response(),
-    }
+    let store = gw.store.last_seq().await;
+    let sinks: Vec<serde_json::Value> = gw
+        .metrics
+        .sinks()
+        .map(|(sinks, _shed)| sinks)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| {
+            serde_json::json!({
+                "name": s.name,
+                "kind": s.kind,
+                "state": s.state,
+                "backlog": s.backlog,
+                "oldest_undelivered_age_ms": s.oldest_undelivered_age_ms,
+                "dead_letters": s.dead_letters,
+                "last_error": s.last_error,
+            })
+        })
+        .collect();
+    let (status, ready, store) = match store {
+        Ok(_) => (StatusCode::OK, true, "ok".to_string()),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, false, e.to_string()),
+    };
+    (
+        status,
+        axum::Json(serde_json::json!({"ready": ready, "store": store, "sinks": sinks})),
+    )
+        .into_response()
 }
 
 async fn metrics(

@@ -15,6 +15,7 @@
 
 use hale_core::class::ErrorClass;
 use hale_core::config::{Config, DEFAULT_AGENT, Target};
+use hale_core::delivery::SinkState;
 use hale_core::event::EventKind;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -129,18 +130,18 @@ pub struct SinkLabels {
     pub sink: String,
 }
 
-/// Delivery figures of one event sink, as the relays report them.
-#[derive(Debug, Clone)]
-pub struct SinkSample {
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SinkStateLabels {
     pub sink: String,
-    pub delivered: u64,
-    pub failed: u64,
-    pub dead_lettered: u64,
-    pub healthy: bool,
+    pub state: String,
 }
 
-/// Where `/metrics` reads the sinks' figures and the shed count from (the
-/// event relays live outside the gateway; the binary plugs them in).
+/// The status of one event sink, as the relays report it (its `name` is
+/// public and comes from the config: a bounded label).
+pub type SinkSample = hale_core::delivery::SinkStatus;
+
+/// Where `/metrics` and `/ready` read the sinks' status and the shed count
+/// from (the event relays live outside the gateway; the binary plugs them in).
 pub type SinkSource = Box<dyn Fn() -> (Vec<SinkSample>, u64) + Send + Sync>;
 
 /// Every metric hale exports.
@@ -170,10 +171,16 @@ pub struct Metrics {
     pub dead_letters: Gauge,
     /// Undelivered events shed at the outbox cap since start.
     pub outbox_shed: Gauge,
+    /// Labelled by the sink's public name (`nats`, `webhook:<host>`).
     pub sink_delivered: Family<SinkLabels, Gauge>,
     pub sink_failed: Family<SinkLabels, Gauge>,
     pub sink_dead_lettered: Family<SinkLabels, Gauge>,
     pub sink_healthy: Family<SinkLabels, Gauge>,
+    /// 1 for the current state of each sink (up, down, half_open), 0 for the others.
+    pub sink_state: Family<SinkStateLabels, Gauge>,
+    pub sink_backlog: Family<SinkLabels, Gauge>,
+    pub sink_oldest_undelivered_age: Family<SinkLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub sink_dead_letters: Family<SinkLabels, Gauge>,
     sink_source: std::sync::OnceLock<SinkSource>,
     bounds: LabelBounds,
 }
@@ -309,8 +316,33 @@ impl Metrics {
         let sink_healthy = Family::<SinkLabels, Gauge>::default();
         registry.register(
             "sink_healthy",
-            "1 when the sink's last delivery succeeded",
+            "1 when the sink is up (not waiting out an outage)",
             sink_healthy.clone(),
+        );
+        let sink_state = Family::<SinkStateLabels, Gauge>::default();
+        registry.register(
+            "sink_state",
+            "Event sink state (1 = current): up, down (waiting out an outage), half_open (trial)",
+            sink_state.clone(),
+        );
+        let sink_backlog = Family::<SinkLabels, Gauge>::default();
+        registry.register(
+            "sink_backlog",
+            "Outbox events committed after the sink's cursor",
+            sink_backlog.clone(),
+        );
+        let sink_oldest_undelivered_age =
+            Family::<SinkLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "sink_oldest_undelivered_age_seconds",
+            "Age of the oldest event not yet delivered to the sink (0 when caught up)",
+            sink_oldest_undelivered_age.clone(),
+        );
+        let sink_dead_letters = Family::<SinkLabels, Gauge>::default();
+        registry.register(
+            "sink_dead_letters",
+            "Events of the sink in the dead-letter table",
+            sink_dead_letters.clone(),
         );
         Self {
             registry,
@@ -334,6 +366,10 @@ impl Metrics {
             sink_failed,
             sink_dead_lettered,
             sink_healthy,
+            sink_state,
+            sink_backlog,
+            sink_oldest_undelivered_age,
+            sink_dead_letters,
             sink_source: std::sync::OnceLock::new(),
             bounds: LabelBounds::default(),
         }
@@ -344,17 +380,22 @@ impl Metrics {
         let _ = self.sink_source.set(source);
     }
 
+    /// The sinks' status and the shed count, if the relays are plugged in.
+    pub fn sinks(&self) -> Option<(Vec<SinkSample>, u64)> {
+        self.sink_source.get().map(|source| source())
+    }
+
     /// Copies the relays' figures into the gauges (at scrape time).
     pub fn refresh_sinks(&self) {
-        let Some(source) = self.sink_source.get() else {
+        let Some((sinks, shed)) = self.sinks() else {
             return;
         };
-        let (sinks, shed) = source();
-        self.outbox_shed
-            .set(i64::try_from(shed).unwrap_or(i64::MAX));
+        let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.outbox_shed.set(g(shed));
         for s in sinks {
-            let l = SinkLabels { sink: s.sink };
-            let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            let l = SinkLabels {
+                sink: s.name.clone(),
+            };
             self.sink_delivered.get_or_create(&l).set(g(s.delivered));
             self.sink_failed.get_or_create(&l).set(g(s.failed));
             self.sink_dead_lettered
@@ -362,7 +403,22 @@ impl Metrics {
                 .set(g(s.dead_lettered));
             self.sink_healthy
                 .get_or_create(&l)
-                .set(i64::from(s.healthy));
+                .set(i64::from(s.state == SinkState::Up));
+            for state in SinkState::ALL {
+                self.sink_state
+                    .get_or_create(&SinkStateLabels {
+                        sink: s.name.clone(),
+                        state: state.as_str().into(),
+                    })
+                    .set(i64::from(state == s.state));
+            }
+            self.sink_backlog.get_or_create(&l).set(g(s.backlog));
+            self.sink_oldest_undelivered_age
+                .get_or_create(&l)
+                .set(s.oldest_undelivered_age_ms.unwrap_or(0) as f64 / 1000.0);
+            self.sink_dead_letters
+                .get_or_create(&l)
+                .set(g(s.dead_letters));
         }
     }
 

@@ -317,18 +317,7 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
     let stats_relays = relays.clone();
     gw.metrics.set_sink_source(Box::new(move || {
         let st = stats_relays.stats();
-        let sinks = st
-            .sinks
-            .into_iter()
-            .map(|s| hale_gateway::metrics::SinkSample {
-                sink: s.sink,
-                delivered: s.delivered,
-                failed: s.failed,
-                dead_lettered: s.dead_lettered,
-                healthy: s.healthy,
-            })
-            .collect();
-        (sinks, st.shed)
+        (st.sinks, st.shed)
     }));
     // Retention of the turn journal and idempotency keys.
     let (retention_store, retention, prune_token) =

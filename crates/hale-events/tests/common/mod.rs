@@ -132,3 +132,96 @@ impl Drop for NatsServer {
         self.kill();
     }
 }
+
+/// An HTTP server on a fixed loopback port that can be stopped (its port
+/// then refuses connections) and started again on the same port.
+pub struct Stoppable {
+    pub port: u16,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Stoppable {
+    pub async fn start(app: axum::Router, port: u16) -> Stoppable {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let listener = loop {
+            match tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+                Ok(l) => break l,
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "cannot bind {port} again: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        Stoppable {
+            port,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Stops accepting, closes the open connections and frees the port.
+    pub async fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+}
+
+/// Commits one event every few milliseconds until `stop`; returns the ids in
+/// commit (= outbox) order.
+pub fn produce(
+    store: Store,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<String>> {
+    tokio::spawn(async move {
+        let kinds = [
+            EventKind::AgentPaused,
+            EventKind::AgentResumed,
+            EventKind::TurnCompleted,
+        ];
+        let mut ids = Vec::new();
+        let mut i = 0usize;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_millis() as u64;
+            let ev = Event::new(kinds[i % kinds.len()], now, &mut rand::rng())
+                .agent("producer")
+                .payload(serde_json::json!({ "i": i }));
+            ids.push(ev.id.clone());
+            store.commit(vec![Write::Event(ev)]).await.expect("commit");
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        ids
+    })
+}
+
+/// How long an outage test keeps its sink down at least, beyond the trial
+/// count it waits for: `HALE_OUTAGE_SECS` (default 0; 60 reproduces the
+/// issue's minute-long outage).
+pub fn min_outage() -> Duration {
+    Duration::from_secs(
+        std::env::var("HALE_OUTAGE_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+    )
+}
+
+/// Failed trials of a down sink an outage test waits for: many more than
+/// the attempts that would dead-letter an event.
+pub const OUTAGE_TRIALS: u64 = 20;
