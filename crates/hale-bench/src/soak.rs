@@ -198,7 +198,7 @@ fn pct(sorted: &[Duration], p: f64) -> f64 {
 }
 
 pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
-    if !(args.rate > 0.0) || args.phase_secs < 3 {
+    if !args.rate.is_finite() || args.rate <= 0.0 || args.phase_secs < 3 {
         bail!("--rate must be positive and --phase-secs at least 3");
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -240,7 +240,7 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
                 after_2s = Some(upstream(&http, chaos.addr).await?);
             }
             seq += 1;
-            let stream = args.stream_every > 0 && seq % args.stream_every == 0;
+            let stream = args.stream_every > 0 && seq.is_multiple_of(args.stream_every);
             let body = serde_json::json!({
                 "model": "smart",
                 "stream": stream,

@@ -355,7 +355,7 @@ fn effective_fault<'a>(
             }
         }
         Fault::Flaky { every } => {
-            if seen.n % every.max(&1) == 0 {
+            if seen.n.is_multiple_of(*every.max(&1)) {
                 f
             } else {
                 OK

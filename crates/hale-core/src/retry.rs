@@ -138,8 +138,8 @@ pub fn policy_for(cfg: &RetryConfig, class: ErrorClass) -> Option<&RetryPolicy> 
 /// end its retries.
 ///
 /// In order:
-/// 1. no time left in the turn → stop;
-/// 1b. a probe, trial or fail-open call → move on at once when anything is left;
+/// 1. no time left in the turn → stop; a probe, trial or fail-open call →
+///    move on at once when anything is left;
 /// 2. a class that is not retried on the same target → next target if its
 ///    rule moves on and one is left, else stop;
 /// 3. `max_attempts` spent on this target → move on (or stop);

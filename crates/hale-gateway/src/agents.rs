@@ -64,18 +64,34 @@ pub struct AfterTurn {
     pub events: Vec<Event>,
 }
 
+/// A finished turn, as the agent gate sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Finished<'a> {
+    pub agent: &'a str,
+    pub turn_id: &'a str,
+    /// The agent has an identity (it may be paused).
+    pub named: bool,
+    pub admission: Admission,
+    pub outcome: Outcome,
+    pub now_ms: u64,
+}
+
 /// Counts a finished turn: resets or grows the consecutive failures, pauses
-/// a named agent at the threshold, and settles a pause's trial.
+/// a named agent at the threshold, and settles a pause's trial. `count`
+/// adds the turn's own counters to the record in the same update.
 pub fn after_turn(
     gw: &Gateway,
-    agent: &str,
-    turn_id: &str,
-    named: bool,
-    admission: Admission,
-    outcome: Outcome,
-    now_ms: u64,
+    f: Finished<'_>,
     count: impl FnOnce(&mut AgentRecord),
 ) -> AfterTurn {
+    let Finished {
+        agent,
+        turn_id,
+        named,
+        admission,
+        outcome,
+        now_ms,
+    } = f;
     let cfg = &gw.cfg.self_healing;
     let ((paused, resumed), record) = gw.update_agent_rt(agent, |rt| {
         count(&mut rt.record);

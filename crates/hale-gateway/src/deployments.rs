@@ -40,6 +40,16 @@ pub enum Effect {
     Recovered { scope: Scope, key: String },
 }
 
+/// A failed call, as the deployment's health needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Failed {
+    pub class: ErrorClass,
+    pub retry_after: Option<Duration>,
+    /// The connection could not be made (marks the `base_url`).
+    pub connect_failed: bool,
+    pub latency: Duration,
+}
+
 /// One deployment as `GET /deployments` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeploymentView {
@@ -293,16 +303,13 @@ impl Deployments {
 
     /// A failure of `agent` on `t`: the breaker records it and the scope the
     /// class marks gets the evidence (which may eject it).
-    pub fn on_failure(
-        &self,
-        agent: &str,
-        t: &Target,
-        class: ErrorClass,
-        retry_after: Option<Duration>,
-        connect_failed: bool,
-        latency: Duration,
-        now: Instant,
-    ) -> Vec<Effect> {
+    pub fn on_failure(&self, agent: &str, t: &Target, f: Failed, now: Instant) -> Vec<Effect> {
+        let Failed {
+            class,
+            retry_after,
+            connect_failed,
+            latency,
+        } = f;
         let dkey = key(t);
         let mut out = Vec::new();
         let outcome = CallOutcome::Failure {

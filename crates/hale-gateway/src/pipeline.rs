@@ -529,21 +529,20 @@ fn finish_turn(
     if ok && turn.compacted {
         gw.health.set_context_exhausted(&turn.agent, false);
     }
-    let after = agents::after_turn(
-        gw,
-        &turn.agent,
-        &turn.id,
-        turn.named,
-        turn.admission,
+    let finished = agents::Finished {
+        agent: &turn.agent,
+        turn_id: &turn.id,
+        named: turn.named,
+        admission: turn.admission,
         outcome,
         now_ms,
-        |a| {
-            a.turns += 1;
-            a.tokens_in += usage.input_tokens;
-            a.tokens_out += usage.output_tokens;
-            a.cost_usd += cost;
-        },
-    );
+    };
+    let after = agents::after_turn(gw, finished, |a| {
+        a.turns += 1;
+        a.tokens_in += usage.input_tokens;
+        a.tokens_out += usage.output_tokens;
+        a.cost_usd += cost;
+    });
     let rec = after.record;
     if let Some(t) = &target
         && served != Some(0)

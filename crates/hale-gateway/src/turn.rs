@@ -478,15 +478,15 @@ pub fn on_success(gw: &Gateway, turn: &Turn, target: &Target, mode: Mode, latenc
 
 /// Feeds a failure back to the deployment's health and breaker.
 pub fn on_failure(gw: &Gateway, turn: &Turn, target: &Target, f: &Failure, latency: Duration) {
-    let effects = gw.deployments.on_failure(
-        &turn.agent,
-        target,
-        f.class,
-        f.retry_after,
-        f.connect_failed,
+    let failed = crate::deployments::Failed {
+        class: f.class,
+        retry_after: f.retry_after,
+        connect_failed: f.connect_failed,
         latency,
-        Instant::now(),
-    );
+    };
+    let effects = gw
+        .deployments
+        .on_failure(&turn.agent, target, failed, Instant::now());
     report(gw, turn, target, effects, Mode::Normal);
 }
 

@@ -42,16 +42,11 @@ async fn list(
     axum::Json(json!({ "deployments": gw.deployments.views(Instant::now()) })).into_response()
 }
 
-fn known(gw: &Gateway, provider: String, model: String) -> Result<Target, Response> {
-    let t = Target { provider, model };
-    if gw.deployments.is_known(&t) {
-        Ok(t)
-    } else {
-        Err(HaleError::not_found(format!(
-            "no deployment {t}: not in the config and never called (GET /deployments lists them)"
-        ))
-        .into_response(Dialect::OpenAi))
-    }
+fn unknown(t: &Target) -> Response {
+    HaleError::not_found(format!(
+        "no deployment {t}: not in the config and never called (GET /deployments lists them)"
+    ))
+    .into_response(Dialect::OpenAi)
 }
 
 async fn trip(
@@ -63,10 +58,10 @@ async fn trip(
     if let Some(r) = admin_refusal(&gw, peer, &headers) {
         return r;
     }
-    let t = match known(&gw, provider, model) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
+    let t = Target { provider, model };
+    if !gw.deployments.is_known(&t) {
+        return unknown(&t);
+    }
     let now = Instant::now();
     if gw.deployments.trip(&t) {
         gw.emit(gw.event(EventKind::BreakerStateChanged).payload(json!({
@@ -89,10 +84,10 @@ async fn reset(
     if let Some(r) = admin_refusal(&gw, peer, &headers) {
         return r;
     }
-    let t = match known(&gw, provider, model) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
+    let t = Target { provider, model };
+    if !gw.deployments.is_known(&t) {
+        return unknown(&t);
+    }
     let now = Instant::now();
     let (was_out, transitions) = gw.deployments.reset(&t, now);
     if was_out || !transitions.is_empty() {
