@@ -180,6 +180,11 @@ impl HealthRt {
         self.reg().set_context_exhausted(agent, exhausted);
     }
 
+    /// Whether `agent` has sent a heartbeat or a turn.
+    pub fn knows(&self, agent: &str) -> bool {
+        self.reg().state(agent).is_some()
+    }
+
     /// The terminated tasks of `agent`.
     pub fn terminated_tasks(&self, agent: &str) -> Vec<String> {
         self.book()

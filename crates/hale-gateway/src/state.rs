@@ -127,10 +127,12 @@ impl Gateway {
         self.store.submit(vec![Write::Event(ev)]);
     }
 
-    /// Whether hale knows `agent`: it was seen, or the config names it.
+    /// Whether hale knows `agent`: it was seen (a turn or a heartbeat), or
+    /// the config names it.
     pub fn agent_known(&self, agent: &str) -> bool {
         self.cfg.agents.contains_key(agent)
             || self.agents.lock().expect("agents lock").contains_key(agent)
+            || self.health.knows(agent)
     }
 
     /// An agent's record (a fresh one when unknown).

@@ -238,7 +238,6 @@ pub async fn run(
                         changes,
                     });
                     on_success(gw, turn, &target, mode, elapsed);
-                    turn.exhausted[idx] = true;
                     turn.prefilled = pf.is_some();
                     return Ok((idx, served));
                 }

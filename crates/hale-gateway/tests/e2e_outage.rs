@@ -2,7 +2,7 @@
 //! is down for 60 s, then healthy, under one request every 4 s. Every request
 //! is answered — by the fallback during the outage — and the primary serves
 //! again within 15 s of its recovery, found by hale's probes (default
-//! `probe_interval` 10 s), not by waiting out its cooldown.
+//! `probe_interval` 5 s), not by waiting out its cooldown.
 
 mod common;
 
@@ -20,7 +20,7 @@ async fn primary_down_60s_then_healthy_fallback_serves_then_primary_back_within_
     let (c, h) = pair(fault, ProviderKind::Anthropic, |_| {}).await;
     assert_eq!(
         h.gw.cfg.retry.probe_interval,
-        Duration::from_secs(10),
+        Duration::from_secs(5),
         "the default probe interval"
     );
     let t0 = Instant::now(); // the outage starts with chaos's first request for the model, just after

@@ -376,7 +376,9 @@ async fn unconfigured_agent_and_model_labels_fold_into_other() {
     assert_eq!(attempts.len(), 2, "{attempts:?}");
     let breakers = series("hale_breaker_state");
     assert!(
-        breakers.contains(&r#"hale_breaker_state{agent="other",provider="p",state="closed"} 50"#),
+        breakers.contains(
+            &r#"hale_breaker_state{agent="other",deployment="p/other",state="closed"} 50"#
+        ),
         "{breakers:?}"
     );
     assert!(

@@ -154,7 +154,11 @@ async fn kill_9_loses_no_acknowledged_event_and_they_are_delivered_after_restart
     let cfg = write_config(
         dir.path(),
         port,
-        &format!("events:\n  webhooks: [{{url: \"{hook}\"}}]\n"),
+        // The agents are named in the config: pausing an agent hale does
+        // not know is a 404.
+        &format!(
+            "events:\n  webhooks: [{{url: \"{hook}\"}}]\nagents:\n  agent-0: {{}}\n  agent-1: {{}}\n  agent-2: {{}}\n  agent-3: {{}}\n"
+        ),
     );
     let base = format!("http://127.0.0.1:{port}");
     let mut hale = Proc::spawn(&["serve", "--config", &cfg], dir.path(), "serve1");
