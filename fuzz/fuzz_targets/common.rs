@@ -3,8 +3,8 @@
 //!
 //! An accepted request is rendered in its own dialect (as for a same-dialect
 //! target) and must be accepted again by the same parser, keeping model, stream
-//! flag and tools; rendering that second parse must give the same body (the
-//! renderer reaches a fixpoint in one step); the body must survive the wire
+//! flag and tools; rendering settles (the second rendering parses and renders
+//! to itself: the first may still drop an empty message); the body must survive the wire
 //! (serialize, parse) as an equal value — numbers compared by value, because
 //! float formatting differs (`6E68` comes back as `6e68`). The other dialect's
 //! renderer, with and without a prefill, and its parser on that rendering must
@@ -70,8 +70,15 @@ pub fn request_round_trip(body: &Value, dialect: Dialect) {
     assert_eq!(again.stream, req.stream, "stream flag changed");
     let names = |r: &ChatRequest| r.tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
     assert_eq!(names(&again), names(&req), "tools changed");
+    // One rendering may still normalise: an empty message is dropped, which
+    // can make a later system message leading, and the next parse lifts it
+    // into the system prompt. From the second rendering on, nothing changes.
     let twice = render(dialect, &again, None);
-    assert_eq!(twice, once, "rendering is not a fixpoint");
+    let third = match parse(dialect, &twice) {
+        Ok(r) => render(dialect, &r, None),
+        Err(e) => panic!("hale rejects its own second rendering ({e}):\n{twice}"),
+    };
+    assert_eq!(third, twice, "rendering does not settle");
 
     let wire = serde_json::to_vec(&once).expect("a rendered body serializes");
     let back: Value = serde_json::from_slice(&wire).expect("a serialized body parses");
