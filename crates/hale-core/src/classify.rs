@@ -734,27 +734,40 @@ fn parse_try_again_in(t: &str) -> Option<Duration> {
 
 /// Redact key-like tokens, trim and truncate a provider message.
 fn clean_message(msg: &str) -> String {
-    let redacted: Vec<String> = msg
-        .split(' ')
-        .map(|w| {
-            let bare = w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_');
-            let key_like =
-                (bare.starts_with("sk-") || bare.starts_with("sk_") || bare.starts_with("sk-ant-"))
-                    && bare.len() >= 12
-                    && !bare.contains('*');
-            if key_like {
-                w.replace(bare, "[redacted]")
-            } else {
-                w.to_owned()
-            }
-        })
-        .collect();
-    let joined = redacted.join(" ");
-    let trimmed = joined.trim();
+    let redacted = redact_keys(msg);
+    let trimmed = redacted.trim();
     match trimmed.char_indices().nth(MAX_MESSAGE_CHARS) {
         Some((cut, _)) => format!("{}…", &trimmed[..cut]),
         None => trimmed.to_owned(),
     }
+}
+
+/// Replaces every key-like token with `[redacted]`: `sk-` or `sk_` not
+/// preceded by a letter or digit, then key characters (`[A-Za-z0-9_-]`), 12
+/// or more in all, whatever surrounds it (a space, a newline, `=`, a quote,
+/// a control character). A token with a `*` in it is already masked and stays.
+fn redact_keys(msg: &str) -> String {
+    let key_char = |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'*');
+    let bytes = msg.as_bytes();
+    let mut out = String::with_capacity(msg.len());
+    let (mut copied, mut i) = (0, 0);
+    while i < bytes.len() {
+        let starts = bytes[i..].starts_with(b"sk-") || bytes[i..].starts_with(b"sk_");
+        if !starts || (i > 0 && bytes[i - 1].is_ascii_alphanumeric()) {
+            i += 1;
+            continue;
+        }
+        let len = bytes[i..].iter().take_while(|b| key_char(b)).count();
+        if len >= 12 && !bytes[i..i + len].contains(&b'*') {
+            // `i` and `i + len` border ASCII bytes: both are char boundaries.
+            out.push_str(&msg[copied..i]);
+            out.push_str("[redacted]");
+            copied = i + len;
+        }
+        i += len;
+    }
+    out.push_str(&msg[copied..]);
+    out
 }
 
 /// Walks an error's source chain — the error itself and up to

@@ -1,0 +1,14 @@
+//! `proto::anthropic::parse_request` on arbitrary bytes parsed as JSON, then the
+//! render/parse round trip of `common.rs`.
+#![no_main]
+
+mod common;
+
+use hale_gateway::proto::Dialect;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(body) = serde_json::from_slice::<serde_json::Value>(data) {
+        common::request_round_trip(&body, Dialect::Anthropic);
+    }
+});
