@@ -23,3 +23,4 @@ pub mod models;
 pub mod recovery;
 pub mod retry;
 pub mod select;
+pub mod tools;
