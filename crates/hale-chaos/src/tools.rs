@@ -12,6 +12,13 @@
 //! output breaks the tool's output schema) and `ok` (clears the fault).
 //! `down:secs=T` answers 503 for T seconds from when it was set.
 //!
+//! The same tools are served over MCP (Streamable HTTP, the `rmcp` server)
+//! at `/mcp`, with the same faults: an error status becomes a JSON-RPC error
+//! whose `data` is `{"status": N, "retry_after": S}` (how hale maps it back
+//! onto its classifier), `hang` never answers, `schema-invalid` answers a
+//! result that breaks the output schema. `reset` is HTTP-only (an MCP
+//! handler cannot drop its connection); over MCP it is refused as a bad spec.
+//!
 //! `GET /chaos/tools/stats` counts executions per tool — a call counts when
 //! the tool starts running, so a caller that timed out on `slow` still sees
 //! it counted (the call *did* execute) — and applied faults.
@@ -321,9 +328,10 @@ pub fn apply(node: &ToolNode, tool: &str, header: Option<&str>) -> Result<Option
     }))
 }
 
-/// The HTTP routes of the tool node.
+/// The routes of the tool node: plain HTTP and MCP at `/mcp`.
 pub(crate) fn router(node: Arc<ToolNode>) -> Router {
     Router::new()
+        .nest_service("/mcp", mcp::service(node.clone()))
         .route("/tools", get(list))
         .route("/tools/{name}", post(call))
         .route("/chaos/tools/fault", post(set_fault))
@@ -404,4 +412,125 @@ async fn stats(State(node): State<Arc<ToolNode>>) -> Json<Value> {
         .unwrap_or_else(|e| e.into_inner())
         .clone();
     Json(json!({"calls": node.calls(), "faults": faults}))
+}
+
+/// The tool node over MCP.
+pub mod mcp {
+    use super::{Applied, ToolNode, apply, execute, listing};
+    use rmcp::model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, ListToolsResult,
+        PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    };
+    use rmcp::service::RequestContext;
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+    use rmcp::{ErrorData, RoleServer, ServerHandler};
+    use serde_json::{Value, json};
+    use std::sync::Arc;
+
+    /// One MCP session's handler; every session shares the node.
+    #[derive(Clone)]
+    pub struct ChaosMcp {
+        node: Arc<ToolNode>,
+    }
+
+    fn object(v: &Value) -> Arc<serde_json::Map<String, Value>> {
+        Arc::new(v.as_object().cloned().unwrap_or_default())
+    }
+
+    /// The tools as MCP tools (deterministic ones carry `idempotentHint`).
+    pub fn tools() -> Vec<Tool> {
+        listing()["tools"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .map(|t| {
+                let name = t["name"].as_str().unwrap_or_default().to_owned();
+                let desc = t["description"].as_str().unwrap_or_default().to_owned();
+                Tool::new(name, desc, object(&t["input_schema"]))
+                    .with_raw_output_schema(object(&t["output_schema"]))
+                    .with_annotations(ToolAnnotations::new().idempotent(t["deterministic"] == true))
+            })
+            .collect()
+    }
+
+    fn status_error(status: u16, body: &Value, retry_after: Option<u64>) -> ErrorData {
+        let code = match status {
+            400 | 422 => ErrorCode::INVALID_PARAMS,
+            404 => ErrorCode::METHOD_NOT_FOUND,
+            _ => ErrorCode::INTERNAL_ERROR,
+        };
+        let msg = body
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or("tool failed")
+            .to_owned();
+        ErrorData::new(
+            code,
+            msg,
+            Some(json!({"status": status, "retry_after": retry_after})),
+        )
+    }
+
+    impl ServerHandler for ChaosMcp {
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        }
+
+        async fn list_tools(
+            &self,
+            _request: Option<PaginatedRequestParams>,
+            _context: RequestContext<RoleServer>,
+        ) -> Result<ListToolsResult, ErrorData> {
+            Ok(ListToolsResult::with_all_items(tools()))
+        }
+
+        async fn call_tool(
+            &self,
+            request: CallToolRequestParams,
+            _context: RequestContext<RoleServer>,
+        ) -> Result<CallToolResponse, ErrorData> {
+            let name = request.name.to_string();
+            let args = Value::Object(request.arguments.unwrap_or_default());
+            let answer = match apply(&self.node, &name, None) {
+                Err(e) => return Err(ErrorData::new(ErrorCode::INVALID_PARAMS, e, None)),
+                Ok(Some(Applied::Answer(a))) => a,
+                Ok(Some(Applied::SchemaInvalid)) => {
+                    return Ok(CallToolResult::structured(json!({"unexpected": true})).into());
+                }
+                Ok(Some(Applied::Reset)) => {
+                    return Err(ErrorData::new(
+                        ErrorCode::INVALID_PARAMS,
+                        "hale-chaos: `reset` is HTTP-only",
+                        None,
+                    ));
+                }
+                Ok(Some(Applied::Hang)) => std::future::pending().await,
+                Ok(None) => execute(&self.node, &name, &args).await,
+            };
+            if (200..300).contains(&answer.status) {
+                Ok(CallToolResult::structured(answer.body).into())
+            } else {
+                Err(status_error(
+                    answer.status,
+                    &answer.body,
+                    answer.retry_after,
+                ))
+            }
+        }
+    }
+
+    /// The Streamable HTTP service for `nest_service("/mcp", …)`. Any Host
+    /// header is accepted: a chaos node is a test fixture, reached by
+    /// whatever name a test or demo uses.
+    pub fn service(node: Arc<ToolNode>) -> StreamableHttpService<ChaosMcp, LocalSessionManager> {
+        StreamableHttpService::new(
+            move || Ok(ChaosMcp { node: node.clone() }),
+            Default::default(),
+            StreamableHttpServerConfig::default()
+                .with_sse_keep_alive(None)
+                .disable_allowed_hosts(),
+        )
+    }
 }

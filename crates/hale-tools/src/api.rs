@@ -1,6 +1,6 @@
 //! The HTTP API of tool jobs (DESIGN §7): `POST /jobs`, `GET /jobs/{id}`,
 //! `GET /jobs?status=`, `DELETE /jobs/{id}`, `GET /jobs/audit?degraded=`,
-//! `GET /jobs/metrics`, `POST /nodes`, `GET /nodes`.
+//! `GET /jobs/metrics`, `POST /nodes`, `GET /nodes`, and the MCP front at `/mcp`.
 //!
 //! Handlers only parse, call [`Tools`] and render. Errors keep hale's error
 //! shape (`{"error": {"type", "message", "hale": {...}}}`). No route checks
@@ -39,6 +39,7 @@ impl Tools {
             .route("/jobs/{id}", get(show).delete(cancel))
             .route("/nodes", post(register).get(nodes))
             .with_state(self.clone())
+            .nest_service("/mcp", self.mcp_service(self.mcp_allowed_hosts.clone()))
     }
 }
 

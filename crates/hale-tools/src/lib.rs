@@ -8,7 +8,9 @@
 //! state and does the I/O:
 //! - [`nodes`] — the registry, each node's breaker and capabilities, the HTTP
 //!   client of plain nodes;
+//! - [`mcp_client`] — MCP nodes through the official SDK, `rmcp`;
 //! - [`runner`] — a job's steps, top to bottom;
+//! - [`mcp_front`] — hale as an MCP server at `/mcp`;
 //! - [`api`] — the axum handlers (`/jobs…`, `/nodes`), returned by
 //!   [`Tools::router`] for the gateway to merge behind its admin check;
 //! - [`Tools::spawn_background`] — the capability refresh (every 10 s, also
@@ -20,6 +22,8 @@
 //! its status, so it runs exactly once.
 
 pub mod api;
+pub mod mcp_client;
+pub mod mcp_front;
 pub mod metrics;
 pub mod model;
 pub mod nodes;
@@ -61,6 +65,8 @@ pub struct Tools {
     pub(crate) rr: AtomicU64,
     /// How often capabilities are refreshed.
     pub refresh_every: Duration,
+    /// Host headers the MCP front accepts (empty: any).
+    pub mcp_allowed_hosts: Vec<String>,
 }
 
 /// Why a submission was refused.
@@ -97,6 +103,7 @@ impl Tools {
             metrics: metrics::Metrics::default(),
             rr: AtomicU64::new(0),
             refresh_every: rules::CAPABILITY_REFRESH,
+            mcp_allowed_hosts: allowed_hosts(cfg.listen),
         }))
     }
 
@@ -129,11 +136,9 @@ impl Tools {
                 )
                 .await
             }
-            hale_core::config::ToolNodeKind::Mcp => Err(CallFailure::status(
-                501,
-                "MCP tool nodes are not supported by this build".into(),
-                None,
-            )),
+            hale_core::config::ToolNodeKind::Mcp => {
+                mcp_client::call(&self.http, node, tool, args, timeout, idempotency_key).await
+            }
         }
     }
 
@@ -143,11 +148,9 @@ impl Tools {
             hale_core::config::ToolNodeKind::Http => {
                 nodes::http::list(&self.http, &node.cfg.url, CHECK_TIMEOUT).await
             }
-            hale_core::config::ToolNodeKind::Mcp => Err(CallFailure::status(
-                501,
-                "MCP tool nodes are not supported by this build".into(),
-                None,
-            )),
+            hale_core::config::ToolNodeKind::Mcp => {
+                mcp_client::list(&self.http, node, CHECK_TIMEOUT).await
+            }
         }
     }
 
@@ -382,42 +385,58 @@ impl Tools {
         Ok(touched)
     }
 
-    /// Starts the capability refresh and the queue; both stop on `token`.
+    /// The capability refresh (the node health check), until `token`.
+    pub async fn refresh_loop(self: Arc<Self>, token: CancellationToken) {
+        let mut every = tokio::time::interval(self.refresh_every);
+        loop {
+            tokio::select! {
+                () = token.cancelled() => return,
+                _ = every.tick() => self.refresh_all().await,
+            }
+        }
+    }
+
+    /// The store-and-forward queue, until `token`. A failed pass is logged
+    /// and retried at the next tick.
+    pub async fn queue_loop(self: Arc<Self>, token: CancellationToken) {
+        let mut every = tokio::time::interval(QUEUE_TICK);
+        loop {
+            tokio::select! {
+                () = token.cancelled() => return,
+                _ = every.tick() => {
+                    if let Err(e) = self.queue_tick().await {
+                        tracing::warn!(error = %e, "tool job queue: a pass failed; retrying");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts both loops on the runtime; both stop on `token`.
     pub fn spawn_background(
         self: &Arc<Self>,
         token: CancellationToken,
     ) -> Vec<tokio::task::JoinHandle<()>> {
-        let refresh = {
-            let tools = self.clone();
-            let token = token.clone();
-            tokio::spawn(async move {
-                let mut every = tokio::time::interval(tools.refresh_every);
-                loop {
-                    tokio::select! {
-                        () = token.cancelled() => return,
-                        _ = every.tick() => tools.refresh_all().await,
-                    }
-                }
-            })
-        };
-        let queue = {
-            let tools = self.clone();
-            tokio::spawn(async move {
-                let mut every = tokio::time::interval(QUEUE_TICK);
-                loop {
-                    tokio::select! {
-                        () = token.cancelled() => return,
-                        _ = every.tick() => {
-                            if let Err(e) = tools.queue_tick().await {
-                                tracing::warn!(error = %e, "tool job queue: a pass failed; retrying");
-                            }
-                        }
-                    }
-                }
-            })
-        };
-        vec![refresh, queue]
+        vec![
+            tokio::spawn(self.clone().refresh_loop(token.clone())),
+            tokio::spawn(self.clone().queue_loop(token)),
+        ]
     }
+}
+
+/// The Host headers the MCP front accepts: loopback names and the listen
+/// address; any when hale listens on every interface (its clients then use
+/// names hale cannot know, and API keys are what protects it).
+fn allowed_hosts(listen: std::net::SocketAddr) -> Vec<String> {
+    if listen.ip().is_unspecified() {
+        return Vec::new();
+    }
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).to_vec();
+    let ip = listen.ip().to_string();
+    if !hosts.contains(&ip) {
+        hosts.push(ip);
+    }
+    hosts
 }
 
 /// The stored row of a job.

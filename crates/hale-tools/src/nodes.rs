@@ -57,7 +57,7 @@ pub struct CallFailure {
 }
 
 impl CallFailure {
-    fn transport(t: Transport, sent: bool, message: String) -> Self {
+    pub(crate) fn transport(t: Transport, sent: bool, message: String) -> Self {
         CallFailure {
             obs: ToolObservation {
                 status: None,
@@ -169,6 +169,8 @@ pub struct Node {
     pub node_faults: AtomicU64,
     pub checks: AtomicU64,
     pub checks_failed: AtomicU64,
+    /// The MCP session of an `mcp` node, opened on first use.
+    pub(crate) mcp: tokio::sync::Mutex<Option<Arc<crate::mcp_client::Session>>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -219,6 +221,7 @@ impl Node {
             node_faults: AtomicU64::new(0),
             checks: AtomicU64::new(0),
             checks_failed: AtomicU64::new(0),
+            mcp: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -241,10 +244,15 @@ impl Node {
     pub fn health(&self, now: Instant, now_ms: u64) -> NodeHealth {
         let online = self.online.load(Ordering::Relaxed)
             && !hale_core::tools::lease_expired(self.lease(), now_ms);
-        let ejected = matches!(
-            self.breaker.state(now),
-            BreakerState::Open | BreakerState::ForcedOpen
-        );
+        // An open breaker whose open time has passed admits a trial: the
+        // node is back in rotation for that call (its probe).
+        let b = self.breaker.snapshot(now);
+        let ejected = match b.state {
+            BreakerState::Open => b.open_remaining_ms > 0,
+            BreakerState::ForcedOpen => true,
+            BreakerState::HalfOpen => b.trials_in_flight > 0,
+            BreakerState::Closed | BreakerState::Disabled => false,
+        };
         let last = self.last_failure_ms.load(Ordering::Relaxed);
         let recent = last != 0 && now_ms.saturating_sub(last) < DEGRADED_WINDOW_MS;
         hale_core::tools::node_health(online, ejected, recent)
