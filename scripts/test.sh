@@ -15,10 +15,10 @@ if ! command -v nats-server >/dev/null 2>&1; then
   fi
 fi
 
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import openai' >/dev/null 2>&1; then
-  echo "creating .venv with the openai SDK"
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import openai, mcp' >/dev/null 2>&1; then
+  echo "creating .venv with the openai and mcp SDKs"
   python3 -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check openai
+  .venv/bin/pip install -q --disable-pip-version-check openai mcp
 fi
 export HALE_PYTHON="$PWD/.venv/bin/python"
 

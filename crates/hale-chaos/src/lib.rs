@@ -18,6 +18,7 @@ pub mod fault;
 pub mod script;
 mod server;
 mod state;
+pub mod tools;
 mod wire;
 
 use std::future::Future;

@@ -48,7 +48,7 @@ pub const APPLIED_HEADER: &str = "x-chaos-applied";
 
 /// A connection's kill switch, put in every request's extensions.
 #[derive(Clone)]
-struct ConnKill(Arc<Notify>);
+pub(crate) struct ConnKill(pub(crate) Arc<Notify>);
 
 /// Accepts connections until `shutdown` resolves, then drops every open connection.
 pub(crate) async fn run(
@@ -112,6 +112,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/chaos/override", post(set_override))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(shared)
+        .merge(crate::tools::router(Default::default()))
 }
 
 async fn openai_chat(

@@ -48,6 +48,8 @@ pub struct Config {
     /// Price overrides per model, USD per million tokens.
     pub prices: BTreeMap<String, Price>,
     pub journal: JournalConfig,
+    /// `tool_nodes:` (DESIGN §7); more may register with `POST /nodes`.
+    pub tool_nodes: Vec<ToolNodeConfig>,
 }
 
 impl Config {
@@ -75,6 +77,7 @@ impl Config {
             events: EventsConfig::default(),
             prices: BTreeMap::new(),
             journal: JournalConfig::default(),
+            tool_nodes: Vec::new(),
         }
     }
 
@@ -731,3 +734,34 @@ impl Default for JournalConfig {
 
 /// How often the journal's retention is enforced.
 pub const JOURNAL_PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// How hale speaks to a tool node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolNodeKind {
+    /// An MCP server over Streamable HTTP (`url` is its MCP endpoint).
+    Mcp,
+    /// A plain endpoint: `POST {url}/tools/{name}`, `GET {url}/tools`.
+    Http,
+}
+
+impl ToolNodeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolNodeKind::Mcp => "mcp",
+            ToolNodeKind::Http => "http",
+        }
+    }
+}
+
+/// One tool node of `tool_nodes:` (or registered with `POST /nodes`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolNodeConfig {
+    pub name: String,
+    pub kind: ToolNodeKind,
+    pub url: String,
+    /// Tools of this node that are safe to run again anywhere.
+    pub deterministic: Vec<String>,
+    /// Free-form labels shown by `GET /nodes`.
+    pub metadata: BTreeMap<String, String>,
+}

@@ -65,6 +65,11 @@ event_kinds! {
     JobSubmitted => "job.submitted",
     JobCompleted => "job.completed",
     JobFailed => "job.failed",
+    JobStepFailed => "job.step_failed",
+    JobFailedOver => "job.failed_over",
+    JobQueued => "job.queued",
+    JobExpired => "job.expired",
+    JobCancelled => "job.cancelled",
 }
 
 impl std::fmt::Display for EventKind {

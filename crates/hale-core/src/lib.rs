@@ -27,3 +27,4 @@ pub mod pause;
 pub mod recovery;
 pub mod retry;
 pub mod select;
+pub mod tools;

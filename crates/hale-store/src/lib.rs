@@ -21,6 +21,7 @@
 
 mod backend;
 mod error;
+mod jobs;
 mod model;
 mod outbox;
 mod rows;
@@ -29,6 +30,7 @@ mod store;
 mod writer;
 
 pub use error::{Result, StoreError};
+pub use jobs::{AuditRecord, JobRecord};
 pub use model::{
     AgentRecord, CheckpointRecord, DeadLetter, IdempotentResponse, SinkCursor, StoredEvent,
     StoredResponse, TurnRecord, TurnStatus, Write,

@@ -94,6 +94,21 @@ pub(crate) const SQLITE: &[&str] = &[
         created_ms INTEGER NOT NULL,
         PRIMARY KEY (agent, id))",
     "CREATE INDEX IF NOT EXISTS checkpoints_task ON checkpoints (agent, task, created_ms)",
+    // Tool jobs and their audit log (src/jobs.rs).
+    "CREATE TABLE IF NOT EXISTS jobs (
+        job_id TEXT PRIMARY KEY,
+        status TEXT NOT NULL,
+        next_attempt_ms INTEGER,
+        updated_ms INTEGER NOT NULL,
+        body TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status, next_attempt_ms)",
+    "CREATE TABLE IF NOT EXISTS job_audit (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id TEXT NOT NULL,
+        time_ms INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        degraded BOOLEAN NOT NULL,
+        body TEXT NOT NULL)",
 ];
 
 /// Columns added to SQLite tables after their first release: (table,
@@ -177,4 +192,19 @@ pub(crate) const POSTGRES: &[&str] = &[
         created_ms BIGINT NOT NULL,
         PRIMARY KEY (agent, id))",
     "CREATE INDEX IF NOT EXISTS checkpoints_task ON checkpoints (agent, task, created_ms)",
+    // Tool jobs and their audit log (src/jobs.rs).
+    "CREATE TABLE IF NOT EXISTS jobs (
+        job_id TEXT PRIMARY KEY,
+        status TEXT NOT NULL,
+        next_attempt_ms BIGINT,
+        updated_ms BIGINT NOT NULL,
+        body TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status, next_attempt_ms)",
+    "CREATE TABLE IF NOT EXISTS job_audit (
+        seq BIGSERIAL PRIMARY KEY,
+        job_id TEXT NOT NULL,
+        time_ms BIGINT NOT NULL,
+        status TEXT NOT NULL,
+        degraded BOOLEAN NOT NULL,
+        body TEXT NOT NULL)",
 ];

@@ -96,6 +96,20 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: ConfigCmd,
     },
+    /// Tool jobs of a running gateway: submit, show, list, audit.
+    Jobs {
+        #[command(subcommand)]
+        cmd: crate::jobs_cmd::JobsCmd,
+        #[command(flatten)]
+        remote: crate::agents_cmd::Remote,
+    },
+    /// Tool nodes of a running gateway.
+    Nodes {
+        #[command(subcommand)]
+        cmd: crate::jobs_cmd::NodesCmd,
+        #[command(flatten)]
+        remote: crate::agents_cmd::Remote,
+    },
 }
 
 /// Where a running gateway is.
@@ -246,7 +260,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await
                 .with_context(|| format!("cannot listen on {listen}"))?;
             eprintln!(
-                "hale chaos listening on http://{} (OpenAI: /v1, Anthropic: /)",
+                "hale chaos listening on http://{} (OpenAI: /v1, Anthropic: /, tools: /tools and /mcp)",
                 listener.local_addr()?
             );
             hale_chaos::serve(
@@ -262,6 +276,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Deployment { cmd, remote } => crate::agents_cmd::deployment(cmd, remote).await,
         Cmd::Doctor { remote } => crate::agents_cmd::doctor(remote).await,
         Cmd::Checkpoints { cmd, remote } => crate::agents_cmd::checkpoints(cmd, remote).await,
+        Cmd::Jobs { cmd, remote } => crate::jobs_cmd::jobs(cmd, remote).await,
+        Cmd::Nodes { cmd, remote } => crate::jobs_cmd::nodes(cmd, remote).await,
         Cmd::Config {
             cmd: ConfigCmd::Check { file },
         } => match load_config(&file) {
@@ -355,6 +371,19 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
     eprintln!("hale listening on http://{}", listener.local_addr()?);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let events = hale_events::sse::router_with_relays(store.clone(), &relays);
+    // Tool jobs across nodes (DESIGN §7): admin routes; refresh and queue as named tasks.
+    let tools = hale_tools::Tools::new(&cfg, store.clone())?;
+    let (t1, t2, token) = (tools.clone(), tools.clone(), tasks.token());
+    let token2 = token.clone();
+    tasks.spawn("tool-node-refresh", async move {
+        t1.refresh_loop(token).await;
+        Ok(())
+    });
+    tasks.spawn("tool-job-queue", async move {
+        t2.queue_loop(token2).await;
+        Ok(())
+    });
+    let events = events.merge(tools.router());
     let gw_at_exit = gw.clone();
     let mut server = tokio::spawn(hale_gateway::http::serve_with(
         gw,

@@ -262,6 +262,18 @@ pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         elapsed: t0.elapsed(),
     });
 
+    // 7. A tool node frozen mid-job: the job finishes on the backup node.
+    let (ok, got, served_by, attempts, elapsed) = crate::demo_tools::scene(store.clone()).await?;
+    outcomes.push(Outcome {
+        scenario: "tool node frozen mid-job",
+        expected: "timeout, then the backup node",
+        got,
+        ok,
+        served_by,
+        attempts,
+        elapsed,
+    });
+
     // Events hale recorded.
     store.flush().await?;
     let events = store.events_after(0, 10_000, None).await?;

@@ -6,6 +6,8 @@
 mod agents_cmd;
 mod cli;
 mod demo;
+mod demo_tools;
+mod jobs_cmd;
 mod run;
 
 use clap::Parser;

@@ -246,6 +246,8 @@ pub struct RawConfig {
     journal: Opt<RawJournal>,
     #[serde(default)]
     prices: Opt<Map<RawPrice>>,
+    #[serde(default)]
+    tool_nodes: Opt<Vec<Spanned<RawToolNode>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -569,4 +571,19 @@ struct RawPrice {
     input_per_mtok: Opt<f64>,
     #[serde(default)]
     output_per_mtok: Opt<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToolNode {
+    #[serde(default)]
+    name: Opt<String>,
+    #[serde(default)]
+    kind: Opt<String>,
+    #[serde(default)]
+    url: Opt<String>,
+    #[serde(default)]
+    deterministic: Opt<Vec<Spanned<String>>>,
+    #[serde(default)]
+    metadata: Opt<BTreeMap<String, String>>,
 }

@@ -11,7 +11,7 @@
 use super::{
     ConfigError, ConfigErrors, Map, Nullable, Opt, RawAgent, RawAuth, RawBreaker, RawBudget,
     RawConfig, RawCooldown, RawEjection, RawEvents, RawGuard, RawHealth, RawPolicy, RawPrice,
-    RawProvider, RawRecovery, RawRetry, RawSelfHealing,
+    RawProvider, RawRecovery, RawRetry, RawSelfHealing, RawToolNode,
 };
 use crate::class::ErrorClass;
 use crate::config::{
@@ -137,6 +137,10 @@ pub fn validate(
         } else {
             cfg.journal.retention = Duration::from_secs(h.value.saturating_mul(3600));
         }
+    }
+
+    if let Some(t) = &raw.tool_nodes {
+        cfg.tool_nodes = cx.tool_nodes(&t.value);
     }
 
     if cx.errors.is_empty() {
@@ -1124,6 +1128,79 @@ impl Ctx<'_> {
             }
         }
         prices
+    }
+}
+
+impl Ctx<'_> {
+    /// `tool_nodes:` — unique names, a known kind, an http(s) URL.
+    fn tool_nodes(&mut self, list: &[Spanned<RawToolNode>]) -> Vec<crate::config::ToolNodeConfig> {
+        use crate::config::{ToolNodeConfig, ToolNodeKind};
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for (i, n) in list.iter().enumerate() {
+            let path = format!("tool_nodes[{i}]");
+            let line = line_of(n);
+            let name = self.required_str(&path, "name", &n.value.name, line);
+            if let (Some(name), Some(raw)) = (&name, &n.value.name)
+                && !seen.insert(name.clone())
+            {
+                self.at(
+                    format!("{path}.name"),
+                    raw,
+                    format!("duplicate tool node name `{name}`"),
+                );
+            }
+            let kind = self
+                .required(&path, "kind", &n.value.kind, line)
+                .and_then(|k| match k.value.trim() {
+                    "mcp" => Some(ToolNodeKind::Mcp),
+                    "http" => Some(ToolNodeKind::Http),
+                    other => {
+                        self.at(
+                            format!("{path}.kind"),
+                            k,
+                            format!("unknown kind `{other}` (expected mcp or http)"),
+                        );
+                        None
+                    }
+                });
+            let url = self
+                .required(&path, "url", &n.value.url, line)
+                .and_then(|u| {
+                    if is_http_url(u.value.trim()) {
+                        Some(u.value.trim().trim_end_matches('/').to_owned())
+                    } else {
+                        self.at(
+                            format!("{path}.url"),
+                            u,
+                            "must be an http:// or https:// URL",
+                        );
+                        None
+                    }
+                });
+            let deterministic = n
+                .value
+                .deterministic
+                .as_ref()
+                .map(|l| l.value.iter().map(|s| s.value.trim().to_owned()).collect())
+                .unwrap_or_default();
+            let metadata = n
+                .value
+                .metadata
+                .as_ref()
+                .map(|m| m.value.clone())
+                .unwrap_or_default();
+            if let (Some(name), Some(kind), Some(url)) = (name, kind, url) {
+                out.push(ToolNodeConfig {
+                    name,
+                    kind,
+                    url,
+                    deterministic,
+                    metadata,
+                });
+            }
+        }
+        out
     }
 }
 

@@ -1,0 +1,276 @@
+//! Tool jobs (DESIGN §7): the job table, the store-and-forward queue and the
+//! audit log.
+//!
+//! A job is one row keyed by its caller-chosen `job_id`; its full state
+//! (request, steps, results, evidence) is a JSON body owned by `hale-tools`,
+//! beside the few columns the store queries on: `status` and, for a queued
+//! job, `next_attempt_ms`. Why writes here bypass the group-commit writer:
+//! the two operations that make jobs safe are conditional and must answer
+//! synchronously — [`Store::insert_job`] (`ON CONFLICT DO NOTHING`: a
+//! `job_id` submitted twice runs once, across restarts and instances) and
+//! [`Store::claim_job`] (a compare-and-set on `status`: of several deliverers
+//! of a queued job — two loops, two instances, a restart — exactly one wins).
+//! Job events still go through the outbox (`Store::commit`), after the row.
+//!
+//! The audit log is append-only: one row per finished job (status, degraded,
+//! the evidence), read newest first.
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::on_pool;
+use crate::error::{Result, StoreError};
+use crate::store::Store;
+
+/// One job as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub job_id: String,
+    /// `running`, `queued`, `completed`, `failed`, `expired`, `cancelled`.
+    pub status: String,
+    /// For a queued job: when the queue delivers it next.
+    pub next_attempt_ms: Option<u64>,
+    pub updated_ms: u64,
+    /// The job's state, owned by `hale-tools`.
+    pub body: serde_json::Value,
+}
+
+/// One row of the audit log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    pub seq: u64,
+    pub job_id: String,
+    pub time_ms: u64,
+    pub status: String,
+    pub degraded: bool,
+    pub body: serde_json::Value,
+}
+
+fn i64_of(what: &str, v: u64) -> Result<i64> {
+    i64::try_from(v).map_err(|_| StoreError::Invalid {
+        what: what.to_owned(),
+        detail: format!("{v} is past the column's range"),
+    })
+}
+
+fn u64_of(table: &'static str, id: &str, v: i64) -> Result<u64> {
+    u64::try_from(v).map_err(|_| StoreError::Corrupt {
+        table,
+        id: id.to_owned(),
+        detail: format!("negative number {v}"),
+    })
+}
+
+fn json_of(table: &'static str, id: &str, s: &str) -> Result<serde_json::Value> {
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt {
+        table,
+        id: id.to_owned(),
+        detail: format!("body is not JSON: {e}"),
+    })
+}
+
+fn body_text(job: &JobRecord) -> Result<String> {
+    serde_json::to_string(&job.body).map_err(|e| StoreError::Invalid {
+        what: format!("job {}", job.job_id),
+        detail: e.to_string(),
+    })
+}
+
+type JobTuple = (String, String, Option<i64>, i64, String);
+
+fn decode_job(t: JobTuple) -> Result<JobRecord> {
+    let (job_id, status, next, updated, body) = t;
+    Ok(JobRecord {
+        next_attempt_ms: next.map(|v| u64_of("jobs", &job_id, v)).transpose()?,
+        updated_ms: u64_of("jobs", &job_id, updated)?,
+        body: json_of("jobs", &job_id, &body)?,
+        status,
+        job_id,
+    })
+}
+
+const JOB_COLS: &str = "job_id, status, next_attempt_ms, updated_ms, body";
+
+impl Store {
+    /// Inserts a new job; when `job_id` exists already, nothing is written
+    /// and the stored job is returned instead (`Some`).
+    pub async fn insert_job(&self, job: &JobRecord) -> Result<Option<JobRecord>> {
+        let body = body_text(job)?;
+        let next = job
+            .next_attempt_ms
+            .map(|v| i64_of("next_attempt_ms", v))
+            .transpose()?;
+        let updated = i64_of("updated_ms", job.updated_ms)?;
+        let inserted = on_pool!(&self.inner.pool, |p, _Db| {
+            sqlx::query(
+                "INSERT INTO jobs (job_id, status, next_attempt_ms, updated_ms, body) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (job_id) DO NOTHING",
+            )
+            .bind(&job.job_id)
+            .bind(&job.status)
+            .bind(next)
+            .bind(updated)
+            .bind(&body)
+            .execute(p)
+            .await
+            .map_err(StoreError::db("inserting a job"))?
+            .rows_affected()
+        });
+        if inserted == 1 {
+            Ok(None)
+        } else {
+            self.job(&job.job_id).await
+        }
+    }
+
+    /// Overwrites a job's row (status, schedule and body).
+    pub async fn update_job(&self, job: &JobRecord) -> Result<()> {
+        let body = body_text(job)?;
+        let next = job
+            .next_attempt_ms
+            .map(|v| i64_of("next_attempt_ms", v))
+            .transpose()?;
+        let updated = i64_of("updated_ms", job.updated_ms)?;
+        on_pool!(&self.inner.pool, |p, _Db| {
+            sqlx::query(
+                "UPDATE jobs SET status = $2, next_attempt_ms = $3, updated_ms = $4, body = $5 \
+                 WHERE job_id = $1",
+            )
+            .bind(&job.job_id)
+            .bind(&job.status)
+            .bind(next)
+            .bind(updated)
+            .bind(&body)
+            .execute(p)
+            .await
+            .map_err(StoreError::db("updating a job"))?;
+        });
+        Ok(())
+    }
+
+    /// Moves a job from status `from` to `to` if it is still in `from`;
+    /// true when this caller won. The compare-and-set that makes a queued job
+    /// delivered once however many deliverers race for it.
+    pub async fn claim_job(&self, job_id: &str, from: &str, to: &str, now_ms: u64) -> Result<bool> {
+        let now = i64_of("updated_ms", now_ms)?;
+        let n = on_pool!(&self.inner.pool, |p, _Db| {
+            sqlx::query(
+                "UPDATE jobs SET status = $3, updated_ms = $4 WHERE job_id = $1 AND status = $2",
+            )
+            .bind(job_id)
+            .bind(from)
+            .bind(to)
+            .bind(now)
+            .execute(p)
+            .await
+            .map_err(StoreError::db("claiming a job"))?
+            .rows_affected()
+        });
+        Ok(n == 1)
+    }
+
+    /// One job.
+    pub async fn job(&self, job_id: &str) -> Result<Option<JobRecord>> {
+        let row: Option<JobTuple> = on_pool!(&self.inner.pool, |p, _Db| {
+            let sql = format!("SELECT {JOB_COLS} FROM jobs WHERE job_id = $1");
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(job_id)
+                .fetch_optional(p)
+                .await
+                .map_err(StoreError::db("reading a job"))?
+        });
+        row.map(decode_job).transpose()
+    }
+
+    /// Jobs, newest update first, of one status or all; at most `limit`.
+    pub async fn jobs(&self, status: Option<&str>, limit: u32) -> Result<Vec<JobRecord>> {
+        let rows: Vec<JobTuple> = on_pool!(&self.inner.pool, |p, _Db| {
+            let sql = format!(
+                "SELECT {JOB_COLS} FROM jobs WHERE ($1 IS NULL OR status = $1) \
+                 ORDER BY updated_ms DESC, job_id LIMIT $2"
+            );
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(status)
+                .bind(i64::from(limit))
+                .fetch_all(p)
+                .await
+                .map_err(StoreError::db("listing jobs"))?
+        });
+        rows.into_iter().map(decode_job).collect()
+    }
+
+    /// Queued jobs, soonest delivery first (due or not: the caller decides,
+    /// expiry included); at most `limit`.
+    pub async fn queued_jobs(&self, limit: u32) -> Result<Vec<JobRecord>> {
+        let rows: Vec<JobTuple> = on_pool!(&self.inner.pool, |p, _Db| {
+            let sql = format!(
+                "SELECT {JOB_COLS} FROM jobs WHERE status = 'queued' \
+                 ORDER BY next_attempt_ms, job_id LIMIT $1"
+            );
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(i64::from(limit))
+                .fetch_all(p)
+                .await
+                .map_err(StoreError::db("listing queued jobs"))?
+        });
+        rows.into_iter().map(decode_job).collect()
+    }
+
+    /// Appends one row to the audit log.
+    pub async fn append_audit(
+        &self,
+        job_id: &str,
+        time_ms: u64,
+        status: &str,
+        degraded: bool,
+        body: &serde_json::Value,
+    ) -> Result<()> {
+        let time = i64_of("time_ms", time_ms)?;
+        let body = serde_json::to_string(body).map_err(|e| StoreError::Invalid {
+            what: format!("audit of job {job_id}"),
+            detail: e.to_string(),
+        })?;
+        on_pool!(&self.inner.pool, |p, _Db| {
+            sqlx::query(
+                "INSERT INTO job_audit (job_id, time_ms, status, degraded, body) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(job_id)
+            .bind(time)
+            .bind(status)
+            .bind(degraded)
+            .bind(&body)
+            .execute(p)
+            .await
+            .map_err(StoreError::db("appending to the job audit log"))?;
+        });
+        Ok(())
+    }
+
+    /// The audit log, newest first, optionally only (non-)degraded jobs.
+    pub async fn audit(&self, degraded: Option<bool>, limit: u32) -> Result<Vec<AuditRecord>> {
+        type Row = (i64, String, i64, String, bool, String);
+        let rows: Vec<Row> = on_pool!(&self.inner.pool, |p, _Db| {
+            sqlx::query_as(
+                "SELECT seq, job_id, time_ms, status, degraded, body FROM job_audit \
+                 WHERE ($1 IS NULL OR degraded = $1) ORDER BY seq DESC LIMIT $2",
+            )
+            .bind(degraded)
+            .bind(i64::from(limit))
+            .fetch_all(p)
+            .await
+            .map_err(StoreError::db("reading the job audit log"))?
+        });
+        rows.into_iter()
+            .map(|(seq, job_id, time, status, degraded, body)| {
+                Ok(AuditRecord {
+                    seq: u64_of("job_audit", &job_id, seq)?,
+                    time_ms: u64_of("job_audit", &job_id, time)?,
+                    body: json_of("job_audit", &job_id, &body)?,
+                    job_id,
+                    status,
+                    degraded,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,422 @@
+//! The job runner: steps in order, each a tool call routed to a node by its
+//! target, retried and failed over as `hale_core::tools::decide` says.
+//!
+//! One step, top to bottom: resolve references to earlier results → order
+//! the candidate nodes for the target → call the first (its attempt gets
+//! half the step's remaining time when another node could take over, so a
+//! frozen node costs at most half) → on failure classify, record on the
+//! node's breaker, and ask the core whether to retry here (after backoff),
+//! move to the next node at once, or stop. Every attempt is a row of the
+//! job's timeline and an entry of its `execution_path`.
+
+use crate::Tools;
+use crate::model::{Attempt, Job, OfflineBehavior, StepOutcome, StepRequest, Target};
+use crate::nodes::{CallFailure, Node};
+use hale_core::event::EventKind;
+use hale_core::tools::{
+    self as rules, Candidate, FailedAttempt, StepDecision, StopReason, ToolError,
+};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How a run of a job's steps ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Every step succeeded.
+    Completed,
+    /// A step failed for good.
+    Failed,
+    /// A step found no node and its `offline_behavior` queues.
+    Queue {
+        ttl_seconds: u64,
+        retry_interval_seconds: u64,
+    },
+}
+
+/// The order in which nodes are tried for a step (indices into `nodes`).
+fn order(
+    tools: &Tools,
+    target: &Target,
+    nodes: &[Candidate<'_>],
+    first: bool,
+) -> Result<Vec<usize>, String> {
+    match target {
+        Target::Local { .. } => Ok(rules::order_local(nodes)),
+        Target::FailoverChain { nodes: chain } => Ok(rules::order_chain(chain, nodes)),
+        Target::LoadBalanced { min_nodes, .. } => {
+            let turn = tools.rr.fetch_add(1, Ordering::Relaxed);
+            let min = if first { *min_nodes } else { 1 };
+            rules::pick_balanced(nodes, min, turn).map_err(|e| {
+                format!(
+                    "load_balanced needs {} healthy node(s) offering the tool; {} available",
+                    e.min_nodes, e.healthy
+                )
+            })
+        }
+    }
+}
+
+fn failover_allowed(target: &Target) -> bool {
+    match target {
+        Target::Local { failover } | Target::LoadBalanced { failover, .. } => *failover,
+        Target::FailoverChain { .. } => true,
+    }
+}
+
+/// The candidates not yet tried, best first.
+fn candidates(
+    tools: &Tools,
+    step: &StepRequest,
+    tried: &[String],
+    first: bool,
+) -> Result<Vec<Arc<Node>>, String> {
+    let now = Instant::now();
+    let now_ms = crate::wall_ms();
+    let all: Vec<Arc<Node>> = tools
+        .registry
+        .snapshot()
+        .into_iter()
+        .filter(|n| !tried.iter().any(|t| t == n.name()))
+        .collect();
+    let view: Vec<Candidate<'_>> = all
+        .iter()
+        .map(|n| Candidate {
+            name: n.name(),
+            health: n.health(now, now_ms),
+            offers: n.offers(&step.tool_name),
+            in_flight: n.in_flight(),
+        })
+        .collect();
+    let idx = order(tools, &step.target, &view, first)?;
+    Ok(idx.into_iter().map(|i| all[i].clone()).collect())
+}
+
+/// Runs one call on `node` within `timeout`.
+async fn call(
+    tools: &Tools,
+    node: &Arc<Node>,
+    step: &StepRequest,
+    args: &Value,
+    timeout: Duration,
+    job_id: &str,
+) -> Result<Value, CallFailure> {
+    let _guard = node.start_call();
+    let fut = tools.call_node(
+        node,
+        &step.tool_name,
+        args,
+        timeout,
+        step.idempotency_key.as_deref(),
+        job_id,
+    );
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(CallFailure::timeout(timeout)),
+    }
+}
+
+/// Runs one step; appends its attempts to the job's timeline and path.
+pub async fn run_step(
+    tools: &Tools,
+    job: &mut Job,
+    step: &StepRequest,
+    args: Value,
+) -> StepOutcome {
+    let start = Instant::now();
+    let deadline = start + Duration::from_millis(step.timeout_ms);
+    let mut tried: Vec<String> = Vec::new();
+    let mut attempts: u32 = 0;
+    let mut same: Option<Arc<Node>> = None;
+    let mut failed_over = false;
+    let fail = |attempts: u32, error: ToolError, message: String, maybe: bool| StepOutcome {
+        step_id: step.step_id.clone(),
+        ok: false,
+        verified: false,
+        result: Value::Null,
+        node: None,
+        attempts,
+        maybe_executed: maybe,
+        error: Some(error),
+        message: Some(message),
+    };
+    loop {
+        let (node, left_after) = match same.take() {
+            Some(n) => {
+                let left = candidates(tools, step, &tried, false)
+                    .map(|c| c.iter().filter(|x| x.name() != n.name()).count())
+                    .unwrap_or(0);
+                (n, left)
+            }
+            None => match candidates(tools, step, &tried, attempts == 0) {
+                Ok(c) if !c.is_empty() => {
+                    let left = c.len() - 1;
+                    (c[0].clone(), left)
+                }
+                Ok(_) => {
+                    let msg = if attempts == 0 {
+                        format!("no node offering `{}` is available", step.tool_name)
+                    } else {
+                        format!("no other node offering `{}` is left", step.tool_name)
+                    };
+                    let error = if attempts == 0 {
+                        ToolError::NoNodeAvailable
+                    } else {
+                        last_error(job, &step.step_id).unwrap_or(ToolError::NoNodeAvailable)
+                    };
+                    return fail(attempts, error, msg, false);
+                }
+                Err(msg) => return fail(attempts, ToolError::NoNodeAvailable, msg, false),
+            },
+        };
+        let now = Instant::now();
+        let remaining = deadline.saturating_duration_since(now);
+        if remaining.is_zero() {
+            return fail(
+                attempts,
+                ToolError::NetworkTimeout,
+                format!("step timeout of {} ms passed", step.timeout_ms),
+                false,
+            );
+        }
+        let other_left = failover_allowed(&step.target) && left_after > 0;
+        let budget = rules::attempt_budget(remaining, if other_left { 2 } else { 1 });
+        attempts += 1;
+        let started_ms = crate::wall_ms();
+        let _ = node.admit(now);
+        let outcome = call(tools, &node, step, &args, budget, &job.job_id).await;
+        let latency = now.elapsed();
+        let outcome =
+            outcome.and_then(
+                |v| match node.tool(&step.tool_name).and_then(|t| t.output_schema) {
+                    Some(schema) => rules::validate_output(&schema, &v)
+                        .map(|()| (v, true))
+                        .map_err(|p| {
+                            CallFailure::invalid_output(format!(
+                                "output breaks the tool's schema: {p}"
+                            ))
+                        }),
+                    None => Ok((v, false)),
+                },
+            );
+        match outcome {
+            Ok((result, verified)) => {
+                node.record(Instant::now(), crate::wall_ms(), latency, None);
+                job.timeline.push(Attempt {
+                    step: step.step_id.clone(),
+                    node: node.name().to_owned(),
+                    timestamp: started_ms,
+                    duration_ms: latency.as_millis() as u64,
+                    status: "success".into(),
+                    error: None,
+                    message: None,
+                });
+                job.execution_path
+                    .push(format!("{} (success)", node.name()));
+                if attempts > 1 {
+                    let first_fail = job
+                        .timeline
+                        .iter()
+                        .rev()
+                        .find(|a| a.step == step.step_id && a.status != "success")
+                        .map(|a| {
+                            format!(
+                                "{} ({})",
+                                a.node,
+                                a.error.map(ToolError::outcome).unwrap_or("error")
+                            )
+                        })
+                        .unwrap_or_default();
+                    job.degrade(format!(
+                        "step {}: {} failed; served by {} after {attempts} attempts",
+                        step.step_id,
+                        first_fail,
+                        node.name()
+                    ));
+                }
+                tools
+                    .metrics
+                    .step(&step.tool_name, failed_over, attempts > 1, true);
+                return StepOutcome {
+                    step_id: step.step_id.clone(),
+                    ok: true,
+                    verified,
+                    result,
+                    node: Some(node.name().to_owned()),
+                    attempts,
+                    maybe_executed: false,
+                    error: None,
+                    message: None,
+                };
+            }
+            Err(f) => {
+                let error = rules::classify(&f.obs);
+                node.record(
+                    Instant::now(),
+                    crate::wall_ms(),
+                    latency,
+                    Some((error, f.retry_after)),
+                );
+                job.timeline.push(Attempt {
+                    step: step.step_id.clone(),
+                    node: node.name().to_owned(),
+                    timestamp: started_ms,
+                    duration_ms: latency.as_millis() as u64,
+                    status: "error".into(),
+                    error: Some(error),
+                    message: Some(f.message.clone()),
+                });
+                job.execution_path
+                    .push(format!("{} ({})", node.name(), error.outcome()));
+                let maybe = rules::maybe_executed(error, f.obs.transport, f.sent);
+                let safe = rules::safe_to_rerun(
+                    node.deterministic(&step.tool_name),
+                    step.idempotency_key.is_some(),
+                    step.retry_unsafe,
+                );
+                let decision = rules::decide(
+                    &step.retry,
+                    &FailedAttempt {
+                        error,
+                        retry_after: f.retry_after,
+                        attempts_made: attempts,
+                        maybe_executed: maybe,
+                        safe_to_rerun: safe,
+                        other_node_left: other_left,
+                    },
+                );
+                match decision {
+                    StepDecision::RetrySameNode { wait } => {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        if wait >= left {
+                            tools
+                                .metrics
+                                .step(&step.tool_name, failed_over, true, false);
+                            return fail(
+                                attempts,
+                                error,
+                                format!(
+                                    "{}; the step's timeout leaves no time for a retry",
+                                    f.message
+                                ),
+                                maybe,
+                            );
+                        }
+                        tokio::time::sleep(wait).await;
+                        same = Some(node);
+                    }
+                    StepDecision::NextNode => {
+                        failed_over = true;
+                        tools.metrics.failover_from(node.name());
+                        tools.emit(
+                            EventKind::JobFailedOver,
+                            json!({
+                                "job_id": job.job_id, "step_id": step.step_id, "from": node.name(),
+                                "error": error, "message": f.message,
+                            }),
+                        );
+                        tried.push(node.name().to_owned());
+                    }
+                    StepDecision::Stop(reason) => {
+                        tools
+                            .metrics
+                            .step(&step.tool_name, failed_over, true, false);
+                        let why = match reason {
+                            StopReason::NonRetryable => "not retryable",
+                            StopReason::AttemptsExhausted => "attempts exhausted",
+                            StopReason::MaybeExecuted => {
+                                "the call may have run on the node and the tool is not safe to re-run (retry_unsafe: false)"
+                            }
+                        };
+                        return fail(
+                            attempts,
+                            error,
+                            format!("{} ({why})", f.message),
+                            maybe && reason == StopReason::MaybeExecuted,
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn last_error(job: &Job, step: &str) -> Option<ToolError> {
+    job.timeline
+        .iter()
+        .rev()
+        .find(|a| a.step == step)
+        .and_then(|a| a.error)
+}
+
+/// Runs the job's remaining steps (those without an outcome yet).
+pub async fn run(tools: &Tools, job: &mut Job) -> RunEnd {
+    let steps = job.request.steps.clone();
+    for step in steps.iter().skip(job.steps.len()) {
+        let lookup = |id: &str| {
+            job.steps
+                .iter()
+                .find(|s| s.step_id == id && s.ok)
+                .map(|s| s.result.clone())
+        };
+        let args = match rules::resolve_refs(&step.arguments, &lookup) {
+            Ok(a) => a,
+            Err(msg) => {
+                job.steps.push(StepOutcome {
+                    step_id: step.step_id.clone(),
+                    ok: false,
+                    verified: false,
+                    result: Value::Null,
+                    node: None,
+                    attempts: 0,
+                    maybe_executed: false,
+                    error: Some(ToolError::InvalidInput),
+                    message: Some(msg.clone()),
+                });
+                job.error = Some(format!("step {}: {msg}", step.step_id));
+                return RunEnd::Failed;
+            }
+        };
+        let out = run_step(tools, job, step, args).await;
+        if out.ok {
+            job.result = out.result.clone();
+            job.steps.push(out);
+            continue;
+        }
+        let queueable = matches!(
+            out.error,
+            Some(ToolError::NoNodeAvailable | ToolError::NodeUnreachable)
+        ) && !out.maybe_executed;
+        if let (
+            OfflineBehavior::Queue {
+                ttl_seconds,
+                retry_interval_seconds,
+            },
+            true,
+        ) = (step.offline_behavior, queueable)
+        {
+            job.degrade(format!("step {}: no node available; queued", step.step_id));
+            return RunEnd::Queue {
+                ttl_seconds,
+                retry_interval_seconds,
+            };
+        }
+        tools.emit(
+            EventKind::JobStepFailed,
+            json!({
+                "job_id": job.job_id, "step_id": step.step_id, "error": out.error,
+                "message": out.message, "maybe_executed": out.maybe_executed,
+            }),
+        );
+        job.maybe_executed |= out.maybe_executed;
+        job.error = Some(format!(
+            "step {}: {}",
+            step.step_id,
+            out.message.clone().unwrap_or_default()
+        ));
+        job.steps.push(out);
+        return RunEnd::Failed;
+    }
+    RunEnd::Completed
+}
