@@ -107,6 +107,14 @@ pub async fn handle_chat(
                 return HaleError::idempotency_key_reused().into_response(dialect);
             }
             IdemStart::Fresh(guard) => Some(guard),
+            IdemStart::Unknown(e) => {
+                return HaleError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_unavailable",
+                    format!("cannot check the Idempotency-Key, so the call was not made: {e}"),
+                )
+                .into_response(dialect);
+            }
         },
     };
 
@@ -411,7 +419,12 @@ enum IdemStart {
     /// The key answered (or is answering) a request with another body.
     Reused,
     Fresh(IdemGuard),
+    /// The store could not be read: calling anyway could run the request twice.
+    Unknown(String),
 }
+
+/// Attempts at reading an idempotency key before the call is refused.
+const IDEMPOTENCY_READS: u32 = 3;
 
 /// Removes an in-flight idempotency key and wakes its waiters when dropped.
 pub struct IdemGuard {
@@ -438,32 +451,55 @@ impl Drop for IdemGuard {
 /// hash must be this one; a row stored before hashes were kept has none and
 /// is served as before.
 async fn idempotency_begin(gw: &Arc<Gateway>, key: &str, hash: &str) -> IdemStart {
+    // Order matters: the in-flight map first, then the store. A key leaves
+    // the map only after its answer is committed (`IdemGuard`), so a key not
+    // in the map is either new or readable in the store — checking the store
+    // first could miss a row committed just before the key left the map.
     loop {
-        if let Ok(Some(s)) = gw.store.idempotent(key).await {
-            return match s.request_hash {
-                Some(h) if h != hash => IdemStart::Reused,
-                Some(_) | None => IdemStart::Stored(s.response),
-            };
-        }
         let waiter = {
-            let mut map = gw.inflight.lock().expect("inflight lock");
+            let map = gw.inflight.lock().expect("inflight lock");
             match map.get(key) {
                 Some((h, _)) if h != hash => return IdemStart::Reused,
                 Some((_, rx)) => Some(rx.clone()),
-                None => {
-                    let (tx, rx) = tokio::sync::watch::channel(false);
-                    map.insert(key.to_owned(), (hash.to_owned(), rx));
-                    return IdemStart::Fresh(IdemGuard {
-                        gw: gw.clone(),
-                        key: key.to_owned(),
-                        done: tx,
-                    });
-                }
+                None => None,
             }
         };
         if let Some(mut rx) = waiter {
             let _ = rx.wait_for(|d| *d).await;
+            continue;
         }
+        // A read error is not "absent": retried briefly, then the call is
+        // refused rather than possibly made twice.
+        let mut read = gw.store.idempotent(key).await;
+        for n in 1..IDEMPOTENCY_READS {
+            if read.is_ok() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20 * u64::from(n))).await;
+            read = gw.store.idempotent(key).await;
+        }
+        match read {
+            Ok(Some(s)) => {
+                return match s.request_hash {
+                    Some(h) if h != hash => IdemStart::Reused,
+                    Some(_) | None => IdemStart::Stored(s.response),
+                };
+            }
+            Ok(None) => {}
+            Err(e) => return IdemStart::Unknown(e.to_string()),
+        }
+        let mut map = gw.inflight.lock().expect("inflight lock");
+        if map.contains_key(key) {
+            // Another request claimed the key meanwhile: wait for it.
+            continue;
+        }
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        map.insert(key.to_owned(), (hash.to_owned(), rx));
+        return IdemStart::Fresh(IdemGuard {
+            gw: gw.clone(),
+            key: key.to_owned(),
+            done: tx,
+        });
     }
 }
 

@@ -42,6 +42,11 @@ pub fn not_found(id: &str) -> Response {
     .into_response(Dialect::OpenAi)
 }
 
+/// The admin check, then 404 for an agent hale does not know.
+fn refusal(gw: &Gateway, peer: SocketAddr, headers: &HeaderMap, id: &str) -> Option<Response> {
+    admin_refusal(gw, peer, headers).or_else(|| (!gw.agent_known(id)).then(|| not_found(id)))
+}
+
 fn store_error(e: impl std::fmt::Display) -> Response {
     HaleError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
@@ -178,11 +183,8 @@ async fn show(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    if let Some(r) = admin_refusal(&gw, peer, &headers) {
+    if let Some(r) = refusal(&gw, peer, &headers, &id) {
         return r;
-    }
-    if !gw.agent_known(&id) {
-        return not_found(&id);
     }
     axum::Json(view(&gw, &id)).into_response()
 }
@@ -193,11 +195,8 @@ async fn pause(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    if let Some(r) = admin_refusal(&gw, peer, &headers) {
+    if let Some(r) = refusal(&gw, peer, &headers, &id) {
         return r;
-    }
-    if !gw.agent_known(&id) {
-        return not_found(&id);
     }
     operator_pause(&gw, &id, "paused by an operator").await
 }
@@ -228,11 +227,8 @@ async fn resume(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    if let Some(r) = admin_refusal(&gw, peer, &headers) {
+    if let Some(r) = refusal(&gw, peer, &headers, &id) {
         return r;
-    }
-    if !gw.agent_known(&id) {
-        return not_found(&id);
     }
     let ((was, cleared), rec) = gw.update_agent_rt(&id, |rt| {
         let was = rt.pause;
@@ -273,11 +269,8 @@ async fn reset_task(
     headers: HeaderMap,
     Path((id, task)): Path<(String, String)>,
 ) -> Response {
-    if let Some(r) = admin_refusal(&gw, peer, &headers) {
+    if let Some(r) = refusal(&gw, peer, &headers, &id) {
         return r;
-    }
-    if !gw.agent_known(&id) {
-        return not_found(&id);
     }
     let mut cleared = Vec::new();
     let had = gw.tasks.reset(&id, &task);
