@@ -12,7 +12,8 @@
 //! - [`runner`] — a job's steps, top to bottom;
 //! - [`mcp_front`] — hale as an MCP server at `/mcp`;
 //! - [`api`] — the axum handlers (`/jobs…`, `/nodes`), returned by
-//!   [`Tools::router`] for the gateway to merge behind its admin check;
+//!   [`Tools::admin_router`] for the gateway to merge behind its admin
+//!   check; `/mcp` comes from [`Tools::mcp_router`], behind any valid key;
 //! - [`Tools::spawn_background`] — the capability refresh (every 10 s, also
 //!   the node health check) and the store-and-forward queue.
 //!
