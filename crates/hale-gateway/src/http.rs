@@ -52,10 +52,20 @@ pub fn router(gw: Arc<Gateway>) -> Router {
 /// as the event stream and the dead letters), behind the edge every route
 /// shares: the body limit, JSON 404/405 fallbacks and [`shape_errors`].
 pub fn app(gw: Arc<Gateway>, admin_extra: Router) -> Router {
+    app_keyed(gw, admin_extra, Router::new())
+}
+
+/// [`app`] plus `keyed_extra`: routes any valid key may use (admin or
+/// agent-scoped, as the chat routes), such as the MCP front. The caller's
+/// scope is put in the request's extensions as a [`KeyScope`] (`Admin` for
+/// an admin key or a trusted loopback caller) for the route to honour.
+pub fn app_keyed(gw: Arc<Gateway>, admin_extra: Router, keyed_extra: Router) -> Router {
     let limit = gw.cfg.limits.max_request_bytes;
     let guarded = admin_extra.layer(axum::middleware::from_fn_with_state(gw.clone(), admin_only));
+    let keyed = keyed_extra.layer(axum::middleware::from_fn_with_state(gw.clone(), any_key));
     router(gw)
         .merge(guarded)
+        .merge(keyed)
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(axum::middleware::from_fn_with_state(limit, shape_errors))
@@ -73,6 +83,17 @@ pub async fn serve_with(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_keyed(gw, admin_extra, Router::new(), listener, shutdown).await
+}
+
+/// [`serve_with`] plus routes any valid key may use (see [`app_keyed`]).
+pub async fn serve_keyed(
+    gw: Arc<Gateway>,
+    admin_extra: Router,
+    keyed_extra: Router,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     use axum::serve::ListenerExt;
     if let Some(refusal) = access::exposure_refusal(&gw.cfg.auth, listener.local_addr()?) {
         return Err(std::io::Error::new(
@@ -80,7 +101,7 @@ pub async fn serve_with(
             refusal,
         ));
     }
-    let app = app(gw, admin_extra);
+    let app = app_keyed(gw, admin_extra, keyed_extra);
     // Small SSE frames and short answers must not wait for Nagle's algorithm
     // (~40 ms per response with delayed ACKs on the caller's side).
     let listener = listener.tap_io(|tcp| {
@@ -173,6 +194,27 @@ async fn admin_only(
     match admin_refusal(&gw, peer, req.headers()) {
         Some(refusal) => refusal,
         None => next.run(req).await,
+    }
+}
+
+/// Refuses a request without a valid key (when keys are configured); passes
+/// the caller's scope on as a [`KeyScope`] extension.
+async fn any_key(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match authorize(&gw, peer, req.headers(), false) {
+        Ok(caller) => {
+            let scope = match caller.agents {
+                None => KeyScope::Admin,
+                Some(list) => KeyScope::Agents(list),
+            };
+            req.extensions_mut().insert(scope);
+            next.run(req).await
+        }
+        Err(e) => e.into_response(Dialect::OpenAi),
     }
 }
 
@@ -350,6 +392,7 @@ async fn metrics(
         gw.metrics.dead_letters.set(d.len() as i64);
     }
     gw.metrics.refresh_sinks();
+    gw.metrics.refresh_tools();
     (
         [(
             "content-type",

@@ -144,6 +144,35 @@ pub type SinkSample = hale_core::delivery::SinkStatus;
 /// from (the event relays live outside the gateway; the binary plugs them in).
 pub type SinkSource = Box<dyn Fn() -> (Vec<SinkSample>, u64) + Send + Sync>;
 
+/// Labels of the tool-job gauges: a node (from the config or an admin's
+/// registration) and/or a tool (capped by the tools runtime, the rest
+/// folded into one label); the one a series is not about is empty.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolLabels {
+    pub node: String,
+    pub tool: String,
+}
+
+/// One tool node's figures (DESIGN §7).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolNodeSample {
+    pub node: String,
+    pub availability: f64,
+    pub failover_rate: f64,
+}
+
+/// One tool's figures (DESIGN §7).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSample {
+    pub tool: String,
+    pub failover_rate: f64,
+    pub degraded_percentage: f64,
+}
+
+/// Where `/metrics` reads the tool jobs' figures from (the tools runtime
+/// lives outside the gateway; the binary plugs it in).
+pub type ToolSource = Box<dyn Fn() -> (Vec<ToolNodeSample>, Vec<ToolSample>) + Send + Sync>;
+
 /// Every metric hale exports.
 pub struct Metrics {
     registry: Registry,
@@ -182,6 +211,13 @@ pub struct Metrics {
     pub sink_oldest_undelivered_age: Family<SinkLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub sink_dead_letters: Family<SinkLabels, Gauge>,
     sink_source: std::sync::OnceLock<SinkSource>,
+    /// Tool nodes' availability (1 − faults / calls and health checks).
+    pub node_availability: Family<ToolLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Share of calls moved to another node, per node and per tool.
+    pub failover_rate: Family<ToolLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Percentage of a tool's steps served degraded.
+    pub degraded_percentage: Family<ToolLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    tool_source: std::sync::OnceLock<ToolSource>,
     bounds: LabelBounds,
 }
 
@@ -344,6 +380,24 @@ impl Metrics {
             "Events of the sink in the dead-letter table",
             sink_dead_letters.clone(),
         );
+        let node_availability = Family::default();
+        registry.register(
+            "node_availability",
+            "Tool node availability: 1 - faults / (calls + health checks)",
+            node_availability.clone(),
+        );
+        let failover_rate = Family::default();
+        registry.register(
+            "failover_rate",
+            "Share of tool calls moved to another node, per node or per tool",
+            failover_rate.clone(),
+        );
+        let degraded_percentage = Family::default();
+        registry.register(
+            "degraded_percentage",
+            "Percentage of a tool's steps served degraded",
+            degraded_percentage.clone(),
+        );
         Self {
             registry,
             turns,
@@ -371,6 +425,10 @@ impl Metrics {
             sink_oldest_undelivered_age,
             sink_dead_letters,
             sink_source: std::sync::OnceLock::new(),
+            node_availability,
+            failover_rate,
+            degraded_percentage,
+            tool_source: std::sync::OnceLock::new(),
             bounds: LabelBounds::default(),
         }
     }
@@ -378,6 +436,41 @@ impl Metrics {
     /// Plugs in the event relays' figures (once).
     pub fn set_sink_source(&self, source: SinkSource) {
         let _ = self.sink_source.set(source);
+    }
+
+    /// Plugs in the tool jobs' figures (once).
+    pub fn set_tool_source(&self, source: ToolSource) {
+        let _ = self.tool_source.set(source);
+    }
+
+    /// Copies the tool jobs' figures into the gauges (at scrape time); a
+    /// node no longer registered loses its series.
+    pub fn refresh_tools(&self) {
+        let Some(source) = self.tool_source.get() else {
+            return;
+        };
+        let (nodes, tools) = source();
+        self.node_availability.clear();
+        self.failover_rate.clear();
+        self.degraded_percentage.clear();
+        for n in nodes {
+            let l = ToolLabels {
+                node: n.node,
+                tool: String::new(),
+            };
+            self.node_availability.get_or_create(&l).set(n.availability);
+            self.failover_rate.get_or_create(&l).set(n.failover_rate);
+        }
+        for t in tools {
+            let l = ToolLabels {
+                node: String::new(),
+                tool: t.tool,
+            };
+            self.failover_rate.get_or_create(&l).set(t.failover_rate);
+            self.degraded_percentage
+                .get_or_create(&l)
+                .set(t.degraded_percentage);
+        }
     }
 
     /// The sinks' status and the shed count, if the relays are plugged in.

@@ -30,8 +30,20 @@ pub const DEFAULT_LIST: u32 = 100;
 pub const MAX_LEASE_SECONDS: u64 = 3600;
 
 impl Tools {
-    /// The routes, for the gateway to merge behind its admin check.
+    /// Every route, the MCP front included (tests, embedders).
     pub fn router(self: &Arc<Self>) -> Router {
+        self.admin_router().merge(self.mcp_router())
+    }
+
+    /// The MCP front alone, at `/mcp`.
+    pub fn mcp_router(self: &Arc<Self>) -> Router {
+        Router::new().nest_service("/mcp", self.mcp_service(self.mcp_allowed_hosts.clone()))
+    }
+
+    /// The admin routes only (`/jobs…`, `/nodes`), without the MCP front:
+    /// `hale serve` puts these behind the admin check and `/mcp` behind
+    /// any valid key.
+    pub fn admin_router(self: &Arc<Self>) -> Router {
         Router::new()
             .route("/jobs", post(submit).get(list))
             .route("/jobs/audit", get(audit))
@@ -39,7 +51,6 @@ impl Tools {
             .route("/jobs/{id}", get(show).delete(cancel))
             .route("/nodes", post(register).get(nodes))
             .with_state(self.clone())
-            .nest_service("/mcp", self.mcp_service(self.mcp_allowed_hosts.clone()))
     }
 }
 

@@ -12,7 +12,8 @@
 //! - [`runner`] — a job's steps, top to bottom;
 //! - [`mcp_front`] — hale as an MCP server at `/mcp`;
 //! - [`api`] — the axum handlers (`/jobs…`, `/nodes`), returned by
-//!   [`Tools::router`] for the gateway to merge behind its admin check;
+//!   [`Tools::admin_router`] for the gateway to merge behind its admin
+//!   check; `/mcp` comes from [`Tools::mcp_router`], behind any valid key;
 //! - [`Tools::spawn_background`] — the capability refresh (every 10 s, also
 //!   the node health check) and the store-and-forward queue.
 //!
@@ -67,6 +68,10 @@ pub struct Tools {
     pub refresh_every: Duration,
     /// Host headers the MCP front accepts (empty: any).
     pub mcp_allowed_hosts: Vec<String>,
+    /// `guard.tool_caps`: calls of a tool allowed per agent and task on `/mcp`.
+    pub tool_caps: std::collections::BTreeMap<String, u64>,
+    /// Calls counted against `tool_caps`, per (agent, task, tool).
+    cap_counts: std::sync::Mutex<std::collections::HashMap<(String, String, String), u64>>,
 }
 
 /// Why a submission was refused.
@@ -104,7 +109,27 @@ impl Tools {
             rr: AtomicU64::new(0),
             refresh_every: rules::CAPABILITY_REFRESH,
             mcp_allowed_hosts: allowed_hosts(cfg.listen),
+            tool_caps: cfg.guard.tool_caps.clone(),
+            cap_counts: Default::default(),
         }))
+    }
+
+    /// Counts one call of `tool` for `agent`'s `task` against the tool's
+    /// cap (`guard.tool_caps`, DESIGN §1 step 4). `Err(cap)`: the cap is
+    /// reached and the call must not run (it is not counted).
+    pub fn take_tool_call(&self, agent: &str, task: &str, tool: &str) -> Result<(), u64> {
+        let Some(&cap) = self.tool_caps.get(tool) else {
+            return Ok(());
+        };
+        let mut counts = self.cap_counts.lock().unwrap_or_else(|e| e.into_inner());
+        let n = counts
+            .entry((agent.to_owned(), task.to_owned(), tool.to_owned()))
+            .or_default();
+        if *n >= cap {
+            return Err(cap);
+        }
+        *n += 1;
+        Ok(())
     }
 
     /// Records an event through the outbox (group-committed, no wait).
@@ -174,12 +199,24 @@ impl Tools {
     /// Submits a job: validates it, honours an existing `job_id`, runs it
     /// (or queues it) and returns its evidence.
     pub async fn submit(&self, req: JobRequest) -> Result<Submitted, SubmitError> {
+        self.submit_as(req, None, None).await
+    }
+
+    /// [`Tools::submit`] on behalf of an agent and task (recorded on the job).
+    pub async fn submit_as(
+        &self,
+        req: JobRequest,
+        agent: Option<String>,
+        task: Option<String>,
+    ) -> Result<Submitted, SubmitError> {
         let problems = req.problems();
         if !problems.is_empty() {
             return Err(SubmitError::Invalid(problems));
         }
         let now_ms = wall_ms();
         let mut job = Job::new(req, now_ms);
+        job.agent = agent;
+        job.task = task;
         let rec = record(&job, None);
         if let Some(existing) = self
             .store

@@ -14,9 +14,22 @@
 //! A call's evidence (job id, degraded, execution path) is in the result's
 //! `_meta` under `hale/…`; a failed job is a tool error result (`isError`)
 //! whose text names the failure, so the agent's model can read it.
+//!
+//! Agent and task: `X-Hale-Agent` and `X-Hale-Task` work as on the chat
+//! routes (checked with `hale_core::ids::valid_label`; a bad one is an
+//! invalid-params error). The agent defaults to the key's first agent; an
+//! agent-scoped key (its scope is the `KeyScope` the gateway's auth layer
+//! puts in the request's extensions) may act only as its agents. The task
+//! defaults to the MCP session. Both are recorded on the job. A call of a
+//! tool with a cap in `guard.tool_caps` counts against it per (agent,
+//! task, tool); a call past the cap is refused with an error naming
+//! `safety_limit` before any node is called. The count is hale-tools' own:
+//! the chat guard counts the tool calls a model asks for, this one the
+//! calls made through `/mcp`.
 
 use crate::Tools;
 use crate::model::{JobRequest, StepRequest, Target};
+use hale_core::config::{DEFAULT_AGENT, KeyScope};
 use hale_core::tools::{front_name, split_front_name};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
@@ -36,6 +49,65 @@ use std::time::Instant;
 #[derive(Clone)]
 pub struct Front {
     tools: Arc<Tools>,
+}
+
+/// Header naming the agent (as on the chat routes).
+pub const AGENT_HEADER: &str = "x-hale-agent";
+/// Header naming the task (as on the chat routes).
+pub const TASK_HEADER: &str = "x-hale-task";
+
+/// An agent or task header: absent or blank is `None`; a bad one is an
+/// invalid-params error naming the header.
+fn label_header(
+    parts: Option<&axum::http::request::Parts>,
+    name: &str,
+) -> Result<Option<String>, ErrorData> {
+    let Some(v) = parts.and_then(|p| p.headers.get(name)) else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        ErrorData::new(
+            ErrorCode::INVALID_PARAMS,
+            format!("header {name} {why}"),
+            None,
+        )
+    };
+    let s = std::str::from_utf8(v.as_bytes()).map_err(|_| bad("is not UTF-8"))?;
+    hale_core::ids::valid_label(s).map_err(|e| bad(&e.to_string()))?;
+    let s = s.trim_matches(' ');
+    Ok((!s.is_empty()).then(|| s.to_owned()))
+}
+
+/// The agent and task of a call (see the module doc).
+fn identity(parts: Option<&axum::http::request::Parts>) -> Result<(String, String), ErrorData> {
+    let agent = label_header(parts, AGENT_HEADER)?;
+    let task = label_header(parts, TASK_HEADER)?;
+    let scope = parts.and_then(|p| p.extensions.get::<KeyScope>());
+    let allowed = match scope {
+        Some(KeyScope::Agents(list)) => Some(list.as_slice()),
+        Some(KeyScope::Admin) | None => None,
+    };
+    let agent = agent
+        .or_else(|| allowed.and_then(|l| l.first().cloned()))
+        .unwrap_or_else(|| DEFAULT_AGENT.to_owned());
+    if let Some(list) = allowed
+        && !list.iter().any(|a| a == &agent)
+    {
+        return Err(ErrorData::new(
+            ErrorCode::INVALID_REQUEST,
+            format!("forbidden: this key may not act as agent {agent}"),
+            Some(json!({"type": "forbidden"})),
+        ));
+    }
+    let task = task
+        .or_else(|| {
+            parts
+                .and_then(|p| p.headers.get("mcp-session-id"))
+                .and_then(|v| v.to_str().ok())
+                .map(|s| format!("mcp-session:{s}"))
+        })
+        .unwrap_or_default();
+    Ok((agent, task))
 }
 
 fn object(v: &Value) -> Arc<serde_json::Map<String, Value>> {
@@ -108,8 +180,10 @@ impl ServerHandler for Front {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let parts = context.extensions.get::<axum::http::request::Parts>();
+        let (agent, task) = identity(parts)?;
         let name = request.name.to_string();
         let nodes: Vec<String> = self
             .tools
@@ -126,6 +200,15 @@ impl ServerHandler for Front {
             },
             None => Target::Local { failover: true },
         };
+        if let Err(cap) = self.tools.take_tool_call(&agent, &task, tool) {
+            return Err(ErrorData::new(
+                ErrorCode::INVALID_REQUEST,
+                format!(
+                    "safety_limit: tool {tool} reached its cap of {cap} calls for this task (guard.tool_caps)"
+                ),
+                Some(json!({"type": "safety_limit", "tool": tool, "cap": cap})),
+            ));
+        }
         let idempotency_key = request
             .meta
             .as_ref()
@@ -148,7 +231,8 @@ impl ServerHandler for Front {
                 idempotency_key,
             }],
         };
-        let job = match self.tools.submit(req).await {
+        let task = (!task.is_empty()).then_some(task);
+        let job = match self.tools.submit_as(req, Some(agent), task).await {
             Ok(s) => s.job,
             Err(crate::SubmitError::Invalid(p)) => {
                 return Err(ErrorData::new(

@@ -5,7 +5,7 @@
 //! Labels stay bounded: node names come from the config or an admin's
 //! registration; tool names come from nodes and from jobs, so at most
 //! [`MAX_TOOL_LABELS`] distinct tools are counted and the rest share the
-//! label `_other`.
+//! label `other`.
 
 use crate::nodes::Node;
 use serde_json::{Value, json};
@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
-/// Distinct tool names counted before the rest share `_other`.
+/// Distinct tool names counted before the rest share `other`.
 pub const MAX_TOOL_LABELS: usize = 256;
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -44,7 +44,7 @@ impl Metrics {
         let key = if m.contains_key(tool) || m.len() < MAX_TOOL_LABELS {
             tool.to_owned()
         } else {
-            "_other".to_owned()
+            "other".to_owned()
         };
         let c = m.entry(key).or_default();
         c.steps += 1;

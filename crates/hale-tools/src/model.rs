@@ -236,6 +236,12 @@ pub struct Job {
     pub job_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow_id: Option<String>,
+    /// The agent the job ran for (`X-Hale-Agent` or the key's default, on `/mcp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The task it belongs to (`X-Hale-Task` or the MCP session, on `/mcp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
     pub status: JobStatus,
     pub ok: bool,
     /// Every step's result was verified against an output schema.
@@ -267,6 +273,8 @@ impl Job {
         Job {
             job_id: request.job_id.clone(),
             workflow_id: request.workflow_id.clone(),
+            agent: None,
+            task: None,
             status: JobStatus::Running,
             ok: false,
             verified: false,

@@ -230,3 +230,93 @@ async fn tools_with_clashing_schemas_are_listed_per_node_and_called_on_that_node
     let _ = client.cancel().await;
     h.stop().await;
 }
+
+/// An rmcp client of hale's `/mcp` sending `headers` on every request.
+async fn mcp_client(
+    url: &str,
+    headers: &[(&str, &str)],
+) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
+    use rmcp::ServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let mut map = reqwest::header::HeaderMap::new();
+    for (k, v) in headers {
+        map.insert(
+            reqwest::header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    let http = reqwest::Client::builder()
+        .default_headers(map)
+        .build()
+        .unwrap();
+    let transport = StreamableHttpClientTransport::with_client(
+        http,
+        StreamableHttpClientTransportConfig::with_uri(format!("{url}/mcp")),
+    );
+    ().serve(transport).await.expect("MCP session with hale")
+}
+
+#[tokio::test]
+async fn mcp_calls_past_a_tool_cap_are_refused_as_safety_limit_without_calling_a_node() {
+    use rmcp::model::CallToolRequestParams;
+    let dir = tempfile::tempdir().unwrap();
+    let a = node().await;
+    let h = hale_with(dir.path(), vec![http_node("node_a", &a.url)], false, |c| {
+        c.guard.tool_caps.insert("echo".into(), 2);
+    })
+    .await;
+    let headers = [("x-hale-agent", "coder"), ("x-hale-task", "fix-bug-7")];
+    let client = mcp_client(&h.url, &headers).await;
+    for _ in 0..2 {
+        let res = client
+            .call_tool(CallToolRequestParams::new("echo"))
+            .await
+            .unwrap();
+        assert_eq!(res.is_error, Some(false));
+    }
+    let err = client
+        .call_tool(CallToolRequestParams::new("echo"))
+        .await
+        .expect_err("the third call is past the cap");
+    assert!(err.to_string().contains("safety_limit"), "{err}");
+    assert_eq!(a.calls("echo").await, 2, "the refused call reached no node");
+    // Another task of the same agent has its own count; uncapped tools are free.
+    let other = mcp_client(&h.url, &[("x-hale-agent", "coder"), ("x-hale-task", "t2")]).await;
+    let res = other
+        .call_tool(CallToolRequestParams::new("echo"))
+        .await
+        .unwrap();
+    assert_eq!(res.is_error, Some(false));
+    // The agent and task are on the job, in the audit log.
+    let (_, audit) = h.get("/jobs/audit").await;
+    let rows = audit["audit"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{audit}");
+    assert!(
+        rows.iter()
+            .any(|r| r.to_string().contains(r#""agent":"coder""#)
+                && r.to_string().contains(r#""task":"fix-bug-7""#)),
+        "{audit}"
+    );
+    let _ = client.cancel().await;
+    let _ = other.cancel().await;
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_agent_header_on_mcp_is_an_error_naming_the_header() {
+    use rmcp::model::CallToolRequestParams;
+    let dir = tempfile::tempdir().unwrap();
+    let a = node().await;
+    let h = hale(dir.path(), vec![http_node("node_a", &a.url)], false).await;
+    let long = "a".repeat(hale_core::ids::MAX_LABEL_BYTES + 1);
+    let client = mcp_client(&h.url, &[("x-hale-agent", long.as_str())]).await;
+    let err = client
+        .call_tool(CallToolRequestParams::new("echo"))
+        .await
+        .expect_err("a bad agent header is refused");
+    assert!(err.to_string().contains("x-hale-agent"), "{err}");
+    assert_eq!(a.calls("echo").await, 0);
+    let _ = client.cancel().await;
+    h.stop().await;
+}

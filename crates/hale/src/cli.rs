@@ -383,11 +383,17 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
         t2.queue_loop(token2).await;
         Ok(())
     });
-    let events = events.merge(tools.router());
+    let events = events.merge(tools.admin_router());
+    // `/mcp` takes any valid key (an agent key acts as its agents only).
+    let keyed = tools.mcp_router();
+    let metric_tools = tools.clone();
+    gw.metrics
+        .set_tool_source(Box::new(move || tool_samples(&metric_tools)));
     let gw_at_exit = gw.clone();
-    let mut server = tokio::spawn(hale_gateway::http::serve_with(
+    let mut server = tokio::spawn(hale_gateway::http::serve_keyed(
         gw,
         events,
+        keyed,
         listener,
         async {
             let _ = stop_rx.await;
@@ -456,4 +462,42 @@ pub async fn shutdown_signal() {
         _ = ctrl_c => {},
         _ = term => {},
     }
+}
+
+/// The tool jobs' figures for `/metrics`, from the runtime's JSON snapshot
+/// (the one `GET /jobs/metrics` serves): node names come from the config or
+/// registrations, tool names are capped by the runtime.
+fn tool_samples(
+    tools: &hale_tools::Tools,
+) -> (
+    Vec<hale_gateway::metrics::ToolNodeSample>,
+    Vec<hale_gateway::metrics::ToolSample>,
+) {
+    use hale_gateway::metrics::{ToolNodeSample, ToolSample};
+    let nodes = tools.registry.snapshot();
+    let snap = tools
+        .metrics
+        .snapshot(&nodes, std::time::Instant::now(), hale_tools::wall_ms());
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    let node_samples = snap["nodes"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, v)| ToolNodeSample {
+            node: name.clone(),
+            availability: f(v, "node_availability"),
+            failover_rate: f(v, "failover_rate"),
+        })
+        .collect();
+    let tool_samples = snap["tools"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, v)| ToolSample {
+            tool: name.clone(),
+            failover_rate: f(v, "failover_rate"),
+            degraded_percentage: f(v, "degraded_percentage"),
+        })
+        .collect();
+    (node_samples, tool_samples)
 }

@@ -131,6 +131,45 @@ tool_nodes:
         json!(["local:node_a (capacity_exceeded)", "local:node_b (success)"])
     );
 
+    // The same figures as Prometheus gauges, labelled by node and by tool.
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let gauge = |prefix: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in /metrics:\n{text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        gauge(r#"hale_failover_rate{node="local:node_a",tool=""}"#),
+        1.0
+    );
+    assert_eq!(
+        gauge(r#"hale_failover_rate{node="local:node_b",tool=""}"#),
+        0.0
+    );
+    assert_eq!(
+        gauge(r#"hale_node_availability{node="local:node_b",tool=""}"#),
+        1.0
+    );
+    assert!(gauge(r#"hale_node_availability{node="local:node_a",tool=""}"#) < 1.0);
+    assert_eq!(
+        gauge(r#"hale_failover_rate{node="",tool="unit_convert"}"#),
+        1.0
+    );
+    assert_eq!(
+        gauge(r#"hale_degraded_percentage{node="",tool="unit_convert"}"#),
+        100.0
+    );
+
     let (ok, out, _) = cli(&[&["jobs", "show", "cli-1"][..], &url_arg].concat(), None);
     assert!(ok);
     assert_eq!(
@@ -167,4 +206,113 @@ tool_nodes:
     assert!(err.contains("steps must hold"), "{err}");
     drop(serve);
     drop(nodes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_key_lists_tools_over_mcp_but_not_the_jobs_api_and_no_key_is_401() {
+    use rmcp::ServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let node_url = format!("http://{listen}");
+    let mut node = Proc::spawn(&["chaos", "--listen", &listen], dir.path(), "node");
+    wait_ready(
+        &http,
+        &format!("{node_url}/tools"),
+        &mut node,
+        Duration::from_secs(20),
+    )
+    .await;
+    let port = free_port();
+    let yaml = format!(
+        "\
+listen: 127.0.0.1:{port}
+data_dir: {data}
+providers:
+  - {{name: p, kind: openai, base_url: {node_url}/v1, default_model: m}}
+agents:
+  coder: {{}}
+auth:
+  keys:
+    - {{name: ops, token_env: HALE_T_ADMIN, scope: admin}}
+    - {{name: coder, token_env: HALE_T_CODER, agents: [coder]}}
+tool_nodes:
+  - {{name: n1, kind: http, url: \"{node_url}\"}}
+",
+        data = dir.path().join("data").display(),
+    );
+    let cfg = dir.path().join("hale.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    let cfg_arg = cfg.to_string_lossy().into_owned();
+    let mut serve = Proc::spawn_env(
+        &["serve", "--config", &cfg_arg],
+        dir.path(),
+        "serve",
+        &[
+            ("HALE_T_ADMIN", "admin-secret"),
+            ("HALE_T_CODER", "coder-secret"),
+        ],
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(
+        &http,
+        &format!("{base}/live"),
+        &mut serve,
+        Duration::from_secs(30),
+    )
+    .await;
+    // No key: 401 before any MCP handling.
+    let r = http
+        .post(format!("{base}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // The agent key may not use the admin jobs API.
+    let r = http
+        .get(format!("{base}/jobs"))
+        .bearer_auth("coder-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // The agent key lists the node's tools over /mcp.
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("authorization", "Bearer coder-secret".parse().unwrap());
+    let client = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap();
+    let transport = StreamableHttpClientTransport::with_client(
+        client,
+        StreamableHttpClientTransportConfig::with_uri(format!("{base}/mcp")),
+    );
+    let session = ().serve(transport).await.expect("MCP session with an agent key");
+    let mut names = Vec::new();
+    for _ in 0..200 {
+        names = session
+            .list_all_tools()
+            .await
+            .unwrap()
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        if !names.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        names.contains(&"echo".to_owned()),
+        "{names:?}\n{}",
+        serve.stderr()
+    );
+    let _ = session.cancel().await;
+    drop(serve);
+    drop(node);
 }

@@ -81,8 +81,19 @@ pub struct Hale {
 /// The tools runtime over a SQLite store in `dir`, served on loopback,
 /// capabilities refreshed once; background tasks only when `background`.
 pub async fn hale(dir: &Path, nodes: Vec<ToolNodeConfig>, background: bool) -> Hale {
+    hale_with(dir, nodes, background, |_| {}).await
+}
+
+/// [`hale`] with the config adjusted by `adjust`.
+pub async fn hale_with(
+    dir: &Path,
+    nodes: Vec<ToolNodeConfig>,
+    background: bool,
+    adjust: impl FnOnce(&mut Config),
+) -> Hale {
     let mut cfg = Config::with_providers(Vec::new());
     cfg.tool_nodes = nodes;
+    adjust(&mut cfg);
     let store = Store::open_sqlite(dir, StoreOptions::default())
         .await
         .unwrap();

@@ -35,10 +35,16 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(args: &[&str], dir: &Path, name: &str) -> Proc {
+        Self::spawn_env(args, dir, name, &[])
+    }
+
+    /// [`Proc::spawn`] with extra environment variables.
+    pub fn spawn_env(args: &[&str], dir: &Path, name: &str, envs: &[(&str, &str)]) -> Proc {
         let stderr_path = dir.join(format!("{name}.stderr"));
         let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
         let child = Command::new(hale_bin())
             .args(args)
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
