@@ -764,4 +764,23 @@ pub struct ToolNodeConfig {
     pub deterministic: Vec<String>,
     /// Free-form labels shown by `GET /nodes`.
     pub metadata: BTreeMap<String, String>,
+    /// This node's breaker numbers over [`crate::tools::node_breaker_config`].
+    pub breaker: NodeBreakerConfig,
+}
+
+/// A tool node's own breaker numbers (`tool_nodes[].breaker`, or `breaker`
+/// of `POST /nodes`); an unset one keeps the default of
+/// [`crate::tools::node_breaker_config`], where the defaults live.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeBreakerConfig {
+    /// Consecutive node faults that open the breaker (≥ 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_threshold: Option<u32>,
+    /// Seconds the breaker stays open before a trial (≥ 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
+    /// Trial calls admitted while half-open (≥ 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub half_open_requests: Option<u32>,
 }

@@ -699,6 +699,48 @@ pub fn attempt_budget(remaining: Duration, candidates_left: usize) -> Duration {
     }
 }
 
+/// Extra time, after the step timeouts a job still had, before a job found
+/// `running` in the store counts as interrupted (its process died): enough
+/// for a health check and store writes of a live peer sharing the store.
+pub const INTERRUPTED_GRACE: Duration = Duration::from_secs(30);
+
+/// What becomes of a job found `running` in the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupted {
+    /// Its step timeouts (plus the grace) have not passed since its last
+    /// write: a live process may still be running it. Left alone.
+    StillRunning,
+    /// The step that was running is safe to re-run: queued again.
+    Requeue,
+    /// The step may have executed and is not safe to re-run: failed, with
+    /// `maybe_executed`. Never silently re-run.
+    Fail,
+}
+
+/// Decides for a job left `running`: `updated_ms` is its last write,
+/// `remaining_timeout_ms` the sum of the timeouts of the step that was
+/// running and those after it, `safe` whether that step may run again
+/// ([`safe_to_rerun`]).
+pub fn interrupted_action(
+    updated_ms: u64,
+    remaining_timeout_ms: u64,
+    grace: Duration,
+    now_ms: u64,
+    safe: bool,
+) -> Interrupted {
+    let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+    let dead_after = updated_ms
+        .saturating_add(remaining_timeout_ms)
+        .saturating_add(grace_ms);
+    if now_ms < dead_after {
+        Interrupted::StillRunning
+    } else if safe {
+        Interrupted::Requeue
+    } else {
+        Interrupted::Fail
+    }
+}
+
 /// A node's breaker: ejected after 3 consecutive node faults (or 5 within a
 /// minute), one trial after 10 s. Which failures count is decided by
 /// [`ToolError::node_fault`] before recording, so every class counts here.
@@ -708,6 +750,25 @@ pub fn node_breaker_config() -> crate::config::BreakerConfig {
         counted_classes: ErrorClass::ALL.to_vec(),
         ..crate::config::BreakerConfig::default()
     }
+}
+
+/// [`node_breaker_config`] with a node's own numbers over it:
+/// `failure_threshold` → consecutive faults that trip, `timeout_seconds` →
+/// `half_open_after`, `half_open_requests` → trials while half-open.
+pub fn node_breaker_config_for(
+    own: &crate::config::NodeBreakerConfig,
+) -> crate::config::BreakerConfig {
+    let mut b = node_breaker_config();
+    if let Some(n) = own.failure_threshold {
+        b.consecutive_failures = Some(n);
+    }
+    if let Some(s) = own.timeout_seconds {
+        b.half_open_after = std::time::Duration::from_secs(s);
+    }
+    if let Some(n) = own.half_open_requests {
+        b.half_open_requests = n;
+    }
+    b
 }
 
 /// Replaces references to earlier steps' results in a step's arguments: a

@@ -77,6 +77,7 @@ async fn main() -> anyhow::Result<()> {
         url: node_url.clone(),
         deterministic: Vec::new(),
         metadata: Default::default(),
+        breaker: Default::default(),
     }];
     let store = Store::open_sqlite(dir.path(), StoreOptions::default()).await?;
     let tools = Tools::new(&cfg, store.clone())?;

@@ -14,7 +14,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use hale_core::config::{ToolNodeConfig, ToolNodeKind};
+use hale_core::config::{NodeBreakerConfig, ToolNodeConfig, ToolNodeKind};
 use hale_core::tools::{DEFAULT_LEASE_SECONDS, JobStatus, MAX_ID_LEN};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -238,6 +238,8 @@ struct Registration {
     deterministic: Vec<String>,
     #[serde(default)]
     metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    breaker: NodeBreakerConfig,
     lease_seconds: Option<u64>,
 }
 
@@ -268,6 +270,21 @@ async fn register(State(t): State<Arc<Tools>>, body: axum::body::Bytes) -> Respo
     if lease == 0 || lease > MAX_LEASE_SECONDS {
         problems.push(format!("lease_seconds must be 1 to {MAX_LEASE_SECONDS}"));
     }
+    for (key, v) in [
+        (
+            "failure_threshold",
+            r.breaker.failure_threshold.map(u64::from),
+        ),
+        ("timeout_seconds", r.breaker.timeout_seconds),
+        (
+            "half_open_requests",
+            r.breaker.half_open_requests.map(u64::from),
+        ),
+    ] {
+        if v == Some(0) {
+            problems.push(format!("breaker.{key} must be at least 1"));
+        }
+    }
     if !problems.is_empty() {
         return error(
             StatusCode::BAD_REQUEST,
@@ -282,6 +299,7 @@ async fn register(State(t): State<Arc<Tools>>, body: axum::body::Bytes) -> Respo
         url,
         deterministic: r.deterministic,
         metadata: r.metadata,
+        breaker: r.breaker,
     };
     let expires = crate::wall_ms().saturating_add(lease * 1000);
     match t.registry.register(cfg, expires) {

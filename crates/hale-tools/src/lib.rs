@@ -50,6 +50,10 @@ pub const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 pub const QUEUE_TICK: Duration = Duration::from_millis(500);
 /// Queued jobs looked at per tick.
 pub const QUEUE_BATCH: u32 = 100;
+/// Jobs left `running` looked at per tick.
+pub const RUNNING_BATCH: u32 = 1000;
+/// The reason a job interrupted by a restart carries.
+pub const INTERRUPTED_REASON: &str = "interrupted by a restart";
 
 /// Milliseconds since the Unix epoch.
 pub fn wall_ms() -> u64 {
@@ -72,6 +76,8 @@ pub struct Tools {
     pub tool_caps: std::collections::BTreeMap<String, u64>,
     /// Calls counted against `tool_caps`, per (agent, task, tool).
     cap_counts: std::sync::Mutex<std::collections::HashMap<(String, String, String), u64>>,
+    /// [`rules::INTERRUPTED_GRACE`] in ms; tests shorten it.
+    interrupted_grace_ms: AtomicU64,
 }
 
 /// Why a submission was refused.
@@ -111,6 +117,9 @@ impl Tools {
             mcp_allowed_hosts: allowed_hosts(cfg.listen),
             tool_caps: cfg.guard.tool_caps.clone(),
             cap_counts: Default::default(),
+            interrupted_grace_ms: AtomicU64::new(
+                u64::try_from(rules::INTERRUPTED_GRACE.as_millis()).unwrap_or(u64::MAX),
+            ),
         }))
     }
 
@@ -365,11 +374,158 @@ impl Tools {
         Ok(Some((job, true)))
     }
 
-    /// One pass of the store-and-forward queue: expires what passed its TTL,
+    /// Sets how long after its step timeouts a job left `running` counts as
+    /// interrupted (default [`rules::INTERRUPTED_GRACE`]).
+    pub fn set_interrupted_grace(&self, grace: Duration) {
+        self.interrupted_grace_ms.store(
+            u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// Puts back jobs left `running` by a process that died mid-job (at
+    /// start, and on every queue pass, once their step timeouts and the
+    /// grace have passed so a live peer's job is never taken). The step that
+    /// was running is the first without a stored outcome (the runner stores
+    /// progress between steps): when it is safe to re-run (deterministic
+    /// tool, idempotency key, or `retry_unsafe`) the job is queued again
+    /// and resumes at that step; otherwise the job fails with `degraded_reason:
+    /// "interrupted by a restart"` and `maybe_executed` on that step — it is
+    /// never silently re-run. The store's compare-and-set on the status
+    /// decides between processes. Returns how many jobs it put back.
+    pub async fn recover_interrupted(&self) -> hale_store::Result<usize> {
+        let running = self
+            .store
+            .jobs(Some(JobStatus::Running.as_str()), RUNNING_BATCH)
+            .await?;
+        let grace = Duration::from_millis(
+            self.interrupted_grace_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        let mut touched = 0;
+        for rec in running {
+            let mut job = match decode(&rec) {
+                Ok(j) => j,
+                Err(e) => {
+                    tracing::error!(job = rec.job_id, error = %e, "running job does not decode; skipped");
+                    continue;
+                }
+            };
+            let at = job.steps.len();
+            let rest = job.request.steps.get(at..).unwrap_or_default();
+            let remaining_ms = rest
+                .iter()
+                .map(|s| s.timeout_ms)
+                .fold(0u64, u64::saturating_add);
+            // No step left without an outcome: re-running runs nothing.
+            let safe = rest.first().is_none_or(|step| {
+                let deterministic = self
+                    .registry
+                    .snapshot()
+                    .iter()
+                    .any(|n| n.deterministic(&step.tool_name));
+                rules::safe_to_rerun(
+                    deterministic,
+                    step.idempotency_key.is_some(),
+                    step.retry_unsafe,
+                )
+            });
+            let step_id = rest.first().map(|s| s.step_id.clone());
+            let now_ms = wall_ms();
+            match rules::interrupted_action(rec.updated_ms, remaining_ms, grace, now_ms, safe) {
+                rules::Interrupted::StillRunning => {}
+                rules::Interrupted::Requeue => {
+                    if !self
+                        .store
+                        .claim_job(&job.job_id, "running", "queued", now_ms)
+                        .await?
+                    {
+                        continue;
+                    }
+                    let info = job.queue.unwrap_or_else(|| {
+                        let (ttl_seconds, retry_interval_seconds) = rest
+                            .first()
+                            .and_then(|s| match s.offline_behavior {
+                                model::OfflineBehavior::Queue {
+                                    ttl_seconds,
+                                    retry_interval_seconds,
+                                } => Some((ttl_seconds, retry_interval_seconds)),
+                                model::OfflineBehavior::FailFast => None,
+                            })
+                            .unwrap_or((
+                                rules::DEFAULT_QUEUE_TTL_SECONDS,
+                                rules::DEFAULT_QUEUE_RETRY_INTERVAL_SECONDS,
+                            ));
+                        QueueInfo {
+                            queued_ms: now_ms,
+                            ttl_seconds,
+                            retry_interval_seconds,
+                            deliveries: 0,
+                        }
+                    });
+                    job.status = JobStatus::Queued;
+                    job.queue = Some(info);
+                    job.degrade(format!("{INTERRUPTED_REASON}; re-queued (safe to re-run)"));
+                    // Due at once: the next pass delivers it.
+                    self.store.update_job(&record(&job, Some(now_ms))).await?;
+                    self.metrics.job("queued");
+                    self.emit(
+                        EventKind::JobQueued,
+                        json!({"job_id": job.job_id, "reason": INTERRUPTED_REASON,
+                               "step_id": step_id, "ttl_seconds": info.ttl_seconds,
+                               "retry_interval_seconds": info.retry_interval_seconds}),
+                    );
+                    touched += 1;
+                }
+                rules::Interrupted::Fail => {
+                    if !self
+                        .store
+                        .claim_job(&job.job_id, "running", "failed", now_ms)
+                        .await?
+                    {
+                        continue;
+                    }
+                    let step_id = step_id.unwrap_or_default();
+                    let message = format!(
+                        "{INTERRUPTED_REASON}: the call may have executed and is not safe to re-run"
+                    );
+                    job.steps.push(model::StepOutcome {
+                        step_id: step_id.clone(),
+                        ok: false,
+                        verified: false,
+                        result: Value::Null,
+                        node: None,
+                        attempts: 0,
+                        maybe_executed: true,
+                        error: None,
+                        message: Some(message.clone()),
+                    });
+                    self.emit(
+                        EventKind::JobStepFailed,
+                        json!({"job_id": job.job_id, "step_id": step_id,
+                               "message": message, "maybe_executed": true}),
+                    );
+                    job.status = JobStatus::Failed;
+                    job.ok = false;
+                    job.verified = false;
+                    job.maybe_executed = true;
+                    job.degraded = true;
+                    job.degraded_reason = Some(INTERRUPTED_REASON.into());
+                    job.error = Some(format!("step {step_id}: {message}"));
+                    self.finalize(&mut job, now_ms).await?;
+                    touched += 1;
+                }
+            }
+        }
+        Ok(touched)
+    }
+
+    /// One pass of the store-and-forward queue: puts back interrupted jobs
+    /// ([`Tools::recover_interrupted`]), expires what passed its TTL,
     /// delivers what is due. Returns how many jobs it touched.
     pub async fn queue_tick(&self) -> hale_store::Result<usize> {
+        let mut touched = self.recover_interrupted().await?;
         let queued = self.store.queued_jobs(QUEUE_BATCH).await?;
-        let mut touched = 0;
         let mut refreshed = false;
         for rec in queued {
             let mut job = match decode(&rec) {
@@ -477,7 +633,7 @@ fn allowed_hosts(listen: std::net::SocketAddr) -> Vec<String> {
 }
 
 /// The stored row of a job.
-fn record(job: &Job, next_attempt_ms: Option<u64>) -> JobRecord {
+pub(crate) fn record(job: &Job, next_attempt_ms: Option<u64>) -> JobRecord {
     JobRecord {
         job_id: job.job_id.clone(),
         status: job.status.as_str().to_owned(),

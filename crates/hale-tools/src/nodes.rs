@@ -208,13 +208,14 @@ impl Drop for InFlight {
 
 impl Node {
     pub fn new(cfg: ToolNodeConfig, source: Source, lease_expires_ms: Option<u64>) -> Self {
+        let breaker = SharedBreaker::new(hale_core::tools::node_breaker_config_for(&cfg.breaker));
         Node {
             cfg,
             source,
             lease_expires_ms: AtomicU64::new(lease_expires_ms.unwrap_or(0)),
             tools: RwLock::new(Vec::new()),
             online: AtomicBool::new(true),
-            breaker: SharedBreaker::new(hale_core::tools::node_breaker_config()),
+            breaker,
             last_failure_ms: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
             calls: AtomicU64::new(0),

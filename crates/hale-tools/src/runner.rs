@@ -382,6 +382,13 @@ pub async fn run(tools: &Tools, job: &mut Job) -> RunEnd {
         if out.ok {
             job.result = out.result.clone();
             job.steps.push(out);
+            if job.steps.len() < steps.len() {
+                // Progress between steps: a restart knows which step was
+                // running and never runs a finished one again.
+                if let Err(e) = tools.store.update_job(&crate::record(job, None)).await {
+                    tracing::warn!(job = job.job_id, error = %e, "storing a job's progress failed");
+                }
+            }
             continue;
         }
         let queueable = matches!(

@@ -430,3 +430,95 @@ async fn schema_invalid_output_fails_over_to_a_node_with_valid_output() {
     );
     h.stop().await;
 }
+
+/// How many calls of `node` answered with the `error-503` fault.
+async fn faults_503(node: &Node) -> u64 {
+    reqwest::get(format!("{}/chaos/tools/stats", node.url))
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap()["faults"]["error-503"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_node_with_failure_threshold_1_is_skipped_after_one_failure_while_the_default_needs_more()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let (strict, lenient, reg, backup) = (node().await, node().await, node().await, node().await);
+    for n in [&strict, &lenient, &reg] {
+        n.fault("error-503").await;
+    }
+    let mut strict_cfg = http_node("strict", &strict.url);
+    strict_cfg.breaker.failure_threshold = Some(1);
+    let h = hale(
+        dir.path(),
+        vec![
+            strict_cfg,
+            http_node("lenient", &lenient.url),
+            http_node("backup", &backup.url),
+        ],
+        false,
+    )
+    .await;
+    // A registration may carry the same `breaker` object; zero is refused.
+    let client = reqwest::Client::new();
+    let bad = client
+        .post(format!("{}/nodes", h.url))
+        .json(&json!({"name": "reg", "kind": "http", "url": reg.url,
+                      "breaker": {"failure_threshold": 0}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let body: serde_json::Value = bad.json().await.unwrap();
+    assert!(
+        body.to_string()
+            .contains("breaker.failure_threshold must be at least 1"),
+        "{body}"
+    );
+    let ok = client
+        .post(format!("{}/nodes", h.url))
+        .json(&json!({"name": "reg", "kind": "http", "url": reg.url,
+                      "breaker": {"failure_threshold": 1, "timeout_seconds": 60}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 201);
+
+    for (name, n) in [("strict", &strict), ("lenient", &lenient), ("reg", &reg)] {
+        for i in 0..2 {
+            let (_, j) = h
+                .submit(one_step(
+                    &format!("{name}-{i}"),
+                    "echo",
+                    json!({}),
+                    json!({"kind": "failover_chain", "nodes": [name, "backup"]}),
+                ))
+                .await;
+            assert_eq!(j["ok"], true, "the backup serves: {j}");
+        }
+        let (_, nodes) = h.get("/nodes").await;
+        let view = nodes["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap()
+            .clone();
+        if name == "lenient" {
+            assert_eq!(faults_503(n).await, 2, "the default breaker tries again");
+            assert_ne!(view["health"], "ejected", "{view}");
+        } else {
+            assert_eq!(
+                faults_503(n).await,
+                1,
+                "{name}: one failure opened its breaker; the second job skipped it"
+            );
+            assert_eq!(view["health"], "ejected", "{view}");
+        }
+    }
+    h.stop().await;
+}

@@ -14,6 +14,7 @@ fn mcp_node(name: &str, n: &Node) -> ToolNodeConfig {
         url: format!("{}/mcp", n.url),
         deterministic: Vec::new(),
         metadata: Default::default(),
+        breaker: Default::default(),
     }
 }
 
@@ -97,6 +98,7 @@ async fn an_unreachable_mcp_node_is_offline_and_a_call_moves_to_an_http_node() {
         url: format!("http://{}/mcp", free_addr()),
         deterministic: Vec::new(),
         metadata: Default::default(),
+        breaker: Default::default(),
     };
     let h = hale(dir.path(), vec![dead, http_node("http_b", &b.url)], false).await;
     let (_, nodes) = h.get("/nodes").await;

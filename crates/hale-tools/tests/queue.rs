@@ -176,3 +176,142 @@ async fn a_registered_node_serves_jobs_until_its_lease_lapses() {
     assert_eq!(r.status(), 400);
     h.stop().await;
 }
+
+/// Runs `job` until the node holds its call (the node hangs), then drops the
+/// run and closes the store: what a process dying mid-job leaves behind.
+async fn crash_mid_job(dir: &std::path::Path, node: &Node, job: serde_json::Value) {
+    // Only `echo` hangs: the first step finishes, the second is in flight.
+    let r = reqwest::Client::new()
+        .post(format!("{}/chaos/tools/fault", node.url))
+        .json(&json!({"spec": "hang", "tool": "echo"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let h = hale(dir, vec![http_node("n", &node.url)], false).await;
+    let req: hale_tools::model::JobRequest = serde_json::from_value(job).unwrap();
+    let tools = h.tools.clone();
+    let run = tokio::spawn(async move { tools.submit(req).await.map(|_| ()) });
+    let mut held = false;
+    for _ in 0..200 {
+        let stats: serde_json::Value = reqwest::get(format!("{}/chaos/tools/stats", node.url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if stats["faults"]["hang"].as_u64().unwrap_or(0) > 0 {
+            held = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(held, "the node never received the call");
+    run.abort();
+    assert!(run.await.unwrap_err().is_cancelled());
+    h.stop().await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/chaos/tools/fault", node.url))
+        .json(&json!({"spec": "ok", "tool": "echo"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+}
+
+/// Restarts hale on `dir` and runs queue passes until `id` leaves `running`.
+async fn restart_until_recovered(dir: &std::path::Path, node: &Node, id: &str) -> Hale {
+    let h = hale(dir, vec![http_node("n", &node.url)], false).await;
+    let (_, before) = h.get(&format!("/jobs/{id}")).await;
+    assert_eq!(before["status"], "running", "the crash left it running");
+    // The job's step timeouts must pass before it counts as interrupted
+    // (a live peer sharing the store could still be running it).
+    h.tools.set_interrupted_grace(std::time::Duration::ZERO);
+    for _ in 0..200 {
+        h.tools.queue_tick().await.unwrap();
+        let (_, j) = h.get(&format!("/jobs/{id}")).await;
+        if j["status"] != "running" {
+            return h;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("job {id} was never recovered");
+}
+
+fn two_steps(id: &str, second: serde_json::Value) -> serde_json::Value {
+    let mut s2 = json!({"step_id": "s2", "tool_name": "echo",
+        "arguments": {"prev": "${steps.s1.result.value}"},
+        "target": {"kind": "local"}, "timeout_ms": 1500, "retry": {"max_attempts": 1}});
+    for (k, v) in second.as_object().unwrap() {
+        s2[k] = v.clone();
+    }
+    json!({"job_id": id, "steps": [
+        {"step_id": "s1", "tool_name": "unit_convert", "arguments": {"value": 1, "from": "km", "to": "m"},
+         "target": {"kind": "local"}, "timeout_ms": 2000},
+        s2
+    ]})
+}
+
+#[tokio::test]
+async fn a_job_left_running_by_a_crash_in_an_unsafe_step_fails_with_maybe_executed_and_is_not_rerun()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node().await;
+    crash_mid_job(dir.path(), &node, two_steps("j-crash", json!({}))).await;
+    let h = restart_until_recovered(dir.path(), &node, "j-crash").await;
+    let (_, j) = h.get("/jobs/j-crash").await;
+    assert_eq!(j["status"], "failed", "{j}");
+    assert_eq!(j["ok"], false);
+    assert_eq!(j["degraded"], true);
+    assert_eq!(j["degraded_reason"], "interrupted by a restart");
+    assert_eq!(j["maybe_executed"], true);
+    assert_eq!(j["steps"][0]["step_id"], "s1");
+    assert_eq!(
+        j["steps"][0]["ok"], true,
+        "the finished step keeps its result"
+    );
+    assert_eq!(j["steps"][1]["step_id"], "s2");
+    assert_eq!(j["steps"][1]["maybe_executed"], true, "{j}");
+    // Never re-run: more passes run nothing.
+    for _ in 0..3 {
+        h.tools.queue_tick().await.unwrap();
+    }
+    assert_eq!(h.get("/jobs/j-crash").await.1["status"], "failed");
+    assert_eq!(node.calls("unit_convert").await, 1);
+    assert_eq!(node.calls("echo").await, 0);
+    let kinds = h.event_kinds().await;
+    for k in [EventKind::JobStepFailed, EventKind::JobFailed] {
+        assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
+    }
+    let (_, audit) = h.get("/jobs/audit?degraded=true").await;
+    assert_eq!(audit["audit"][0]["job_id"], "j-crash");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_job_left_running_by_a_crash_in_a_safe_step_is_requeued_and_resumes_at_that_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node().await;
+    let job = two_steps("j-crash-safe", json!({"idempotency_key": "k-1"}));
+    crash_mid_job(dir.path(), &node, job).await;
+    let h = restart_until_recovered(dir.path(), &node, "j-crash-safe").await;
+    let j = h.wait_status("j-crash-safe", "completed").await;
+    assert_eq!(j["ok"], true, "{j}");
+    assert_eq!(j["result"]["echo"]["prev"].as_f64(), Some(1000.0), "{j}");
+    assert_eq!(j["degraded"], true);
+    assert!(
+        j["degraded_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("interrupted by a restart"),
+        "{j}"
+    );
+    // The finished step was not run again; the interrupted one ran once more.
+    assert_eq!(node.calls("unit_convert").await, 1);
+    assert_eq!(node.calls("echo").await, 1);
+    let kinds = h.event_kinds().await;
+    for k in [EventKind::JobQueued, EventKind::JobCompleted] {
+        assert!(kinds.contains(&k), "{k} missing from {kinds:?}");
+    }
+    h.stop().await;
+}

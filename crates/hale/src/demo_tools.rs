@@ -32,6 +32,7 @@ fn node(name: &str, url: &str) -> ToolNodeConfig {
         url: url.to_owned(),
         deterministic: Vec::new(),
         metadata: Default::default(),
+        breaker: Default::default(),
     }
 }
 

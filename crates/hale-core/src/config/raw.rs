@@ -586,4 +586,19 @@ struct RawToolNode {
     deterministic: Opt<Vec<Spanned<String>>>,
     #[serde(default)]
     metadata: Opt<BTreeMap<String, String>>,
+    #[serde(default)]
+    breaker: Opt<RawNodeBreaker>,
+}
+
+/// `tool_nodes[].breaker`; signed so a negative number gets an error that
+/// names its key rather than a parse error.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNodeBreaker {
+    #[serde(default)]
+    failure_threshold: Opt<i64>,
+    #[serde(default)]
+    timeout_seconds: Opt<i64>,
+    #[serde(default)]
+    half_open_requests: Opt<i64>,
 }

@@ -536,6 +536,66 @@ fn tool_nodes_config_validates_names_kinds_and_urls() {
 }
 
 #[test]
+fn tool_node_breaker_config_overrides_the_defaults_and_rejects_zero_or_negative() {
+    use crate::config::NodeBreakerConfig;
+    use crate::config::raw::load;
+    let env = |_: &str| None;
+    let base =
+        "providers:\n  - {name: p, kind: openai, base_url: http://127.0.0.1:1, default_model: m}\n";
+    let ok = format!(
+        "{base}tool_nodes:\n  - name: a\n    kind: http\n    url: http://127.0.0.1:7001\n    breaker: {{failure_threshold: 1, timeout_seconds: 30, half_open_requests: 2}}\n  - {{name: b, kind: http, url: \"http://127.0.0.1:7002\"}}\n"
+    );
+    let cfg = load(&ok, &env).unwrap();
+    let own = cfg.tool_nodes[0].breaker;
+    assert_eq!(
+        own,
+        NodeBreakerConfig {
+            failure_threshold: Some(1),
+            timeout_seconds: Some(30),
+            half_open_requests: Some(2),
+        }
+    );
+    let b = node_breaker_config_for(&own);
+    assert_eq!(b.consecutive_failures, Some(1));
+    assert_eq!(b.half_open_after, Duration::from_secs(30));
+    assert_eq!(b.half_open_requests, 2);
+    // A node without `breaker:` gets exactly the defaults.
+    assert_eq!(cfg.tool_nodes[1].breaker, NodeBreakerConfig::default());
+    assert_eq!(
+        node_breaker_config_for(&cfg.tool_nodes[1].breaker),
+        node_breaker_config()
+    );
+
+    let bad = format!(
+        "{base}tool_nodes:\n  - name: a\n    kind: http\n    url: http://127.0.0.1:7001\n    breaker:\n      failure_threshold: 0\n      timeout_seconds: -5\n      half_open_requests: 1\n      jitter: 2\n  - name: b\n    kind: http\n    url: http://127.0.0.1:7002\n    breaker: {{half_open_requests: -1}}\n"
+    );
+    let errs = load(&bad, &env).unwrap_err().to_string();
+    assert!(errs.contains("jitter"), "an unknown key is refused: {errs}");
+    let bad = bad.replace("      jitter: 2\n", "");
+    let errs = load(&bad, &env).unwrap_err().to_string();
+    assert!(
+        errs.contains(
+            "line 8: tool_nodes[0].breaker.failure_threshold: must be a whole number from 1"
+        ),
+        "{errs}"
+    );
+    assert!(
+        errs.contains(
+            "line 9: tool_nodes[0].breaker.timeout_seconds: must be a whole number from 1"
+        ),
+        "{errs}"
+    );
+    assert!(
+        errs.contains("tool_nodes[1].breaker.half_open_requests: must be a whole number from 1"),
+        "{errs}"
+    );
+    assert!(
+        !errs.contains("tool_nodes[0].breaker.half_open_requests"),
+        "{errs}"
+    );
+}
+
+#[test]
 fn a_frozen_node_costs_at_most_half_the_step() {
     let step = Duration::from_millis(4000);
     assert_eq!(attempt_budget(step, 2), Duration::from_millis(2000));
@@ -590,4 +650,27 @@ fn output_schema_checks_types_required_and_nesting() {
             .contains("$.tags[0]")
     );
     assert!(validate_output(&json!({"type": ["string", "null"]}), &json!(null)).is_ok());
+}
+
+#[test]
+fn a_job_left_running_is_requeued_only_when_safe_and_only_after_its_timeouts() {
+    use Interrupted::{Fail, Requeue, StillRunning};
+    let g = Duration::from_secs(30);
+    // (updated_ms, remaining_timeout_ms, grace, now_ms, safe, expected)
+    let table: &[(u64, u64, Duration, u64, bool, Interrupted)] = &[
+        (1_000, 5_000, g, 1_000, true, StillRunning),
+        (1_000, 5_000, g, 35_999, false, StillRunning),
+        (1_000, 5_000, g, 36_000, true, Requeue),
+        (1_000, 5_000, g, 36_000, false, Fail),
+        (1_000, 5_000, Duration::ZERO, 6_000, false, Fail),
+        (1_000, 5_000, Duration::ZERO, 5_999, true, StillRunning),
+        (u64::MAX - 1, u64::MAX, g, u64::MAX - 1, true, StillRunning),
+    ];
+    for &(updated, remaining, grace, now, safe, want) in table {
+        assert_eq!(
+            interrupted_action(updated, remaining, grace, now, safe),
+            want,
+            "updated {updated} remaining {remaining} grace {grace:?} now {now} safe {safe}"
+        );
+    }
 }

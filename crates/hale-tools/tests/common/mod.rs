@@ -23,6 +23,9 @@ pub async fn node() -> Node {
 }
 
 pub async fn node_at(addr: SocketAddr) -> Node {
+    // The tests' own reqwest clients need the TLS crypto provider that
+    // `Tools::new` installs; a test may set a fault before building hale.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let chaos = hale_chaos::spawn(addr, hale_chaos::ChaosConfig::default())
         .await
         .expect("chaos node starts");
@@ -67,6 +70,7 @@ pub fn http_node(name: &str, url: &str) -> ToolNodeConfig {
         url: url.to_owned(),
         deterministic: Vec::new(),
         metadata: Default::default(),
+        breaker: Default::default(),
     }
 }
 

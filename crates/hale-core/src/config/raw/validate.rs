@@ -1190,6 +1190,12 @@ impl Ctx<'_> {
                 .as_ref()
                 .map(|m| m.value.clone())
                 .unwrap_or_default();
+            let breaker = n
+                .value
+                .breaker
+                .as_ref()
+                .map(|b| self.node_breaker(&format!("{path}.breaker"), &b.value))
+                .unwrap_or_default();
             if let (Some(name), Some(kind), Some(url)) = (name, kind, url) {
                 out.push(ToolNodeConfig {
                     name,
@@ -1197,10 +1203,45 @@ impl Ctx<'_> {
                     url,
                     deterministic,
                     metadata,
+                    breaker,
                 });
             }
         }
         out
+    }
+
+    /// `tool_nodes[].breaker` — each number at least 1 (unset keeps the
+    /// default of `tools::node_breaker_config`).
+    fn node_breaker(
+        &mut self,
+        path: &str,
+        r: &super::RawNodeBreaker,
+    ) -> crate::config::NodeBreakerConfig {
+        crate::config::NodeBreakerConfig {
+            failure_threshold: self
+                .count_from_one(&format!("{path}.failure_threshold"), &r.failure_threshold),
+            timeout_seconds: self
+                .count_from_one(&format!("{path}.timeout_seconds"), &r.timeout_seconds)
+                .map(u64::from),
+            half_open_requests: self
+                .count_from_one(&format!("{path}.half_open_requests"), &r.half_open_requests),
+        }
+    }
+
+    /// A whole number from 1 to `u32::MAX`, or an error at its line.
+    fn count_from_one(&mut self, path: &str, v: &Opt<i64>) -> Option<u32> {
+        let s = v.as_ref()?;
+        match u32::try_from(s.value) {
+            Ok(n) if n >= 1 => Some(n),
+            _ => {
+                self.at(
+                    path,
+                    s,
+                    format!("must be a whole number from 1 to {}", u32::MAX),
+                );
+                None
+            }
+        }
     }
 }
 
