@@ -181,6 +181,25 @@ pub fn usable(c: &Candidate) -> bool {
         }
 }
 
+/// What is left of a plan after a failed attempt, for [`moves_on_at_once`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Left {
+    /// Another untried deployment is in rotation (and its breaker not open).
+    pub healthy: bool,
+    /// Another untried deployment has a recent success ratio at least as
+    /// good as the failed one's.
+    pub as_good: bool,
+}
+
+/// Whether a failed probe, half-open trial or fail-open call (`probing`)
+/// moves on at once instead of being retried under its class's policy: only
+/// to a deployment in rotation or to one with as good a record. The best bet
+/// left is the last one standing (DESIGN §3) and is retried; an ordinary
+/// attempt is never "probing" and follows its policy.
+pub fn moves_on_at_once(probing: bool, left: Left) -> bool {
+    probing && (left.healthy || left.as_good)
+}
+
 /// Whether a candidate may still be called in this turn at all (untried and
 /// not forced out by an operator).
 pub fn callable(c: &Candidate) -> bool {
@@ -525,6 +544,26 @@ mod tests {
         let forced = c(Gate::Forced, BreakerSays::Allowed, false, Some(1.0));
         assert_eq!(pick(&[forced, a]), Pick::FailOpen(1));
         assert_eq!(pick(&[forced]), Pick::None);
+    }
+
+    #[test]
+    fn a_failed_probe_moves_on_only_to_a_deployment_in_rotation_or_as_good() {
+        let rows = [
+            // probing, healthy left, as good left → moves on at once
+            (false, false, false, false),
+            (false, true, true, false),
+            (true, false, false, false), // the best bet left: retried
+            (true, true, false, true),
+            (true, false, true, true),
+            (true, true, true, true),
+        ];
+        for (probing, healthy, as_good, want) in rows {
+            assert_eq!(
+                moves_on_at_once(probing, Left { healthy, as_good }),
+                want,
+                "probing={probing} healthy={healthy} as_good={as_good}"
+            );
+        }
     }
 
     #[test]

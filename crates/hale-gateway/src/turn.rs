@@ -270,12 +270,11 @@ pub async fn run(
                         turn.rate_limits[idx] += 1;
                     }
                     let others = others_left(gw, turn, idx, Instant::now());
-                    let (has_next, untried_left) = (others.healthy, others.any);
-                    // A probe, trial or fail-open call moves on at once only to
-                    // a deployment in rotation or one with as good a record:
-                    // the best bet left is the last one standing and is retried.
-                    let probing = matches!(mode, Mode::Probe | Mode::Trial | Mode::FailOpen)
-                        && (others.healthy || others.as_good);
+                    let (has_next, untried_left) = (others.left.healthy, others.any);
+                    let probing = select::moves_on_at_once(
+                        matches!(mode, Mode::Probe | Mode::Trial | Mode::FailOpen),
+                        others.left,
+                    );
                     // A probe that moves on spends no retry token.
                     let budget_ok = (probing && untried_left)
                         || !classify::rule(f.class).retry_same_target
@@ -351,20 +350,16 @@ fn deadline_failure() -> Failure {
 
 /// What is left of the plan after a failure on `idx`.
 struct Others {
-    /// Another untried deployment is in rotation (and its breaker not open).
-    healthy: bool,
+    /// In rotation, or as good a record (no calls counts as 1.0).
+    left: select::Left,
     /// Another untried deployment may still be called at all.
     any: bool,
-    /// Another untried deployment has a recent success ratio at least as good
-    /// as `idx`'s (no calls counts as 1.0).
-    as_good: bool,
 }
 
 fn others_left(gw: &Gateway, turn: &Turn, idx: usize, now: Instant) -> Others {
     let mut o = Others {
-        healthy: false,
+        left: select::Left::default(),
         any: false,
-        as_good: false,
     };
     let ratio = |t: &Target| gw.deployments.success_ratio(t, now).unwrap_or(1.0);
     let mine = ratio(&turn.targets[idx]);
@@ -379,11 +374,12 @@ fn others_left(gw: &Gateway, turn: &Turn, idx: usize, now: Instant) -> Others {
                 let b = gw
                     .deployments
                     .breaker(&turn.agent, &crate::deployments::key(t));
-                o.healthy |= !matches!(b.state(now), BreakerState::Open | BreakerState::ForcedOpen);
+                o.left.healthy |=
+                    !matches!(b.state(now), BreakerState::Open | BreakerState::ForcedOpen);
             }
         }
         o.any = true;
-        o.as_good |= ratio(t) >= mine;
+        o.left.as_good |= ratio(t) >= mine;
     }
     o
 }
