@@ -183,6 +183,17 @@ impl Deployments {
             .clone()
     }
 
+    /// The state of `agent` × `deployment`'s breaker, without creating one
+    /// (a deployment the agent never called has none: closed).
+    pub fn breaker_state(&self, agent: &str, deployment: &str, now: Instant) -> BreakerState {
+        self.breakers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(agent)
+            .and_then(|m| m.get(deployment))
+            .map_or(BreakerState::Closed, |b| b.state(now))
+    }
+
     /// Every breaker of one agent, by deployment.
     pub fn breakers_of(&self, agent: &str) -> Vec<(String, Arc<SharedBreaker>)> {
         self.breakers

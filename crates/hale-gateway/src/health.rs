@@ -741,11 +741,8 @@ async fn terminate_route(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    if let Some(r) = crate::http::admin_refusal(&gw, peer, &headers) {
+    if let Some(r) = crate::api::agents::refusal(&gw, peer, &headers, &id) {
         return r;
-    }
-    if !gw.agent_known(&id) {
-        return crate::api::agents::not_found(&id);
     }
     let b: TerminateBody = if body.is_empty() {
         TerminateBody::default()

@@ -371,11 +371,10 @@ fn others_left(gw: &Gateway, turn: &Turn, idx: usize, now: Instant) -> Others {
             Gate::Forced => continue,
             Gate::Ejected { .. } => {}
             Gate::Open | Gate::Probe => {
-                let b = gw
-                    .deployments
-                    .breaker(&turn.agent, &crate::deployments::key(t));
-                o.left.healthy |=
-                    !matches!(b.state(now), BreakerState::Open | BreakerState::ForcedOpen);
+                let state =
+                    gw.deployments
+                        .breaker_state(&turn.agent, &crate::deployments::key(t), now);
+                o.left.healthy |= !matches!(state, BreakerState::Open | BreakerState::ForcedOpen);
             }
         }
         o.any = true;

@@ -33,7 +33,7 @@ pub fn router() -> Router<Arc<Gateway>> {
 }
 
 /// 404 `agent_not_found` for an agent hale has never seen and the config does not name.
-pub fn not_found(id: &str) -> Response {
+fn not_found(id: &str) -> Response {
     HaleError::new(
         StatusCode::NOT_FOUND,
         "agent_not_found",
@@ -43,7 +43,7 @@ pub fn not_found(id: &str) -> Response {
 }
 
 /// The admin check, then 404 for an agent hale does not know.
-fn refusal(gw: &Gateway, peer: SocketAddr, headers: &HeaderMap, id: &str) -> Option<Response> {
+pub fn refusal(gw: &Gateway, peer: SocketAddr, headers: &HeaderMap, id: &str) -> Option<Response> {
     admin_refusal(gw, peer, headers).or_else(|| (!gw.agent_known(id)).then(|| not_found(id)))
 }
 
@@ -59,6 +59,7 @@ fn store_error(e: impl std::fmt::Display) -> Response {
 /// One agent as the admin API shows it.
 pub fn view(gw: &Gateway, id: &str) -> Value {
     let rec = gw.agent_record(id);
+    let tasks = gw.tasks.of_agent(id);
     let now = Instant::now();
     let now_ms = wall_ms();
     let pause = gw.pause_of(id);
@@ -100,14 +101,22 @@ pub fn view(gw: &Gateway, id: &str) -> Value {
         "breakers": breakers,
         "deployments": deployments,
         "health": gw.health.view(id, now),
-        "budget": budget_view(gw, id),
-        "stopped_tasks": stopped_tasks(gw, id),
+        "budget": budget_view(gw, &rec, &tasks),
+        "stopped_tasks": stopped_tasks(gw, id, &tasks),
         "detail": rec.state,
     })
 }
 
+/// A task's name, guard and spend, as `Tasks::of_agent` lists them.
+type Task = (
+    String,
+    hale_core::guard::GuardSnapshot,
+    hale_core::budget::Spend,
+);
+
 /// Caps, spend and guard state per task.
-fn budget_view(gw: &Gateway, id: &str) -> Value {
+fn budget_view(gw: &Gateway, rec: &hale_store::AgentRecord, tasks: &[Task]) -> Value {
+    let id = rec.id.as_str();
     let caps = gw
         .cfg
         .agents
@@ -115,12 +124,9 @@ fn budget_view(gw: &Gateway, id: &str) -> Value {
         .or_else(|| gw.cfg.agents.get(hale_core::config::DEFAULT_AGENT))
         .map(|a| a.budget.clone())
         .unwrap_or_default();
-    let rec = gw.agent_record(id);
-    let tasks: serde_json::Map<String, Value> = gw
-        .tasks
-        .of_agent(id)
-        .into_iter()
-        .map(|(task, guard, spend)| (task, json!({ "spend": spend, "guard": guard })))
+    let tasks: serde_json::Map<String, Value> = tasks
+        .iter()
+        .map(|(task, guard, spend)| (task.clone(), json!({ "spend": spend, "guard": guard })))
         .collect();
     json!({
         "caps": {
@@ -135,14 +141,13 @@ fn budget_view(gw: &Gateway, id: &str) -> Value {
 }
 
 /// Tasks of the agent that are stopped: by a guard limit or terminated.
-fn stopped_tasks(gw: &Gateway, id: &str) -> Vec<Value> {
-    let mut out: Vec<Value> = gw
-        .tasks
-        .of_agent(id)
-        .into_iter()
+fn stopped_tasks(gw: &Gateway, id: &str, tasks: &[Task]) -> Vec<Value> {
+    let mut out: Vec<Value> = tasks
+        .iter()
         .filter_map(|(task, guard, _)| {
             guard
                 .hit
+                .as_ref()
                 .map(|h| json!({"task": task, "reason": "safety_limit", "limit": h.limit.code()}))
         })
         .collect();
@@ -258,7 +263,7 @@ async fn resume(
         "paused_by": was.map(|p| p.by),
         "consecutive_failures_cleared": cleared,
         "terminated_tasks_cleared": terminated,
-        "still_stopped_tasks": stopped_tasks(&gw, &id),
+        "still_stopped_tasks": stopped_tasks(&gw, &id, &gw.tasks.of_agent(&id)),
     });
     axum::Json(v).into_response()
 }
