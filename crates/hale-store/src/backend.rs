@@ -71,7 +71,9 @@ macro_rules! gen_apply {
                     Encoded::Turn(_)
                     | Encoded::Agent(_)
                     | Encoded::Idempotency(_)
-                    | Encoded::Checkpoint(_) => None,
+                    | Encoded::Checkpoint(_)
+                    | Encoded::Job(_)
+                    | Encoded::Audit(_) => None,
                 })
                 .collect();
             if $pg && !events.is_empty() {
@@ -188,6 +190,32 @@ macro_rules! gen_apply {
                         .bind(&c.body)
                         .bind(&c.sha256)
                         .bind(c.created_ms)
+                        .execute(&mut *conn)
+                        .await?;
+                    }
+                    Encoded::Job(j) => {
+                        sqlx::query(
+                            "UPDATE jobs SET status = $2, next_attempt_ms = $3, updated_ms = $4, \
+                             body = $5 WHERE job_id = $1",
+                        )
+                        .bind(&j.job_id)
+                        .bind(&j.status)
+                        .bind(j.next_attempt_ms)
+                        .bind(j.updated_ms)
+                        .bind(&j.body)
+                        .execute(&mut *conn)
+                        .await?;
+                    }
+                    Encoded::Audit(a) => {
+                        sqlx::query(
+                            "INSERT INTO job_audit (job_id, time_ms, status, degraded, body) \
+                             VALUES ($1, $2, $3, $4, $5)",
+                        )
+                        .bind(&a.job_id)
+                        .bind(a.time_ms)
+                        .bind(&a.status)
+                        .bind(a.degraded)
+                        .bind(&a.body)
                         .execute(&mut *conn)
                         .await?;
                     }

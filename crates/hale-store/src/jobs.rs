@@ -4,13 +4,17 @@
 //! A job is one row keyed by its caller-chosen `job_id`; its full state
 //! (request, steps, results, evidence) is a JSON body owned by `hale-tools`,
 //! beside the few columns the store queries on: `status` and, for a queued
-//! job, `next_attempt_ms`. Why writes here bypass the group-commit writer:
-//! the two operations that make jobs safe are conditional and must answer
-//! synchronously — [`Store::insert_job`] (`ON CONFLICT DO NOTHING`: a
+//! job, `next_attempt_ms`. Two operations that make jobs safe are
+//! conditional and must answer synchronously, so they bypass the
+//! group-commit writer: [`Store::insert_job`] (`ON CONFLICT DO NOTHING`: a
 //! `job_id` submitted twice runs once, across restarts and instances) and
 //! [`Store::claim_job`] (a compare-and-set on `status`: of several deliverers
 //! of a queued job — two loops, two instances, a restart — exactly one wins).
-//! Job events still go through the outbox (`Store::commit`), after the row.
+//! Every change that an event reports (queued, finished: the row, its audit
+//! entry and the `job.*` event) goes through [`Store::commit`] as
+//! `Write::Job` / `Write::Audit` beside the `Write::Event`, in one
+//! transaction (DESIGN §6); [`Store::update_job`] stays for progress between
+//! steps, which no event reports.
 //!
 //! The audit log is append-only: one row per finished job (status, degraded,
 //! the evidence), read newest first.
@@ -198,6 +202,33 @@ impl Store {
         rows.into_iter().map(decode_job).collect()
     }
 
+    /// Jobs of `status` last updated before `before_ms`, oldest first; at
+    /// most `limit`. The oldest first, so a scan that stops at `limit` still
+    /// reaches every stale job over successive scans however many fresh
+    /// ones there are.
+    pub async fn stale_jobs(
+        &self,
+        status: &str,
+        before_ms: u64,
+        limit: u32,
+    ) -> Result<Vec<JobRecord>> {
+        let before = i64_of("before_ms", before_ms)?;
+        let rows: Vec<JobTuple> = on_pool!(&self.inner.pool, |p, _Db| {
+            let sql = format!(
+                "SELECT {JOB_COLS} FROM jobs WHERE status = $1 AND updated_ms < $2 \
+                 ORDER BY updated_ms, job_id LIMIT $3"
+            );
+            sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                .bind(status)
+                .bind(before)
+                .bind(i64::from(limit))
+                .fetch_all(p)
+                .await
+                .map_err(StoreError::db("listing stale jobs"))?
+        });
+        rows.into_iter().map(decode_job).collect()
+    }
+
     /// Queued jobs, soonest delivery first (due or not: the caller decides,
     /// expiry included); at most `limit`.
     pub async fn queued_jobs(&self, limit: u32) -> Result<Vec<JobRecord>> {
@@ -213,37 +244,6 @@ impl Store {
                 .map_err(StoreError::db("listing queued jobs"))?
         });
         rows.into_iter().map(decode_job).collect()
-    }
-
-    /// Appends one row to the audit log.
-    pub async fn append_audit(
-        &self,
-        job_id: &str,
-        time_ms: u64,
-        status: &str,
-        degraded: bool,
-        body: &serde_json::Value,
-    ) -> Result<()> {
-        let time = i64_of("time_ms", time_ms)?;
-        let body = serde_json::to_string(body).map_err(|e| StoreError::Invalid {
-            what: format!("audit of job {job_id}"),
-            detail: e.to_string(),
-        })?;
-        on_pool!(&self.inner.pool, |p, _Db| {
-            sqlx::query(
-                "INSERT INTO job_audit (job_id, time_ms, status, degraded, body) \
-                 VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind(job_id)
-            .bind(time)
-            .bind(status)
-            .bind(degraded)
-            .bind(&body)
-            .execute(p)
-            .await
-            .map_err(StoreError::db("appending to the job audit log"))?;
-        });
-        Ok(())
     }
 
     /// The audit log, newest first, optionally only (non-)degraded jobs.

@@ -32,8 +32,8 @@ mod writer;
 pub use error::{Result, StoreError};
 pub use jobs::{AuditRecord, JobRecord};
 pub use model::{
-    AgentRecord, CheckpointRecord, DeadLetter, IdempotentResponse, SinkCursor, StoredEvent,
-    StoredResponse, TurnRecord, TurnStatus, Write,
+    AgentRecord, AuditEntry, CheckpointRecord, DeadLetter, IdempotentResponse, SinkCursor,
+    StoredEvent, StoredResponse, TurnRecord, TurnStatus, Write,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{

@@ -6,6 +6,8 @@
 //! rather than wrapped.
 
 use hale_core::event::Event;
+
+use crate::jobs::JobRecord;
 use serde::{Deserialize, Serialize};
 
 /// One write, applied inside a group commit.
@@ -29,6 +31,22 @@ pub enum Write {
     },
     /// Checkpoints are immutable: the first write of an (agent, id) wins.
     Checkpoint(CheckpointRecord),
+    /// A tool job's new state (status, schedule, body) over its existing row
+    /// (inserted first by [`crate::Store::insert_job`]); committed with the
+    /// `job.*` event that reports the change.
+    Job(JobRecord),
+    /// One row appended to the jobs' audit log (a finished job).
+    Audit(AuditEntry),
+}
+
+/// A row to append to the jobs' audit log (its `seq` is drawn at insert).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEntry {
+    pub job_id: String,
+    pub time_ms: u64,
+    pub status: String,
+    pub degraded: bool,
+    pub body: serde_json::Value,
 }
 
 /// How a turn ended (or that it has not yet).

@@ -25,6 +25,26 @@ pub(crate) enum Encoded {
     Agent(AgentRow),
     Idempotency(IdemRow),
     Checkpoint(CheckpointRow),
+    Job(JobRow),
+    Audit(AuditRow),
+}
+
+#[derive(Debug)]
+pub(crate) struct JobRow {
+    pub job_id: String,
+    pub status: String,
+    pub next_attempt_ms: Option<i64>,
+    pub updated_ms: i64,
+    pub body: String,
+}
+
+#[derive(Debug)]
+pub(crate) struct AuditRow {
+    pub job_id: String,
+    pub time_ms: i64,
+    pub status: String,
+    pub degraded: bool,
+    pub body: String,
 }
 
 #[derive(Debug)]
@@ -200,6 +220,26 @@ pub(crate) fn encode(w: Write, now_ms: u64) -> Result<Encoded, StoreError> {
                 parent: c.parent,
                 body: c.body,
                 sha256: c.sha256,
+            })
+        }
+        Write::Job(j) => {
+            let what = format!("job {}", j.job_id);
+            Encoded::Job(JobRow {
+                next_attempt_ms: opt_num(&what, "next_attempt_ms", j.next_attempt_ms)?,
+                updated_ms: num(&what, "updated_ms", j.updated_ms)?,
+                body: json(&what, &j.body)?,
+                status: j.status,
+                job_id: j.job_id,
+            })
+        }
+        Write::Audit(a) => {
+            let what = format!("audit of job {}", a.job_id);
+            Encoded::Audit(AuditRow {
+                time_ms: num(&what, "time_ms", a.time_ms)?,
+                body: json(&what, &a.body)?,
+                status: a.status,
+                degraded: a.degraded,
+                job_id: a.job_id,
             })
         }
     })

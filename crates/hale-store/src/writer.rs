@@ -210,6 +210,8 @@ fn describe(rows: &[Encoded]) -> String {
         Some(Encoded::Agent(a)) => format!("agent {}", a.id),
         Some(Encoded::Idempotency(i)) => format!("idempotency key {}", i.key),
         Some(Encoded::Checkpoint(c)) => format!("checkpoint {}", c.id),
+        Some(Encoded::Job(j)) => format!("job {}", j.job_id),
+        Some(Encoded::Audit(a)) => format!("audit of job {}", a.job_id),
     };
     match rows.len() {
         1 => first,

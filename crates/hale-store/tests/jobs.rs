@@ -1,10 +1,12 @@
 //! The job table and audit log on both backends: a `job_id` inserted twice
 //! keeps the first, a queued job is claimed by exactly one of two racers,
-//! listings filter by status, the audit log filters by degraded.
+//! listings filter by status, the audit log filters by degraded, and a
+//! job's new state commits with its audit row and its event.
 
 mod common;
 
-use hale_store::{JobRecord, Store};
+use hale_core::event::{Event, EventKind};
+use hale_store::{AuditEntry, JobRecord, Store, Write};
 use serde_json::json;
 
 fn job(id: &str, status: &str, next: Option<u64>) -> JobRecord {
@@ -57,15 +59,74 @@ async fn jobs_contract(store: &Store) {
     assert_eq!(store.jobs(Some("queued"), 10).await.unwrap().len(), 0);
     assert_eq!(store.jobs(None, 1).await.unwrap().len(), 1);
     assert!(store.job("nope").await.unwrap().is_none());
+    // Stale jobs: of one status, updated before a time, oldest first.
+    let mut old = job("old", "running", None);
+    old.updated_ms = 100;
+    let mut older = job("older", "running", None);
+    older.updated_ms = 50;
+    let mut fresh = job("fresh", "running", None);
+    fresh.updated_ms = 1_000;
+    for j in [&fresh, &old, &older] {
+        store.insert_job(j).await.unwrap();
+    }
+    let stale = store.stale_jobs("running", 500, 10).await.unwrap();
+    assert_eq!(
+        stale.iter().map(|j| j.job_id.as_str()).collect::<Vec<_>>(),
+        vec!["older", "old"]
+    );
+    assert_eq!(
+        store.stale_jobs("running", 500, 1).await.unwrap()[0].job_id,
+        "older"
+    );
+    assert!(
+        store
+            .stale_jobs("queued", 500, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
+    let audit = |id: &str, t: u64, status: &str, degraded: bool, body| {
+        Write::Audit(AuditEntry {
+            job_id: id.into(),
+            time_ms: t,
+            status: status.into(),
+            degraded,
+            body,
+        })
+    };
+    // The finished state, its audit row and its event: one commit.
+    let mut finished = job("b", "failed", None);
+    finished.body = json!({"error": "boom"});
+    let ev = Event {
+        id: "01JOBFAILEDEVENT0000000000".into(),
+        time_ms: 11,
+        kind: EventKind::JobFailed,
+        agent: None,
+        task: None,
+        turn: None,
+        payload: json!({"job_id": "b"}),
+    };
+    let ev_id = ev.id.clone();
     store
-        .append_audit("a", 10, "completed", true, &json!({"k": 1}))
+        .commit(vec![
+            audit("a", 10, "completed", true, json!({"k": 1})),
+            Write::Job(finished),
+            audit("b", 11, "failed", false, json!({"k": 2})),
+            Write::Event(ev),
+        ])
         .await
         .unwrap();
-    store
-        .append_audit("b", 11, "failed", false, &json!({"k": 2}))
-        .await
-        .unwrap();
+    let b = store.job("b").await.unwrap().unwrap();
+    assert_eq!(
+        (b.status.as_str(), b.body),
+        ("failed", json!({"error": "boom"}))
+    );
+    let events = store.events_after(0, 100, None).await.unwrap();
+    assert!(
+        events.iter().any(|e| e.event.id == ev_id),
+        "the job event is in the outbox with the row"
+    );
     let all = store.audit(None, 10).await.unwrap();
     assert_eq!(
         all.iter().map(|r| r.job_id.as_str()).collect::<Vec<_>>(),

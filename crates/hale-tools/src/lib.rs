@@ -34,7 +34,7 @@ use hale_core::clock::Clock;
 use hale_core::config::Config;
 use hale_core::event::{Event, EventKind};
 use hale_core::tools::{self as rules, JobStatus, QueueAction};
-use hale_store::{JobRecord, Store, Write};
+use hale_store::{AuditEntry, JobRecord, Store, Write};
 use model::{Job, JobRequest, QueueInfo};
 use nodes::{CallFailure, Node, Registry};
 use runner::RunEnd;
@@ -50,7 +50,7 @@ pub const CHECK_TIMEOUT: Duration = Duration::from_secs(3);
 pub const QUEUE_TICK: Duration = Duration::from_millis(500);
 /// Queued jobs looked at per tick.
 pub const QUEUE_BATCH: u32 = 100;
-/// Jobs left `running` looked at per tick.
+/// Jobs left `running` looked at per tick (oldest first).
 pub const RUNNING_BATCH: u32 = 1000;
 /// The reason a job interrupted by a restart carries.
 pub const INTERRUPTED_REASON: &str = "interrupted by a restart";
@@ -284,16 +284,18 @@ impl Tools {
                 job.status = JobStatus::Queued;
                 job.queue = Some(info);
                 let next = rules::next_delivery_ms(now_ms, info.retry_interval_seconds);
-                self.store.update_job(&record(job, Some(next))).await?;
+                let mut writes = vec![Write::Job(record(job, Some(next)))];
                 if prev.is_none() {
                     self.metrics.job("queued");
-                    self.emit(
-                        EventKind::JobQueued,
-                        json!({"job_id": job.job_id, "ttl_seconds": info.ttl_seconds,
-                               "retry_interval_seconds": info.retry_interval_seconds}),
-                    );
+                    writes.push(Write::Event(
+                        Event::new(EventKind::JobQueued, now_ms, &mut rand::rng()).payload(
+                            json!({"job_id": job.job_id, "ttl_seconds": info.ttl_seconds,
+                                   "retry_interval_seconds": info.retry_interval_seconds}),
+                        ),
+                    ));
                 }
-                Ok(())
+                // The row and its event in one transaction (DESIGN §6).
+                self.store.commit(writes).await
             }
             RunEnd::Completed | RunEnd::Failed => {
                 let ok = end == RunEnd::Completed;
@@ -309,35 +311,40 @@ impl Tools {
         }
     }
 
-    /// Writes a job's final state, its audit row and its event.
+    /// Writes a job's final state, its audit row and its event, in one
+    /// transaction (DESIGN §6: the event commits with the change it reports).
     async fn finalize(&self, job: &mut Job, now_ms: u64) -> hale_store::Result<()> {
         job.finished_ms = Some(now_ms);
-        self.store.update_job(&record(job, None)).await?;
         let body = serde_json::to_value(&*job).unwrap_or(Value::Null);
-        self.store
-            .append_audit(
-                &job.job_id,
-                now_ms,
-                job.status.as_str(),
-                job.degraded,
-                &body,
-            )
-            .await?;
+        let mut writes = vec![
+            Write::Job(record(job, None)),
+            Write::Audit(AuditEntry {
+                job_id: job.job_id.clone(),
+                time_ms: now_ms,
+                status: job.status.as_str().to_owned(),
+                degraded: job.degraded,
+                body,
+            }),
+        ];
         let kind = match job.status {
-            JobStatus::Completed => EventKind::JobCompleted,
-            JobStatus::Failed => EventKind::JobFailed,
-            JobStatus::Expired => EventKind::JobExpired,
-            JobStatus::Cancelled => EventKind::JobCancelled,
-            JobStatus::Running | JobStatus::Queued => return Ok(()),
+            JobStatus::Completed => Some(EventKind::JobCompleted),
+            JobStatus::Failed => Some(EventKind::JobFailed),
+            JobStatus::Expired => Some(EventKind::JobExpired),
+            JobStatus::Cancelled => Some(EventKind::JobCancelled),
+            JobStatus::Running | JobStatus::Queued => None,
         };
-        self.metrics.job(job.status.as_str());
-        let ev = Event::new(kind, now_ms, &mut rand::rng()).payload(json!({
-            "job_id": job.job_id, "workflow_id": job.workflow_id, "ok": job.ok,
-            "degraded": job.degraded, "degraded_reason": job.degraded_reason,
-            "execution_path": job.execution_path, "maybe_executed": job.maybe_executed,
-            "error": job.error,
-        }));
-        self.store.commit(vec![Write::Event(ev)]).await
+        if let Some(kind) = kind {
+            self.metrics.job(job.status.as_str());
+            writes.push(Write::Event(
+                Event::new(kind, now_ms, &mut rand::rng()).payload(json!({
+                    "job_id": job.job_id, "workflow_id": job.workflow_id, "ok": job.ok,
+                    "degraded": job.degraded, "degraded_reason": job.degraded_reason,
+                    "execution_path": job.execution_path, "maybe_executed": job.maybe_executed,
+                    "error": job.error,
+                })),
+            ));
+        }
+        self.store.commit(writes).await
     }
 
     /// One job's state.
@@ -394,14 +401,18 @@ impl Tools {
     /// never silently re-run. The store's compare-and-set on the status
     /// decides between processes. Returns how many jobs it put back.
     pub async fn recover_interrupted(&self) -> hale_store::Result<usize> {
-        let running = self
-            .store
-            .jobs(Some(JobStatus::Running.as_str()), RUNNING_BATCH)
-            .await?;
         let grace = Duration::from_millis(
             self.interrupted_grace_ms
                 .load(std::sync::atomic::Ordering::Relaxed),
         );
+        // Only jobs quiet for at least the grace can be interrupted ones
+        // (the rule adds each job's step timeouts on top), oldest first.
+        let quiet_since =
+            wall_ms().saturating_sub(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX));
+        let running = self
+            .store
+            .stale_jobs(JobStatus::Running.as_str(), quiet_since, RUNNING_BATCH)
+            .await?;
         let mut touched = 0;
         for rec in running {
             let mut job = match decode(&rec) {
