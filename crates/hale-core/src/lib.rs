@@ -22,6 +22,7 @@ pub mod event;
 pub mod guard;
 pub mod health;
 pub mod ids;
+pub mod lease;
 pub mod models;
 pub mod pause;
 pub mod recovery;

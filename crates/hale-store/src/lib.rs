@@ -20,6 +20,7 @@
 //! ```
 
 mod backend;
+mod cluster;
 mod error;
 mod jobs;
 mod model;
@@ -29,6 +30,7 @@ mod schema;
 mod store;
 mod writer;
 
+pub use cluster::{InstanceRecord, LeaseRecord};
 pub use error::{Result, StoreError};
 pub use jobs::{AuditRecord, JobRecord};
 pub use model::{

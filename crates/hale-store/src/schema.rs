@@ -21,6 +21,18 @@ pub const SCHEMA_VERSION: i64 = 1;
 
 /// SQLite DDL.
 pub(crate) const SQLITE: &[&str] = &[
+    // Scale-out: instance heartbeats and leases for singleton work (src/cluster.rs).
+    "CREATE TABLE IF NOT EXISTS instances (
+        id TEXT PRIMARY KEY,
+        addr TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        version TEXT NOT NULL,
+        started_ms INTEGER NOT NULL,
+        heartbeat_ms INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS leases (
+        name TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        expires_ms INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS events (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -118,6 +130,18 @@ pub(crate) const SQLITE_ADDED_COLUMNS: &[(&str, &str, &str)] =
 
 /// PostgreSQL DDL.
 pub(crate) const POSTGRES: &[&str] = &[
+    // Scale-out: instance heartbeats and leases for singleton work (src/cluster.rs).
+    "CREATE TABLE IF NOT EXISTS instances (
+        id TEXT PRIMARY KEY,
+        addr TEXT NOT NULL,
+        pid BIGINT NOT NULL,
+        version TEXT NOT NULL,
+        started_ms BIGINT NOT NULL,
+        heartbeat_ms BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS leases (
+        name TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        expires_ms BIGINT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS events (
         seq BIGSERIAL PRIMARY KEY,

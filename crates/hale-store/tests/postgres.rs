@@ -26,6 +26,10 @@ suite!(common::postgres;
     closed_store_refuses_writes,
     prune_turns_drops_only_old_turns,
     agent_rows_in_one_batch_keep_the_last,
+    lease_claims_follow_the_core_rule,
+    leases_are_released_only_by_their_holder,
+    concurrent_claims_have_one_winner,
+    instance_heartbeats_are_listed_and_removed,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -747,3 +747,125 @@ pub async fn agent_rows_in_one_batch_keep_the_last(s: &Store) {
     );
     assert!(s.agent("other").await.expect("agent").is_some());
 }
+
+// ---- scale-out: instances and leases ----------------------------------------
+
+const T0: u64 = 1_700_000_000_000;
+
+/// The store's conditional UPSERT grants a lease exactly when
+/// `hale_core::lease::claim` says it may be taken or renewed.
+pub async fn lease_claims_follow_the_core_rule(s: &Store) {
+    use hale_core::lease::{LeaseRow, claim, expiry};
+    // (holder before, its expiry, claimant, now)
+    let cases: &[(Option<(&str, u64)>, &str, u64)] = &[
+        (None, "a", T0),
+        (Some(("a", T0 + 5_000)), "a", T0),
+        (Some(("a", T0 - 1)), "a", T0),
+        (Some(("b", T0 + 1)), "a", T0),
+        (Some(("b", T0)), "a", T0),
+        (Some(("b", T0 - 1)), "a", T0),
+    ];
+    for (i, (before, me, now)) in cases.iter().enumerate() {
+        let name = format!("case-{i}");
+        if let Some((holder, expires)) = before {
+            let set = s
+                .claim_lease(&name, holder, expires - 10_000, *expires)
+                .await
+                .expect("set up");
+            assert_eq!(&set.holder, holder);
+        }
+        let want = claim(
+            before.map(|(holder, expires_ms)| LeaseRow { holder, expires_ms }),
+            me,
+            *now,
+        );
+        let got = s
+            .claim_lease(&name, me, *now, expiry(*now))
+            .await
+            .expect("claim");
+        assert_eq!(
+            got.holder == *me,
+            want.granted(),
+            "case {i}: {before:?} claimed by {me}: core says {want:?}, store gave {got:?}"
+        );
+        let expect_expiry = if want.granted() {
+            expiry(*now)
+        } else {
+            before.map(|(_, e)| e).unwrap_or(0)
+        };
+        assert_eq!(got.expires_ms, expect_expiry, "case {i}");
+    }
+}
+
+pub async fn leases_are_released_only_by_their_holder(s: &Store) {
+    s.claim_lease("monitor", "a", T0, T0 + 10_000)
+        .await
+        .expect("claim");
+    assert!(!s.release_lease("monitor", "b").await.expect("release"));
+    assert_eq!(s.leases().await.expect("leases").len(), 1);
+    assert!(s.release_lease("monitor", "a").await.expect("release"));
+    assert!(s.leases().await.expect("leases").is_empty());
+    let taken = s
+        .claim_lease("monitor", "b", T0 + 1, T0 + 10_001)
+        .await
+        .expect("claim");
+    assert_eq!(taken.holder, "b", "a released lease is free at once");
+}
+
+pub async fn concurrent_claims_have_one_winner(s: &Store) {
+    let claims = (0..8).map(|i| {
+        let s = s.clone();
+        async move {
+            s.claim_lease("relay:nats", &format!("i{i}"), T0, T0 + 10_000)
+                .await
+                .expect("claim")
+        }
+    });
+    let results = futures_join_all(claims).await;
+    let winner = &s.leases().await.expect("leases")[0].holder;
+    let winners = results.iter().filter(|r| &r.holder == winner).count();
+    assert_eq!(winners, 8, "every claimant sees the one holder: {results:?}");
+}
+
+async fn futures_join_all<F: std::future::Future + Send + 'static>(
+    futs: impl Iterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("claim task"));
+    }
+    out
+}
+
+pub async fn instance_heartbeats_are_listed_and_removed(s: &Store) {
+    let mut a = hale_store::InstanceRecord {
+        id: "01A".into(),
+        addr: "127.0.0.1:3000".into(),
+        pid: 42,
+        version: "0.1.0".into(),
+        started_ms: T0,
+        heartbeat_ms: T0,
+    };
+    s.heartbeat(&a).await.expect("heartbeat");
+    a.heartbeat_ms = T0 + 3_000;
+    s.heartbeat(&a).await.expect("heartbeat again");
+    let b = hale_store::InstanceRecord {
+        id: "01B".into(),
+        heartbeat_ms: T0 - 100_000,
+        ..a.clone()
+    };
+    s.heartbeat(&b).await.expect("heartbeat");
+    assert_eq!(s.instances().await.expect("list"), [a.clone(), b.clone()]);
+    assert_eq!(
+        s.remove_instances(None, T0 - 50_000).await.expect("prune"),
+        1,
+        "only the stale row goes"
+    );
+    assert_eq!(s.instances().await.expect("list"), [a.clone()]);
+    assert_eq!(s.remove_instances(Some("01A"), 0).await.expect("remove"), 1);
+    assert!(s.instances().await.expect("list").is_empty());
+}
