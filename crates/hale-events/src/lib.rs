@@ -14,6 +14,7 @@
 //! process down cleanly, and shutdown is bounded.
 
 pub mod cli;
+pub mod cluster;
 pub mod lock;
 pub mod nats;
 pub mod relay;

@@ -59,6 +59,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::DeliveryError;
+use crate::cluster::Cluster;
 use crate::nats::{self, JetStreamSink};
 use crate::tasks::TaskSet;
 use crate::webhook::{self, WebhookSink};
@@ -375,6 +376,29 @@ impl Relays {
         tasks: &TaskSet,
         tuning: RelayTuning,
     ) -> anyhow::Result<Relays> {
+        Self::start_inner(store, cfg, tasks, tuning, None).await
+    }
+
+    /// [`Relays::start`] for an instance among others on one database: each
+    /// sink's relay runs only while this instance holds the sink's lease
+    /// (`relay:<sink>`, `hale_core::lease::relay_lease`), and starts from the
+    /// sink's stored cursor each time the lease is taken.
+    pub async fn start_leased(
+        store: Store,
+        cfg: &EventsConfig,
+        tasks: &TaskSet,
+        cluster: &Cluster,
+    ) -> anyhow::Result<Relays> {
+        Self::start_inner(store, cfg, tasks, RelayTuning::default(), Some(cluster)).await
+    }
+
+    async fn start_inner(
+        store: Store,
+        cfg: &EventsConfig,
+        tasks: &TaskSet,
+        tuning: RelayTuning,
+        cluster: Option<&Cluster>,
+    ) -> anyhow::Result<Relays> {
         let max_attempts = cfg.max_delivery_attempts.max(1);
         let mut sinks = Vec::new();
         let mut webhook_tasks = Vec::new();
@@ -434,19 +458,41 @@ impl Relays {
             shed: AtomicU64::new(0),
         });
         for (sink, kinds, counters) in webhook_tasks {
-            let task = WebhookRelay {
-                sink,
-                kinds,
-                gate: Gate::new(shared.clone(), counters.clone(), tasks.token()),
+            let task_name = format!("relay:{}", counters.public);
+            let lease = hale_core::lease::relay_lease(&counters.public);
+            let shared = shared.clone();
+            let make = move |token| {
+                WebhookRelay {
+                    sink: sink.clone(),
+                    kinds: kinds.clone(),
+                    gate: Gate::new(shared.clone(), counters.clone(), token),
+                }
+                .run()
             };
-            tasks.spawn(format!("relay:{}", counters.public), task.run());
+            match cluster {
+                Some(c) => {
+                    tasks.spawn(task_name, c.clone().while_held(lease, tasks.token(), make));
+                }
+                None => tasks.spawn(task_name, make(tasks.token())),
+            }
         }
         if let Some((conn, counters)) = nats_task {
-            let task = NatsRelay {
-                conn,
-                gate: Gate::new(shared.clone(), counters, tasks.token()),
+            let task_name = format!("relay:{}", nats::SINK_NAME);
+            let shared = shared.clone();
+            let make = move |token| {
+                NatsRelay {
+                    conn: conn.clone(),
+                    gate: Gate::new(shared.clone(), counters.clone(), token),
+                }
+                .run()
             };
-            tasks.spawn(format!("relay:{}", nats::SINK_NAME), task.run());
+            match cluster {
+                Some(c) => {
+                    let lease = hale_core::lease::relay_lease(nats::SINK_NAME);
+                    tasks.spawn(task_name, c.clone().while_held(lease, tasks.token(), make));
+                }
+                None => tasks.spawn(task_name, make(tasks.token())),
+            }
         }
         tasks.spawn(
             "outbox-cap",

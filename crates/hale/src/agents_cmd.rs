@@ -639,6 +639,18 @@ pub async fn doctor(remote: Remote) -> anyhow::Result<ExitCode> {
         out!("[deployments] {healthy} of {} healthy", list.len());
     }
 
+    let cl = c.send(Method::GET, "/cluster", None).await?;
+    if cl.status == reqwest::StatusCode::NOT_FOUND {
+        out!("[cluster] {OLDER_GATEWAY}");
+    } else if !cl.status.is_success() {
+        problems += 1;
+        out!("[cluster] ✗ {} ({})", cl.status, cl.text.trim());
+    } else {
+        for line in cluster_lines(&cl.body) {
+            out!("[cluster] {line}");
+        }
+    }
+
     let v = c.call(Method::GET, "/agents", None).await?;
     let list = v["agents"].as_array().cloned().unwrap_or_default();
     let mut healthy = 0usize;
@@ -659,6 +671,46 @@ pub async fn doctor(remote: Remote) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The `[cluster]` lines of `hale doctor` from a `GET /cluster` body: one per
+/// instance (alive or gone, its heartbeat age) and one per lease (its holder).
+fn cluster_lines(v: &serde_json::Value) -> Vec<String> {
+    let mut lines = Vec::new();
+    let empty = Vec::new();
+    let instances = v["instances"].as_array().unwrap_or(&empty);
+    for i in instances {
+        let alive = i["alive"].as_bool().unwrap_or(false);
+        lines.push(format!(
+            "instance {} {} {} pid {}{} (heartbeat {} ago)",
+            i["id"].as_str().unwrap_or("?"),
+            if alive { "✓ alive" } else { "✗ gone" },
+            i["addr"].as_str().unwrap_or("?"),
+            i["pid"].as_u64().unwrap_or(0),
+            if i["this"].as_bool().unwrap_or(false) {
+                " (this one)"
+            } else {
+                ""
+            },
+            duration_ms(i["heartbeat_age_ms"].as_u64().unwrap_or(0)),
+        ));
+    }
+    for l in v["leases"].as_array().unwrap_or(&empty) {
+        let state = if l["expired"].as_bool().unwrap_or(false) {
+            "expired".to_owned()
+        } else {
+            format!(
+                "{} left",
+                duration_ms(l["expires_in_ms"].as_u64().unwrap_or(0))
+            )
+        };
+        lines.push(format!(
+            "lease {} held by {} ({state})",
+            l["name"].as_str().unwrap_or("?"),
+            l["holder"].as_str().unwrap_or("?"),
+        ));
+    }
+    lines
 }
 
 pub async fn checkpoints(cmd: CheckpointsCmd, remote: Remote) -> anyhow::Result<ExitCode> {
@@ -696,6 +748,31 @@ pub async fn checkpoints(cmd: CheckpointsCmd, remote: Remote) -> anyhow::Result<
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn doctor_cluster_lines_name_instances_and_lease_holders() {
+        let v = serde_json::json!({
+            "instance": "01A",
+            "instances": [
+                {"id": "01A", "addr": "127.0.0.1:3000", "pid": 7, "alive": true, "this": true, "heartbeat_age_ms": 1200},
+                {"id": "01B", "addr": "127.0.0.1:3001", "pid": 8, "alive": false, "this": false, "heartbeat_age_ms": 60000},
+            ],
+            "leases": [{"name": "health-monitor", "holder": "01A", "expires_in_ms": 8000, "expired": false}],
+        });
+        let lines = super::cluster_lines(&v);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(
+            lines[0].starts_with("instance 01A ✓ alive 127.0.0.1:3000 pid 7 (this one)"),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[1].starts_with("instance 01B ✗ gone"), "{}", lines[1]);
+        assert!(
+            lines[2].starts_with("lease health-monitor held by 01A"),
+            "{}",
+            lines[2]
+        );
+    }
 
     #[test]
     fn the_default_url_is_the_default_listen_address() {

@@ -307,6 +307,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// the data-directory lock. Undelivered events stay in the outbox for the next boot.
 pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
     use hale_core::config::{SHUTDOWN_DRAIN, SHUTDOWN_TASKS};
+    use hale_core::lease::{LEASE_HEALTH_MONITOR, LEASE_JOURNAL_RETENTION, LEASE_TOOL_JOB_QUEUE};
     let cfg = Arc::new(cfg);
     // One process per data directory (the embedded SQLite store lives there).
     let lock = if cfg.storage.is_none() {
@@ -329,37 +330,60 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
             .with_context(|| format!("cannot open the store in {}", cfg.data_dir.display()))?;
     let gw = hale_gateway::Gateway::new(cfg.clone(), store.clone()).await?;
     let tasks = hale_events::tasks::TaskSet::new();
-    let relays = hale_events::relay::Relays::start(store.clone(), &cfg.events, &tasks).await?;
+    // Singleton work runs only while this instance holds its lease (DESIGN §8;
+    // with SQLite this is the only instance and it takes every lease).
+    let cluster = hale_events::cluster::Cluster::new(store.clone(), cfg.listen.to_string());
+    tasks.spawn("cluster-leases", cluster.clone().keep(tasks.token()));
+    let relays =
+        hale_events::relay::Relays::start_leased(store.clone(), &cfg.events, &tasks, &cluster)
+            .await?;
     let stats_relays = relays.clone();
     gw.metrics.set_sink_source(Box::new(move || {
         let st = stats_relays.stats();
         (st.sinks, st.shed)
     }));
     // Retention of the turn journal and idempotency keys.
-    let (retention_store, retention, prune_token) =
-        (store.clone(), cfg.journal.retention, tasks.token());
-    tasks.spawn("journal-retention", async move {
-        let mut every = tokio::time::interval(hale_core::config::JOURNAL_PRUNE_EVERY);
-        loop {
-            tokio::select! {
-                _ = prune_token.cancelled() => return Ok(()),
-                _ = every.tick() => {}
-            }
-            let before =
-                hale_gateway::state::wall_ms().saturating_sub(retention.as_millis() as u64);
-            let turns = retention_store.prune_turns(before).await?;
-            let keys = retention_store.prune_idempotency(before).await?;
-            if turns + keys > 0 {
-                tracing::info!(turns, keys, "journal retention: pruned");
+    let (retention_store, retention) = (store.clone(), cfg.journal.retention);
+    let retention_task = move |prune_token: tokio_util::sync::CancellationToken| {
+        let retention_store = retention_store.clone();
+        async move {
+            let mut every = tokio::time::interval(hale_core::config::JOURNAL_PRUNE_EVERY);
+            loop {
+                tokio::select! {
+                    _ = prune_token.cancelled() => return Ok(()),
+                    _ = every.tick() => {}
+                }
+                let before =
+                    hale_gateway::state::wall_ms().saturating_sub(retention.as_millis() as u64);
+                let turns = retention_store.prune_turns(before).await?;
+                let keys = retention_store.prune_idempotency(before).await?;
+                if turns + keys > 0 {
+                    tracing::info!(turns, keys, "journal retention: pruned");
+                }
             }
         }
-    });
+    };
+    tasks.spawn(
+        "journal-retention",
+        cluster.clone().while_held(
+            LEASE_JOURNAL_RETENTION.into(),
+            tasks.token(),
+            retention_task,
+        ),
+    );
     let monitor_gw = gw.clone();
-    let token = tasks.token();
-    tasks.spawn("health-monitor", async move {
-        hale_gateway::health::monitor(monitor_gw, token).await;
-        Ok(())
-    });
+    tasks.spawn(
+        "health-monitor",
+        cluster
+            .clone()
+            .while_held(LEASE_HEALTH_MONITOR.into(), tasks.token(), move |token| {
+                let gw = monitor_gw.clone();
+                async move {
+                    hale_gateway::health::monitor(gw, token).await;
+                    Ok(())
+                }
+            }),
+    );
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
@@ -374,16 +398,25 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
     // Tool jobs across nodes (DESIGN §7): admin routes; refresh and queue as named tasks.
     let tools = hale_tools::Tools::new(&cfg, store.clone())?;
     let (t1, t2, token) = (tools.clone(), tools.clone(), tasks.token());
-    let token2 = token.clone();
     tasks.spawn("tool-node-refresh", async move {
         t1.refresh_loop(token).await;
         Ok(())
     });
-    tasks.spawn("tool-job-queue", async move {
-        t2.queue_loop(token2).await;
-        Ok(())
-    });
-    let events = events.merge(tools.admin_router());
+    tasks.spawn(
+        "tool-job-queue",
+        cluster
+            .clone()
+            .while_held(LEASE_TOOL_JOB_QUEUE.into(), tasks.token(), move |token| {
+                let t2 = t2.clone();
+                async move {
+                    t2.queue_loop(token).await;
+                    Ok(())
+                }
+            }),
+    );
+    let events = events
+        .merge(tools.admin_router())
+        .merge(hale_events::cluster::router(cluster.clone()));
     // `/mcp` takes any valid key (an agent key acts as its agents only).
     let keyed = tools.mcp_router();
     let metric_tools = tools.clone();
@@ -429,6 +462,7 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
             stragglers.join(", ")
         );
     }
+    cluster.release_all().await;
     gw_at_exit.persist_agents();
     store
         .flush()

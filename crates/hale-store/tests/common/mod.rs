@@ -824,7 +824,10 @@ pub async fn concurrent_claims_have_one_winner(s: &Store) {
     let results = futures_join_all(claims).await;
     let winner = &s.leases().await.expect("leases")[0].holder;
     let winners = results.iter().filter(|r| &r.holder == winner).count();
-    assert_eq!(winners, 8, "every claimant sees the one holder: {results:?}");
+    assert_eq!(
+        winners, 8,
+        "every claimant sees the one holder: {results:?}"
+    );
 }
 
 async fn futures_join_all<F: std::future::Future + Send + 'static>(
