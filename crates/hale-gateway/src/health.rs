@@ -455,7 +455,35 @@ fn block_task(gw: &Gateway, agent: &str, task: &str, reason: &str, now: Instant)
         .agent(agent)
         .task(task)
         .payload(json!({"reason": reason, "final_state": final_state}));
-    gw.store.submit(vec![Write::Agent(rec), Write::Event(ev)]);
+    gw.store.submit(vec![
+        Write::Agent(rec),
+        Write::Event(ev),
+        crate::sync::announce(agent, None),
+    ]);
+}
+
+/// Takes `agent`'s terminated tasks as another instance recorded them (its
+/// row's `state.health.terminated_tasks`): this instance blocks exactly
+/// those. Local only: nothing is written back.
+pub fn adopt_terminated(gw: &Gateway, agent: &str, state: &Value) {
+    let list: Vec<String> = state["health"]["terminated_tasks"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut book = gw.health.book();
+    if list.is_empty() {
+        book.terminated.remove(agent);
+    } else {
+        for t in &list {
+            remove(&mut book.recovering, agent, t);
+        }
+        book.terminated.insert(agent.to_owned(), list);
+    }
 }
 
 fn set_health_state(state: &mut Value, terminated: &[String], final_state: Option<&Value>) {

@@ -24,6 +24,7 @@ pub mod pipeline;
 pub mod proto;
 pub mod relay;
 pub mod state;
+pub mod sync;
 pub mod turn;
 pub mod upstream;
 

@@ -23,7 +23,7 @@ pub struct AgentRt {
 }
 
 impl AgentRt {
-    fn new(record: AgentRecord) -> Self {
+    pub(crate) fn new(record: AgentRecord) -> Self {
         let pause = record.paused.then(|| {
             serde_json::from_value::<Pause>(record.state["pause"].clone()).unwrap_or(
                 // Paused by an older hale, which paused only for failures.

@@ -52,6 +52,9 @@ pub(crate) const OUTBOX_LOCK: i64 = 0x6861_6c65_0001;
 /// Key of the PostgreSQL advisory lock held while creating the schema.
 pub(crate) const SCHEMA_LOCK: i64 = 0x6861_6c65_0002;
 
+/// The PostgreSQL `LISTEN/NOTIFY` channel of agent control changes.
+pub const AGENTS_CHANNEL: &str = "hale_agents";
+
 /// Events per multi-row `INSERT` (5 binds each: well under both backends'
 /// parameter limits, and few distinct statement texts to cache).
 const EVENT_CHUNK: usize = 200;
@@ -73,7 +76,8 @@ macro_rules! gen_apply {
                     | Encoded::Idempotency(_)
                     | Encoded::Checkpoint(_)
                     | Encoded::Job(_)
-                    | Encoded::Audit(_) => None,
+                    | Encoded::Audit(_)
+                    | Encoded::Announce(_) => None,
                 })
                 .collect();
             if $pg && !events.is_empty() {
@@ -205,6 +209,15 @@ macro_rules! gen_apply {
                         .bind(&j.body)
                         .execute(&mut *conn)
                         .await?;
+                    }
+                    Encoded::Announce(payload) => {
+                        if $pg {
+                            sqlx::query("SELECT pg_notify($1, $2)")
+                                .bind(AGENTS_CHANNEL)
+                                .bind(payload)
+                                .execute(&mut *conn)
+                                .await?;
+                        }
                     }
                     Encoded::Audit(a) => {
                         sqlx::query(

@@ -23,6 +23,7 @@ mod backend;
 mod cluster;
 mod error;
 mod jobs;
+mod listen;
 mod model;
 mod outbox;
 mod rows;
@@ -33,9 +34,10 @@ mod writer;
 pub use cluster::{InstanceRecord, LeaseRecord};
 pub use error::{Result, StoreError};
 pub use jobs::{AuditRecord, JobRecord};
+pub use listen::{AgentListener, Heard};
 pub use model::{
-    AgentRecord, AuditEntry, CheckpointRecord, DeadLetter, IdempotentResponse, SinkCursor,
-    StoredEvent, StoredResponse, TurnRecord, TurnStatus, Write,
+    AgentChange, AgentRecord, AuditEntry, CheckpointRecord, DeadLetter, IdempotentResponse,
+    SinkCursor, StoredEvent, StoredResponse, TurnRecord, TurnStatus, Write,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{

@@ -37,6 +37,20 @@ pub enum Write {
     Job(JobRecord),
     /// One row appended to the jobs' audit log (a finished job).
     Audit(AuditEntry),
+    /// Tells every instance on the database that an agent's control state
+    /// changed (pause, resume, terminate, decision, task reset): PostgreSQL
+    /// `NOTIFY hale_agents` in the same transaction, so it is delivered when,
+    /// and only if, the change commits. Nothing on SQLite (one instance).
+    Announce(AgentChange),
+}
+
+/// What [`Write::Announce`] announces: re-read this agent's row, and when
+/// `task` is set, that task was reset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentChange {
+    pub agent: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
 }
 
 /// A row to append to the jobs' audit log (its `seq` is drawn at insert).

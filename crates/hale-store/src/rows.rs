@@ -27,6 +27,8 @@ pub(crate) enum Encoded {
     Checkpoint(CheckpointRow),
     Job(JobRow),
     Audit(AuditRow),
+    /// The JSON payload of a `NOTIFY hale_agents`.
+    Announce(String),
 }
 
 #[derive(Debug)]
@@ -241,6 +243,10 @@ pub(crate) fn encode(w: Write, now_ms: u64) -> Result<Encoded, StoreError> {
                 degraded: a.degraded,
                 job_id: a.job_id,
             })
+        }
+        Write::Announce(c) => {
+            let what = format!("announcement of agent {}", c.agent);
+            Encoded::Announce(json(&what, &c)?)
         }
     })
 }

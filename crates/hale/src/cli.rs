@@ -371,6 +371,11 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
             retention_task,
         ),
     );
+    // Other instances' pause/resume/terminate/reset reach this one's cache.
+    tasks.spawn(
+        "agent-sync",
+        hale_gateway::sync::follow_agents(gw.clone(), tasks.token()),
+    );
     let monitor_gw = gw.clone();
     tasks.spawn(
         "health-monitor",

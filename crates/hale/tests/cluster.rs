@@ -49,6 +49,11 @@ async fn start_receiver(got: Arc<Mutex<Vec<(String, String)>>>) -> (String, Stri
 
 /// A `hale serve` on `storage` with its own port and data directory.
 fn serve(dir: &Path, name: &str, storage: &str, hook: &str) -> (Proc, String) {
+    serve_with(dir, name, storage, hook, "http://127.0.0.1:9/v1")
+}
+
+/// [`serve`] with the provider at `provider` (an OpenAI base URL).
+fn serve_with(dir: &Path, name: &str, storage: &str, hook: &str, provider: &str) -> (Proc, String) {
     let port = free_port();
     let data = dir.join(format!("data-{name}"));
     let cfg = dir.join(format!("{name}.yaml"));
@@ -62,8 +67,8 @@ storage: \"{storage}\"
 providers:
   - name: p
     kind: openai
-    base_url: http://127.0.0.1:9/v1
-    default_model: m
+    base_url: {provider}
+    default_model: ok
 agents:
   default: {{provider: p}}
   before-kill: {{provider: p}}
@@ -258,5 +263,104 @@ async fn issue11_lease_holder_killed_survivor_takes_monitor_and_relay_within_15s
     assert_eq!(after, 1, "delivered once by the survivor's relay");
 
     drop(survivor);
+    store_common::drop_schema(&pg).await;
+}
+
+/// One chat turn of `agent` through `base`: the status.
+async fn turn(http: &reqwest::Client, base: &str, agent: &str) -> (u16, String) {
+    let r = http
+        .post(format!("{base}/v1/chat/completions"))
+        .header("x-hale-agent", agent)
+        .json(&serde_json::json!({"model": "ok", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .expect("turn");
+    let status = r.status().as_u16();
+    (status, r.text().await.unwrap_or_default())
+}
+
+/// Sends turns of `agent` to `base` until one answers `want`; the time it took.
+async fn until_status(
+    http: &reqwest::Client,
+    base: &str,
+    agent: &str,
+    want: u16,
+    limit: Duration,
+) -> (Duration, String) {
+    let t0 = Instant::now();
+    loop {
+        let (status, body) = turn(http, base, agent).await;
+        if status == want {
+            return (t0.elapsed(), body);
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "{base}: no {want} for {agent} within {limit:?}; last {status}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// An operator's pause on instance B refuses the agent on instance A within
+/// 1 s (LISTEN/NOTIFY, no database read per request), and a resume on A lets
+/// it through on B again within 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue11_pause_on_b_refuses_the_agent_on_a_within_1s() {
+    let Some(pg) = store_common::pg_scratch().await else {
+        return;
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let (hook, _) = start_receiver(got).await;
+    let chaos_listen = format!("127.0.0.1:{}", free_port());
+    let mut chaos = Proc::spawn(&["chaos", "--listen", &chaos_listen], dir.path(), "chaos");
+    wait_ready(
+        &http,
+        &format!("http://{chaos_listen}/chaos/stats"),
+        &mut chaos,
+        Duration::from_secs(30),
+    )
+    .await;
+    let provider = format!("http://{chaos_listen}/v1");
+    let (mut a, base_a) = serve_with(dir.path(), "a", &pg.url, &hook, &provider);
+    let (mut b, base_b) = serve_with(dir.path(), "b", &pg.url, &hook, &provider);
+    for (p, base) in [(&mut a, &base_a), (&mut b, &base_b)] {
+        wait_ready(&http, &format!("{base}/ready"), p, Duration::from_secs(60)).await;
+    }
+    let agent = "before-kill";
+    assert_eq!(turn(&http, &base_a, agent).await.0, 200, "served on A");
+    assert_eq!(turn(&http, &base_b, agent).await.0, 200, "served on B");
+
+    pause(&http, &base_b, agent).await;
+    let (took, body) = until_status(&http, &base_a, agent, 423, Duration::from_secs(10)).await;
+    eprintln!("measured: pause on B refused on A after {took:?}");
+    assert!(
+        body.contains("operator"),
+        "refused for the operator's pause: {body}"
+    );
+    assert!(
+        took <= Duration::from_secs(1),
+        "DESIGN §8: within 1 s, took {took:?}"
+    );
+
+    let r = http
+        .post(format!("{base_a}/agents/{agent}/resume"))
+        .send()
+        .await
+        .expect("resume");
+    assert!(r.status().is_success(), "resume on A: {}", r.status());
+    let (took, _) = until_status(&http, &base_b, agent, 200, Duration::from_secs(10)).await;
+    eprintln!("measured: resume on A served on B after {took:?}");
+    assert!(
+        took <= Duration::from_secs(1),
+        "DESIGN §8: within 1 s, took {took:?}"
+    );
+
+    drop((a, b, chaos));
     store_common::drop_schema(&pg).await;
 }

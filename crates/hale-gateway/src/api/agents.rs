@@ -218,7 +218,11 @@ pub async fn operator_pause(gw: &Gateway, id: &str, reason: &str) -> Response {
     gw.metrics.event(ev.kind);
     if let Err(e) = gw
         .store
-        .commit(vec![Write::Agent(rec), Write::Event(ev)])
+        .commit(vec![
+            Write::Agent(rec),
+            Write::Event(ev),
+            crate::sync::announce(id, None),
+        ])
         .await
     {
         return store_error(e);
@@ -252,7 +256,11 @@ async fn resume(
     gw.metrics.event(ev.kind);
     if let Err(e) = gw
         .store
-        .commit(vec![Write::Agent(rec), Write::Event(ev)])
+        .commit(vec![
+            Write::Agent(rec),
+            Write::Event(ev),
+            crate::sync::announce(&id, None),
+        ])
         .await
     {
         return store_error(e);
@@ -295,7 +303,14 @@ async fn reset_task(
         .task(&task)
         .payload(json!({ "by": PausedBy::Operator, "cleared": cleared }));
     gw.metrics.event(ev.kind);
-    if let Err(e) = gw.store.commit(vec![Write::Event(ev)]).await {
+    if let Err(e) = gw
+        .store
+        .commit(vec![
+            Write::Event(ev),
+            crate::sync::announce(&id, Some(&task)),
+        ])
+        .await
+    {
         return store_error(e);
     }
     axum::Json(json!({ "agent": id, "task": task, "cleared": cleared })).into_response()

@@ -1,0 +1,109 @@
+//! Agent control across instances (DESIGN §8 "Scale-out"): an operator's
+//! pause, resume, terminate, decision or task reset on any instance holds on
+//! every instance within a second.
+//!
+//! The database row is the truth and the notification only a wake-up. Each
+//! control change commits its agent row together with an [`announce`]ment
+//! (PostgreSQL `NOTIFY hale_agents`, delivered at commit). Every instance
+//! runs [`follow_agents`]: on a notification it re-reads that agent's row
+//! and applies its control state to the local cache, which the turn path
+//! keeps reading — no database round trip per request. After every
+//! (re)connect of the listener it re-reads every agent, since PostgreSQL
+//! does not keep notifications for a disconnected listener.
+//!
+//! What is applied ([`apply_control`]): the pause (who, since, next trial),
+//! the consecutive failures when the row says resumed, and the terminated
+//! tasks; a task reset also clears the task's local guard and spend. The
+//! agent's counters (turns, tokens, cost) stay this instance's own until
+//! they are counted in the database (issue 11 part 2). On SQLite there is
+//! one instance and the listener never yields.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hale_store::{AgentChange, AgentRecord, Heard, StoreError, Write};
+use tokio_util::sync::CancellationToken;
+
+use crate::state::{AgentRt, Gateway};
+
+/// Wait before retrying a failed re-read of the agents.
+const REREAD_RETRY: Duration = Duration::from_secs(1);
+
+/// The write that announces a control change of `agent` (and the reset of
+/// `task`) to the other instances; commit it with the change.
+pub fn announce(agent: &str, task: Option<&str>) -> Write {
+    Write::Announce(AgentChange {
+        agent: agent.to_owned(),
+        task: task.map(str::to_owned),
+    })
+}
+
+/// Applies the control state of `row` (as another instance committed it) to
+/// this instance's cache.
+pub fn apply_control(gw: &Gateway, row: &AgentRecord) {
+    let fresh = AgentRt::new(row.clone());
+    gw.update_agent_rt(&row.id, |rt| {
+        let was_paused = rt.pause.is_some();
+        rt.set_pause(fresh.pause);
+        if was_paused && fresh.pause.is_none() {
+            rt.record.consecutive_failures = row.consecutive_failures;
+        }
+        if !rt.record.state.is_object() {
+            rt.record.state = serde_json::json!({});
+        }
+        rt.record.state["health"] = row.state["health"].clone();
+    });
+    crate::health::adopt_terminated(gw, &row.id, &row.state);
+}
+
+/// Follows other instances' agent control changes until `token` is
+/// cancelled (a named task of `hale serve`).
+pub async fn follow_agents(gw: Arc<Gateway>, token: CancellationToken) -> anyhow::Result<()> {
+    let mut listener = gw.store.listen_agents().await?;
+    loop {
+        let heard = tokio::select! {
+            _ = token.cancelled() => return Ok(()),
+            h = listener.next() => h,
+        };
+        match heard {
+            Ok(Heard::Reconnected) => reread_all(&gw, &token).await,
+            Ok(Heard::Change(change)) => {
+                if let Some(task) = &change.task {
+                    let _ = gw.tasks.reset(&change.agent, task);
+                }
+                match gw.store.agent(&change.agent).await {
+                    Ok(Some(row)) => apply_control(&gw, &row),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(agent = %change.agent, error = %e, "re-reading a changed agent failed; re-reading all");
+                        reread_all(&gw, &token).await;
+                    }
+                }
+            }
+            Err(StoreError::Closed) if token.is_cancelled() => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Re-reads every agent row and applies it, retrying until it succeeds or
+/// `token` is cancelled.
+async fn reread_all(gw: &Gateway, token: &CancellationToken) {
+    loop {
+        match gw.store.agents().await {
+            Ok(rows) => {
+                for row in &rows {
+                    apply_control(gw, row);
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "re-reading the agents failed; retrying");
+                tokio::select! {
+                    _ = token.cancelled() => return,
+                    _ = tokio::time::sleep(REREAD_RETRY) => {}
+                }
+            }
+        }
+    }
+}

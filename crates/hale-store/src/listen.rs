@@ -1,0 +1,105 @@
+//! Hearing other instances' agent control changes (DESIGN §8 "Scale-out").
+//!
+//! A control change (pause, resume, terminate, decision, task reset) commits
+//! its agent row with a [`crate::Write::Announce`], which on PostgreSQL is a
+//! `NOTIFY hale_agents` in the same transaction. [`AgentListener`] is the
+//! other end: one `LISTEN` connection per instance. PostgreSQL drops
+//! notifications sent while a listener is disconnected, so after every
+//! reconnect the listener yields [`Heard::Reconnected`] and its owner re-reads
+//! every agent row — the row is the truth, the notification only a wake-up.
+//! On SQLite there is one instance: the listener never yields.
+
+use std::time::Duration;
+
+use sqlx::postgres::PgListener;
+
+use crate::backend::{AGENTS_CHANNEL, Pool};
+use crate::error::{Result, StoreError};
+use crate::model::AgentChange;
+
+/// Wait between attempts to reconnect a lost listener.
+const RELISTEN_AFTER: Duration = Duration::from_secs(1);
+
+/// What the listener heard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heard {
+    /// An agent's control state changed (re-read its row).
+    Change(AgentChange),
+    /// The listener (re)connected: notifications may have been missed, so
+    /// re-read every agent. Also the first thing yielded.
+    Reconnected,
+}
+
+/// The `LISTEN hale_agents` connection of one instance.
+pub struct AgentListener {
+    pg: Option<PgListener>,
+    first: bool,
+}
+
+impl std::fmt::Debug for AgentListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentListener")
+            .field("postgres", &self.pg.is_some())
+            .finish()
+    }
+}
+
+impl crate::Store {
+    /// Starts listening for agent control changes (PostgreSQL); on SQLite a
+    /// listener that never yields.
+    pub async fn listen_agents(&self) -> Result<AgentListener> {
+        let pg = match &self.inner.pool {
+            Pool::Sqlite(_) => None,
+            Pool::Pg(p) => {
+                let mut l = PgListener::connect_with(p)
+                    .await
+                    .map_err(StoreError::db("connecting the agents listener"))?;
+                l.listen(AGENTS_CHANNEL)
+                    .await
+                    .map_err(StoreError::db("listening for agent changes"))?;
+                Some(l)
+            }
+        };
+        Ok(AgentListener { pg, first: true })
+    }
+}
+
+impl AgentListener {
+    /// The next change heard. Errors only when the store's pool was closed
+    /// (shutdown); a lost connection is retried and reported as
+    /// [`Heard::Reconnected`].
+    pub async fn next(&mut self) -> Result<Heard> {
+        if std::mem::take(&mut self.first) {
+            return Ok(Heard::Reconnected);
+        }
+        let Some(l) = self.pg.as_mut() else {
+            return std::future::pending().await;
+        };
+        loop {
+            match l.try_recv().await {
+                Ok(Some(n)) => match serde_json::from_str::<AgentChange>(n.payload()) {
+                    Ok(change) => return Ok(Heard::Change(change)),
+                    Err(e) => {
+                        tracing::warn!(payload = n.payload(), error = %e, "ignoring a malformed hale_agents notification");
+                    }
+                },
+                // Lost and already reconnected (eager reconnect).
+                Ok(None) => return Ok(Heard::Reconnected),
+                Err(sqlx::Error::PoolClosed) => return Err(StoreError::Closed),
+                Err(e) => {
+                    tracing::warn!(error = %e, "agents listener lost its connection; reconnecting");
+                    loop {
+                        tokio::time::sleep(RELISTEN_AFTER).await;
+                        match l.listen(AGENTS_CHANNEL).await {
+                            Ok(()) => return Ok(Heard::Reconnected),
+                            Err(sqlx::Error::PoolClosed) => return Err(StoreError::Closed),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "agents listener: reconnect failed")
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
