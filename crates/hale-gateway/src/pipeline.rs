@@ -211,11 +211,23 @@ pub async fn handle_chat(
                 Some((stored.clone(), answer.usage)),
             );
             if let Some(key) = &idem_key {
-                gw.store.submit(vec![Write::Idempotency {
+                let write = vec![Write::Idempotency {
                     key: key.clone(),
                     request_hash: request_hash.clone(),
                     response: stored,
-                }]);
+                }];
+                match gw.store.backend() {
+                    // Another instance has no in-flight entry for this key:
+                    // the answer is stored before the client can repeat the
+                    // request there (DESIGN §8).
+                    hale_store::Backend::Postgres => {
+                        if let Err(e) = gw.store.commit(write).await {
+                            tracing::warn!(error = %e, "storing an idempotent answer failed");
+                        }
+                    }
+                    // One instance: its in-flight map covers the commit.
+                    hale_store::Backend::Sqlite => gw.store.submit(write),
+                }
             }
             resp
         }

@@ -364,3 +364,73 @@ async fn issue11_pause_on_b_refuses_the_agent_on_a_within_1s() {
     drop((a, b, chaos));
     store_common::drop_schema(&pg).await;
 }
+
+/// An `Idempotency-Key` answered by instance A is answered by instance B
+/// from the store, without a second upstream call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue11_idempotency_key_answered_by_a_is_replayed_by_b_without_upstream_call() {
+    let Some(pg) = store_common::pg_scratch().await else {
+        return;
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let (hook, _) = start_receiver(Arc::new(Mutex::new(Vec::new()))).await;
+    let chaos_listen = format!("127.0.0.1:{}", free_port());
+    let mut chaos = Proc::spawn(&["chaos", "--listen", &chaos_listen], dir.path(), "chaos");
+    wait_ready(
+        &http,
+        &format!("http://{chaos_listen}/chaos/stats"),
+        &mut chaos,
+        Duration::from_secs(30),
+    )
+    .await;
+    let upstream_calls = || async {
+        let v: serde_json::Value = http
+            .get(format!("http://{chaos_listen}/chaos/stats"))
+            .send()
+            .await
+            .expect("stats")
+            .json()
+            .await
+            .expect("stats json");
+        v["requests_per_model"]["ok"].as_u64().unwrap_or(0)
+    };
+    let provider = format!("http://{chaos_listen}/v1");
+    let (mut a, base_a) = serve_with(dir.path(), "a", &pg.url, &hook, &provider);
+    let (mut b, base_b) = serve_with(dir.path(), "b", &pg.url, &hook, &provider);
+    for (p, base) in [(&mut a, &base_a), (&mut b, &base_b)] {
+        wait_ready(&http, &format!("{base}/ready"), p, Duration::from_secs(60)).await;
+    }
+    let call = |base: String| {
+        let http = http.clone();
+        async move {
+            let r = http
+                .post(format!("{base}/v1/chat/completions"))
+                .header("x-hale-agent", "before-kill")
+                .header("idempotency-key", "order-42")
+                .json(&serde_json::json!({"model": "ok", "messages": [{"role": "user", "content": "charge once"}]}))
+                .send()
+                .await
+                .expect("call");
+            let status = r.status().as_u16();
+            let replayed = r.headers().get("x-hale-idempotent-replay").is_some();
+            (status, replayed, r.text().await.unwrap_or_default())
+        }
+    };
+    let (status, replayed, first) = call(base_a.clone()).await;
+    assert_eq!((status, replayed), (200, false), "{first}");
+    let calls = upstream_calls().await;
+    assert_eq!(calls, 1, "one upstream call for the first answer");
+
+    let (status, replayed, second) = call(base_b.clone()).await;
+    assert_eq!((status, replayed), (200, true), "{second}");
+    assert_eq!(second, first, "the same answer");
+    assert_eq!(upstream_calls().await, calls, "no upstream call on B");
+
+    drop((a, b, chaos));
+    store_common::drop_schema(&pg).await;
+}
