@@ -55,6 +55,9 @@ pub(crate) const SCHEMA_LOCK: i64 = 0x6861_6c65_0002;
 /// The PostgreSQL `LISTEN/NOTIFY` channel of agent control changes.
 pub const AGENTS_CHANNEL: &str = "hale_agents";
 
+/// The PostgreSQL `LISTEN/NOTIFY` channel of new outbox events.
+pub const EVENTS_CHANNEL: &str = "hale_events";
+
 /// Events per multi-row `INSERT` (5 binds each: well under both backends'
 /// parameter limits, and few distinct statement texts to cache).
 const EVENT_CHUNK: usize = 200;
@@ -251,8 +254,14 @@ macro_rules! gen_apply {
                     }
                 }
                 rest = later;
-                let mut qb =
-                    QueryBuilder::<$db>::new("INSERT INTO events (id, kind, time_ms, agent, body) ");
+                // PostgreSQL: the same statement wakes every instance's
+                // relays (`NOTIFY hale_events` at commit; repeats of one
+                // payload in a transaction are delivered once).
+                let mut qb = QueryBuilder::<$db>::new(if $pg {
+                    "WITH ins AS (INSERT INTO events (id, kind, time_ms, agent, body) "
+                } else {
+                    "INSERT INTO events (id, kind, time_ms, agent, body) "
+                });
                 qb.push_values(&chunk, |mut b, e| {
                     b.push_bind(&e.id)
                         .push_bind(e.kind)
@@ -261,6 +270,11 @@ macro_rules! gen_apply {
                         .push_bind(&e.body);
                 });
                 qb.push(" ON CONFLICT (id) DO NOTHING RETURNING seq");
+                if $pg {
+                    qb.push(") SELECT ins.seq FROM ins CROSS JOIN (SELECT pg_notify('");
+                    qb.push(EVENTS_CHANNEL);
+                    qb.push("', '')) AS n");
+                }
                 let seqs: Vec<i64> = qb.build_query_scalar().fetch_all(&mut *conn).await?;
                 if let Some(m) = seqs.into_iter().max() {
                     max_seq = Some(max_seq.map_or(m, |x: i64| x.max(m)));

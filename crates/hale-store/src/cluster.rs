@@ -165,6 +165,19 @@ impl crate::Store {
         })
     }
 
+    /// Deletes every lease row. Only for a store no other instance can use
+    /// (SQLite under the data-directory lock): a crashed predecessor's leases
+    /// would otherwise hold its singleton work back until they expire.
+    pub async fn clear_leases(&self) -> Result<u64> {
+        on_pool!(&self.inner.pool, |p, _Db| {
+            let r = sqlx::query("DELETE FROM leases")
+                .execute(p)
+                .await
+                .map_err(StoreError::db("clearing leases"))?;
+            Ok(r.rows_affected())
+        })
+    }
+
     /// Every lease row, by name.
     pub async fn leases(&self) -> Result<Vec<LeaseRecord>> {
         on_pool!(&self.inner.pool, |p, _Db| {

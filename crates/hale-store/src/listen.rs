@@ -8,14 +8,22 @@
 //! reconnect the listener yields [`Heard::Reconnected`] and its owner re-reads
 //! every agent row — the row is the truth, the notification only a wake-up.
 //! On SQLite there is one instance: the listener never yields.
+//!
+//! [`follow_events`] is the same for the outbox: every commit that appends
+//! events notifies `hale_events`, and each instance's store wakes its
+//! relays (`watch_seq`) for events other instances committed, instead of
+//! leaving them to the relays' 1 s poll (which stays as a fallback).
 
 use std::time::Duration;
 
 use sqlx::postgres::PgListener;
 
-use crate::backend::{AGENTS_CHANNEL, Pool};
+use std::sync::Arc;
+
+use crate::backend::{AGENTS_CHANNEL, EVENTS_CHANNEL, Pool};
 use crate::error::{Result, StoreError};
 use crate::model::AgentChange;
+use crate::writer::Shared;
 
 /// Wait between attempts to reconnect a lost listener.
 const RELISTEN_AFTER: Duration = Duration::from_secs(1);
@@ -99,6 +107,45 @@ impl AgentListener {
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Wakes `shared.seq` for outbox events committed by any instance, until
+/// the pool is closed. Each notification (or reconnect) reads the highest
+/// seq once; notifications already queued behind it are covered by that read.
+pub(crate) async fn follow_events(pool: sqlx::PgPool, shared: Arc<Shared>) {
+    let mut listener = loop {
+        match PgListener::connect_with(&pool).await {
+            Ok(mut l) => match l.listen(EVENTS_CHANNEL).await {
+                Ok(()) => break l,
+                Err(e) => tracing::warn!(error = %e, "outbox listener: LISTEN failed"),
+            },
+            Err(sqlx::Error::PoolClosed) => return,
+            Err(e) => tracing::warn!(error = %e, "outbox listener: cannot connect"),
+        }
+        if pool.is_closed() {
+            return;
+        }
+        tokio::time::sleep(RELISTEN_AFTER).await;
+    };
+    let pool = Pool::Pg(pool);
+    loop {
+        match listener.try_recv().await {
+            Ok(Some(_)) | Ok(None) => {
+                while listener.next_buffered().is_some() {}
+                match crate::store::last_seq(&pool).await {
+                    Ok(seq) => shared.seen_seq(seq),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "outbox listener: reading the last seq failed")
+                    }
+                }
+            }
+            Err(sqlx::Error::PoolClosed) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "outbox listener lost its connection; retrying");
+                tokio::time::sleep(RELISTEN_AFTER).await;
             }
         }
     }

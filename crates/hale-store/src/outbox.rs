@@ -85,9 +85,9 @@ impl Store {
         last_seq(&self.inner.pool).await
     }
 
-    /// Notifications of the highest seq committed by this store's writer, so
-    /// relays wake without polling. (With PostgreSQL, events committed by
-    /// other instances are not signalled here; relays there also poll.)
+    /// Notifications of the highest seq committed, so relays wake without
+    /// polling: by this store's writer, and with PostgreSQL also by other
+    /// instances (`NOTIFY hale_events`, see `listen.rs`).
     pub fn watch_seq(&self) -> tokio::sync::watch::Receiver<i64> {
         self.inner.shared.seq.subscribe()
     }

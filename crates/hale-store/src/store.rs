@@ -233,6 +233,10 @@ impl Store {
             seq,
             submit_failures: Mutex::new(writer::SubmitFailures::default()),
         });
+        if let Pool::Pg(p) = &pool {
+            // Ends when the pool is closed (`close`).
+            tokio::spawn(crate::listen::follow_events(p.clone(), shared.clone()));
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         let handle = tokio::spawn(writer::run(
             pool.clone(),

@@ -74,6 +74,19 @@ impl Shared {
         f.last = err.to_string();
     }
 
+    /// Outbox events up to `m` are committed: wakes `watch_seq` when that
+    /// is news.
+    pub(crate) fn seen_seq(&self, m: i64) {
+        self.seq.send_if_modified(|v| {
+            if m > *v {
+                *v = m;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
     fn take_submit_failures(&self) -> Result<(), StoreError> {
         let mut f = self
             .submit_failures
@@ -236,14 +249,7 @@ fn answer(shared: &Shared, job: Job, result: Result<(), StoreError>) {
 fn committed(shared: &Shared, max_seq: Option<i64>) {
     shared.commits.fetch_add(1, Ordering::Relaxed);
     if let Some(m) = max_seq {
-        shared.seq.send_if_modified(|v| {
-            if m > *v {
-                *v = m;
-                true
-            } else {
-                false
-            }
-        });
+        shared.seen_seq(m);
     }
 }
 

@@ -101,3 +101,44 @@ async fn pg_store_from_before_the_request_hash_gains_the_column() {
     s.close().await;
     common::drop_schema(&pg).await;
 }
+
+/// Relays are woken by `NOTIFY hale_events` for events another instance
+/// committed (issue 11), not only by their own store's writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_events_committed_by_another_instance_wake_this_ones_watch() {
+    let Some(pg) = common::pg_scratch().await else {
+        return;
+    };
+    let a = Store::open_postgres(&pg.url, common::opts())
+        .await
+        .expect("open a");
+    let b = Store::open_postgres(&pg.url, common::opts())
+        .await
+        .expect("open b");
+    let mut rx = a.watch_seq();
+    let start = *rx.borrow_and_update();
+    // The listener connects in the background: commit until A hears one.
+    let t0 = std::time::Instant::now();
+    let mut n = 0;
+    let heard = loop {
+        n += 1;
+        b.commit(vec![Write::Event(ev(n, EventKind::AgentPaused))])
+            .await
+            .expect("commit on b");
+        match tokio::time::timeout(std::time::Duration::from_secs(2), rx.changed()).await {
+            Ok(r) => {
+                r.expect("watch open");
+                break *rx.borrow();
+            }
+            Err(_) => assert!(
+                t0.elapsed() < std::time::Duration::from_secs(20),
+                "A's watch never woke for B's commits"
+            ),
+        }
+    };
+    assert!(heard > start);
+    assert_eq!(heard, b.last_seq().await.expect("last").min(heard));
+    a.close().await;
+    b.close().await;
+    common::drop_schema(&pg).await;
+}

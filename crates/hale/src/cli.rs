@@ -332,6 +332,11 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
     let tasks = hale_events::tasks::TaskSet::new();
     // Singleton work runs only while this instance holds its lease (DESIGN §8;
     // with SQLite this is the only instance and it takes every lease).
+    if lock.is_some() {
+        // The data-directory lock makes this the only instance: leases left
+        // by a crashed predecessor must not hold the work back for a TTL.
+        store.clear_leases().await?;
+    }
     let cluster = hale_events::cluster::Cluster::new(store.clone(), cfg.listen.to_string());
     tasks.spawn("cluster-leases", cluster.clone().keep(tasks.token()));
     let relays =

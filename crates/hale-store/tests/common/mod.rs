@@ -804,6 +804,10 @@ pub async fn leases_are_released_only_by_their_holder(s: &Store) {
     assert!(!s.release_lease("monitor", "b").await.expect("release"));
     assert_eq!(s.leases().await.expect("leases").len(), 1);
     assert!(s.release_lease("monitor", "a").await.expect("release"));
+    s.claim_lease("other", "a", T0, T0 + 10_000)
+        .await
+        .expect("claim");
+    assert_eq!(s.clear_leases().await.expect("clear"), 1);
     assert!(s.leases().await.expect("leases").is_empty());
     let taken = s
         .claim_lease("monitor", "b", T0 + 1, T0 + 10_001)
