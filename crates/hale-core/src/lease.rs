@@ -133,8 +133,9 @@ mod tests {
 
     #[test]
     fn who_may_take_or_renew_a_lease() {
-        // (current row, claimant, now, expected claim)
-        let cases: &[(Option<LeaseRow>, &str, u64, Claim)] = &[
+        /// (current row, claimant, now, expected claim)
+        type Case<'a> = (Option<LeaseRow<'a>>, &'a str, u64, Claim<'a>);
+        let cases: &[Case] = &[
             (None, "a", T0, Claim::Free),
             (row("a", T0 + 5_000), "a", T0, Claim::Renew),
             // A holder renews even after its own expiry (nobody took it).

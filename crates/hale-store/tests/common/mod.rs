@@ -756,8 +756,9 @@ const T0: u64 = 1_700_000_000_000;
 /// `hale_core::lease::claim` says it may be taken or renewed.
 pub async fn lease_claims_follow_the_core_rule(s: &Store) {
     use hale_core::lease::{LeaseRow, claim, expiry};
-    // (holder before, its expiry, claimant, now)
-    let cases: &[(Option<(&str, u64)>, &str, u64)] = &[
+    /// (holder before with its expiry, claimant, now)
+    type Case<'a> = (Option<(&'a str, u64)>, &'a str, u64);
+    let cases: &[Case] = &[
         (None, "a", T0),
         (Some(("a", T0 + 5_000)), "a", T0),
         (Some(("a", T0 - 1)), "a", T0),
