@@ -1,0 +1,305 @@
+//! The dashboard in a real browser (issue 12): Debian's headless Chromium,
+//! driven through chromedriver by fantoccini, against the real `hale serve`
+//! in front of `hale chaos`. A named agent is served, then its provider fails
+//! until hale pauses it: the page, never reloaded, shows it paused; a click
+//! on resume makes it active and the `agent.resumed` event appears in the
+//! live stream; a click on a turn opens its timeline. A screenshot is saved
+//! at `target/dashboard.png`.
+//!
+//! Needs `chromium` and `chromedriver` (Debian packages `chromium` and
+//! `chromium-driver`, installed by `scripts/test.sh`); without them the test
+//! is skipped, except under `CI=true`, where that is a failure.
+
+mod common;
+
+use common::{Proc, free_port, wait_ready, workspace_root};
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// A chromedriver child, killed when dropped.
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn browser_present() -> bool {
+    let present =
+        std::path::Path::new(CHROMIUM).exists() && std::path::Path::new(CHROMEDRIVER).exists();
+    if !present {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "chromium/chromedriver are not installed; scripts/test.sh must install them under CI"
+        );
+        eprintln!(
+            "skipped: {CHROMIUM} or {CHROMEDRIVER} missing (apt-get install chromium chromium-driver)"
+        );
+    }
+    present
+}
+
+async fn browser(port: u16) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": CHROMIUM,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--disable-dev-shm-usage", "--window-size=1400,1100"],
+        }),
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    let t0 = Instant::now();
+    loop {
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        match ClientBuilder::new(connector)
+            .capabilities(caps.clone())
+            .connect(&url)
+            .await
+        {
+            Ok(c) => return c,
+            Err(e) if t0.elapsed() < Duration::from_secs(30) => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("no browser session from chromedriver at {url}: {e}"),
+        }
+    }
+}
+
+/// Waits until `css` matches an element, or panics naming what was awaited.
+async fn wait_for(c: &Client, css: &str, what: &str, limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        if c.find(Locator::Css(css)).await.is_ok() {
+            return t0.elapsed();
+        }
+        if t0.elapsed() > limit {
+            let source = c.source().await.unwrap_or_default();
+            panic!(
+                "{what}: `{css}` not on the page after {limit:?}; page:\n{}",
+                &source[..source.len().min(4000)]
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn chat(http: &reqwest::Client, base: &str, n: usize) -> u16 {
+    http.post(format!("{base}/v1/chat/completions"))
+        .header("x-hale-agent", "bot")
+        .json(&json!({"model": "m1",
+                      "messages": [{"role": "user", "content": format!("question {n}")}]}))
+        .send()
+        .await
+        .expect("chat")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_shows_a_pause_live_resumes_on_click_and_opens_a_timeline() {
+    if !browser_present() {
+        return;
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client");
+
+    let cport = free_port();
+    let chaos_base = format!("http://127.0.0.1:{cport}");
+    let mut chaos = Proc::spawn(
+        &["chaos", "--listen", &format!("127.0.0.1:{cport}")],
+        dir.path(),
+        "chaos",
+    );
+    wait_ready(
+        &http,
+        &format!("{chaos_base}/chaos/stats"),
+        &mut chaos,
+        Duration::from_secs(20),
+    )
+    .await;
+
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let yaml = format!(
+        "listen: 127.0.0.1:{port}
+data_dir: {data}
+providers:
+  - {{name: p1, kind: openai, base_url: {chaos_base}/v1, default_model: m1}}
+agents:
+  default: {{provider: p1}}
+  bot: {{provider: p1}}
+self_healing:
+  max_consecutive_failures: 2
+  resume_probe_after_ms: 600000
+retry:
+  server_error: {{max_attempts: 1, initial_ms: 10, max_ms: 10}}
+",
+        data = dir.path().join("data").display()
+    );
+    let cfg = dir.path().join("hale.yaml");
+    std::fs::write(&cfg, yaml).expect("config");
+    let mut hale = Proc::spawn(
+        &["serve", "--config", &cfg.to_string_lossy()],
+        dir.path(),
+        "serve",
+    );
+    wait_ready(
+        &http,
+        &format!("{base}/ready"),
+        &mut hale,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(chat(&http, &base, 0).await, 200, "a first turn is served");
+
+    let dport = free_port();
+    let _driver = Driver(
+        Command::new(CHROMEDRIVER)
+            .arg(format!("--port={dport}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts"),
+    );
+    let c = browser(dport).await;
+    c.goto(&format!("{base}/")).await.expect("page loads");
+    let limit = Duration::from_secs(20);
+    wait_for(
+        &c,
+        r#"tr[data-agent="bot"] [data-state="active"]"#,
+        "the agent",
+        limit,
+    )
+    .await;
+    wait_for(
+        &c,
+        r#"tr[data-deployment="p1/m1"]"#,
+        "the deployment",
+        limit,
+    )
+    .await;
+    // A mark that a reload would wipe.
+    c.execute("window.__hale_no_reload = 1;", vec![])
+        .await
+        .expect("script");
+
+    // The provider fails; two failed turns pause the named agent.
+    let r = http
+        .post(format!("{chaos_base}/chaos/override"))
+        .json(&json!({"model": "m1", "fault": "error-503"}))
+        .send()
+        .await
+        .expect("override");
+    assert!(r.status().is_success());
+    assert_eq!(chat(&http, &base, 1).await, 503);
+    assert_eq!(chat(&http, &base, 2).await, 503);
+    let paused_at = Instant::now();
+    assert_eq!(chat(&http, &base, 3).await, 423, "hale paused the agent");
+    let shown = wait_for(
+        &c,
+        r#"tr[data-agent="bot"] [data-state="paused"]"#,
+        "the pause",
+        limit,
+    )
+    .await;
+    eprintln!(
+        "the page showed the pause {:?} after the pausing turn returned",
+        paused_at.elapsed().min(shown)
+    );
+    assert_eq!(
+        c.execute("return window.__hale_no_reload === 1;", vec![])
+            .await
+            .expect("script"),
+        json!(true),
+        "the page was not reloaded"
+    );
+    wait_for(
+        &c,
+        r#".events div[data-kind="agent.paused"]"#,
+        "the agent.paused event in the stream",
+        limit,
+    )
+    .await;
+
+    // The operator clicks resume.
+    let _ = http
+        .post(format!("{chaos_base}/chaos/override"))
+        .json(&json!({"model": "m1", "fault": null}))
+        .send()
+        .await;
+    c.find(Locator::Css(r#"tr[data-agent="bot"] button.resume"#))
+        .await
+        .expect("resume button")
+        .click()
+        .await
+        .expect("click resume");
+    wait_for(
+        &c,
+        r#"tr[data-agent="bot"] [data-state="active"]"#,
+        "the agent active again",
+        limit,
+    )
+    .await;
+    wait_for(
+        &c,
+        r#".events div[data-kind="agent.resumed"]"#,
+        "the agent.resumed event in the stream",
+        limit,
+    )
+    .await;
+    let agent: serde_json::Value = http
+        .get(format!("{base}/agents/bot"))
+        .send()
+        .await
+        .expect("agent")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        agent["state"], "active",
+        "the click resumed the agent in hale"
+    );
+
+    // A failed turn's timeline, opened from the stream.
+    c.find(Locator::Css(
+        r#".events div[data-kind="agent.failed"] a.turn"#,
+    ))
+    .await
+    .expect("a turn link")
+    .click()
+    .await
+    .expect("click turn");
+    wait_for(&c, "#turn-attempts td", "the turn's attempts", limit).await;
+    let timeline = c
+        .find(Locator::Css("#turn"))
+        .await
+        .expect("turn section")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        timeline.contains("p1/m1") && timeline.contains("overloaded"),
+        "the timeline shows the attempt's target and class: {timeline}"
+    );
+
+    let png = c.screenshot().await.expect("screenshot");
+    let out = workspace_root().join("target").join("dashboard.png");
+    std::fs::write(&out, png).expect("screenshot written");
+    eprintln!("screenshot: {}", out.display());
+    c.close().await.expect("browser closed");
+}
