@@ -105,11 +105,19 @@ async fn chat(http: &reqwest::Client, base: &str, n: usize) -> u16 {
         .as_u16()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dashboard_shows_a_pause_live_resumes_on_click_and_opens_a_timeline() {
-    if !browser_present() {
-        return;
-    }
+/// A running `hale chaos` and `hale serve` (agent `bot` named, paused after
+/// two failed turns, no automatic trial within the test), with `extra` config
+/// and environment.
+struct Stack {
+    _dir: tempfile::TempDir,
+    _chaos: Proc,
+    _hale: Proc,
+    chaos_base: String,
+    base: String,
+    http: reqwest::Client,
+}
+
+async fn stack(extra: &str, envs: &[(&str, &str)]) -> Stack {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().expect("tempdir");
     let http = reqwest::Client::builder()
@@ -147,15 +155,16 @@ self_healing:
   resume_probe_after_ms: 600000
 retry:
   server_error: {{max_attempts: 1, initial_ms: 10, max_ms: 10}}
-",
+{extra}",
         data = dir.path().join("data").display()
     );
     let cfg = dir.path().join("hale.yaml");
     std::fs::write(&cfg, yaml).expect("config");
-    let mut hale = Proc::spawn(
+    let mut hale = Proc::spawn_env(
         &["serve", "--config", &cfg.to_string_lossy()],
         dir.path(),
         "serve",
+        envs,
     );
     wait_ready(
         &http,
@@ -164,10 +173,19 @@ retry:
         Duration::from_secs(30),
     )
     .await;
-    assert_eq!(chat(&http, &base, 0).await, 200, "a first turn is served");
+    Stack {
+        _dir: dir,
+        _chaos: chaos,
+        _hale: hale,
+        chaos_base,
+        base,
+        http,
+    }
+}
 
+async fn start_browser() -> (Driver, Client) {
     let dport = free_port();
-    let _driver = Driver(
+    let driver = Driver(
         Command::new(CHROMEDRIVER)
             .arg(format!("--port={dport}"))
             .stdin(Stdio::null())
@@ -176,7 +194,19 @@ retry:
             .spawn()
             .expect("chromedriver starts"),
     );
-    let c = browser(dport).await;
+    (driver, browser(dport).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_shows_a_pause_live_resumes_on_click_and_opens_a_timeline() {
+    if !browser_present() {
+        return;
+    }
+    let st = stack("", &[]).await;
+    let (http, base, chaos_base) = (&st.http, st.base.as_str(), st.chaos_base.as_str());
+    assert_eq!(chat(http, base, 0).await, 200, "a first turn is served");
+
+    let (_driver, c) = start_browser().await;
     c.goto(&format!("{base}/")).await.expect("page loads");
     let limit = Duration::from_secs(20);
     wait_for(
@@ -206,10 +236,10 @@ retry:
         .await
         .expect("override");
     assert!(r.status().is_success());
-    assert_eq!(chat(&http, &base, 1).await, 503);
-    assert_eq!(chat(&http, &base, 2).await, 503);
+    assert_eq!(chat(http, base, 1).await, 503);
+    assert_eq!(chat(http, base, 2).await, 503);
     let paused_at = Instant::now();
-    assert_eq!(chat(&http, &base, 3).await, 423, "hale paused the agent");
+    assert_eq!(chat(http, base, 3).await, 423, "hale paused the agent");
     let shown = wait_for(
         &c,
         r#"tr[data-agent="bot"] [data-state="paused"]"#,
@@ -301,5 +331,68 @@ retry:
     let out = workspace_root().join("target").join("dashboard.png");
     std::fs::write(&out, png).expect("screenshot written");
     eprintln!("screenshot: {}", out.display());
+    c.close().await.expect("browser closed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_asks_for_the_admin_token_when_keys_are_configured() {
+    if !browser_present() {
+        return;
+    }
+    const TOKEN: &str = "dash-admin-token-0123456789";
+    let st = stack(
+        "auth:\n  keys:\n    - {name: ops, token_env: HALE_T_DASH, scope: admin}\n",
+        &[("HALE_T_DASH", TOKEN)],
+    )
+    .await;
+    let (_driver, c) = start_browser().await;
+    c.goto(&format!("{}/", st.base)).await.expect("page loads");
+    let limit = Duration::from_secs(20);
+    wait_for(&c, "form.login input[name=token]", "the login form", limit).await;
+    assert!(
+        c.find(Locator::Css("#agents")).await.is_err(),
+        "no data before a token"
+    );
+    // A wrong token: the API refuses it and the form comes back.
+    let login = |token: &'static str| {
+        let c = c.clone();
+        async move {
+            let input = c
+                .find(Locator::Css("form.login input[name=token]"))
+                .await
+                .expect("token field");
+            input.clear().await.expect("clear");
+            input.send_keys(token).await.expect("type");
+            c.find(Locator::Css("form.login button[type=submit]"))
+                .await
+                .expect("submit")
+                .click()
+                .await
+                .expect("click");
+        }
+    };
+    login("not-the-token").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_for(
+        &c,
+        "form.login",
+        "the login form after a wrong token",
+        limit,
+    )
+    .await;
+    login(TOKEN).await;
+    wait_for(&c, "#agents", "the agents view with the admin token", limit).await;
+    wait_for(
+        &c,
+        "#events .ok",
+        "the live event stream with the token",
+        limit,
+    )
+    .await;
+    let stored = c
+        .execute("return sessionStorage.getItem('hale.token');", vec![])
+        .await
+        .expect("script");
+    assert_eq!(stored, json!(TOKEN), "kept in session storage");
     c.close().await.expect("browser closed");
 }
