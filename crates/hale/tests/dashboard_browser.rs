@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{Proc, free_port, wait_ready, workspace_root};
+use common::{Proc, free_port, start_chaos, start_serve, workspace_root};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 use std::process::{Child, Command, Stdio};
@@ -125,27 +125,9 @@ async fn stack(extra: &str, envs: &[(&str, &str)]) -> Stack {
         .build()
         .expect("client");
 
-    let cport = free_port();
-    let chaos_base = format!("http://127.0.0.1:{cport}");
-    let mut chaos = Proc::spawn(
-        &["chaos", "--listen", &format!("127.0.0.1:{cport}")],
-        dir.path(),
-        "chaos",
-    );
-    wait_ready(
-        &http,
-        &format!("{chaos_base}/chaos/stats"),
-        &mut chaos,
-        Duration::from_secs(20),
-    )
-    .await;
-
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let yaml = format!(
-        "listen: 127.0.0.1:{port}
-data_dir: {data}
-providers:
+    let (chaos, chaos_base) = start_chaos(&http, dir.path()).await;
+    let config = format!(
+        "providers:
   - {{name: p1, kind: openai, base_url: {chaos_base}/v1, default_model: m1}}
 agents:
   default: {{provider: p1}}
@@ -155,24 +137,9 @@ self_healing:
   resume_probe_after_ms: 600000
 retry:
   server_error: {{max_attempts: 1, initial_ms: 10, max_ms: 10}}
-{extra}",
-        data = dir.path().join("data").display()
+{extra}"
     );
-    let cfg = dir.path().join("hale.yaml");
-    std::fs::write(&cfg, yaml).expect("config");
-    let mut hale = Proc::spawn_env(
-        &["serve", "--config", &cfg.to_string_lossy()],
-        dir.path(),
-        "serve",
-        envs,
-    );
-    wait_ready(
-        &http,
-        &format!("{base}/ready"),
-        &mut hale,
-        Duration::from_secs(30),
-    )
-    .await;
+    let (hale, base) = start_serve(&http, dir.path(), &config, envs).await;
     Stack {
         _dir: dir,
         _chaos: chaos,

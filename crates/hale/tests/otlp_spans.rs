@@ -9,7 +9,7 @@ mod common;
 
 use axum::body::Bytes;
 use axum::routing::post;
-use common::{Proc, free_port, wait_ready};
+use common::{start_chaos, start_serve};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,49 +49,18 @@ async fn turn_and_attempt_spans_reach_the_otlp_collector_with_the_turn_id() {
     let collector = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let cport = free_port();
-    let chaos_base = format!("http://127.0.0.1:{cport}");
-    let mut chaos = Proc::spawn(
-        &["chaos", "--listen", &format!("127.0.0.1:{cport}")],
-        dir.path(),
-        "chaos",
-    );
-    wait_ready(
-        &http,
-        &format!("{chaos_base}/chaos/stats"),
-        &mut chaos,
-        Duration::from_secs(20),
-    )
-    .await;
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let yaml = format!(
-        "listen: 127.0.0.1:{port}
-data_dir: {data}
-telemetry: {{otlp_endpoint: {collector}, service_name: hale-otlp-test}}
+    let (_chaos, chaos_base) = start_chaos(&http, dir.path()).await;
+    let config = format!(
+        "telemetry: {{otlp_endpoint: {collector}, service_name: hale-otlp-test}}
 routes:
   r: [p1/error-503, p1/good]
 providers:
   - {{name: p1, kind: openai, base_url: {chaos_base}/v1, default_model: good}}
 retry:
   server_error: {{max_attempts: 1, initial_ms: 10, max_ms: 10}}
-",
-        data = dir.path().join("data").display()
+"
     );
-    let cfg = dir.path().join("hale.yaml");
-    std::fs::write(&cfg, yaml).expect("config");
-    let mut hale = Proc::spawn(
-        &["serve", "--config", &cfg.to_string_lossy()],
-        dir.path(),
-        "serve",
-    );
-    wait_ready(
-        &http,
-        &format!("{base}/ready"),
-        &mut hale,
-        Duration::from_secs(30),
-    )
-    .await;
+    let (mut hale, base) = start_serve(&http, dir.path(), &config, &[]).await;
 
     let r = http
         .post(format!("{base}/v1/chat/completions"))
