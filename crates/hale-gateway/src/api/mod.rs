@@ -1,9 +1,10 @@
 //! Admin HTTP handlers that are thin edges over the gateway's components:
 //! agents (views, pause, resume, task reset) and deployments (views, trip,
-//! reset). Each handler checks the admin scope, asks a component, and renders
+//! reset), and the dashboard page (`/`, served from assets compiled in). Each handler checks the admin scope, asks a component, and renders
 //! JSON; no rule lives here.
 
 pub mod agents;
+pub mod dashboard;
 pub mod deployments;
 
 use crate::state::Gateway;
@@ -12,5 +13,7 @@ use std::sync::Arc;
 
 /// The routes of this module.
 pub fn router() -> Router<Arc<Gateway>> {
-    agents::router().merge(deployments::router())
+    agents::router()
+        .merge(deployments::router())
+        .merge(dashboard::router())
 }
