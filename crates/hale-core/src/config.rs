@@ -50,6 +50,8 @@ pub struct Config {
     pub journal: JournalConfig,
     /// `tool_nodes:` (DESIGN §7); more may register with `POST /nodes`.
     pub tool_nodes: Vec<ToolNodeConfig>,
+    /// `alerting:` (DESIGN §8 Alerts); the rules are [`crate::alert`].
+    pub alerting: AlertingConfig,
 }
 
 impl Config {
@@ -78,6 +80,7 @@ impl Config {
             prices: BTreeMap::new(),
             journal: JournalConfig::default(),
             tool_nodes: Vec::new(),
+            alerting: AlertingConfig::default(),
         }
     }
 
@@ -692,6 +695,46 @@ pub struct WebhookConfig {
     pub secret: Option<Secret>,
     /// Empty = every kind.
     pub kinds: Vec<String>,
+}
+
+/// `alerting:` — event kinds routed to Slack and PagerDuty channels by
+/// severity (DESIGN §8 Alerts). Empty by default: no channel, no alert.
+#[derive(Debug, Clone, Default)]
+pub struct AlertingConfig {
+    /// Base URL of hale's dashboard, for links in messages.
+    pub dashboard_url: Option<String>,
+    pub channels: Vec<AlertChannel>,
+    pub routes: Vec<AlertRoute>,
+}
+
+/// The PagerDuty Events API v2 endpoint, the default `url:` of a
+/// `kind: pagerduty` channel.
+pub const PAGERDUTY_EVENTS_URL: &str = "https://events.pagerduty.com/v2/enqueue";
+
+/// One alert channel (`alerting.channels.<name>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlertChannel {
+    /// The name routes refer to; public (sink names, metrics).
+    pub name: String,
+    pub target: AlertTarget,
+}
+
+/// Where a channel posts, with its credential. Neither the Slack URL nor the
+/// routing key is ever shown: both are [`Secret`]s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AlertTarget {
+    /// A Slack-compatible incoming webhook; its URL is the credential.
+    Slack { url: Secret },
+    /// PagerDuty Events API v2 at `url` (default [`PAGERDUTY_EVENTS_URL`]).
+    PagerDuty { url: String, routing_key: Secret },
+}
+
+/// One route: these kinds go to these channels with this severity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlertRoute {
+    pub kinds: Vec<crate::event::EventKind>,
+    pub channels: Vec<String>,
+    pub severity: crate::alert::Severity,
 }
 
 /// The NATS JetStream sink.

@@ -9,6 +9,7 @@
 //! processes, CLI) call into this crate; it never calls them.
 
 pub mod access;
+pub mod alert;
 pub mod breaker;
 pub mod budget;
 pub mod class;
