@@ -329,7 +329,14 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
             .with_context(|| format!("cannot open the store in {}", cfg.data_dir.display()))?;
     let gw = hale_gateway::Gateway::new(cfg.clone(), store.clone()).await?;
     let tasks = hale_events::tasks::TaskSet::new();
-    let relays = hale_events::relay::Relays::start(store.clone(), &cfg.events, &tasks).await?;
+    let relays = hale_events::relay::Relays::start_with_alerting(
+        store.clone(),
+        &cfg.events,
+        &cfg.alerting,
+        &tasks,
+        hale_events::relay::RelayTuning::default(),
+    )
+    .await?;
     let stats_relays = relays.clone();
     gw.metrics.set_sink_source(Box::new(move || {
         let st = stats_relays.stats();
