@@ -318,7 +318,7 @@ async fn a_pagerduty_channel_down_for_30s_drains_in_order_with_nothing_dead_lett
             pd.set_mode(Mode::Answer(StatusCode::TOO_MANY_REQUESTS));
         }
         let agent = format!("agent-{}", i % 3);
-        let kind = if (i / 3) % 2 == 0 {
+        let kind = if (i / 3).is_multiple_of(2) {
             EventKind::AgentPaused
         } else {
             EventKind::AgentResumed
