@@ -750,6 +750,11 @@ impl NatsConfig {
     pub const DEFAULT_STREAM: &'static str = "HALE_EVENTS";
 }
 
+/// How long the health history (transitions and per-deployment minutes) is
+/// kept (DESIGN §8 Dashboard: 30 days); the rule is
+/// [`crate::history::prune_cutoff`].
+pub const HISTORY_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// After a stream's finish, how long hale waits for the provider's usage and
 /// `[DONE]` before finalising the stream itself.
 pub const FINISH_GRACE: Duration = Duration::from_secs(1);

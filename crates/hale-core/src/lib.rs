@@ -22,6 +22,7 @@ pub mod deployment;
 pub mod event;
 pub mod guard;
 pub mod health;
+pub mod history;
 pub mod ids;
 pub mod models;
 pub mod pause;
