@@ -117,6 +117,31 @@ impl MinuteRow {
     }
 }
 
+/// One minute as `GET /history` shows it: the counts with the success
+/// ratio and mean latency worked out.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MinutePoint {
+    pub deployment: String,
+    pub minute_ms: u64,
+    pub calls: u64,
+    pub failures: u64,
+    pub success_ratio: Option<f64>,
+    pub avg_ms: Option<u64>,
+}
+
+impl From<&MinuteRow> for MinutePoint {
+    fn from(r: &MinuteRow) -> Self {
+        MinutePoint {
+            deployment: r.deployment.clone(),
+            minute_ms: r.minute_ms,
+            calls: r.calls,
+            failures: r.failures,
+            success_ratio: r.success_ratio(),
+            avg_ms: r.avg_ms(),
+        }
+    }
+}
+
 /// Per-deployment minutes being counted, in memory.
 #[derive(Debug, Default)]
 pub struct MinuteAggregator {

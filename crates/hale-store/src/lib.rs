@@ -21,6 +21,7 @@
 
 mod backend;
 mod error;
+mod history;
 mod jobs;
 mod model;
 mod outbox;
@@ -30,6 +31,7 @@ mod store;
 mod writer;
 
 pub use error::{Result, StoreError};
+pub use history::{History, HistoryQuery, MAX_TRANSITIONS, TransitionRecord};
 pub use jobs::{AuditRecord, JobRecord};
 pub use model::{
     AgentRecord, AuditEntry, CheckpointRecord, DeadLetter, IdempotentResponse, SinkCursor,

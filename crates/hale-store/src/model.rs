@@ -37,6 +37,10 @@ pub enum Write {
     Job(JobRecord),
     /// One row appended to the jobs' audit log (a finished job).
     Audit(AuditEntry),
+    /// Closed per-deployment minutes of the health history, added to what
+    /// the store holds for the same deployment and minute (another
+    /// instance may have counted calls of that minute too).
+    Minutes(Vec<hale_core::history::MinuteRow>),
 }
 
 /// A row to append to the jobs' audit log (its `seq` is drawn at insert).

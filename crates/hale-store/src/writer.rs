@@ -212,6 +212,7 @@ fn describe(rows: &[Encoded]) -> String {
         Some(Encoded::Checkpoint(c)) => format!("checkpoint {}", c.id),
         Some(Encoded::Job(j)) => format!("job {}", j.job_id),
         Some(Encoded::Audit(a)) => format!("audit of job {}", a.job_id),
+        Some(Encoded::Minutes(m)) => format!("{} history minute(s)", m.len()),
     };
     match rows.len() {
         1 => first,
