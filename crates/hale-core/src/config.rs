@@ -754,6 +754,12 @@ impl NatsConfig {
 /// kept (DESIGN §8 Dashboard: 30 days); the rule is
 /// [`crate::history::prune_cutoff`].
 pub const HISTORY_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How often the per-deployment minutes counted in memory are flushed.
+pub const HISTORY_FLUSH_EVERY: Duration = Duration::from_secs(60);
+/// How often history older than [`HISTORY_RETENTION`] is pruned.
+pub const HISTORY_PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// The range `GET /history` returns when `from` is not given: the last day.
+pub const HISTORY_DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// After a stream's finish, how long hale waits for the provider's usage and
 /// `[DONE]` before finalising the stream itself.

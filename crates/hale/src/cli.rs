@@ -361,6 +361,11 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
             }
         }
     });
+    // Health history: per-deployment minutes flushed once a minute, pruning.
+    let (history_gw, history_store, history_token) = (gw.clone(), store.clone(), tasks.token());
+    tasks.spawn("health-history", async move {
+        hale_gateway::history::run(&history_gw.history, history_store, history_token).await
+    });
     let monitor_gw = gw.clone();
     let token = tasks.token();
     tasks.spawn("health-monitor", async move {

@@ -5,6 +5,7 @@
 
 pub mod agents;
 pub mod deployments;
+pub mod history;
 
 use crate::state::Gateway;
 use axum::Router;
@@ -12,5 +13,7 @@ use std::sync::Arc;
 
 /// The routes of this module.
 pub fn router() -> Router<Arc<Gateway>> {
-    agents::router().merge(deployments::router())
+    agents::router()
+        .merge(deployments::router())
+        .merge(history::router())
 }
