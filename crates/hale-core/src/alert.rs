@@ -125,8 +125,14 @@ fn breaker_to(ev: &Event) -> Option<&str> {
 
 /// The role of one event. Exhaustive: a new kind must be placed.
 pub fn role(ev: &Event) -> Role {
+    role_of(ev.kind, breaker_to(ev))
+}
+
+/// The role of a kind; `breaker_to` is a `breaker.state_changed`'s new
+/// state (the only kind whose role depends on its payload).
+fn role_of(kind: EventKind, breaker_to: Option<&str>) -> Role {
     use EventKind as K;
-    match ev.kind {
+    match kind {
         K::AgentPaused
         | K::AgentFailed
         | K::AgentTerminated
@@ -134,7 +140,7 @@ pub fn role(ev: &Event) -> Role {
         | K::RecoveryFailed => Role::Trigger(Family::Agent),
         K::AgentResumed | K::RecoveryCompleted => Role::Resolve(Family::Agent),
         K::AgentCircuitOpen => Role::Trigger(Family::Circuit),
-        K::BreakerStateChanged => match breaker_to(ev) {
+        K::BreakerStateChanged => match breaker_to {
             Some("open" | "forced_open") => Role::Trigger(Family::Circuit),
             Some("closed") => Role::Resolve(Family::Circuit),
             // half_open, disabled, or a payload without a state: no change
@@ -166,31 +172,16 @@ pub fn role(ev: &Event) -> Role {
         | K::JobFailedOver
         | K::JobQueued
         | K::JobExpired
-        | K::JobCancelled => Role::Trigger(Family::Kind(ev.kind)),
+        | K::JobCancelled => Role::Trigger(Family::Kind(kind)),
     }
 }
 
-/// The family a kind triggers, when it triggers one whatever its payload.
-/// (`breaker.state_changed` depends on its payload: routed, it counts for
-/// [`Family::Circuit`].)
+/// The family a routed kind belongs to (a routed `breaker.state_changed`
+/// counts for [`Family::Circuit`]).
 fn family_of_kind(kind: EventKind) -> Family {
-    match kind {
-        EventKind::BreakerStateChanged => Family::Circuit,
-        other => {
-            let probe = Event {
-                id: String::new(),
-                time_ms: 0,
-                kind: other,
-                agent: None,
-                task: None,
-                turn: None,
-                payload: Value::Null,
-            };
-            match role(&probe) {
-                Role::Trigger(f) | Role::Resolve(f) => f,
-                Role::Ignore => Family::Kind(other),
-            }
-        }
+    match role_of(kind, Some("open")) {
+        Role::Trigger(f) | Role::Resolve(f) => f,
+        Role::Ignore => Family::Kind(kind),
     }
 }
 

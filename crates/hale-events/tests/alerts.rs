@@ -363,7 +363,8 @@ async fn a_pagerduty_channel_down_for_30s_drains_in_order_with_nothing_dead_lett
         .map(|(k, a)| {
             let action = match k {
                 EventKind::AgentPaused => "trigger",
-                _resumed => "resolve",
+                EventKind::AgentResumed => "resolve",
+                other => panic!("the producer sends no {other}"),
             };
             (action.to_owned(), format!("hale:agent:{a}"))
         })
