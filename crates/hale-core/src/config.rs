@@ -48,6 +48,8 @@ pub struct Config {
     /// Price overrides per model, USD per million tokens.
     pub prices: BTreeMap<String, Price>,
     pub journal: JournalConfig,
+    /// `telemetry:` — OTLP export of the turn spans.
+    pub telemetry: TelemetryConfig,
     /// `tool_nodes:` (DESIGN §7); more may register with `POST /nodes`.
     pub tool_nodes: Vec<ToolNodeConfig>,
     /// `alerting:` (DESIGN §8 Alerts); the rules are [`crate::alert`].
@@ -79,6 +81,7 @@ impl Config {
             events: EventsConfig::default(),
             prices: BTreeMap::new(),
             journal: JournalConfig::default(),
+            telemetry: TelemetryConfig::default(),
             tool_nodes: Vec::new(),
             alerting: AlertingConfig::default(),
         }
@@ -782,6 +785,27 @@ impl Default for JournalConfig {
     fn default() -> Self {
         Self {
             retention: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+/// The service name spans are exported under when `telemetry.service_name` is not set.
+pub const DEFAULT_SERVICE_NAME: &str = "hale";
+
+/// `telemetry:` — `tracing` spans per turn and attempt, exported over OTLP
+/// (HTTP, protobuf) to `{otlp_endpoint}/v1/traces` when an endpoint is set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetryConfig {
+    /// The collector's base URL (`http://127.0.0.1:4318`); `None`: no export.
+    pub otlp_endpoint: Option<String>,
+    pub service_name: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: None,
+            service_name: DEFAULT_SERVICE_NAME.to_owned(),
         }
     }
 }

@@ -25,6 +25,7 @@ use hale_core::select;
 use hale_store::{StoredResponse, TurnRecord, TurnStatus, Write};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// Header naming the agent.
 pub const AGENT_HEADER: &str = "x-hale-agent";
@@ -138,11 +139,24 @@ pub async fn handle_chat(
     turn.named = named;
     turn.admission = admission;
     gw.metrics.turn_started();
+    // One span per turn (the attempts are its children), exported over OTLP
+    // when `telemetry.otlp_endpoint` is set.
+    let span = tracing::info_span!(
+        "turn",
+        turn_id = %turn.id,
+        agent = %agent,
+        task = %task,
+        model = %req.model,
+        outcome = tracing::field::Empty,
+    );
 
     // Compaction against the first target's window.
     let first = turn.targets[0].clone();
     let window = compact::window_of(gw.cfg.provider(&first.provider), &first.model);
-    if let Some(c) = compact::compact(&gw, &turn, &mut req, &first.model, window, false).await {
+    if let Some(c) = compact::compact(&gw, &turn, &mut req, &first.model, window, false)
+        .instrument(span.clone())
+        .await
+    {
         turn.compacted |= c.tier != hale_core::compaction::Tier::None || c.reused;
         compact::emit(&gw, &turn, &c);
     }
@@ -159,16 +173,30 @@ pub async fn handle_chat(
 
     // Attempt loop; a context overflow is compacted and retried once.
     turn.compact_on_overflow = true;
-    let mut result = turn::run(&gw, &mut turn, &req, None, None).await;
+    let mut result = turn::run(&gw, &mut turn, &req, None, None)
+        .instrument(span.clone())
+        .await;
     if let Err(f) = &result
         && f.class == ErrorClass::ContextOverflow
         && let Some(idx) = turn.overflow_at.take()
     {
         turn.compact_on_overflow = false;
-        if retry_after_overflow(&gw, &mut turn, &mut req, idx).await {
-            result = turn::run(&gw, &mut turn, &req, None, None).await;
+        if retry_after_overflow(&gw, &mut turn, &mut req, idx)
+            .instrument(span.clone())
+            .await
+        {
+            result = turn::run(&gw, &mut turn, &req, None, None)
+                .instrument(span.clone())
+                .await;
         }
     }
+    span.record(
+        "outcome",
+        match &result {
+            Ok(_) => "served",
+            Err(f) => f.class.as_str(),
+        },
+    );
     let resp = match result {
         Err(f) => {
             let err = HaleError::from_failure(&turn, &f);

@@ -27,6 +27,7 @@ use hale_core::retry::{self, AttemptFacts, RetryDecision};
 use hale_core::select::{self, Candidate, Pick};
 use serde::Serialize;
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 /// How an attempt was admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -207,10 +208,20 @@ pub async fn run(
             let model = target.model.as_str();
             // Only targets that accept an assistant prefill get one; others are aligned by the relay.
             let pf = prefill.as_deref().filter(|_| provider.supports_prefill);
+            let span = tracing::info_span!(
+                "attempt",
+                turn_id = %turn.id,
+                n = turn.timeline.len() + 1,
+                target = %target,
+                mode = ?mode,
+                class = tracing::field::Empty,
+            );
             let upstream::Sent {
                 result: sent,
                 changes,
-            } = upstream::send(&gw.http, provider, req, model, pf, &limits).await;
+            } = upstream::send(&gw.http, provider, req, model, pf, &limits)
+                .instrument(span.clone())
+                .await;
             let result = match sent {
                 Ok(Answer::Complete(r)) => Ok(Served::Complete(r)),
                 Ok(Answer::Stream(s)) => {
@@ -222,6 +233,10 @@ pub async fn run(
                 Err(f) => Err(f),
             };
             let elapsed = start.elapsed();
+            span.record(
+                "class",
+                result.as_ref().map_or_else(|f| f.class.as_str(), |_| "ok"),
+            );
             gw.metrics
                 .attempt(&target, result.as_ref().err().map(|f| f.class), elapsed);
             match result {

@@ -172,6 +172,38 @@ impl Store {
         Ok(n == 1)
     }
 
+    /// Moves a job from status `from` to the whole state `job` (status,
+    /// schedule, body) if it is still in `from`; true when this caller won.
+    /// The compare-and-set for a transition that ends a job without running
+    /// it (expiry, cancel): the row never shows the new status without the
+    /// body that explains it. Its audit row and event follow in
+    /// [`Store::commit`].
+    pub async fn settle_job(&self, from: &str, job: &JobRecord) -> Result<bool> {
+        let body = body_text(job)?;
+        let next = job
+            .next_attempt_ms
+            .map(|v| i64_of("next_attempt_ms", v))
+            .transpose()?;
+        let updated = i64_of("updated_ms", job.updated_ms)?;
+        let n = on_pool!(&self.inner.pool, |p, _Db| {
+            sqlx::query(
+                "UPDATE jobs SET status = $3, next_attempt_ms = $4, updated_ms = $5, body = $6 \
+                 WHERE job_id = $1 AND status = $2",
+            )
+            .bind(&job.job_id)
+            .bind(from)
+            .bind(&job.status)
+            .bind(next)
+            .bind(updated)
+            .bind(&body)
+            .execute(p)
+            .await
+            .map_err(StoreError::db("settling a job"))?
+            .rows_affected()
+        });
+        Ok(n == 1)
+    }
+
     /// One job.
     pub async fn job(&self, job_id: &str) -> Result<Option<JobRecord>> {
         let row: Option<JobTuple> = on_pool!(&self.inner.pool, |p, _Db| {

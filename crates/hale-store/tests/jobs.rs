@@ -59,6 +59,22 @@ async fn jobs_contract(store: &Store) {
     assert_eq!(store.jobs(Some("queued"), 10).await.unwrap().len(), 0);
     assert_eq!(store.jobs(None, 1).await.unwrap().len(), 1);
     assert!(store.job("nope").await.unwrap().is_none());
+    // Settling: the whole row moves from a status at once, for one caller.
+    store
+        .insert_job(&job("s", "queued", Some(5)))
+        .await
+        .unwrap();
+    let mut expired = job("s", "expired", None);
+    expired.body = json!({"error": "ttl"});
+    let mut cancelled = job("s", "cancelled", None);
+    cancelled.body = json!({"error": "cancelled"});
+    assert!(store.settle_job("queued", &expired).await.unwrap());
+    assert!(!store.settle_job("queued", &cancelled).await.unwrap());
+    let s = store.job("s").await.unwrap().unwrap();
+    assert_eq!(
+        (s.status.as_str(), s.next_attempt_ms, s.body),
+        ("expired", None, json!({"error": "ttl"}))
+    );
     // Stale jobs: of one status, updated before a time, oldest first.
     let mut old = job("old", "running", None);
     old.updated_ms = 100;

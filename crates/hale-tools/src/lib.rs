@@ -360,25 +360,39 @@ impl Tools {
     /// the job is not queued (nothing changed).
     pub async fn cancel(&self, job_id: &str) -> hale_store::Result<Option<(Job, bool)>> {
         let now_ms = wall_ms();
-        if !self
-            .store
-            .claim_job(
-                job_id,
-                JobStatus::Queued.as_str(),
-                JobStatus::Cancelled.as_str(),
-                now_ms,
-            )
-            .await?
-        {
-            return Ok(self.job(job_id).await?.map(|j| (j, false)));
-        }
         let Some(mut job) = self.job(job_id).await? else {
             return Ok(None);
         };
+        if job.status != JobStatus::Queued {
+            return Ok(Some((job, false)));
+        }
         job.status = JobStatus::Cancelled;
         job.error = Some("cancelled while queued".into());
-        self.finalize(&mut job, now_ms).await?;
-        Ok(Some((job, true)))
+        if self.settle(&mut job, JobStatus::Queued, now_ms).await? {
+            return Ok(Some((job, true)));
+        }
+        // Another caller moved it first (delivered, expired, cancelled).
+        Ok(self.job(job_id).await?.map(|j| (j, false)))
+    }
+
+    /// Ends a job that is still in `from` with the state `job` holds,
+    /// without running it (expiry, cancel): a compare-and-set of the whole
+    /// row, so no reader sees the new status without its reason, then its
+    /// audit row and event. False when another caller moved it first.
+    async fn settle(
+        &self,
+        job: &mut Job,
+        from: JobStatus,
+        now_ms: u64,
+    ) -> hale_store::Result<bool> {
+        job.finished_ms = Some(now_ms);
+        let mut rec = record(job, None);
+        rec.updated_ms = now_ms;
+        if !self.store.settle_job(from.as_str(), &rec).await? {
+            return Ok(false);
+        }
+        self.finalize(job, now_ms).await?;
+        Ok(true)
     }
 
     /// Sets how long after its step timeouts a job left `running` counts as
@@ -552,17 +566,12 @@ impl Tools {
             match rules::queue_action(q.queued_ms, q.ttl_seconds, next, now_ms) {
                 QueueAction::WaitUntil(_) => {}
                 QueueAction::Expire => {
-                    if self
-                        .store
-                        .claim_job(&job.job_id, "queued", "expired", now_ms)
-                        .await?
-                    {
-                        job.status = JobStatus::Expired;
-                        job.error = Some(format!(
-                            "no node took the job within its ttl of {} s",
-                            q.ttl_seconds
-                        ));
-                        self.finalize(&mut job, now_ms).await?;
+                    job.status = JobStatus::Expired;
+                    job.error = Some(format!(
+                        "no node took the job within its ttl of {} s",
+                        q.ttl_seconds
+                    ));
+                    if self.settle(&mut job, JobStatus::Queued, now_ms).await? {
                         touched += 1;
                     }
                 }

@@ -327,6 +327,10 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
         hale_store::Store::open(cfg.storage.as_deref(), &cfg.data_dir, (&cfg.events).into())
             .await
             .with_context(|| format!("cannot open the store in {}", cfg.data_dir.display()))?;
+    if let Some(endpoint) = &cfg.telemetry.otlp_endpoint {
+        crate::telemetry::export(endpoint, &cfg.telemetry.service_name)
+            .context("cannot start the OTLP span exporter")?;
+    }
     let gw = hale_gateway::Gateway::new(cfg.clone(), store.clone()).await?;
     let tasks = hale_events::tasks::TaskSet::new();
     let relays = hale_events::relay::Relays::start_with_alerting(
@@ -447,6 +451,7 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
         .await
         .context("flushing the store at shutdown")?;
     store.close().await;
+    crate::telemetry::shutdown();
     drop(lock);
     match failure {
         Some(e) => Err(e),

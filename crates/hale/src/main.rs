@@ -9,6 +9,7 @@ mod demo;
 mod demo_tools;
 mod jobs_cmd;
 mod run;
+mod telemetry;
 
 use clap::Parser;
 
@@ -17,19 +18,11 @@ use clap::Parser;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// The log filter's environment variable (tracing-subscriber syntax, e.g. `info,hale_gateway=debug`).
-const LOG_ENV: &str = "HALE_LOG";
-
 fn main() -> std::process::ExitCode {
     // First, before any command can build an HTTP client (DESIGN §10).
     cli::install_crypto();
     let cli = cli::Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env(LOG_ENV)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    telemetry::init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -219,6 +219,8 @@ pub struct RawConfig {
     #[serde(default)]
     limits: Opt<RawLimits>,
     #[serde(default)]
+    telemetry: Opt<RawTelemetry>,
+    #[serde(default)]
     routes: Opt<Map<Vec<Spanned<String>>>>,
     #[serde(default)]
     providers: Opt<Vec<Spanned<RawProvider>>>,
@@ -522,6 +524,15 @@ struct RawCompaction {
     summarizer_model: Opt<String>,
     #[serde(default)]
     summarizer_max_tokens: Opt<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTelemetry {
+    #[serde(default)]
+    otlp_endpoint: Opt<String>,
+    #[serde(default)]
+    service_name: Opt<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -1,9 +1,10 @@
 //! Admin HTTP handlers that are thin edges over the gateway's components:
 //! agents (views, pause, resume, task reset) and deployments (views, trip,
-//! reset). Each handler checks the admin scope, asks a component, and renders
+//! reset), and the dashboard page (`/`, served from assets compiled in). Each handler checks the admin scope, asks a component, and renders
 //! JSON; no rule lives here.
 
 pub mod agents;
+pub mod dashboard;
 pub mod deployments;
 pub mod history;
 
@@ -16,4 +17,5 @@ pub fn router() -> Router<Arc<Gateway>> {
     agents::router()
         .merge(deployments::router())
         .merge(history::router())
+        .merge(dashboard::router())
 }

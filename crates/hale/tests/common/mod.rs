@@ -188,3 +188,53 @@ pub fn words(n: usize) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// Starts `hale chaos` on a free loopback port (stderr in `dir`) and waits
+/// until it answers; returns it and its base URL.
+pub async fn start_chaos(http: &reqwest::Client, dir: &Path) -> (Proc, String) {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut chaos = Proc::spawn(&["chaos", "--listen", &listen], dir, "chaos");
+    let base = format!("http://{listen}");
+    wait_ready(
+        http,
+        &format!("{base}/chaos/stats"),
+        &mut chaos,
+        Duration::from_secs(20),
+    )
+    .await;
+    (chaos, base)
+}
+
+/// Starts `hale serve` on a free loopback port with `config` (everything but
+/// `listen` and `data_dir`, which are added: the data directory is
+/// `dir/data`) and `envs`, and waits until `/ready` answers; returns it and
+/// its base URL.
+pub async fn start_serve(
+    http: &reqwest::Client,
+    dir: &Path,
+    config: &str,
+    envs: &[(&str, &str)],
+) -> (Proc, String) {
+    let port = free_port();
+    let yaml = format!(
+        "listen: 127.0.0.1:{port}\ndata_dir: {}\n{config}",
+        dir.join("data").display()
+    );
+    let cfg = dir.join("hale.yaml");
+    std::fs::write(&cfg, yaml).expect("config written");
+    let mut hale = Proc::spawn_env(
+        &["serve", "--config", &cfg.to_string_lossy()],
+        dir,
+        "serve",
+        envs,
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(
+        http,
+        &format!("{base}/ready"),
+        &mut hale,
+        Duration::from_secs(30),
+    )
+    .await;
+    (hale, base)
+}

@@ -1214,3 +1214,32 @@ fn alerting_unknown_keys_are_refused() {
         "{errs:#?}"
     );
 }
+
+#[test]
+fn telemetry_reads_an_otlp_endpoint_and_refuses_what_is_not_a_url() {
+    let cfg = load_ok(&with_base(
+        "telemetry: {otlp_endpoint: \"http://127.0.0.1:4318/\", service_name: gw-1}\n",
+    ));
+    assert_eq!(
+        cfg.telemetry.otlp_endpoint.as_deref(),
+        Some("http://127.0.0.1:4318")
+    );
+    assert_eq!(cfg.telemetry.service_name, "gw-1");
+    let default = load_ok(&with_base(""));
+    assert_eq!(default.telemetry, crate::config::TelemetryConfig::default());
+    assert_eq!(default.telemetry.otlp_endpoint, None);
+    let errs = load_err(&with_base("telemetry: {otlp_endpoint: collector:4318}\n"));
+    assert_error(
+        &errs,
+        "telemetry.otlp_endpoint",
+        Some(10),
+        "http:// or https://",
+    );
+    let errs = load_err(&with_base("telemetry: {service_name: \"  \"}\n"));
+    assert_error(
+        &errs,
+        "telemetry.service_name",
+        Some(10),
+        "must not be empty",
+    );
+}

@@ -130,6 +130,27 @@ pub fn validate(
     if let Some(p) = &raw.prices {
         cfg.prices = cx.prices(&p.value);
     }
+    if let Some(t) = &raw.telemetry {
+        if let Some(e) = &t.value.otlp_endpoint {
+            let url = e.value.trim();
+            if url.starts_with("http://") || url.starts_with("https://") {
+                cfg.telemetry.otlp_endpoint = Some(url.trim_end_matches('/').to_owned());
+            } else {
+                cx.at(
+                    "telemetry.otlp_endpoint",
+                    e,
+                    "must be an http:// or https:// URL (the collector's OTLP/HTTP base)",
+                );
+            }
+        }
+        if let Some(n) = &t.value.service_name {
+            if n.value.trim().is_empty() {
+                cx.at("telemetry.service_name", n, "must not be empty");
+            } else {
+                cfg.telemetry.service_name = n.value.trim().to_owned();
+            }
+        }
+    }
     if let Some(j) = &raw.journal
         && let Some(h) = &j.value.retention_hours
     {
