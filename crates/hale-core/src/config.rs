@@ -52,6 +52,8 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// `tool_nodes:` (DESIGN §7); more may register with `POST /nodes`.
     pub tool_nodes: Vec<ToolNodeConfig>,
+    /// `alerting:` (DESIGN §8 Alerts); the rules are [`crate::alert`].
+    pub alerting: AlertingConfig,
 }
 
 impl Config {
@@ -81,6 +83,7 @@ impl Config {
             journal: JournalConfig::default(),
             telemetry: TelemetryConfig::default(),
             tool_nodes: Vec::new(),
+            alerting: AlertingConfig::default(),
         }
     }
 
@@ -697,6 +700,46 @@ pub struct WebhookConfig {
     pub kinds: Vec<String>,
 }
 
+/// `alerting:` — event kinds routed to Slack and PagerDuty channels by
+/// severity (DESIGN §8 Alerts). Empty by default: no channel, no alert.
+#[derive(Debug, Clone, Default)]
+pub struct AlertingConfig {
+    /// Base URL of hale's dashboard, for links in messages.
+    pub dashboard_url: Option<String>,
+    pub channels: Vec<AlertChannel>,
+    pub routes: Vec<AlertRoute>,
+}
+
+/// The PagerDuty Events API v2 endpoint, the default `url:` of a
+/// `kind: pagerduty` channel.
+pub const PAGERDUTY_EVENTS_URL: &str = "https://events.pagerduty.com/v2/enqueue";
+
+/// One alert channel (`alerting.channels.<name>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlertChannel {
+    /// The name routes refer to; public (sink names, metrics).
+    pub name: String,
+    pub target: AlertTarget,
+}
+
+/// Where a channel posts, with its credential. Neither the Slack URL nor the
+/// routing key is ever shown: both are [`Secret`]s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AlertTarget {
+    /// A Slack-compatible incoming webhook; its URL is the credential.
+    Slack { url: Secret },
+    /// PagerDuty Events API v2 at `url` (default [`PAGERDUTY_EVENTS_URL`]).
+    PagerDuty { url: String, routing_key: Secret },
+}
+
+/// One route: these kinds go to these channels with this severity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlertRoute {
+    pub kinds: Vec<crate::event::EventKind>,
+    pub channels: Vec<String>,
+    pub severity: crate::alert::Severity,
+}
+
 /// The NATS JetStream sink.
 #[derive(Debug, Clone)]
 pub struct NatsConfig {
@@ -709,6 +752,17 @@ impl NatsConfig {
     pub const DEFAULT_SUBJECT_PREFIX: &'static str = "hale.events";
     pub const DEFAULT_STREAM: &'static str = "HALE_EVENTS";
 }
+
+/// How long the health history (transitions and per-deployment minutes) is
+/// kept (DESIGN §8 Dashboard: 30 days); the rule is
+/// [`crate::history::prune_cutoff`].
+pub const HISTORY_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How often the per-deployment minutes counted in memory are flushed.
+pub const HISTORY_FLUSH_EVERY: Duration = Duration::from_secs(60);
+/// How often history older than [`HISTORY_RETENTION`] is pruned.
+pub const HISTORY_PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// The range `GET /history` returns when `from` is not given: the last day.
+pub const HISTORY_DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
 
 /// After a stream's finish, how long hale waits for the provider's usage and
 /// `[DONE]` before finalising the stream itself.

@@ -286,6 +286,11 @@ pub enum SinkKind {
     Nats,
     Webhook,
     Sse,
+    /// An `alerting:` channel of kind slack.
+    Slack,
+    /// An `alerting:` channel of kind pagerduty.
+    #[serde(rename = "pagerduty")]
+    PagerDuty,
 }
 
 impl SinkKind {
@@ -294,6 +299,8 @@ impl SinkKind {
             SinkKind::Nats => "nats",
             SinkKind::Webhook => "webhook",
             SinkKind::Sse => "sse",
+            SinkKind::Slack => "slack",
+            SinkKind::PagerDuty => "pagerduty",
         }
     }
 }

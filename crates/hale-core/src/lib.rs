@@ -9,6 +9,7 @@
 //! processes, CLI) call into this crate; it never calls them.
 
 pub mod access;
+pub mod alert;
 pub mod breaker;
 pub mod budget;
 pub mod class;
@@ -21,6 +22,7 @@ pub mod deployment;
 pub mod event;
 pub mod guard;
 pub mod health;
+pub mod history;
 pub mod ids;
 pub mod lease;
 pub mod models;

@@ -13,6 +13,7 @@
 //! [`tasks`] registers background tasks by name so that one dying brings the
 //! process down cleanly, and shutdown is bounded.
 
+pub mod alert;
 pub mod cli;
 pub mod cluster;
 pub mod lock;

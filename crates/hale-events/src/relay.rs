@@ -48,7 +48,7 @@ use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hale_core::config::{EventsConfig, NatsConfig};
+use hale_core::config::{AlertingConfig, EventsConfig, NatsConfig};
 use hale_core::delivery::{
     DownBackoff, RejectionStep, SinkBreaker, SinkKind, SinkState, SinkStatus, Verdict,
     after_rejection, verdict,
@@ -59,6 +59,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::DeliveryError;
+use crate::alert::AlertSink;
 use crate::cluster::Cluster;
 use crate::nats::{self, JetStreamSink};
 use crate::tasks::TaskSet;
@@ -275,6 +276,8 @@ impl NatsConn {
 #[derive(Clone)]
 enum Deliverer {
     Webhook(Arc<WebhookSink>),
+    /// An `alerting:` channel: an HTTP sink like a webhook.
+    Alert(Arc<AlertSink>),
     Nats(Arc<NatsConn>),
 }
 
@@ -282,6 +285,7 @@ impl Deliverer {
     async fn deliver_one(&self, se: &StoredEvent) -> Result<(), DeliveryError> {
         match self {
             Deliverer::Webhook(w) => w.deliver(&se.event).await,
+            Deliverer::Alert(a) => a.deliver(&se.event).await,
             Deliverer::Nats(conn) => {
                 let sink = conn.get().await?;
                 let r = sink.publish_one(se).await;
@@ -376,25 +380,49 @@ impl Relays {
         tasks: &TaskSet,
         tuning: RelayTuning,
     ) -> anyhow::Result<Relays> {
-        Self::start_inner(store, cfg, tasks, tuning, None).await
+        Self::start_inner(store, cfg, &AlertingConfig::default(), tasks, tuning, None).await
     }
 
-    /// [`Relays::start`] for an instance among others on one database: each
-    /// sink's relay runs only while this instance holds the sink's lease
-    /// (`relay:<sink>`, `hale_core::lease::relay_lease`), and starts from the
-    /// sink's stored cursor each time the lease is taken.
+    /// [`Relays::start_with`] plus one relay per `alerting:` channel
+    /// (`relay:slack:<name>`, `relay:pagerduty:<name>`), relayed like a
+    /// webhook ([`crate::alert`]).
+    pub async fn start_with_alerting(
+        store: Store,
+        cfg: &EventsConfig,
+        alerting: &AlertingConfig,
+        tasks: &TaskSet,
+        tuning: RelayTuning,
+    ) -> anyhow::Result<Relays> {
+        Self::start_inner(store, cfg, alerting, tasks, tuning, None).await
+    }
+
+    /// [`Relays::start_with_alerting`] for an instance among others on one
+    /// database: each sink's relay (alert channels included) runs only while
+    /// this instance holds the sink's lease (`relay:<sink>`,
+    /// `hale_core::lease::relay_lease`), and starts from the sink's stored
+    /// cursor each time the lease is taken.
     pub async fn start_leased(
         store: Store,
         cfg: &EventsConfig,
+        alerting: &AlertingConfig,
         tasks: &TaskSet,
         cluster: &Cluster,
     ) -> anyhow::Result<Relays> {
-        Self::start_inner(store, cfg, tasks, RelayTuning::default(), Some(cluster)).await
+        Self::start_inner(
+            store,
+            cfg,
+            alerting,
+            tasks,
+            RelayTuning::default(),
+            Some(cluster),
+        )
+        .await
     }
 
     async fn start_inner(
         store: Store,
         cfg: &EventsConfig,
+        alerting: &AlertingConfig,
         tasks: &TaskSet,
         tuning: RelayTuning,
         cluster: Option<&Cluster>,
@@ -409,10 +437,23 @@ impl Relays {
             let sink = Arc::new(WebhookSink::new(hook, tuning.webhook_timeout)?);
             store.register_sink(&name).await?;
             let counters = Counters::new(name, public, SinkKind::Webhook);
-            webhook_tasks.push((sink.clone(), kinds, counters.clone()));
+            let deliverer = Deliverer::Webhook(sink);
+            webhook_tasks.push((deliverer.clone(), kinds, counters.clone()));
             sinks.push(SinkHandle {
                 counters,
-                deliverer: Deliverer::Webhook(sink),
+                deliverer,
+            });
+        }
+        for ch in &alerting.channels {
+            let sink = Arc::new(AlertSink::new(ch, alerting, tuning.webhook_timeout)?);
+            let name = sink.name().to_owned();
+            store.register_sink(&name).await?;
+            let counters = Counters::new(name.clone(), name, AlertSink::kind_of(ch));
+            let deliverer = Deliverer::Alert(sink.clone());
+            webhook_tasks.push((deliverer.clone(), Some(sink.kinds()), counters.clone()));
+            sinks.push(SinkHandle {
+                counters,
+                deliverer,
             });
         }
         let mut nats_task = None;
@@ -436,7 +477,9 @@ impl Relays {
         }
         // A sink dropped from the config would hold back pruning forever.
         for old in store.sinks().await? {
-            let owned = old.sink.starts_with("webhook:") || old.sink == nats::SINK_NAME;
+            let owned = old.sink.starts_with("webhook:")
+                || old.sink == nats::SINK_NAME
+                || AlertSink::owns(&old.sink);
             if owned && !sinks.iter().any(|s| s.counters.name == old.sink) {
                 tracing::warn!(sink = %old.sink, acked_seq = old.acked_seq, "sink no longer configured; forgetting its cursor (its dead letters stay)");
                 store.remove_sink(&old.sink).await?;
@@ -462,7 +505,7 @@ impl Relays {
             let lease = hale_core::lease::relay_lease(&counters.public);
             let shared = shared.clone();
             let make = move |token| {
-                WebhookRelay {
+                HttpRelay {
                     sink: sink.clone(),
                     kinds: kinds.clone(),
                     gate: Gate::new(shared.clone(), counters.clone(), token),
@@ -837,8 +880,9 @@ impl Gate {
     }
 }
 
-struct WebhookRelay {
-    sink: Arc<WebhookSink>,
+/// The relay of one HTTP sink: a webhook or an alert channel.
+struct HttpRelay {
+    sink: Deliverer,
     kinds: Option<Vec<EventKind>>,
     gate: Gate,
 }
@@ -848,7 +892,7 @@ enum Outcome {
     Cancelled,
 }
 
-impl WebhookRelay {
+impl HttpRelay {
     async fn run(mut self) -> anyhow::Result<()> {
         let sh = self.gate.shared.clone();
         let name = self.gate.counters.name.clone();
@@ -911,7 +955,7 @@ impl WebhookRelay {
             }
             let result = tokio::select! {
                 _ = self.gate.token.cancelled() => return Outcome::Cancelled,
-                r = self.sink.deliver(&se.event) => r,
+                r = self.sink.deliver_one(se) => r,
             };
             let e = match result {
                 Ok(()) => {

@@ -191,28 +191,36 @@ impl WebhookSink {
             let now = crate::now_ms() / 1000;
             req = req.header(SIGNATURE_HEADER, sign(secret, now, &body));
         }
-        match req.body(body).send().await {
-            Ok(resp) if resp.status().is_success() => Ok(()),
-            Ok(resp) => {
-                let status = resp.status();
-                Err(DeliveryError {
-                    failure: DeliveryFailure::HttpStatus(status.as_u16()),
-                    message: format!("webhook {} answered {status}", self.host),
-                })
-            }
-            Err(e) => {
-                let failure = if e.is_timeout() {
-                    DeliveryFailure::Timeout
-                } else if e.is_builder() {
-                    DeliveryFailure::Misconfigured
-                } else {
-                    DeliveryFailure::Unreachable
-                };
-                Err(DeliveryError {
-                    failure,
-                    message: format!("POST to webhook {}: {}", self.host, chain(&e.without_url())),
-                })
-            }
+        post(req.body(body), &format!("webhook {}", self.host)).await
+    }
+}
+
+/// Sends one prepared POST and judges the answer: Ok on a 2xx; otherwise a
+/// [`DeliveryError`] naming the receiver as `who` (never its URL: reqwest's
+/// error is stripped of it). Shared by every HTTP sink (webhooks, alert
+/// channels), so they fail alike.
+pub(crate) async fn post(req: reqwest::RequestBuilder, who: &str) -> Result<(), DeliveryError> {
+    match req.send().await {
+        Ok(resp) if resp.status().is_success() => Ok(()),
+        Ok(resp) => {
+            let status = resp.status();
+            Err(DeliveryError {
+                failure: DeliveryFailure::HttpStatus(status.as_u16()),
+                message: format!("{who} answered {status}"),
+            })
+        }
+        Err(e) => {
+            let failure = if e.is_timeout() {
+                DeliveryFailure::Timeout
+            } else if e.is_builder() {
+                DeliveryFailure::Misconfigured
+            } else {
+                DeliveryFailure::Unreachable
+            };
+            Err(DeliveryError {
+                failure,
+                message: format!("POST to {who}: {}", chain(&e.without_url())),
+            })
         }
     }
 }

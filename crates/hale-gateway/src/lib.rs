@@ -18,6 +18,7 @@ pub mod deployments;
 pub mod error;
 pub mod guardrails;
 pub mod health;
+pub mod history;
 pub mod http;
 pub mod metrics;
 pub mod pipeline;

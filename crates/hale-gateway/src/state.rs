@@ -74,6 +74,8 @@ pub struct Gateway {
     pub token_counts: crate::compact::TokenCache,
     /// Agent health, interventions, recovery (DESIGN §5).
     pub health: crate::health::HealthRt,
+    /// Per-deployment minutes of the health history, counted in memory.
+    pub history: crate::history::HistoryRt,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -113,6 +115,7 @@ impl Gateway {
             tokenizer: hale_tokens::Tokenizer::new(),
             token_counts: Default::default(),
             health,
+            history: Default::default(),
         }))
     }
 

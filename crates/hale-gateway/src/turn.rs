@@ -475,6 +475,7 @@ pub fn is_content(ev: &StreamEvent) -> bool {
 
 /// Feeds a success back to the deployment's health and breaker.
 pub fn on_success(gw: &Gateway, turn: &Turn, target: &Target, mode: Mode, latency: Duration) {
+    gw.history.record(target, true, latency);
     let effects = gw.deployments.on_success(
         &turn.agent,
         target,
@@ -487,6 +488,7 @@ pub fn on_success(gw: &Gateway, turn: &Turn, target: &Target, mode: Mode, latenc
 
 /// Feeds a failure back to the deployment's health and breaker.
 pub fn on_failure(gw: &Gateway, turn: &Turn, target: &Target, f: &Failure, latency: Duration) {
+    gw.history.record(target, false, latency);
     let failed = crate::deployments::Failed {
         class: f.class,
         retry_after: f.retry_after,

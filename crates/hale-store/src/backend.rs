@@ -80,7 +80,8 @@ macro_rules! gen_apply {
                     | Encoded::Checkpoint(_)
                     | Encoded::Job(_)
                     | Encoded::Audit(_)
-                    | Encoded::Announce(_) => None,
+                    | Encoded::Announce(_)
+                    | Encoded::Minutes(_) => None,
                 })
                 .collect();
             if $pg && !events.is_empty() {
@@ -100,7 +101,44 @@ macro_rules! gen_apply {
             for (i, row) in rows().enumerate() {
                 match row {
                     Encoded::Agent(a) if last_agent.get(a.id.as_str()) != Some(&i) => {}
-                    Encoded::Event(_) => {}
+                    Encoded::Event(e) => {
+                        // A transition is kept in the health history, in
+                        // the transaction of its state change.
+                        if let Some(deployment) = &e.history {
+                            sqlx::query(
+                                "INSERT INTO history_transitions (id, time_ms, kind, agent, \
+                                 deployment, body) VALUES ($1, $2, $3, $4, $5, $6) \
+                                 ON CONFLICT (id) DO NOTHING",
+                            )
+                            .bind(&e.id)
+                            .bind(e.time_ms)
+                            .bind(e.kind)
+                            .bind(&e.agent)
+                            .bind(deployment)
+                            .bind(&e.body)
+                            .execute(&mut *conn)
+                            .await?;
+                        }
+                    }
+                    Encoded::Minutes(rows) => {
+                        for m in rows {
+                            sqlx::query(
+                                "INSERT INTO history_minutes (deployment, minute_ms, calls, \
+                                 failures, latency_sum_ms) VALUES ($1, $2, $3, $4, $5) \
+                                 ON CONFLICT (deployment, minute_ms) DO UPDATE SET \
+                                 calls = history_minutes.calls + excluded.calls, \
+                                 failures = history_minutes.failures + excluded.failures, \
+                                 latency_sum_ms = history_minutes.latency_sum_ms + excluded.latency_sum_ms",
+                            )
+                            .bind(&m.deployment)
+                            .bind(m.minute_ms)
+                            .bind(m.calls)
+                            .bind(m.failures)
+                            .bind(m.latency_sum_ms)
+                            .execute(&mut *conn)
+                            .await?;
+                        }
+                    }
                     Encoded::Turn(t) => {
                         let r = t.response.as_ref();
                         sqlx::query(

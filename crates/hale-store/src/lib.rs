@@ -22,6 +22,7 @@
 mod backend;
 mod cluster;
 mod error;
+mod history;
 mod jobs;
 mod listen;
 mod model;
@@ -33,6 +34,7 @@ mod writer;
 
 pub use cluster::{InstanceRecord, LeaseRecord};
 pub use error::{Result, StoreError};
+pub use history::{History, HistoryQuery, MAX_TRANSITIONS, TransitionRecord};
 pub use jobs::{AuditRecord, JobRecord};
 pub use listen::{AgentListener, Heard};
 pub use model::{

@@ -42,6 +42,10 @@ pub enum Write {
     /// `NOTIFY hale_agents` in the same transaction, so it is delivered when,
     /// and only if, the change commits. Nothing on SQLite (one instance).
     Announce(AgentChange),
+    /// Closed per-deployment minutes of the health history, added to what
+    /// the store holds for the same deployment and minute (another
+    /// instance may have counted calls of that minute too).
+    Minutes(Vec<hale_core::history::MinuteRow>),
 }
 
 /// What [`Write::Announce`] announces: re-read this agent's row, and when

@@ -29,6 +29,17 @@ pub(crate) enum Encoded {
     Audit(AuditRow),
     /// The JSON payload of a `NOTIFY hale_agents`.
     Announce(String),
+    Minutes(Vec<MinuteCols>),
+}
+
+/// A `history_minutes` row.
+#[derive(Debug)]
+pub(crate) struct MinuteCols {
+    pub deployment: String,
+    pub minute_ms: i64,
+    pub calls: i64,
+    pub failures: i64,
+    pub latency_sum_ms: i64,
 }
 
 #[derive(Debug)]
@@ -56,6 +67,9 @@ pub(crate) struct EventRow {
     pub time_ms: i64,
     pub agent: Option<String>,
     pub body: String,
+    /// A health-history transition (`hale_core::history::is_transition`):
+    /// also kept in `history_transitions`, with its payload's deployment.
+    pub history: Option<Option<String>>,
 }
 
 #[derive(Debug)]
@@ -154,6 +168,12 @@ pub(crate) fn encode(w: Write, now_ms: u64) -> Result<Encoded, StoreError> {
             Encoded::Event(EventRow {
                 time_ms: num(&what, "time_ms", e.time_ms)?,
                 kind: e.kind.as_str(),
+                history: hale_core::history::is_transition(e.kind).then(|| {
+                    e.payload
+                        .get("deployment")
+                        .and_then(serde_json::Value::as_str)
+                        .map(str::to_owned)
+                }),
                 body: json(&what, &e)?,
                 agent: e.agent,
                 id: e.id,
@@ -234,6 +254,20 @@ pub(crate) fn encode(w: Write, now_ms: u64) -> Result<Encoded, StoreError> {
                 job_id: j.job_id,
             })
         }
+        Write::Minutes(rows) => Encoded::Minutes(
+            rows.into_iter()
+                .map(|r| {
+                    let what = format!("history minute {} of {}", r.minute_ms, r.deployment);
+                    Ok(MinuteCols {
+                        minute_ms: num(&what, "minute_ms", r.minute_ms)?,
+                        calls: num(&what, "calls", r.calls)?,
+                        failures: num(&what, "failures", r.failures)?,
+                        latency_sum_ms: num(&what, "latency_sum_ms", r.latency_sum_ms)?,
+                        deployment: r.deployment,
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?,
+        ),
         Write::Audit(a) => {
             let what = format!("audit of job {}", a.job_id);
             Encoded::Audit(AuditRow {

@@ -121,6 +121,23 @@ pub(crate) const SQLITE: &[&str] = &[
         status TEXT NOT NULL,
         degraded BOOLEAN NOT NULL,
         body TEXT NOT NULL)",
+    // Health history (src/history.rs).
+    "CREATE TABLE IF NOT EXISTS history_transitions (
+        id TEXT PRIMARY KEY,
+        time_ms INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        agent TEXT,
+        deployment TEXT,
+        body TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS history_transitions_time ON history_transitions (time_ms)",
+    "CREATE TABLE IF NOT EXISTS history_minutes (
+        deployment TEXT NOT NULL,
+        minute_ms INTEGER NOT NULL,
+        calls INTEGER NOT NULL,
+        failures INTEGER NOT NULL,
+        latency_sum_ms INTEGER NOT NULL,
+        PRIMARY KEY (deployment, minute_ms))",
+    "CREATE INDEX IF NOT EXISTS history_minutes_time ON history_minutes (minute_ms)",
 ];
 
 /// Columns added to SQLite tables after their first release: (table,
@@ -231,4 +248,21 @@ pub(crate) const POSTGRES: &[&str] = &[
         status TEXT NOT NULL,
         degraded BOOLEAN NOT NULL,
         body TEXT NOT NULL)",
+    // Health history (src/history.rs).
+    "CREATE TABLE IF NOT EXISTS history_transitions (
+        id TEXT PRIMARY KEY,
+        time_ms BIGINT NOT NULL,
+        kind TEXT NOT NULL,
+        agent TEXT,
+        deployment TEXT,
+        body TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS history_transitions_time ON history_transitions (time_ms)",
+    "CREATE TABLE IF NOT EXISTS history_minutes (
+        deployment TEXT NOT NULL,
+        minute_ms BIGINT NOT NULL,
+        calls BIGINT NOT NULL,
+        failures BIGINT NOT NULL,
+        latency_sum_ms BIGINT NOT NULL,
+        PRIMARY KEY (deployment, minute_ms))",
+    "CREATE INDEX IF NOT EXISTS history_minutes_time ON history_minutes (minute_ms)",
 ];

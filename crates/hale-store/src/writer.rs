@@ -226,6 +226,7 @@ fn describe(rows: &[Encoded]) -> String {
         Some(Encoded::Job(j)) => format!("job {}", j.job_id),
         Some(Encoded::Audit(a)) => format!("audit of job {}", a.job_id),
         Some(Encoded::Announce(p)) => format!("announcement {p}"),
+        Some(Encoded::Minutes(m)) => format!("{} history minute(s)", m.len()),
     };
     match rows.len() {
         1 => first,

@@ -343,9 +343,14 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
     }
     let cluster = hale_events::cluster::Cluster::new(store.clone(), cfg.listen.to_string());
     tasks.spawn("cluster-leases", cluster.clone().keep(tasks.token()));
-    let relays =
-        hale_events::relay::Relays::start_leased(store.clone(), &cfg.events, &tasks, &cluster)
-            .await?;
+    let relays = hale_events::relay::Relays::start_leased(
+        store.clone(),
+        &cfg.events,
+        &cfg.alerting,
+        &tasks,
+        &cluster,
+    )
+    .await?;
     let stats_relays = relays.clone();
     gw.metrics.set_sink_source(Box::new(move || {
         let st = stats_relays.stats();
@@ -385,6 +390,11 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
         "agent-sync",
         hale_gateway::sync::follow_agents(gw.clone(), tasks.token()),
     );
+    // Health history: per-deployment minutes flushed once a minute, pruning.
+    let (history_gw, history_store, history_token) = (gw.clone(), store.clone(), tasks.token());
+    tasks.spawn("health-history", async move {
+        hale_gateway::history::run(&history_gw.history, history_store, history_token).await
+    });
     let monitor_gw = gw.clone();
     tasks.spawn(
         "health-monitor",

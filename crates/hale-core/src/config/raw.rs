@@ -250,6 +250,8 @@ pub struct RawConfig {
     prices: Opt<Map<RawPrice>>,
     #[serde(default)]
     tool_nodes: Opt<Vec<Spanned<RawToolNode>>>,
+    #[serde(default)]
+    alerting: Opt<RawAlerting>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -612,4 +614,42 @@ struct RawNodeBreaker {
     timeout_seconds: Opt<i64>,
     #[serde(default)]
     half_open_requests: Opt<i64>,
+}
+
+/// `alerting:` (DESIGN §8 Alerts, §9).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlerting {
+    #[serde(default)]
+    dashboard_url: Opt<String>,
+    #[serde(default)]
+    channels: Opt<Map<RawAlertChannel>>,
+    #[serde(default)]
+    routes: Opt<Vec<Spanned<RawAlertRoute>>>,
+}
+
+/// `alerting.channels.<name>`: `kind: slack` with `url_env` (or `url`),
+/// `kind: pagerduty` with `routing_key_env` and an optional `url`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlertChannel {
+    #[serde(default)]
+    kind: Opt<String>,
+    #[serde(default)]
+    url: Opt<String>,
+    #[serde(default)]
+    url_env: Opt<String>,
+    #[serde(default)]
+    routing_key_env: Opt<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlertRoute {
+    #[serde(default)]
+    kinds: Opt<Vec<Spanned<String>>>,
+    #[serde(default)]
+    channels: Opt<Vec<Spanned<String>>>,
+    #[serde(default)]
+    severity: Opt<String>,
 }

@@ -6,6 +6,7 @@
 pub mod agents;
 pub mod dashboard;
 pub mod deployments;
+pub mod history;
 
 use crate::state::Gateway;
 use axum::Router;
@@ -15,5 +16,6 @@ use std::sync::Arc;
 pub fn router() -> Router<Arc<Gateway>> {
     agents::router()
         .merge(deployments::router())
+        .merge(history::router())
         .merge(dashboard::router())
 }

@@ -1023,6 +1023,198 @@ fn request_body_limit_defaults_to_32_mib_and_zero_is_refused() {
     );
 }
 
+// ---- alerting ----
+
+/// The `alerting:` example of DESIGN §9 (after [`BASE`]: starts on line 10).
+const ALERTING_EXAMPLE: &str = "\
+alerting:
+  dashboard_url: http://127.0.0.1:3000/
+  channels:
+    ops-slack: {kind: slack, url_env: SLACK_WEBHOOK_URL}
+    oncall: {kind: pagerduty, routing_key_env: PD_ROUTING_KEY}
+  routes:
+    - {kinds: [health.escalated, recovery.failed], channels: [ops-slack, oncall], severity: critical}
+    - {kinds: [agent.paused, agent.circuit_open], channels: [ops-slack], severity: warning}
+";
+
+fn alert_env(name: &str) -> Option<String> {
+    match name {
+        "SLACK_WEBHOOK_URL" => Some("https://hooks.slack.example/services/T0/B0/xoxsecret".into()),
+        "PD_ROUTING_KEY" => Some("pd-routing-key-5e5e".into()),
+        _ => None,
+    }
+}
+
+fn alert_load(rest: &str) -> Result<Config, Vec<ConfigError>> {
+    load(&with_base(rest), &alert_env).map_err(|ConfigErrors(e)| e)
+}
+
+#[test]
+fn alerting_example_loads_channels_routes_and_the_pagerduty_default_url() {
+    use crate::alert::Severity;
+    use crate::config::{AlertTarget, PAGERDUTY_EVENTS_URL};
+    use crate::event::EventKind;
+    let c = alert_load(ALERTING_EXAMPLE).unwrap_or_else(|e| panic!("{e:#?}"));
+    let a = &c.alerting;
+    assert_eq!(a.dashboard_url.as_deref(), Some("http://127.0.0.1:3000/"));
+    let slack = a.channels.iter().find(|c| c.name == "ops-slack").unwrap();
+    assert!(
+        matches!(&slack.target, AlertTarget::Slack { url } if url.expose().ends_with("xoxsecret"))
+    );
+    let pd = a.channels.iter().find(|c| c.name == "oncall").unwrap();
+    assert!(
+        matches!(&pd.target, AlertTarget::PagerDuty { url, routing_key }
+        if url == PAGERDUTY_EVENTS_URL && routing_key.expose() == "pd-routing-key-5e5e")
+    );
+    assert_eq!(a.routes.len(), 2);
+    assert_eq!(
+        a.routes[0].kinds,
+        vec![EventKind::HealthEscalated, EventKind::RecoveryFailed]
+    );
+    assert_eq!(
+        a.routes[0].channels,
+        vec!["ops-slack".to_owned(), "oncall".to_owned()]
+    );
+    assert_eq!(a.routes[0].severity, Severity::Critical);
+    assert_eq!(a.routes[1].severity, Severity::Warning);
+}
+
+#[test]
+fn alerting_is_empty_by_default() {
+    let c = load_ok(BASE);
+    assert!(c.alerting.channels.is_empty() && c.alerting.routes.is_empty());
+    assert_eq!(c.alerting.dashboard_url, None);
+}
+
+#[test]
+fn alerting_errors_name_path_and_line() {
+    let errs = alert_load(
+        "\
+alerting:
+  channels:
+    ops-slack: {kind: slack, url_env: NO_SUCH_URL}
+    oncall: {kind: pagerduty, routing_key_env: NO_SUCH_KEY}
+    odd: {kind: teams, url: https://x.example}
+  routes:
+    - {kinds: [agent.paused, agent.napping], channels: [ops-slack, pager], severity: fatal}
+",
+    )
+    .unwrap_err();
+    assert_error(
+        &errs,
+        "alerting.channels.ops-slack.url_env",
+        Some(12),
+        "NO_SUCH_URL is not set",
+    );
+    assert_error(
+        &errs,
+        "alerting.channels.oncall.routing_key_env",
+        Some(13),
+        "NO_SUCH_KEY is not set",
+    );
+    assert_error(
+        &errs,
+        "alerting.channels.odd.kind",
+        Some(14),
+        "unknown channel kind `teams`",
+    );
+    assert_error(
+        &errs,
+        "alerting.routes[0].kinds[1]",
+        Some(16),
+        "unknown event kind `agent.napping`",
+    );
+    assert_error(
+        &errs,
+        "alerting.routes[0].channels[1]",
+        Some(16),
+        "channel `pager` is not defined",
+    );
+    assert_error(
+        &errs,
+        "alerting.routes[0].severity",
+        Some(16),
+        "unknown severity `fatal`",
+    );
+    assert_eq!(errs.len(), 6, "{errs:#?}");
+}
+
+#[test]
+fn alerting_channel_shape_errors() {
+    let errs = alert_load(
+        "\
+alerting:
+  channels:
+    a: {kind: slack}
+    b: {kind: slack, url: not-a-url}
+    c: {kind: pagerduty}
+    d: {kind: slack, url: https://x.example, routing_key_env: PD_ROUTING_KEY}
+    e: {kind: slack, url_env: SLACK_WEBHOOK_URL, url: https://x.example}
+  routes:
+    - {channels: [a]}
+",
+    )
+    .unwrap_err();
+    assert_error(&errs, "alerting.channels.a", Some(12), "needs `url_env`");
+    assert_error(
+        &errs,
+        "alerting.channels.b.url",
+        Some(13),
+        "http:// or https://",
+    );
+    assert_error(
+        &errs,
+        "alerting.channels.c.routing_key_env",
+        Some(14),
+        "is required",
+    );
+    assert_error(
+        &errs,
+        "alerting.channels.d.routing_key_env",
+        Some(15),
+        "only a pagerduty channel",
+    );
+    assert_error(&errs, "alerting.channels.e", Some(16), "not both");
+    assert_error(&errs, "alerting.routes[0].kinds", Some(18), "is required");
+    assert_error(
+        &errs,
+        "alerting.routes[0].severity",
+        Some(18),
+        "is required",
+    );
+}
+
+#[test]
+fn alerting_secrets_never_appear_in_errors_or_debug() {
+    let c = alert_load(ALERTING_EXAMPLE).unwrap();
+    let dbg = format!("{:?}", c.alerting);
+    assert!(
+        !dbg.contains("xoxsecret") && !dbg.contains("pd-routing-key"),
+        "{dbg}"
+    );
+    let errs = alert_load(&format!(
+        "{ALERTING_EXAMPLE}    - {{kinds: [nope], channels: [oncall], severity: info}}\n"
+    ))
+    .unwrap_err();
+    let all = format!("{errs:?}");
+    assert!(
+        !all.contains("xoxsecret") && !all.contains("pd-routing-key"),
+        "{all}"
+    );
+}
+
+#[test]
+fn alerting_unknown_keys_are_refused() {
+    let errs = alert_load(
+        "alerting:\n  channels:\n    a: {kind: slack, url: https://x.example, token: t}\n",
+    )
+    .unwrap_err();
+    assert!(
+        errs.iter().any(|e| e.message.contains("token")),
+        "{errs:#?}"
+    );
+}
+
 #[test]
 fn telemetry_reads_an_otlp_endpoint_and_refuses_what_is_not_a_url() {
     let cfg = load_ok(&with_base(

@@ -1,0 +1,213 @@
+//! Alerts through the real `hale serve` (issue 12, DESIGN §8 Alerts): an
+//! agent whose provider (`hale chaos`) keeps failing is paused, then resumes
+//! by itself when a trial request succeeds; a PagerDuty receiver on loopback
+//! sees a trigger then a resolve with the same dedup key. The channel shows
+//! in `/ready`, `/metrics` and `hale doctor` as `pagerduty:oncall`, and the
+//! routing key appears in none of them nor in hale's log.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::post;
+use common::{Proc, free_port, hale_bin, wait_ready};
+
+const ROUTING_KEY: &str = "pd-e2e-routing-key-7c7c";
+
+async fn start_pagerduty(got: Arc<Mutex<Vec<serde_json::Value>>>) -> String {
+    let app = Router::new().route(
+        "/v2/enqueue",
+        post(move |body: axum::body::Bytes| {
+            let got = got.clone();
+            async move {
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                got.lock().unwrap().push(v);
+                StatusCode::ACCEPTED
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v2/enqueue", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+async fn chat(http: &reqwest::Client, base: &str, model: &str) -> reqwest::StatusCode {
+    http.post(format!("{base}/v1/chat/completions"))
+        .header("x-hale-agent", "pager-agent")
+        .json(&serde_json::json!({
+            "model": model,
+            "messages": [{"role": "user", "content": "hi"}],
+        }))
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_paused_then_resumed_pages_pagerduty_with_trigger_then_resolve() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let got: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let pd_url = start_pagerduty(got.clone()).await;
+
+    let chaos_listen = format!("127.0.0.1:{}", free_port());
+    let mut chaos = Proc::spawn(&["chaos", "--listen", &chaos_listen], dir.path(), "chaos");
+    wait_ready(
+        &http,
+        &format!("http://{chaos_listen}/chaos/stats"),
+        &mut chaos,
+        Duration::from_secs(20),
+    )
+    .await;
+    let port = free_port();
+    let cfg = dir.path().join("hale.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "\
+listen: 127.0.0.1:{port}
+data_dir: {data}
+providers:
+  - name: p
+    kind: openai
+    base_url: http://{chaos_listen}/v1
+    default_model: ok
+agents:
+  pager-agent: {{provider: p}}
+retry:
+  server_error: {{max_attempts: 1, initial_ms: 10, max_ms: 20}}
+self_healing: {{max_consecutive_failures: 2, resume_probe_after_ms: 100, circuit_breaker: {{enabled: false}}}}
+alerting:
+  dashboard_url: http://127.0.0.1:{port}/
+  channels:
+    oncall: {{kind: pagerduty, url: \"{pd_url}\", routing_key_env: PD_ROUTING_KEY}}
+  routes:
+    - {{kinds: [agent.paused, health.escalated], channels: [oncall], severity: critical}}
+",
+            data = dir.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut hale = Proc::spawn_env(
+        &["serve", "--config", &cfg.to_string_lossy()],
+        dir.path(),
+        "serve",
+        &[("PD_ROUTING_KEY", ROUTING_KEY), ("HALE_LOG", "debug")],
+    );
+    wait_ready(
+        &http,
+        &format!("{base}/ready"),
+        &mut hale,
+        Duration::from_secs(30),
+    )
+    .await;
+
+    // Failing turns until the agent is paused (423).
+    let t0 = Instant::now();
+    loop {
+        let s = chat(&http, &base, "error-503").await;
+        if s == reqwest::StatusCode::LOCKED {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "never paused: {s}");
+    }
+    // Healthy requests until the automatic trial resumes it.
+    let t0 = Instant::now();
+    loop {
+        if chat(&http, &base, "ok").await.is_success() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "never resumed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let t0 = Instant::now();
+    while got.lock().unwrap().len() < 2 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "PagerDuty got {:?}\n{}",
+            got.lock().unwrap(),
+            hale.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let got = got.lock().unwrap().clone();
+    let shape: Vec<(&str, &str)> = got
+        .iter()
+        .map(|b| {
+            (
+                b["event_action"].as_str().unwrap_or_default(),
+                b["dedup_key"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            ("trigger", "hale:agent:pager-agent"),
+            ("resolve", "hale:agent:pager-agent")
+        ],
+        "{got:#?}"
+    );
+    assert_eq!(got[0]["routing_key"], ROUTING_KEY);
+    assert_eq!(got[0]["payload"]["severity"], "critical");
+    assert_eq!(got[0]["payload"]["source"], "hale/agent/pager-agent");
+    assert_eq!(
+        got[0]["links"][0]["href"],
+        format!("{base}/#agent=pager-agent")
+    );
+
+    // The channel in /ready, /metrics and hale doctor, by name only.
+    let ready: serde_json::Value = http
+        .get(format!("{base}/ready"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let sink = ready["sinks"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == "pagerduty:oncall"))
+        .unwrap_or_else(|| panic!("no pagerduty:oncall in /ready: {ready}"));
+    assert_eq!(sink["kind"], "pagerduty");
+    assert_eq!(sink["dead_letters"], 0);
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("pagerduty:oncall"), "{metrics}");
+    let doctor = std::process::Command::new(hale_bin())
+        .args(["doctor", "--url", &base])
+        .env_remove("HALE_TOKEN")
+        .output()
+        .unwrap();
+    let doctor_out = String::from_utf8_lossy(&doctor.stdout).into_owned();
+    assert!(
+        doctor_out.contains("pagerduty:oncall"),
+        "{doctor_out}\n{}",
+        String::from_utf8_lossy(&doctor.stderr)
+    );
+    for (what, text) in [
+        ("/ready", ready.to_string()),
+        ("/metrics", metrics),
+        ("doctor", doctor_out),
+        ("the log", hale.stderr()),
+    ] {
+        assert!(!text.contains(ROUTING_KEY), "the routing key in {what}");
+    }
+}
