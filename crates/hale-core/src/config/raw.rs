@@ -527,6 +527,8 @@ struct RawCompaction {
 struct RawJournal {
     #[serde(default)]
     retention_hours: Opt<u64>,
+    #[serde(default)]
+    bodies: Opt<crate::config::JournalBodies>,
 }
 
 #[derive(Debug, Default, Deserialize)]
