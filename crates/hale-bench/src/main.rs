@@ -80,6 +80,9 @@ struct Args {
     /// Skip the direct and bare-proxy runs (e.g. while profiling hale).
     #[arg(long)]
     hale_only: bool,
+    /// hale's `journal.bodies` (all | needed | off); default: hale's default.
+    #[arg(long)]
+    journal_bodies: Option<String>,
     /// Skip the bare-proxy runs.
     #[arg(long)]
     no_bare: bool,
@@ -240,7 +243,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
         data_dir.display()
     );
     let chaos = procs::start_chaos(&bin, work.path()).await?;
-    let hale = procs::start_hale(&bin, work.path(), chaos.addr, &args.model, &data_dir).await?;
+    let extra = args
+        .journal_bodies
+        .as_deref()
+        .map_or_else(String::new, |b| format!("journal: {{bodies: {b}}}\n"));
+    let hale = procs::start_hale(
+        &bin,
+        work.path(),
+        chaos.addr,
+        &args.model,
+        &data_dir,
+        &extra,
+    )
+    .await?;
     let bare = if args.hale_only || args.no_bare {
         None
     } else {
@@ -353,7 +368,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     print!("{}", table(&rows));
     println!(
-        "journal: {} KiB in {}",
+        "journal: {} KiB in {} (SQLite file, WAL and index included; warm-up turns are journalled too)",
         journal_bytes / 1024,
         data_dir.display()
     );

@@ -158,9 +158,10 @@ pub async fn start_hale(
     chaos: SocketAddr,
     model: &str,
     data_dir: &Path,
+    extra_yaml: &str,
 ) -> anyhow::Result<Proc> {
     let addr = free_port()?;
-    let cfg = hale_config(addr, &format!("http://{chaos}/v1"), model, data_dir);
+    let cfg = hale_config(addr, &format!("http://{chaos}/v1"), model, data_dir) + extra_yaml;
     start_hale_with(bin, work, addr, &cfg).await
 }
 
