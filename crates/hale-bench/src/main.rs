@@ -1,17 +1,22 @@
 //! `hale-bench`: hale's gateway load benchmark (BENCHMARKS.md, "Gateway load").
 //!
 //! Starts `hale chaos` (model `ok`: a normal answer, the cheapest provider
-//! there is) and `hale serve` in front of it, with the journal on, as separate
-//! processes of the release `hale` binary. Then, for each mode (non-streaming,
-//! streaming) and each concurrency, it runs the same closed-loop load first
-//! DIRECT against chaos and then THROUGH hale, and reports both and the
-//! difference: what hale adds. Direct and through-hale runs sit next to each
-//! other in time, so the machine's noise hits both alike; the ratios and
-//! differences are the figures to read, not the absolute numbers.
+//! there is), a bare pass-through proxy in front of it (bare.rs: hyper server
+//! and hale's upstream client, nothing else) and `hale serve` in front of it,
+//! with the journal on, as separate processes. Then, for each mode
+//! (non-streaming, streaming) and each concurrency, it runs the same
+//! closed-loop load DIRECT against chaos, through the BARE proxy and THROUGH
+//! hale, back to back, and reports all three: bare − direct is the cost of a
+//! proxy hop on this stack, hale − bare is what hale itself adds. The runs sit
+//! next to each other in time, so the machine's noise hits them alike; the
+//! ratios and differences are the figures to read, not the absolute numbers.
+//! hale's resident memory (VmRSS, and its peak VmHWM) is read from `/proc`
+//! after start and after each run.
 //!
 //! Nothing is pinned: client, chaos and hale share the machine's cores, and
 //! the client competes for CPU (through hale there are two servers to run).
 
+mod bare;
 mod load;
 mod procs;
 mod soak;
@@ -23,6 +28,10 @@ use serde::Serialize;
 use stats::Summary;
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// The bare proxy shares hale's allocator, so the floor is hale's own stack.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser, Debug, Clone, Serialize)]
 #[command(
@@ -68,9 +77,15 @@ struct Args {
     /// Where to write the results as JSON.
     #[arg(long, default_value = "target/hale-bench.json")]
     out: PathBuf,
-    /// Skip the direct runs (e.g. while profiling hale).
+    /// Skip the direct and bare-proxy runs (e.g. while profiling hale).
     #[arg(long)]
     hale_only: bool,
+    /// hale's `journal.bodies` (all | needed | off); default: hale's default.
+    #[arg(long)]
+    journal_bodies: Option<String>,
+    /// Skip the bare-proxy runs.
+    #[arg(long)]
+    no_bare: bool,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -114,6 +129,8 @@ struct Row {
     mode: &'static str,
     concurrency: usize,
     direct: Option<Summary>,
+    /// Through the bare pass-through proxy (bare.rs).
+    bare: Option<Summary>,
     hale: Summary,
     /// hale p50 − direct p50, µs.
     added_p50_us: Option<f64>,
@@ -121,6 +138,15 @@ struct Row {
     added_p99_us: Option<f64>,
     /// hale RPS / direct RPS.
     rps_ratio: Option<f64>,
+    /// hale p50 − bare p50, µs: what hale adds over a bare proxy.
+    over_bare_p50_us: Option<f64>,
+    /// hale p99 − bare p99, µs.
+    over_bare_p99_us: Option<f64>,
+    /// hale RPS / bare RPS.
+    bare_rps_ratio: Option<f64>,
+    /// hale's VmRSS / VmHWM (peak so far) right after this row's runs, KiB.
+    hale_rss_kib: Option<u64>,
+    hale_peak_rss_kib: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -129,6 +155,8 @@ struct Report {
     unix_time: u64,
     args: Args,
     journal_bytes: u64,
+    /// hale's VmRSS right after start (ready, no traffic), KiB.
+    hale_start_rss_kib: Option<u64>,
     rows: Vec<Row>,
 }
 
@@ -177,6 +205,14 @@ fn main() -> anyhow::Result<()> {
             .build()?;
         return rt.block_on(soak::run(args));
     }
+    // `hale-bench bare-proxy …`: the floor, run as its own process (bare.rs).
+    if std::env::args().nth(1).as_deref() == Some("bare-proxy") {
+        let args = bare::BareArgs::parse_from(std::env::args().skip(1));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        return rt.block_on(bare::run(args));
+    }
     let args = Args::parse();
     if args.concurrency.is_empty() || args.concurrency.contains(&0) {
         bail!("--concurrency needs positive numbers, e.g. 1,8,64");
@@ -207,13 +243,34 @@ async fn run(args: Args) -> anyhow::Result<()> {
         data_dir.display()
     );
     let chaos = procs::start_chaos(&bin, work.path()).await?;
-    let hale = procs::start_hale(&bin, work.path(), chaos.addr, &args.model, &data_dir).await?;
+    let extra = args
+        .journal_bodies
+        .as_deref()
+        .map_or_else(String::new, |b| format!("journal: {{bodies: {b}}}\n"));
+    let hale = procs::start_hale(
+        &bin,
+        work.path(),
+        chaos.addr,
+        &args.model,
+        &data_dir,
+        &extra,
+    )
+    .await?;
+    let bare = if args.hale_only || args.no_bare {
+        None
+    } else {
+        Some(procs::start_bare(work.path(), chaos.addr).await?)
+    };
+    let hale_pid = hale.child.id();
+    let hale_start_rss_kib = procs::rss_kib(hale_pid).map(|(rss, _)| rss);
     eprintln!(
-        "chaos pid {} at {}, hale pid {} at {}",
+        "chaos pid {} at {}, bare {:?}, hale pid {} at {} (VmRSS {:?} KiB after start)",
         chaos.child.id(),
         chaos.addr,
-        hale.child.id(),
-        hale.addr
+        bare.as_ref().map(|b| b.addr),
+        hale_pid,
+        hale.addr,
+        hale_start_rss_kib,
     );
 
     let modes: &[(&'static str, bool)] = match args.stream {
@@ -226,6 +283,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         addr: chaos.addr,
         path: path.clone(),
     };
+    let bare_ep = bare.as_ref().map(|b| load::Endpoint {
+        addr: b.addr,
+        path: path.clone(),
+    });
     let hale_ep = load::Endpoint {
         addr: hale.addr,
         path,
@@ -251,8 +312,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 );
                 Some(d)
             };
+            let bare = match &bare_ep {
+                Some(ep) => {
+                    let b = load::run(ep, &spec).await?;
+                    eprintln!(
+                        "{mode:>8} c={c:<3} bare:   {:>8.0} rps p50 {:>7.1} µs p99 {:>7.1} µs",
+                        b.rps, b.p50_us, b.p99_us
+                    );
+                    Some(b)
+                }
+                None => None,
+            };
             let h = load::run(&hale_ep, &spec).await?;
-            for (who, s) in [("direct", direct.as_ref()), ("hale", Some(&h))] {
+            let mem = procs::rss_kib(hale_pid);
+            for (who, s) in [
+                ("direct", direct.as_ref()),
+                ("bare", bare.as_ref()),
+                ("hale", Some(&h)),
+            ] {
                 if let Some(e) = s.and_then(|s| s.first_error.as_deref()) {
                     eprintln!(
                         "{mode:>8} c={c:<3} {who}: {} errors, first: {e}",
@@ -261,8 +338,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
             eprintln!(
-                "{mode:>8} c={c:<3} hale:   {:>8.0} rps p50 {:>7.1} µs p99 {:>7.1} µs",
-                h.rps, h.p50_us, h.p99_us
+                "{mode:>8} c={c:<3} hale:   {:>8.0} rps p50 {:>7.1} µs p99 {:>7.1} µs, VmRSS/VmHWM {:?} KiB",
+                h.rps, h.p50_us, h.p99_us, mem
             );
             rows.push(Row {
                 mode,
@@ -273,18 +350,25 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     .as_ref()
                     .filter(|d| d.rps > 0.0)
                     .map(|d| h.rps / d.rps),
+                over_bare_p50_us: bare.as_ref().map(|b| h.p50_us - b.p50_us),
+                over_bare_p99_us: bare.as_ref().map(|b| h.p99_us - b.p99_us),
+                bare_rps_ratio: bare.as_ref().filter(|b| b.rps > 0.0).map(|b| h.rps / b.rps),
+                hale_rss_kib: mem.map(|m| m.0),
+                hale_peak_rss_kib: mem.map(|m| m.1),
                 direct,
+                bare,
                 hale: h,
             });
         }
     }
     let journal_bytes = dir_bytes(&data_dir);
     drop(hale);
+    drop(bare);
     drop(chaos);
 
     print!("{}", table(&rows));
     println!(
-        "journal: {} KiB in {}",
+        "journal: {} KiB in {} (SQLite file, WAL and index included; warm-up turns are journalled too)",
         journal_bytes / 1024,
         data_dir.display()
     );
@@ -296,6 +380,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .unwrap_or(0),
         args: args.clone(),
         journal_bytes,
+        hale_start_rss_kib,
         rows,
     };
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -307,31 +392,46 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The results as a Markdown table (latencies in ms, as BENCHMARKS.md shows them).
+/// The results as a Markdown table (latencies in ms, as BENCHMARKS.md shows
+/// them): direct, bare proxy and hale side by side, hale's additions over
+/// direct and over the bare proxy, and hale's memory after the row.
 fn table(rows: &[Row]) -> String {
     let ms = |us: f64| format!("{:.3}", us / 1000.0);
     let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or_else(|| "–".to_owned(), f);
+    let rps = |v: f64| format!("{v:.0}");
+    let ratio = |v: f64| format!("{v:.2}");
     let mut out = String::from(
-        "| mode | c | direct RPS | direct p50 ms | direct p99 ms | hale RPS | hale p50 ms | hale p99 ms | added p50 ms | added p99 ms | RPS ratio | hale TTFB p50 ms | errors |\n\
-         |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+        "| mode | c | direct RPS | bare RPS | hale RPS | direct p50 ms | bare p50 ms | hale p50 ms | direct p99 ms | bare p99 ms | hale p99 ms | hale added p50 / p99 ms over direct | over bare | hale/direct RPS | hale/bare RPS | hale RSS / peak MiB | errors |\n\
+         |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
     );
     for r in rows {
         let d = r.direct.as_ref();
+        let b = r.bare.as_ref();
+        let mib = |k: Option<u64>| {
+            k.map_or_else(|| "–".to_owned(), |k| format!("{:.0}", k as f64 / 1024.0))
+        };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} | {} | {} / {} | {} |\n",
             r.mode,
             r.concurrency,
-            opt(d.map(|d| d.rps), &|v| format!("{v:.0}")),
+            opt(d.map(|d| d.rps), &rps),
+            opt(b.map(|b| b.rps), &rps),
+            rps(r.hale.rps),
             opt(d.map(|d| d.p50_us), &ms),
-            opt(d.map(|d| d.p99_us), &ms),
-            r.hale.rps,
+            opt(b.map(|b| b.p50_us), &ms),
             ms(r.hale.p50_us),
+            opt(d.map(|d| d.p99_us), &ms),
+            opt(b.map(|b| b.p99_us), &ms),
             ms(r.hale.p99_us),
             opt(r.added_p50_us, &ms),
             opt(r.added_p99_us, &ms),
-            opt(r.rps_ratio, &|v| format!("{v:.2}")),
-            ms(r.hale.ttfb_p50_us),
-            d.map_or(0, |d| d.errors) + r.hale.errors,
+            opt(r.over_bare_p50_us, &ms),
+            opt(r.over_bare_p99_us, &ms),
+            opt(r.rps_ratio, &ratio),
+            opt(r.bare_rps_ratio, &ratio),
+            mib(r.hale_rss_kib),
+            mib(r.hale_peak_rss_kib),
+            d.map_or(0, |d| d.errors) + b.map_or(0, |b| b.errors) + r.hale.errors,
         ));
     }
     out
@@ -369,12 +469,18 @@ mod tests {
             mode: "complete",
             concurrency: 8,
             direct: Some(s(1000.0, 100.0, 200.0)),
+            bare: Some(s(900.0, 120.0, 300.0)),
             hale: s(800.0, 150.0, 400.0),
             added_p50_us: Some(50.0),
             added_p99_us: Some(200.0),
             rps_ratio: Some(0.8),
+            over_bare_p50_us: Some(30.0),
+            over_bare_p99_us: Some(100.0),
+            bare_rps_ratio: Some(800.0 / 900.0),
+            hale_rss_kib: Some(20 * 1024),
+            hale_peak_rss_kib: Some(30 * 1024),
         }];
         let t = table(&rows);
-        assert!(t.contains("| complete | 8 | 1000 | 0.100 | 0.200 | 800 | 0.150 | 0.400 | 0.050 | 0.200 | 0.80 | 0.150 | 0 |"), "{t}");
+        assert!(t.contains("| complete | 8 | 1000 | 900 | 800 | 0.100 | 0.120 | 0.150 | 0.200 | 0.300 | 0.400 | 0.050 / 0.200 | 0.030 / 0.100 | 0.80 | 0.89 | 20 / 30 | 0 |"), "{t}");
     }
 }

@@ -118,6 +118,39 @@ pub async fn start_chaos(bin: &Path, work: &Path) -> anyhow::Result<Proc> {
     Ok(p)
 }
 
+/// Starts this binary's `bare-proxy` (bare.rs) in front of `chaos` and waits until it answers.
+pub async fn start_bare(work: &Path, chaos: SocketAddr) -> anyhow::Result<Proc> {
+    let me = std::env::current_exe().context("cannot find the hale-bench binary")?;
+    let addr = free_port()?;
+    let mut p = spawn(
+        "bare",
+        &me,
+        &[
+            "bare-proxy".into(),
+            "--listen".into(),
+            addr.to_string(),
+            "--upstream".into(),
+            format!("http://{chaos}"),
+        ],
+        addr,
+        work,
+    )?;
+    wait_ready(&mut p, "/ready").await?;
+    Ok(p)
+}
+
+/// Resident memory of a process from `/proc/PID/status`: (VmRSS, VmHWM =
+/// its peak so far), in KiB; `None` off Linux or once it has exited.
+pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
 /// Starts `hale serve` with a generated config and waits until `/ready`.
 pub async fn start_hale(
     bin: &Path,
@@ -125,9 +158,10 @@ pub async fn start_hale(
     chaos: SocketAddr,
     model: &str,
     data_dir: &Path,
+    extra_yaml: &str,
 ) -> anyhow::Result<Proc> {
     let addr = free_port()?;
-    let cfg = hale_config(addr, &format!("http://{chaos}/v1"), model, data_dir);
+    let cfg = hale_config(addr, &format!("http://{chaos}/v1"), model, data_dir) + extra_yaml;
     start_hale_with(bin, work, addr, &cfg).await
 }
 

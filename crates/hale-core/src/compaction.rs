@@ -157,6 +157,38 @@ pub fn pressure(total_tokens: u64, window: u32, cfg: &crate::config::CompactionC
     }
 }
 
+/// Tokens a request can hold at most, from sizes alone (no tokenizer):
+/// `bytes` of text (system prompt, message texts, tool-call arguments) plus
+/// `overhead` tokens per text and `fixed` once. Byte-level BPEs (tiktoken's
+/// `o200k_base`, `cl100k_base`) never produce more tokens than bytes, and the
+/// character approximation of the other families stays within
+/// [`APPROX_SLACK_PER_TEXT`] of the bytes of each text, so this bounds every
+/// family the gateway counts.
+pub fn token_upper_bound(bytes: u64, texts: u64, overhead: u64, fixed: u64) -> u64 {
+    bytes
+        .saturating_add(texts.saturating_mul(overhead.saturating_add(APPROX_SLACK_PER_TEXT)))
+        .saturating_add(fixed)
+}
+
+/// How far the character approximation of one text can exceed its bytes
+/// (two roundings up: `ceil(ceil(ascii / 3.5 + other) · 1.1) ≤ bytes + 2`).
+pub const APPROX_SLACK_PER_TEXT: u64 = 2;
+
+/// Whether a request whose tokens are at most `upper_bound` must be counted
+/// exactly: only when the bound reaches the compaction threshold. Below it the
+/// request cannot be at the threshold whatever its exact count, so the
+/// tokenizer is neither run nor loaded (a BPE table costs 24–46 MB of memory).
+pub fn needs_exact_count(
+    upper_bound: u64,
+    window: u32,
+    cfg: &crate::config::CompactionConfig,
+) -> bool {
+    !matches!(
+        pressure(upper_bound, window, cfg),
+        Pressure::Ok | Pressure::Warn
+    )
+}
+
 /// Estimated tokens of a summary of `input` tokens.
 fn summary_estimate(input: u64, max_tokens: u32) -> u64 {
     let est = (input as f64 * SUMMARY_RATIO).ceil() as u64;
@@ -473,6 +505,49 @@ pub fn digest(lines: &[(MsgRole, &str)]) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn token_upper_bound_adds_overheads_and_saturates() {
+        // ((bytes, texts, overhead per text, fixed), bound)
+        type Row = ((u64, u64, u64, u64), u64);
+        let rows: &[Row] = &[
+            ((0, 0, 3, 3), 3),
+            ((1_000, 1, 3, 3), 1_000 + 5 + 3),
+            ((10_000, 4, 3, 3), 10_000 + 4 * 5 + 3),
+            ((u64::MAX, 1, 3, 3), u64::MAX),
+            ((0, u64::MAX, 3, 0), u64::MAX),
+        ];
+        for &((bytes, texts, overhead, fixed), want) in rows {
+            assert_eq!(
+                token_upper_bound(bytes, texts, overhead, fixed),
+                want,
+                "{bytes} {texts}"
+            );
+        }
+    }
+
+    #[test]
+    fn exact_count_only_when_the_bound_reaches_the_threshold() {
+        let cfg = crate::config::CompactionConfig::default(); // threshold 0.85
+        let rows: &[(u64, u32, bool)] = &[
+            (0, 128_000, false),
+            (1_000, 128_000, false),
+            (102_000, 128_000, false), // warn level: still cannot compact
+            (108_799, 128_000, false),
+            (108_800, 128_000, true), // exactly the threshold
+            (500_000, 128_000, true),
+            (6_964, 8_192, true), // 0.85 · 8192 = 6963.2
+            (6_963, 8_192, false),
+            (1, 0, true), // an unknown (zero) window is treated as 1 token
+        ];
+        for &(bound, window, want) in rows {
+            assert_eq!(
+                needs_exact_count(bound, window, &cfg),
+                want,
+                "{bound} / {window}"
+            );
+        }
+    }
 
     #[test]
     fn an_overflow_plans_below_what_was_sent_never_above_the_table() {

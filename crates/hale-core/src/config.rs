@@ -774,17 +774,55 @@ pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(30);
 /// At shutdown, how long background tasks (relays, monitor) get to stop.
 pub const SHUTDOWN_TASKS: Duration = Duration::from_secs(5);
 
-/// `journal:` — how long the turn journal (and idempotency keys) are kept.
+/// `journal:` — how long the turn journal (and idempotency keys) are kept,
+/// and which turns keep their response body.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JournalConfig {
     /// Turns older than this are pruned; so are idempotency keys.
     pub retention: Duration,
+    /// `journal.bodies`; default [`JournalBodies::Needed`].
+    pub bodies: JournalBodies,
 }
 
 impl Default for JournalConfig {
     fn default() -> Self {
         Self {
             retention: Duration::from_secs(7 * 24 * 3600),
+            bodies: JournalBodies::default(),
+        }
+    }
+}
+
+/// `journal.bodies`: which successful turns keep their response body in the
+/// turn journal. Every turn's row (timeline, usage, status, request hash) is
+/// kept whatever this says, and a response to a request with an
+/// `Idempotency-Key` is always kept in its own table (idempotent replays
+/// never read the turn journal). The only reader of a turn's body is replay
+/// instead of re-billing, which serves tasks that were recovered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JournalBodies {
+    /// Every successful turn keeps its body (the journal grows by the size
+    /// of every answer).
+    All,
+    /// Only turns of a task that may be recovered: one a supervisor has
+    /// looked up (`hale run` does before it starts the agent), that stored a
+    /// checkpoint, or that was recovered already.
+    #[default]
+    Needed,
+    /// No turn keeps its body: replay instead of re-billing is off (a
+    /// recovered agent's repeated request is sent to the provider again).
+    Off,
+}
+
+impl JournalBodies {
+    /// Whether a successful turn keeps its response body, given whether its
+    /// task may be recovered (a turn without a task never can).
+    pub fn keeps(self, task_may_be_recovered: bool) -> bool {
+        match self {
+            JournalBodies::All => true,
+            JournalBodies::Needed => task_may_be_recovered,
+            JournalBodies::Off => false,
         }
     }
 }
@@ -861,4 +899,24 @@ pub struct NodeBreakerConfig {
     /// Trial calls admitted while half-open (≥ 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub half_open_requests: Option<u32>,
+}
+
+#[cfg(test)]
+mod journal_bodies_tests {
+    use super::JournalBodies;
+
+    #[test]
+    fn which_turns_keep_their_body() {
+        let rows = [
+            (JournalBodies::All, false, true),
+            (JournalBodies::All, true, true),
+            (JournalBodies::Needed, false, false),
+            (JournalBodies::Needed, true, true),
+            (JournalBodies::Off, false, false),
+            (JournalBodies::Off, true, false),
+        ];
+        for (mode, may_recover, want) in rows {
+            assert_eq!(mode.keeps(may_recover), want, "{mode:?} {may_recover}");
+        }
+    }
 }

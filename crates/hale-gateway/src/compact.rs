@@ -26,9 +26,6 @@ use std::time::Duration;
 
 /// Compactions remembered for reuse (oldest forgotten first).
 pub const PREFIX_CACHE_ENTRIES: usize = 4096;
-/// A conversation whose approximate size is under this fraction of the
-/// compaction threshold is not counted exactly: it cannot be near it.
-pub const EXACT_COUNT_FROM: f64 = 0.5;
 /// The deadline of one summariser call.
 pub const SUMMARIZER_DEADLINE: Duration = Duration::from_secs(60);
 /// The most characters of one message put in a summariser transcript.
@@ -207,6 +204,37 @@ fn total_tokens(gw: &Gateway, model: &str, req: &ChatRequest, v: &[MsgView]) -> 
         + u64::from(hale_tokens::TOKENS_PER_REPLY)
 }
 
+/// The most tokens `req` can count in any family, from its text sizes
+/// ([`compaction::token_upper_bound`]): the texts [`views`] and
+/// [`total_tokens`] count, with the per-message and per-reply overheads.
+fn token_upper_bound(req: &ChatRequest) -> u64 {
+    let (mut bytes, mut texts) = (0u64, 0u64);
+    if let Some(s) = req.system.as_deref() {
+        bytes += s.len() as u64;
+        texts += 1;
+    }
+    for m in &req.messages {
+        texts += 1;
+        for p in &m.content {
+            bytes += match p {
+                Part::Text { text } => text.len() as u64,
+                Part::ToolResult { content, .. } => content.len() as u64,
+                Part::ToolCall { arguments, .. } => {
+                    texts += 1;
+                    arguments.len() as u64
+                }
+                Part::Opaque { .. } => 0,
+            };
+        }
+    }
+    compaction::token_upper_bound(
+        bytes,
+        texts,
+        u64::from(hale_tokens::TOKENS_PER_MESSAGE),
+        u64::from(hale_tokens::TOKENS_PER_REPLY),
+    )
+}
+
 fn approx_tokens(req: &ChatRequest) -> u64 {
     let mut chars = req.system.as_deref().map(str::len).unwrap_or(0);
     for m in &req.messages {
@@ -271,8 +299,9 @@ pub async fn compact(
         }
     }
     if !force && !reused {
-        let approx = approx_tokens(req);
-        if (approx as f64) < f64::from(window) * cfg.threshold * EXACT_COUNT_FROM {
+        // Far from the threshold (even counting one token per byte) there is
+        // nothing to do, and no tokenizer is run or loaded.
+        if !compaction::needs_exact_count(token_upper_bound(req), window, cfg) {
             return None;
         }
     }

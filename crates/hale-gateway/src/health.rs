@@ -100,6 +100,10 @@ struct TaskBook {
     recovering: HashMap<String, Vec<String>>,
     /// agent → the task of its most recent turn or heartbeat.
     current: HashMap<String, String>,
+    /// agent → tasks that may be recovered: a supervisor looked them up or
+    /// they stored a checkpoint. With `recovered`, the turns whose response
+    /// body the journal keeps under `journal.bodies: needed`.
+    may_recover: HashMap<String, Vec<String>>,
 }
 
 fn has(map: &HashMap<String, Vec<String>>, agent: &str, task: &str) -> bool {
@@ -149,6 +153,22 @@ impl HealthRt {
 
     fn reg(&self) -> std::sync::MutexGuard<'_, HealthRegistry> {
         self.registry.lock().expect("health registry lock")
+    }
+
+    /// Notes that `task` of `agent` may be recovered later (its turns keep
+    /// their response bodies for replay, `journal.bodies: needed`).
+    pub fn mark_may_recover(&self, agent: &str, task: &str) {
+        let mut book = self.book();
+        if !has(&book.may_recover, agent, task) {
+            add(&mut book.may_recover, agent, task);
+        }
+    }
+
+    /// Whether `task` of `agent` may be recovered: marked by
+    /// [`HealthRt::mark_may_recover`] or recovered already.
+    pub fn may_recover(&self, agent: &str, task: &str) -> bool {
+        let book = self.book();
+        has(&book.may_recover, agent, task) || has(&book.recovered, agent, task)
     }
 
     fn book(&self) -> std::sync::MutexGuard<'_, TaskBook> {
@@ -804,6 +824,9 @@ async fn task_view(
     if let Some(r) = auth_agent(&gw, peer, &headers, &id) {
         return r;
     }
+    // A supervisor (`hale run`) looks its task up before it starts the
+    // agent: from now on the task's answers are kept for replay.
+    gw.health.mark_may_recover(&id, &task);
     let recoveries = gw
         .health
         .recovery
@@ -908,6 +931,7 @@ async fn put_checkpoint(
     if let Err(e) = gw.store.commit(vec![Write::Checkpoint(rec.clone())]).await {
         return store_err(e);
     }
+    gw.health.mark_may_recover(&id, &task);
     gw.health.heartbeat(
         &id,
         &Heartbeat {

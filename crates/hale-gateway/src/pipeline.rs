@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use hale_core::class::ErrorClass;
-use hale_core::config::DEFAULT_AGENT;
+use hale_core::config::{DEFAULT_AGENT, JournalBodies};
 use hale_core::event::EventKind;
 use hale_core::select;
 use hale_store::{StoredResponse, TurnRecord, TurnStatus, Write};
@@ -543,6 +543,19 @@ async fn idempotency_begin(gw: &Arc<Gateway>, key: &str, hash: &str) -> IdemStar
     }
 }
 
+/// Whether the journal keeps this successful turn's response body
+/// (`journal.bodies`, hale-core [`JournalBodies::keeps`]).
+fn keeps_body(gw: &Gateway, turn: &Turn) -> bool {
+    let mode = gw.cfg.journal.bodies;
+    // The task lookup takes a lock: only `needed` asks it.
+    let may_recover = mode == JournalBodies::Needed
+        && turn
+            .task
+            .as_deref()
+            .is_some_and(|task| gw.health.may_recover(&turn.agent, task));
+    mode.keeps(may_recover)
+}
+
 /// Journals the turn and updates the agent's gate state.
 fn finish_turn(
     gw: &Gateway,
@@ -580,7 +593,11 @@ fn finish_turn(
         usage_in: usage.input_tokens,
         usage_out: usage.output_tokens,
         error_class: failure.map(|f| f.class.as_str().to_owned()),
-        response: if ok { answer.map(|(s, _)| s) } else { None },
+        response: if ok && keeps_body(gw, turn) {
+            answer.map(|(s, _)| s)
+        } else {
+            None
+        },
     };
     gw.metrics.turn_finished(ok, turn.started.elapsed());
     let mut writes = vec![Write::Turn(record)];

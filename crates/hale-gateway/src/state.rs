@@ -88,8 +88,8 @@ impl Gateway {
     pub async fn new(cfg: Arc<Config>, store: Store) -> anyhow::Result<Arc<Self>> {
         // One TLS crypto library (ring) for every client; a provider already installed is kept.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        // Load the BPE tables off the request path (0.1–0.4 s).
-        tokio::task::spawn_blocking(|| hale_tokens::Tokenizer::new().warm());
+        // No BPE table is loaded here: each loads on the first request that
+        // may be near its compaction threshold in its family (hale-tokens).
         let http = reqwest::Client::builder()
             .pool_idle_timeout(std::time::Duration::from_secs(90))
             .tcp_nodelay(true)

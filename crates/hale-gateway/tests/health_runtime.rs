@@ -449,12 +449,47 @@ async fn backoff_makes_recovery_wait() {
     h.stop().await;
 }
 
+/// Issue 13: under the default `journal.bodies: needed` a task nobody
+/// supervises keeps no bodies, so its recovery re-bills instead of replaying;
+/// `journal.bodies: all` keeps every body as before.
+#[tokio::test]
+async fn journal_bodies_decide_whether_an_unsupervised_task_can_be_replayed() {
+    use hale_core::config::JournalBodies;
+    for (bodies, replayed) in [(JournalBodies::Needed, false), (JournalBodies::All, true)] {
+        let c = chaos().await;
+        let mut cfg = config(vec![openai("p", &c, "ok")]);
+        cfg.recovery.backoff = vec![Duration::ZERO];
+        cfg.journal.bodies = bodies;
+        let h = Hale::start(cfg).await;
+        let first = call(&h, "ub", "t", "what is 2+2?").await;
+        assert_eq!(first.status, 200);
+        h.store.flush().await.expect("flush");
+        let (_, plan) = post(&h, "/agents/ub/tasks/t/recover", json!({})).await;
+        assert_eq!(plan["action"], "restart", "{plan}");
+        let again = call(&h, "ub", "t", "what is 2+2?").await;
+        assert_eq!(again.status, 200);
+        assert_eq!(
+            again.headers.get("x-hale-replayed").is_some(),
+            replayed,
+            "{bodies:?}"
+        );
+        let upstream = if replayed { 1 } else { 2 };
+        assert_eq!(c.stats().requests_total, upstream, "{bodies:?}");
+        h.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn a_recovered_task_is_answered_from_the_journal_without_a_provider_call() {
     let c = chaos().await;
     let mut cfg = config(vec![openai("p", &c, "ok")]);
     cfg.recovery.backoff = vec![Duration::ZERO];
     let h = Hale::start(cfg).await;
+    // A supervisor (`hale run`) looks the task up before it starts the
+    // agent; from then on the journal keeps the task's answers (issue 13:
+    // `journal.bodies: needed`, the default).
+    let (status, _) = h.get_json("/agents/rp/tasks/t").await;
+    assert_eq!(status, 200);
     let first = call(&h, "rp", "t", "what is 2+2?").await;
     assert_eq!(first.status, 200);
     // Not recovered: the same request is sent upstream again.

@@ -7,9 +7,15 @@
 //! is estimated by [`Tokenizer::approximate`], which errs high: compacting a
 //! little early costs a summary, overflowing the window costs a failed turn.
 //!
-//! Loading a BPE table takes 0.1–0.4 s, so each is loaded once per process,
-//! lazily and thread-safely (`std::sync::OnceLock`), on first use or by
-//! [`Tokenizer::warm`] at start-up. [`Tokenizer`] itself is a zero-sized
+//! A loaded BPE table holds memory (o200k ≈ 46 MB, cl100k ≈ 24 MB) and takes
+//! 0.1–0.4 s to load, so each is loaded at most once per process, lazily and
+//! thread-safely (`std::sync::OnceLock`), on the first count in its family —
+//! never at start-up: a gateway serving only Claude models never loads one,
+//! and one serving gpt-4o loads only o200k. Every model of a family (gpt-4o,
+//! gpt-4.1, gpt-5, the o-series) shares the one table of its encoding. The
+//! gateway counts only requests that may be near their compaction threshold
+//! (`hale_core::compaction::needs_exact_count`), so a table is loaded the
+//! first time such a request arrives. [`Tokenizer`] itself is a zero-sized
 //! handle: cloning and sharing it across threads costs nothing. Text is
 //! encoded as ordinary text — special-token strings such as `<|endoftext|>`
 //! inside a message are counted as the text they are, never interpreted, so
@@ -61,9 +67,22 @@ impl Tokenizer {
         Self { _private: () }
     }
 
-    /// Loads both BPE tables now, so the first request does not pay for it.
+    /// Loads both BPE tables now (benchmarks that time counting alone).
     pub fn warm(&self) {
         let _ = (o200k(), cl100k());
+    }
+
+    /// The encodings whose table is loaded in this process, for metrics and
+    /// tests of laziness.
+    pub fn loaded(&self) -> Vec<TokenizerFamily> {
+        let mut out = Vec::new();
+        if O200K.get().is_some() {
+            out.push(TokenizerFamily::O200k);
+        }
+        if CL100K.get().is_some() {
+            out.push(TokenizerFamily::Cl100k);
+        }
+        out
     }
 
     /// Tokens of `text` for `model`.

@@ -540,6 +540,8 @@ struct RawTelemetry {
 struct RawJournal {
     #[serde(default)]
     retention_hours: Opt<u64>,
+    #[serde(default)]
+    bodies: Opt<crate::config::JournalBodies>,
 }
 
 #[derive(Debug, Default, Deserialize)]

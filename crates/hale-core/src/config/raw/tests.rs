@@ -1008,6 +1008,28 @@ fn journal_retention_is_read_in_hours_and_zero_is_refused() {
 }
 
 #[test]
+fn journal_bodies_default_to_needed_and_take_all_needed_or_off() {
+    use crate::config::JournalBodies;
+    assert_eq!(
+        load_ok(&with_base("")).journal.bodies,
+        JournalBodies::Needed
+    );
+    for (yaml, want) in [
+        ("all", JournalBodies::All),
+        ("needed", JournalBodies::Needed),
+        ("off", JournalBodies::Off),
+    ] {
+        let cfg = load_ok(&with_base(&format!("journal: {{bodies: {yaml}}}\n")));
+        assert_eq!(cfg.journal.bodies, want, "{yaml}");
+    }
+    let errs = load_err(&with_base("journal: {bodies: sometimes}\n"));
+    assert!(
+        errs.iter().any(|e| e.to_string().contains("sometimes")),
+        "{errs:?}"
+    );
+}
+
+#[test]
 fn request_body_limit_defaults_to_32_mib_and_zero_is_refused() {
     let default = load_ok(&with_base(""));
     assert_eq!(default.limits.max_request_bytes, 33_554_432);

@@ -151,13 +151,16 @@ pub fn validate(
             }
         }
     }
-    if let Some(j) = &raw.journal
-        && let Some(h) = &j.value.retention_hours
-    {
-        if h.value == 0 {
-            cx.at("journal.retention_hours", h, "must be at least 1");
-        } else {
-            cfg.journal.retention = Duration::from_secs(h.value.saturating_mul(3600));
+    if let Some(j) = &raw.journal {
+        if let Some(h) = &j.value.retention_hours {
+            if h.value == 0 {
+                cx.at("journal.retention_hours", h, "must be at least 1");
+            } else {
+                cfg.journal.retention = Duration::from_secs(h.value.saturating_mul(3600));
+            }
+        }
+        if let Some(b) = &j.value.bodies {
+            cfg.journal.bodies = b.value;
         }
     }
 

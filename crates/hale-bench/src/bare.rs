@@ -1,0 +1,101 @@
+//! The floor: a bare pass-through proxy (issue 13).
+//!
+//! `hale-bench bare-proxy --listen ADDR --upstream http://HOST:PORT` runs, as
+//! its own process like hale, a hyper HTTP/1.1 server that forwards every
+//! request to the upstream with the same client stack hale uses for
+//! providers (reqwest, the same pool and `TCP_NODELAY` settings, mimalloc) and
+//! relays the answer's status, content type and body frame by frame. No
+//! pipeline, no parsing, no journal: the difference between direct and bare
+//! is the cost of an extra loopback hop through this stack, and the
+//! difference between bare and hale is what hale itself adds.
+
+use bytes::Bytes;
+use clap::Parser;
+use futures::TryStreamExt;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// `hale-bench bare-proxy` arguments.
+#[derive(Parser, Debug)]
+#[command(name = "hale-bench bare-proxy")]
+pub struct BareArgs {
+    /// Address to listen on.
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// Upstream origin, e.g. `http://127.0.0.1:4001`; the request's path is appended.
+    #[arg(long)]
+    pub upstream: String,
+}
+
+type Body = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Serves until killed.
+pub async fn run(args: BareArgs) -> anyhow::Result<()> {
+    // The same TLS provider and client settings as hale's gateway (hale-gateway state.rs).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .pool_idle_timeout(std::time::Duration::from_secs(90))
+        .tcp_nodelay(true)
+        .build()?;
+    let ctx = Arc::new((client, args.upstream.trim_end_matches('/').to_owned()));
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    loop {
+        let (sock, _) = listener.accept().await?;
+        let _ = sock.set_nodelay(true);
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| forward(ctx.clone(), req));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(sock), svc)
+                .await;
+        });
+    }
+}
+
+fn plain(status: StatusCode, text: String) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(text)).map_err(|e| match e {}).boxed());
+    *r.status_mut() = status;
+    r
+}
+
+async fn forward(
+    ctx: Arc<(reqwest::Client, String)>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, std::convert::Infallible> {
+    let (client, upstream) = &*ctx;
+    let (parts, body) = req.into_parts();
+    if parts.uri.path() == "/ready" {
+        return Ok(plain(StatusCode::OK, "ready".into()));
+    }
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return Ok(plain(StatusCode::BAD_REQUEST, e.to_string())),
+    };
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut up = client
+        .request(parts.method, format!("{upstream}{path}"))
+        .body(body);
+    if let Some(ct) = parts.headers.get(hyper::header::CONTENT_TYPE) {
+        up = up.header(hyper::header::CONTENT_TYPE, ct);
+    }
+    let resp = match up.send().await {
+        Ok(r) => r,
+        Err(e) => return Ok(plain(StatusCode::BAD_GATEWAY, e.to_string())),
+    };
+    let status = resp.status();
+    let ct = resp.headers().get(hyper::header::CONTENT_TYPE).cloned();
+    let frames = resp
+        .bytes_stream()
+        .map_ok(Frame::data)
+        .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
+    let mut out = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+    *out.status_mut() = status;
+    if let Some(ct) = ct {
+        out.headers_mut().insert(hyper::header::CONTENT_TYPE, ct);
+    }
+    Ok(out)
+}
