@@ -11,6 +11,12 @@
 //! (re)connect of the listener it re-reads every agent, since PostgreSQL
 //! does not keep notifications for a disconnected listener.
 //!
+//! An operator's pause or resume also carries the state it set in the
+//! announcement, applied over the row: the row can be older than the change
+//! when another instance wrote the agent's whole record from a turn it
+//! served just before it heard (last writer wins); the instance that applies
+//! the announced state writes it back with its next write of the agent.
+//!
 //! What is applied ([`apply_control`]): the pause (who, since, next trial),
 //! the consecutive failures when the row says resumed, and the terminated
 //! tasks; a task reset also clears the task's local guard and spend. The
@@ -21,7 +27,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hale_store::{AgentChange, AgentRecord, Heard, StoreError, Write};
+use hale_store::{AgentChange, AgentControl, AgentRecord, Heard, StoreError, Write};
 use tokio_util::sync::CancellationToken;
 
 use crate::state::{AgentRt, Gateway};
@@ -32,10 +38,32 @@ const REREAD_RETRY: Duration = Duration::from_secs(1);
 /// The write that announces a control change of `agent` (and the reset of
 /// `task`) to the other instances; commit it with the change.
 pub fn announce(agent: &str, task: Option<&str>) -> Write {
+    announce_control(agent, task, None)
+}
+
+/// [`announce`] of an operator's pause or resume, carrying the state it set
+/// (applied over a row that a stale write from another instance may have
+/// overwritten; see [`AgentChange::control`]).
+pub fn announce_control(agent: &str, task: Option<&str>, control: Option<AgentControl>) -> Write {
     Write::Announce(AgentChange {
         agent: agent.to_owned(),
         task: task.map(str::to_owned),
+        control,
     })
+}
+
+/// Applies an announced control state over the cache (after the row) and
+/// writes the agent's record back, so a row a stale write overwrote holds
+/// the operator's change again.
+fn apply_announced(gw: &Gateway, agent: &str, control: AgentControl) {
+    let ((), rec) = gw.update_agent_rt(agent, |rt| match control {
+        AgentControl::Paused { pause } => rt.set_pause(Some(pause)),
+        AgentControl::Active => {
+            rt.set_pause(None);
+            rt.record.consecutive_failures = 0;
+        }
+    });
+    gw.store.submit(vec![Write::Agent(rec)]);
 }
 
 /// Applies the control state of `row` (as another instance committed it) to
@@ -78,6 +106,9 @@ pub async fn follow_agents(gw: Arc<Gateway>, token: CancellationToken) -> anyhow
                         tracing::warn!(agent = %change.agent, error = %e, "re-reading a changed agent failed; re-reading all");
                         reread_all(&gw, &token).await;
                     }
+                }
+                if let Some(control) = change.control {
+                    apply_announced(&gw, &change.agent, control);
                 }
             }
             Err(StoreError::Closed) if token.is_cancelled() => return Ok(()),

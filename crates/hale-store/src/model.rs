@@ -55,6 +55,25 @@ pub struct AgentChange {
     pub agent: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
+    /// The pause state an operator's pause or resume set, carried in the
+    /// announcement itself: another instance may write the agent's whole row
+    /// from a turn it served just before it heard of the change (last writer
+    /// wins), so the row it re-reads can be older than the change; the
+    /// announced state is applied over it, and that instance's next write
+    /// carries it back into the row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<AgentControl>,
+}
+
+/// The control state an operator set (see [`AgentChange::control`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum AgentControl {
+    Paused {
+        pause: hale_core::pause::Pause,
+    },
+    /// Resumed: no pause, no failures in a row.
+    Active,
 }
 
 /// A row to append to the jobs' audit log (its `seq` is drawn at insert).

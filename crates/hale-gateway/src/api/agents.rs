@@ -210,7 +210,8 @@ async fn pause(
 /// resumes; the change and its event commit together.
 pub async fn operator_pause(gw: &Gateway, id: &str, reason: &str) -> Response {
     let now_ms = wall_ms();
-    let ((), rec) = gw.update_agent_rt(id, |rt| rt.set_pause(Some(Pause::operator(now_ms))));
+    let pause = Pause::operator(now_ms);
+    let ((), rec) = gw.update_agent_rt(id, |rt| rt.set_pause(Some(pause)));
     let ev = gw
         .event(EventKind::AgentPaused)
         .agent(id)
@@ -221,7 +222,11 @@ pub async fn operator_pause(gw: &Gateway, id: &str, reason: &str) -> Response {
         .commit(vec![
             Write::Agent(rec),
             Write::Event(ev),
-            crate::sync::announce(id, None),
+            crate::sync::announce_control(
+                id,
+                None,
+                Some(hale_store::AgentControl::Paused { pause }),
+            ),
         ])
         .await
     {
@@ -259,7 +264,7 @@ async fn resume(
         .commit(vec![
             Write::Agent(rec),
             Write::Event(ev),
-            crate::sync::announce(&id, None),
+            crate::sync::announce_control(&id, None, Some(hale_store::AgentControl::Active)),
         ])
         .await
     {
