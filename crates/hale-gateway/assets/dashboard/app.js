@@ -340,14 +340,14 @@ function History() {
   const transitions = h.transitions || [];
   return html`<section id="history" class="wide"><h2>History (24 h)</h2>
     ${Object.keys(byDep).length === 0 ? html`<p class="muted">no per-minute figures yet</p>`
-      : Object.entries(byDep).map(([dep, ms]) => html`<div class="chart"><div>${dep}</div><${HistoryChart} rows=${ms} /></div>`)}
+      : Object.entries(byDep).map(([dep, ms]) => html`<div class="chart"><div>${dep}</div><${HistoryChart} rows=${ms} from=${h.from} to=${h.to} /></div>`)}
     ${transitions.length ? html`<table><tr><th>time</th><th>what</th><th>subject</th></tr>
       ${transitions.slice(-50).reverse().map((t) => html`<tr><td>${fmtTime(t.time_ms)}</td><td>${t.kind || t.to || ''}</td>
         <td>${t.agent || t.deployment || t.subject || ''}</td></tr>`)}</table>` : ''}
   </section>`;
 }
 
-function HistoryChart({ rows }) {
+function HistoryChart({ rows, from, to }) {
   const ref = (el) => {
     if (!el || !window.uPlot) return;
     const xs = rows.map((r) => Math.floor(r.minute_ms / 1000));
@@ -356,8 +356,10 @@ function HistoryChart({ rows }) {
     const data = [xs, ratio, lat];
     if (el._plot) { el._plot.setData(data); return; }
     el._plot = new window.uPlot({
-      width: Math.max(300, el.clientWidth || 600), height: 140,
-      scales: { y: { range: [0, 100] } },
+      width: Math.max(400, el.clientWidth || 900), height: 160,
+      // The x axis spans the whole window asked for, however few minutes have figures.
+      scales: { x: { time: true, range: () => [Math.floor(from / 1000), Math.ceil(to / 1000)] },
+        y: { range: [0, 100] } },
       series: [{}, { label: 'success %', stroke: '#3fb950', scale: 'y' },
         { label: 'latency ms', stroke: '#58a6ff', scale: 'ms' }],
       axes: [{ stroke: '#8593a3' }, { scale: 'y', stroke: '#8593a3' }, { scale: 'ms', side: 1, stroke: '#8593a3' }],
