@@ -49,6 +49,7 @@ pub fn announce_control(agent: &str, task: Option<&str>, control: Option<AgentCo
         agent: agent.to_owned(),
         task: task.map(str::to_owned),
         control,
+        schema: None,
     })
 }
 

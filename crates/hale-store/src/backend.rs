@@ -253,7 +253,10 @@ macro_rules! gen_apply {
                     }
                     Encoded::Announce(payload) => {
                         if $pg {
-                            sqlx::query("SELECT pg_notify($1, $2)")
+                            sqlx::query(
+                                "SELECT pg_notify($1, jsonb_set($2::jsonb, '{schema}', \
+                                 to_jsonb(current_schema()))::text)",
+                            )
                                 .bind(AGENTS_CHANNEL)
                                 .bind(payload)
                                 .execute(&mut *conn)

@@ -128,27 +128,7 @@ impl Store {
 
     /// Overwrites a job's row (status, schedule and body).
     pub async fn update_job(&self, job: &JobRecord) -> Result<()> {
-        let body = body_text(job)?;
-        let next = job
-            .next_attempt_ms
-            .map(|v| i64_of("next_attempt_ms", v))
-            .transpose()?;
-        let updated = i64_of("updated_ms", job.updated_ms)?;
-        on_pool!(&self.inner.pool, |p, _Db| {
-            sqlx::query(
-                "UPDATE jobs SET status = $2, next_attempt_ms = $3, updated_ms = $4, body = $5 \
-                 WHERE job_id = $1",
-            )
-            .bind(&job.job_id)
-            .bind(&job.status)
-            .bind(next)
-            .bind(updated)
-            .bind(&body)
-            .execute(p)
-            .await
-            .map_err(StoreError::db("updating a job"))?;
-        });
-        Ok(())
+        self.write_job(None, job).await.map(|_| ())
     }
 
     /// Moves a job from status `from` to `to` if it is still in `from`;
@@ -179,6 +159,12 @@ impl Store {
     /// body that explains it. Its audit row and event follow in
     /// [`Store::commit`].
     pub async fn settle_job(&self, from: &str, job: &JobRecord) -> Result<bool> {
+        self.write_job(Some(from), job).await
+    }
+
+    /// Writes `job` over its row, only while the row is in status `from`
+    /// when one is given; true when a row was written.
+    async fn write_job(&self, from: Option<&str>, job: &JobRecord) -> Result<bool> {
         let body = body_text(job)?;
         let next = job
             .next_attempt_ms
@@ -188,7 +174,7 @@ impl Store {
         let n = on_pool!(&self.inner.pool, |p, _Db| {
             sqlx::query(
                 "UPDATE jobs SET status = $3, next_attempt_ms = $4, updated_ms = $5, body = $6 \
-                 WHERE job_id = $1 AND status = $2",
+                 WHERE job_id = $1 AND ($2 IS NULL OR status = $2)",
             )
             .bind(&job.job_id)
             .bind(from)
@@ -198,7 +184,7 @@ impl Store {
             .bind(&body)
             .execute(p)
             .await
-            .map_err(StoreError::db("settling a job"))?
+            .map_err(StoreError::db("writing a job"))?
             .rows_affected()
         });
         Ok(n == 1)

@@ -41,6 +41,8 @@ pub enum Heard {
 /// The `LISTEN hale_agents` connection of one instance.
 pub struct AgentListener {
     pg: Option<PgListener>,
+    /// This store's schema: changes announced from another one are ignored.
+    schema: Option<String>,
     first: bool,
 }
 
@@ -56,9 +58,16 @@ impl crate::Store {
     /// Starts listening for agent control changes (PostgreSQL); on SQLite a
     /// listener that never yields.
     pub async fn listen_agents(&self) -> Result<AgentListener> {
+        let mut schema = None;
         let pg = match &self.inner.pool {
             Pool::Sqlite(_) => None,
             Pool::Pg(p) => {
+                schema = Some(
+                    sqlx::query_scalar::<_, String>("SELECT current_schema()")
+                        .fetch_one(p)
+                        .await
+                        .map_err(StoreError::db("reading the schema for the agents listener"))?,
+                );
                 let mut l = PgListener::connect_with(p)
                     .await
                     .map_err(StoreError::db("connecting the agents listener"))?;
@@ -68,7 +77,11 @@ impl crate::Store {
                 Some(l)
             }
         };
-        Ok(AgentListener { pg, first: true })
+        Ok(AgentListener {
+            pg,
+            schema,
+            first: true,
+        })
     }
 }
 
@@ -86,6 +99,7 @@ impl AgentListener {
         loop {
             match l.try_recv().await {
                 Ok(Some(n)) => match serde_json::from_str::<AgentChange>(n.payload()) {
+                    Ok(change) if change.schema.is_some() && change.schema != self.schema => {}
                     Ok(change) => return Ok(Heard::Change(change)),
                     Err(e) => {
                         tracing::warn!(payload = n.payload(), error = %e, "ignoring a malformed hale_agents notification");

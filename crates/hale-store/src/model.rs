@@ -63,6 +63,12 @@ pub struct AgentChange {
     /// carries it back into the row.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control: Option<AgentControl>,
+    /// The notifying store's schema, set by PostgreSQL when it sends the
+    /// notification: channels are database-wide, so hale clusters sharing a
+    /// database in separate schemas hear each other; a listener ignores a
+    /// change of another schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
 }
 
 /// The control state an operator set (see [`AgentChange::control`]).
