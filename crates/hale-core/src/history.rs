@@ -142,26 +142,31 @@ impl From<&MinuteRow> for MinutePoint {
     }
 }
 
-/// Per-deployment minutes being counted, in memory.
+/// Per-deployment minutes being counted, in memory: minute, then
+/// deployment, so counting a call to a deployment already seen this minute
+/// looks it up by `&str` and allocates nothing (it runs on every attempt).
 #[derive(Debug, Default)]
 pub struct MinuteAggregator {
-    open: BTreeMap<(u64, String), MinuteRow>,
+    open: BTreeMap<u64, BTreeMap<String, MinuteRow>>,
 }
 
 impl MinuteAggregator {
     /// Counts one call to `deployment` that ended at `at_ms`.
     pub fn record(&mut self, deployment: &str, at_ms: u64, ok: bool, latency_ms: u64) {
         let minute_ms = minute_of(at_ms);
-        let row = self
-            .open
-            .entry((minute_ms, deployment.to_owned()))
-            .or_insert_with(|| MinuteRow {
-                deployment: deployment.to_owned(),
-                minute_ms,
-                calls: 0,
-                failures: 0,
-                latency_sum_ms: 0,
-            });
+        let minute = self.open.entry(minute_ms).or_default();
+        let row = match minute.get_mut(deployment) {
+            Some(row) => row,
+            None => minute
+                .entry(deployment.to_owned())
+                .or_insert_with(|| MinuteRow {
+                    deployment: deployment.to_owned(),
+                    minute_ms,
+                    calls: 0,
+                    failures: 0,
+                    latency_sum_ms: 0,
+                }),
+        };
         row.calls += 1;
         row.failures += u64::from(!ok);
         row.latency_sum_ms = row.latency_sum_ms.saturating_add(latency_ms);
@@ -170,26 +175,31 @@ impl MinuteAggregator {
     /// Removes and returns every minute that ended before `now_ms` (the
     /// current minute stays open), oldest first.
     pub fn take_closed(&mut self, now_ms: u64) -> Vec<MinuteRow> {
-        let current = minute_of(now_ms);
-        let still_open = self.open.split_off(&(current, String::new()));
-        std::mem::replace(&mut self.open, still_open)
-            .into_values()
-            .collect()
+        let still_open = self.open.split_off(&minute_of(now_ms));
+        flatten(std::mem::replace(&mut self.open, still_open))
     }
 
     /// Removes and returns every minute, the open one too (at shutdown).
     pub fn take_all(&mut self) -> Vec<MinuteRow> {
-        std::mem::take(&mut self.open).into_values().collect()
+        flatten(std::mem::take(&mut self.open))
     }
 
-    /// Minutes being counted.
+    /// (Deployment, minute) rows being counted.
     pub fn len(&self) -> usize {
-        self.open.len()
+        self.open.values().map(BTreeMap::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
         self.open.is_empty()
     }
+}
+
+/// Rows oldest minute first, by deployment within a minute.
+fn flatten(minutes: BTreeMap<u64, BTreeMap<String, MinuteRow>>) -> Vec<MinuteRow> {
+    minutes
+        .into_values()
+        .flat_map(BTreeMap::into_values)
+        .collect()
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::post;
-use common::{Proc, free_port, hale_bin, wait_ready};
+use common::{hale_bin, start_chaos, start_serve};
 
 const ROUTING_KEY: &str = "pd-e2e-routing-key-7c7c";
 
@@ -59,27 +59,13 @@ async fn an_agent_paused_then_resumed_pages_pagerduty_with_trigger_then_resolve(
     let got: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
     let pd_url = start_pagerduty(got.clone()).await;
 
-    let chaos_listen = format!("127.0.0.1:{}", free_port());
-    let mut chaos = Proc::spawn(&["chaos", "--listen", &chaos_listen], dir.path(), "chaos");
-    wait_ready(
-        &http,
-        &format!("http://{chaos_listen}/chaos/stats"),
-        &mut chaos,
-        Duration::from_secs(20),
-    )
-    .await;
-    let port = free_port();
-    let cfg = dir.path().join("hale.yaml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "\
-listen: 127.0.0.1:{port}
-data_dir: {data}
+    let (_chaos, chaos_base) = start_chaos(&http, dir.path()).await;
+    let config = format!(
+        "\
 providers:
   - name: p
     kind: openai
-    base_url: http://{chaos_listen}/v1
+    base_url: {chaos_base}/v1
     default_model: ok
 agents:
   pager-agent: {{provider: p}}
@@ -87,28 +73,18 @@ retry:
   server_error: {{max_attempts: 1, initial_ms: 10, max_ms: 20}}
 self_healing: {{max_consecutive_failures: 2, resume_probe_after_ms: 100, circuit_breaker: {{enabled: false}}}}
 alerting:
-  dashboard_url: http://127.0.0.1:{port}/
+  dashboard_url: http://hale.example/
   channels:
     oncall: {{kind: pagerduty, url: \"{pd_url}\", routing_key_env: PD_ROUTING_KEY}}
   routes:
     - {{kinds: [agent.paused, health.escalated], channels: [oncall], severity: critical}}
-",
-            data = dir.path().join("data").display()
-        ),
-    )
-    .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut hale = Proc::spawn_env(
-        &["serve", "--config", &cfg.to_string_lossy()],
-        dir.path(),
-        "serve",
-        &[("PD_ROUTING_KEY", ROUTING_KEY), ("HALE_LOG", "debug")],
+"
     );
-    wait_ready(
+    let (hale, base) = start_serve(
         &http,
-        &format!("{base}/ready"),
-        &mut hale,
-        Duration::from_secs(30),
+        dir.path(),
+        &config,
+        &[("PD_ROUTING_KEY", ROUTING_KEY), ("HALE_LOG", "debug")],
     )
     .await;
 

@@ -9,6 +9,7 @@ const TOKEN_KEY = 'hale.token';
 const POLL_MS = 2000;
 const EVENTS_KEPT = 500;
 const SPARK_POINTS = 60;
+const REFRESH_DEBOUNCE_MS = 250;
 
 const state = {
   needLogin: false, loginError: '', live: false, error: '',
@@ -48,7 +49,19 @@ async function api(path, opts = {}) {
 
 // ---- reading -------------------------------------------------------------
 
+// One read of the views at a time: a busy gateway sends many events, and
+// each asks for a refresh; those that come during a read make one more after
+// it, never a pile of overlapping reads of `/agents`.
+let reading = false;
+let again = false;
 async function refresh() {
+  if (reading) { again = true; return; }
+  reading = true;
+  try { await readViews(); } finally { reading = false; }
+  if (again) { again = false; refresh(); }
+}
+
+async function readViews() {
   try {
     const [agents, deps, ready, dlq, nodes] = await Promise.all([
       api('/agents'), api('/deployments'), api('/ready', { optional: true }),
@@ -95,7 +108,7 @@ function listOf(v, key) {
 let pending = null;
 function refreshSoon() {
   if (pending) return;
-  pending = setTimeout(() => { pending = null; refresh(); }, 150);
+  pending = setTimeout(() => { pending = null; refresh(); }, REFRESH_DEBOUNCE_MS);
 }
 
 // The event stream over fetch (EventSource cannot send a bearer header).
