@@ -17,6 +17,7 @@ pub mod classify;
 pub mod clock;
 pub mod compaction;
 pub mod config;
+pub mod counts;
 pub mod delivery;
 pub mod deployment;
 pub mod event;

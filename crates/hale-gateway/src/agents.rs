@@ -11,9 +11,10 @@
 
 use crate::error::HaleError;
 use crate::state::Gateway;
+use hale_core::counts::{Count, Streak};
 use hale_core::event::{Event, EventKind};
 use hale_core::pause::{self, Admit, Pause, PausedBy};
-use hale_store::AgentRecord;
+use hale_store::{AgentControl, AgentRecord, Write};
 
 /// What the gate decided for a request of a non-paused or paused agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +63,9 @@ pub struct AfterTurn {
     pub record: AgentRecord,
     /// `agent.paused` / `agent.resumed` to commit with the record.
     pub events: Vec<Event>,
+    /// The turn's count and its number, to write as a
+    /// [`hale_store::Write::Count`] (the database adds it to the row).
+    pub count: (u64, Count),
 }
 
 /// A finished turn, as the agent gate sees it.
@@ -74,16 +78,15 @@ pub struct Finished<'a> {
     pub admission: Admission,
     pub outcome: Outcome,
     pub now_ms: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: f64,
 }
 
-/// Counts a finished turn: resets or grows the consecutive failures, pauses
-/// a named agent at the threshold, and settles a pause's trial. `count`
-/// adds the turn's own counters to the record in the same update.
-pub fn after_turn(
-    gw: &Gateway,
-    f: Finished<'_>,
-    count: impl FnOnce(&mut AgentRecord),
-) -> AfterTurn {
+/// Counts a finished turn (turns, tokens, cost; the failures in a row
+/// cleared or extended — `hale_core::counts`), pauses a named agent at the
+/// threshold, and settles a pause's trial.
+pub fn after_turn(gw: &Gateway, f: Finished<'_>) -> AfterTurn {
     let Finished {
         agent,
         turn_id,
@@ -91,16 +94,25 @@ pub fn after_turn(
         admission,
         outcome,
         now_ms,
+        tokens_in,
+        tokens_out,
+        cost_usd,
     } = f;
     let cfg = &gw.cfg.self_healing;
-    let ((paused, resumed), record) = gw.update_agent_rt(agent, |rt| {
-        count(&mut rt.record);
+    let streak = match outcome {
+        Outcome::Succeeded => Streak::Clear,
+        Outcome::Failed => Streak::Extend,
+        Outcome::CallerFault => Streak::Keep,
+    };
+    let count = Count::turn(streak, tokens_in, tokens_out, cost_usd);
+    let ((paused, resumed, n), record) = gw.update_agent_rt(agent, |rt| {
+        let n = rt.count(count);
+        rt.named |= named;
         rt.record.last_seen_ms = Some(now_ms);
         let mut paused = None;
         let mut resumed = None;
         match outcome {
             Outcome::Succeeded => {
-                rt.record.consecutive_failures = 0;
                 if admission == Admission::Trial
                     && let Some(p) = rt.pause.filter(|p| p.by == PausedBy::Auto)
                 {
@@ -109,8 +121,6 @@ pub fn after_turn(
                 }
             }
             Outcome::Failed => {
-                rt.record.failed_turns += 1;
-                rt.record.consecutive_failures += 1;
                 rt.record.last_failure_ms = Some(now_ms);
                 match rt.pause {
                     Some(mut p) if admission == Admission::Trial => {
@@ -134,7 +144,7 @@ pub fn after_turn(
             }
             Outcome::CallerFault => {}
         }
-        (paused, resumed)
+        (paused, resumed, n)
     });
     let mut events = Vec::new();
     if let Some(p) = paused {
@@ -165,5 +175,50 @@ pub fn after_turn(
     for e in &events {
         gw.metrics.event(e.kind);
     }
-    AfterTurn { record, events }
+    AfterTurn {
+        record,
+        events,
+        count: (n, count),
+    }
+}
+
+/// Another instance's turns, learned from the totals the database answered
+/// to one of this instance's counts, brought the failures in a row to the
+/// threshold: pause the agent as its own failed turn would have, and
+/// announce it. Returns the writes to commit (none when nothing changes).
+pub fn pause_on_counted(gw: &Gateway, agent: &str, now_ms: u64) -> Vec<Write> {
+    let cfg = &gw.cfg.self_healing;
+    let (paused, record) = gw.update_agent_rt(agent, |rt| {
+        let due = pause::should_pause(
+            cfg,
+            rt.named,
+            rt.pause.is_some(),
+            rt.record.consecutive_failures,
+        );
+        due.then(|| {
+            let p = Pause::auto(cfg, now_ms);
+            rt.set_pause(Some(p));
+            p
+        })
+    });
+    let Some(p) = paused else {
+        return Vec::new();
+    };
+    let ev = gw
+        .event(EventKind::AgentPaused)
+        .agent(agent)
+        .payload(serde_json::json!({
+            "by": p.by,
+            "reason": format!(
+                "{} consecutive failed turns (counted across instances)",
+                record.consecutive_failures
+            ),
+            "next_trial_in_ms": p.next_trial_in_ms(now_ms),
+        }));
+    gw.metrics.event(ev.kind);
+    vec![
+        Write::Agent(record),
+        Write::Event(ev),
+        crate::sync::announce_control(agent, None, Some(AgentControl::Paused { pause: p })),
+    ]
 }

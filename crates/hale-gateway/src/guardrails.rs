@@ -16,6 +16,7 @@ use crate::state::Gateway;
 use axum::http::StatusCode;
 use hale_core::budget::{self, BudgetHit, Spend};
 use hale_core::config::BudgetConfig;
+use hale_core::counts::Tally;
 use hale_core::event::EventKind;
 use hale_core::guard::{
     GuardHit, GuardSnapshot, IDLE_TASK_TTL, TaskGuard, ToolCallSeen, ToolResultSeen,
@@ -31,10 +32,12 @@ const SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// The task of heartbeats, decisions and supervised runs that name none.
 pub const DEFAULT_TASK: &str = "default";
 
-/// One task's guard and spend.
+/// One task's guard and spend. The spend is counted once across instances
+/// (`hale_core::counts::Tally`: the database's confirmed total plus this
+/// instance's turns in flight); the guard's counters stay per instance.
 pub struct TaskRt {
     pub guard: TaskGuard,
-    pub spend: Spend,
+    pub spend: Tally<Spend>,
     last_used: Instant,
 }
 
@@ -64,7 +67,7 @@ impl Tasks {
             .entry((agent.to_owned(), task.to_owned()))
             .or_insert_with(|| TaskRt {
                 guard: TaskGuard::new(now),
-                spend: Spend::default(),
+                spend: Tally::default(),
                 last_used: now,
             });
         rt.last_used = now;
@@ -102,8 +105,17 @@ impl Tasks {
         let map = self.map.lock().expect("tasks lock");
         map.iter()
             .filter(|((a, _), _)| a == agent)
-            .map(|((_, t), rt)| (t.clone(), rt.guard.snapshot(now), rt.spend))
+            .map(|((_, t), rt)| (t.clone(), rt.guard.snapshot(now), rt.spend.view()))
             .collect()
+    }
+
+    /// The store applied a task's spend `n` and holds `total` after it (a
+    /// task forgotten meanwhile is not brought back).
+    pub fn confirm(&self, agent: &str, task: &str, n: u64, total: Spend) {
+        let mut map = self.map.lock().expect("tasks lock");
+        if let Some(rt) = map.get_mut(&(agent.to_owned(), task.to_owned())) {
+            rt.spend.confirm(n, total);
+        }
     }
 
     /// Forgets a task (a reset or a terminated task starting over).
@@ -239,7 +251,7 @@ pub fn check_budget(gw: &Gateway, agent: &str, task: &str) -> Result<(), HaleErr
         tokens: rec.tokens_in + rec.tokens_out,
         cost_usd: rec.cost_usd,
     };
-    let task_spend = gw.tasks.with(agent, task, |rt| rt.spend);
+    let task_spend = gw.tasks.with(agent, task, |rt| rt.spend.view());
     budget::check(cfg, &agent_spend, &task_spend).map_err(|hit: BudgetHit| {
         gw.emit(
             gw.event(EventKind::BudgetExceeded)
@@ -257,13 +269,23 @@ pub fn check_budget(gw: &Gateway, agent: &str, task: &str) -> Result<(), HaleErr
     })
 }
 
-/// Adds a served turn's usage to the task's spend; returns its cost in USD.
-pub fn record_spend(gw: &Gateway, agent: &str, task: &str, model: &str, usage: Usage) -> f64 {
+/// Adds a served turn's usage to the task's spend; returns its cost in USD
+/// and the number of the spend in the task's tally (written with the turn's
+/// count).
+pub fn record_spend(
+    gw: &Gateway,
+    agent: &str,
+    task: &str,
+    model: &str,
+    usage: Usage,
+) -> (f64, u64) {
     let cost = models::price(model, &gw.cfg.prices)
         .map(|p| budget::cost(p, usage.input_tokens, usage.output_tokens))
         .unwrap_or(0.0);
-    gw.tasks.with(agent, task, |rt| {
-        rt.spend.add(usage.input_tokens + usage.output_tokens, cost);
+    let n = gw.tasks.with(agent, task, |rt| {
+        let mut s = Spend::default();
+        s.add(usage.input_tokens + usage.output_tokens, cost);
+        rt.spend.count(s)
     });
-    cost
+    (cost, n)
 }

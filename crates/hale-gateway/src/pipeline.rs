@@ -22,7 +22,7 @@ use hale_core::class::ErrorClass;
 use hale_core::config::{DEFAULT_AGENT, JournalBodies};
 use hale_core::event::EventKind;
 use hale_core::select;
-use hale_store::{StoredResponse, TurnRecord, TurnStatus, Write};
+use hale_store::{CountWrite, StoredResponse, TurnRecord, TurnStatus, Write};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use tracing::Instrument;
@@ -570,9 +570,12 @@ fn finish_turn(
     let ok = failure.is_none();
     let usage = answer.as_ref().map(|(_, u)| *u).unwrap_or_default();
     let target = served.map(|i| turn.targets[i].clone());
-    let cost = match (&target, &turn.task) {
-        (Some(t), Some(task)) => guardrails::record_spend(gw, &turn.agent, task, &t.model, usage),
-        (Some(_), None) | (None, _) => 0.0,
+    let (cost, task_n) = match (&target, &turn.task) {
+        (Some(t), Some(task)) => {
+            let (cost, n) = guardrails::record_spend(gw, &turn.agent, task, &t.model, usage);
+            (cost, Some((task.clone(), n)))
+        }
+        (Some(_), None) | (None, _) => (0.0, None),
     };
     let record = TurnRecord {
         id: turn.id.clone(),
@@ -629,14 +632,22 @@ fn finish_turn(
         admission: turn.admission,
         outcome,
         now_ms,
+        tokens_in: usage.input_tokens,
+        tokens_out: usage.output_tokens,
+        cost_usd: cost,
     };
-    let after = agents::after_turn(gw, finished, |a| {
-        a.turns += 1;
-        a.tokens_in += usage.input_tokens;
-        a.tokens_out += usage.output_tokens;
-        a.cost_usd += cost;
-    });
+    let after = agents::after_turn(gw, finished);
     let rec = after.record;
+    // The count first: it creates the agent's row when new, so a whole
+    // record written behind it never carries counters of its own.
+    let (n, count) = after.count;
+    writes.push(Write::Count(CountWrite {
+        agent: turn.agent.clone(),
+        n,
+        count,
+        task: task_n,
+        now_ms,
+    }));
     if let Some(t) = &target
         && served != Some(0)
         && ok
@@ -657,7 +668,11 @@ fn finish_turn(
         gw.metrics.event(ev.kind);
         writes.push(Write::Event(ev));
     }
-    writes.push(Write::Agent(rec));
+    // The record's control state changed only when the gate did (a pause
+    // or a trial's resume); the counters went with the count.
+    if !after.events.is_empty() {
+        writes.push(Write::Agent(rec));
+    }
     writes.extend(after.events.into_iter().map(Write::Event));
     gw.store.submit(writes);
 }

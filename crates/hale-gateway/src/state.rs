@@ -7,6 +7,7 @@
 use crate::metrics::Metrics;
 use hale_core::clock::Clock;
 use hale_core::config::Config;
+use hale_core::counts::{Count, Counters, Tally};
 use hale_core::event::{Event, EventKind};
 use hale_core::pause::{Pause, PausedBy};
 use hale_store::{AgentRecord, Store, Write};
@@ -16,13 +17,66 @@ use std::time::Instant;
 
 /// Per-agent gate state (mirrored to the store; the pause also lives in
 /// the record's `state.pause`, so it outlives a restart).
+///
+/// The record's counters (failures in a row, turns, tokens, cost) are the
+/// view of [`AgentRt::tally`]: what the database last confirmed plus this
+/// instance's counts not confirmed yet (`hale_core::counts`), so several
+/// instances count one agent's turns once.
 #[derive(Debug, Clone)]
 pub struct AgentRt {
     pub record: AgentRecord,
     pub pause: Option<Pause>,
+    tally: Tally<Counters>,
+    /// Turns of this agent name it (it may be paused).
+    pub named: bool,
+}
+
+/// The counters of a record.
+pub(crate) fn counters_of(r: &AgentRecord) -> Counters {
+    Counters {
+        consecutive_failures: r.consecutive_failures,
+        turns: r.turns,
+        failed_turns: r.failed_turns,
+        tokens_in: r.tokens_in,
+        tokens_out: r.tokens_out,
+        cost_usd: r.cost_usd,
+    }
 }
 
 impl AgentRt {
+    /// Counts a turn (or an operator's reset) locally; returns its number,
+    /// to write with it ([`hale_store::Write::Count`]).
+    pub fn count(&mut self, c: Count) -> u64 {
+        let n = self.tally.count(c);
+        self.sync_counters();
+        n
+    }
+
+    /// The database applied count `n` and holds `totals` after it.
+    pub fn confirm(&mut self, n: u64, totals: Counters) {
+        self.tally.confirm(n, totals);
+        self.sync_counters();
+    }
+
+    /// Adopts the counters of a row re-read from the database when no count
+    /// of this instance is in flight (they cannot be older than the view then).
+    pub fn reread(&mut self, row: &AgentRecord) {
+        if self.tally.reread(counters_of(row)) {
+            self.sync_counters();
+        }
+    }
+
+    fn sync_counters(&mut self) {
+        let v = self.tally.view();
+        let r = &mut self.record;
+        r.consecutive_failures = v.consecutive_failures;
+        r.turns = v.turns;
+        r.failed_turns = v.failed_turns;
+        r.tokens_in = v.tokens_in;
+        r.tokens_out = v.tokens_out;
+        r.cost_usd = v.cost_usd;
+    }
+
     pub(crate) fn new(record: AgentRecord) -> Self {
         let pause = record.paused.then(|| {
             serde_json::from_value::<Pause>(record.state["pause"].clone()).unwrap_or(
@@ -39,7 +93,13 @@ impl AgentRt {
                 },
             )
         });
-        Self { record, pause }
+        let tally = Tally::new(counters_of(&record));
+        Self {
+            record,
+            pause,
+            tally,
+            named: false,
+        }
     }
 
     /// Sets (or clears) the pause, in the record too.
@@ -102,7 +162,8 @@ impl Gateway {
             .map(|r| (r.id.clone(), AgentRt::new(r)))
             .collect();
         let metrics = Metrics::for_config(&cfg);
-        Ok(Arc::new(Self {
+        let counted = store.counted();
+        let gw = Arc::new(Self {
             cfg,
             http,
             store,
@@ -116,7 +177,9 @@ impl Gateway {
             token_counts: Default::default(),
             health,
             history: Default::default(),
-        }))
+        });
+        tokio::spawn(crate::sync::follow_counts(Arc::downgrade(&gw), counted));
+        Ok(gw)
     }
 
     /// A new event at the current wall time.

@@ -18,15 +18,21 @@
 //! the announced state writes it back with its next write of the agent.
 //!
 //! What is applied ([`apply_control`]): the pause (who, since, next trial),
-//! the consecutive failures when the row says resumed, and the terminated
-//! tasks; a task reset also clears the task's local guard and spend. The
-//! agent's counters (turns, tokens, cost) stay this instance's own until
-//! they are counted in the database (issue 11 part 2). On SQLite there is
-//! one instance and the listener never yields.
+//! the counters when no count of this instance is in flight, the failures
+//! in a row cleared when the row says resumed, and the terminated tasks; a
+//! task reset also clears the task's local guard and spend. On SQLite there
+//! is one instance and the listener never yields.
+//!
+//! Counted once ([`follow_counts`]): every turn's count is added to the row
+//! by the database (`hale_core::counts`), which answers with the totals after
+//! it; this instance folds them into its cache, so its view includes the
+//! other instances' turns as of its own last commit, and pauses the agent
+//! when those totals reach the threshold.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use hale_core::counts::Count;
 use hale_store::{AgentChange, AgentControl, AgentRecord, Heard, StoreError, Write};
 use tokio_util::sync::CancellationToken;
 
@@ -61,7 +67,9 @@ fn apply_announced(gw: &Gateway, agent: &str, control: AgentControl) {
         AgentControl::Paused { pause } => rt.set_pause(Some(pause)),
         AgentControl::Active => {
             rt.set_pause(None);
-            rt.record.consecutive_failures = 0;
+            // Local only: the resuming instance wrote the clear; this one is
+            // dropped from the view at the next confirmation, which has it.
+            rt.count(Count::clear());
         }
     });
     gw.store.submit(vec![Write::Agent(rec)]);
@@ -74,8 +82,9 @@ pub fn apply_control(gw: &Gateway, row: &AgentRecord) {
     gw.update_agent_rt(&row.id, |rt| {
         let was_paused = rt.pause.is_some();
         rt.set_pause(fresh.pause);
+        rt.reread(row);
         if was_paused && fresh.pause.is_none() {
-            rt.record.consecutive_failures = row.consecutive_failures;
+            rt.count(Count::clear());
         }
         if !rt.record.state.is_object() {
             rt.record.state = serde_json::json!({});
@@ -114,6 +123,29 @@ pub async fn follow_agents(gw: Arc<Gateway>, token: CancellationToken) -> anyhow
             }
             Err(StoreError::Closed) if token.is_cancelled() => return Ok(()),
             Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Folds the totals the database answered to this instance's counts into
+/// the cache (agents' counters, tasks' spend), and pauses an agent whose
+/// failures in a row reached the threshold through other instances' turns.
+/// Runs until the store's writer stops or the gateway is gone (started by
+/// [`Gateway::new`], so every turn's count is followed).
+pub(crate) async fn follow_counts(
+    gw: std::sync::Weak<Gateway>,
+    mut counted: tokio::sync::mpsc::UnboundedReceiver<hale_store::Counted>,
+) {
+    while let Some(c) = counted.recv().await {
+        let Some(gw) = gw.upgrade() else { return };
+        tracing::debug!(agent = %c.agent, n = c.n, totals = ?c.totals, task = ?c.task, "counted");
+        gw.update_agent_rt(&c.agent, |rt| rt.confirm(c.n, c.totals));
+        if let Some((task, n, spend)) = &c.task {
+            gw.tasks.confirm(&c.agent, task, *n, *spend);
+        }
+        let writes = crate::agents::pause_on_counted(&gw, &c.agent, crate::state::wall_ms());
+        if !writes.is_empty() {
+            gw.store.submit(writes);
         }
     }
 }

@@ -65,11 +65,12 @@ const EVENT_CHUNK: usize = 200;
 macro_rules! gen_apply {
     ($name:ident, $db:ty, $pg:expr) => {
         /// Applies the writes of `jobs`, in order, on an open transaction;
-        /// returns the highest seq appended.
+        /// returns the highest seq appended and the totals after each count.
         pub(crate) async fn $name(
             conn: &mut <$db as sqlx::Database>::Connection,
             jobs: &[&[Encoded]],
-        ) -> Result<Option<i64>, sqlx::Error> {
+        ) -> Result<Applied, sqlx::Error> {
+            let mut counted = Vec::new();
             let rows = || jobs.iter().flat_map(|j| j.iter());
             let events: Vec<&EventRow> = rows()
                 .filter_map(|r| match r {
@@ -81,6 +82,8 @@ macro_rules! gen_apply {
                     | Encoded::Job(_)
                     | Encoded::Audit(_)
                     | Encoded::Announce(_)
+                    | Encoded::Count(_)
+                    | Encoded::ForgetTask(..)
                     | Encoded::Minutes(_) => None,
                 })
                 .collect();
@@ -180,17 +183,19 @@ macro_rules! gen_apply {
                         .await?;
                     }
                     Encoded::Agent(a) => {
+                        // The counters only when the row is new: afterwards
+                        // they change through counts alone (Write::Count).
                         sqlx::query(
                             "INSERT INTO agents (id, paused, consecutive_failures, turns, \
                              failed_turns, tokens_in, tokens_out, cost_usd, last_failure_ms, \
                              last_seen_ms, state) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
                              $10, $11) ON CONFLICT (id) DO UPDATE SET paused = excluded.paused, \
-                             consecutive_failures = excluded.consecutive_failures, \
-                             turns = excluded.turns, failed_turns = excluded.failed_turns, \
-                             tokens_in = excluded.tokens_in, tokens_out = excluded.tokens_out, \
-                             cost_usd = excluded.cost_usd, \
-                             last_failure_ms = excluded.last_failure_ms, \
-                             last_seen_ms = excluded.last_seen_ms, state = excluded.state",
+                             last_failure_ms = CASE WHEN excluded.last_failure_ms > \
+                             agents.last_failure_ms OR agents.last_failure_ms IS NULL THEN \
+                             excluded.last_failure_ms ELSE agents.last_failure_ms END, \
+                             last_seen_ms = CASE WHEN excluded.last_seen_ms > agents.last_seen_ms \
+                             OR agents.last_seen_ms IS NULL THEN excluded.last_seen_ms ELSE \
+                             agents.last_seen_ms END, state = excluded.state",
                         )
                         .bind(&a.id)
                         .bind(a.paused)
@@ -205,6 +210,76 @@ macro_rules! gen_apply {
                         .bind(&a.state)
                         .execute(&mut *conn)
                         .await?;
+                    }
+                    Encoded::ForgetTask(agent, task) => {
+                        sqlx::query("DELETE FROM task_spend WHERE agent = $1 AND task = $2")
+                            .bind(agent)
+                            .bind(task)
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    Encoded::Count(c) => {
+                        // hale_core::counts::Counters::apply, in SQL.
+                        let row = sqlx::query(
+                            "INSERT INTO agents (id, paused, consecutive_failures, turns, \
+                             failed_turns, tokens_in, tokens_out, cost_usd, last_failure_ms, \
+                             last_seen_ms, state) VALUES ($1, FALSE, CASE WHEN $2 = 1 THEN 1 \
+                             ELSE 0 END, $3, $4, $5, $6, $7, CASE WHEN $4 > 0 THEN $8 END, $8, \
+                             '{}') ON CONFLICT (id) DO UPDATE SET consecutive_failures = \
+                             CASE WHEN $2 = 0 THEN 0 WHEN $2 = 1 THEN \
+                             agents.consecutive_failures + 1 ELSE agents.consecutive_failures END, \
+                             turns = agents.turns + excluded.turns, \
+                             failed_turns = agents.failed_turns + excluded.failed_turns, \
+                             tokens_in = agents.tokens_in + excluded.tokens_in, \
+                             tokens_out = agents.tokens_out + excluded.tokens_out, \
+                             cost_usd = agents.cost_usd + excluded.cost_usd, \
+                             last_failure_ms = COALESCE(excluded.last_failure_ms, \
+                             agents.last_failure_ms), last_seen_ms = CASE WHEN $3 > 0 THEN \
+                             excluded.last_seen_ms ELSE agents.last_seen_ms END \
+                             RETURNING consecutive_failures, turns, failed_turns, tokens_in, \
+                             tokens_out, cost_usd",
+                        )
+                        .bind(&c.agent)
+                        .bind(c.streak)
+                        .bind(c.turns)
+                        .bind(c.failed)
+                        .bind(c.tokens_in)
+                        .bind(c.tokens_out)
+                        .bind(c.cost_usd)
+                        .bind(c.now_ms)
+                        .fetch_one(&mut *conn)
+                        .await?;
+                        let totals = crate::rows::decode_counters(&c.agent, &row)
+                            .map_err(|e| sqlx::Error::Decode(e.into()))?;
+                        let task = match &c.task {
+                            None => None,
+                            Some((task, n)) => {
+                                let row = sqlx::query(
+                                    "INSERT INTO task_spend (agent, task, tokens, cost_usd, \
+                                     updated_ms) VALUES ($1, $2, $3, $4, $5) ON CONFLICT \
+                                     (agent, task) DO UPDATE SET tokens = task_spend.tokens + \
+                                     excluded.tokens, cost_usd = task_spend.cost_usd + \
+                                     excluded.cost_usd, updated_ms = excluded.updated_ms \
+                                     RETURNING tokens, cost_usd",
+                                )
+                                .bind(&c.agent)
+                                .bind(task)
+                                .bind(c.tokens_in.saturating_add(c.tokens_out))
+                                .bind(c.cost_usd)
+                                .bind(c.now_ms)
+                                .fetch_one(&mut *conn)
+                                .await?;
+                                let spend = crate::rows::decode_spend(&c.agent, task, &row)
+                                    .map_err(|e| sqlx::Error::Decode(e.into()))?;
+                                Some((task.clone(), *n, spend))
+                            }
+                        };
+                        counted.push(crate::model::Counted {
+                            agent: c.agent.clone(),
+                            n: c.n,
+                            totals,
+                            task,
+                        });
                     }
                     Encoded::Idempotency(i) => {
                         sqlx::query(
@@ -321,7 +396,7 @@ macro_rules! gen_apply {
                     max_seq = Some(max_seq.map_or(m, |x: i64| x.max(m)));
                 }
             }
-            Ok(max_seq)
+            Ok(Applied { max_seq, counted })
         }
     };
 }
@@ -329,20 +404,29 @@ macro_rules! gen_apply {
 gen_apply!(apply_sqlite, sqlx::Sqlite, false);
 gen_apply!(apply_pg, sqlx::Postgres, true);
 
+/// What a committed transaction did.
+#[derive(Debug, Default)]
+pub(crate) struct Applied {
+    /// The highest outbox seq appended.
+    pub max_seq: Option<i64>,
+    /// The totals after each count, in order.
+    pub counted: Vec<crate::model::Counted>,
+}
+
 /// Applies `jobs` in one transaction and commits it.
-pub(crate) async fn apply(pool: &Pool, jobs: &[&[Encoded]]) -> Result<Option<i64>, sqlx::Error> {
+pub(crate) async fn apply(pool: &Pool, jobs: &[&[Encoded]]) -> Result<Applied, sqlx::Error> {
     match pool {
         Pool::Sqlite(p) => {
             let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
-            let max = apply_sqlite(&mut tx, jobs).await?;
+            let applied = apply_sqlite(&mut tx, jobs).await?;
             tx.commit().await?;
-            Ok(max)
+            Ok(applied)
         }
         Pool::Pg(p) => {
             let mut tx = p.begin().await?;
-            let max = apply_pg(&mut tx, jobs).await?;
+            let applied = apply_pg(&mut tx, jobs).await?;
             tx.commit().await?;
-            Ok(max)
+            Ok(applied)
         }
     }
 }

@@ -153,7 +153,13 @@ impl Store {
                 .execute(p)
                 .await
                 .map_err(StoreError::db("pruning history minutes"))?;
-            Ok(a.rows_affected() + b.rows_affected())
+            // Tasks' spend not counted since: kept as long as the history.
+            let c = sqlx::query("DELETE FROM task_spend WHERE updated_ms < $1")
+                .bind(before)
+                .execute(p)
+                .await
+                .map_err(StoreError::db("pruning tasks' spend"))?;
+            Ok(a.rows_affected() + b.rows_affected() + c.rows_affected())
         })
     }
 }

@@ -38,8 +38,9 @@ pub use history::{History, HistoryQuery, MAX_TRANSITIONS, TransitionRecord};
 pub use jobs::{AuditRecord, JobRecord};
 pub use listen::{AgentListener, Heard};
 pub use model::{
-    AgentChange, AgentControl, AgentRecord, AuditEntry, CheckpointRecord, DeadLetter,
-    IdempotentResponse, SinkCursor, StoredEvent, StoredResponse, TurnRecord, TurnStatus, Write,
+    AgentChange, AgentControl, AgentRecord, AuditEntry, CheckpointRecord, CountWrite, Counted,
+    DeadLetter, IdempotentResponse, SinkCursor, StoredEvent, StoredResponse, TurnRecord,
+    TurnStatus, Write,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{

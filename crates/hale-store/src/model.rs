@@ -18,8 +18,19 @@ pub enum Write {
     Event(Event),
     /// Upserted by id.
     Turn(TurnRecord),
-    /// Upserted by id.
+    /// Upserted by id: the control state (paused, `state`, last seen and
+    /// last failure). The counters are written only when the row is new;
+    /// afterwards they change only through [`Write::Count`], so a whole
+    /// record written by one instance never overwrites the turns another
+    /// instance counted.
     Agent(AgentRecord),
+    /// One turn's counts (or an operator's reset of the failures in a row),
+    /// added to the agent's row — and to its task's spend when a task is
+    /// named — by the database. The totals after it are reported back
+    /// through [`crate::Store::counted`] once the transaction committed.
+    Count(CountWrite),
+    /// A task reset: its stored spend starts over.
+    ForgetTask { agent: String, task: String },
     /// The response stored for an `Idempotency-Key`, with the hash of the
     /// request it answered (a reuse of the key for another request is
     /// refused by comparing it). The first response stored for a key wins;
@@ -46,6 +57,30 @@ pub enum Write {
     /// the store holds for the same deployment and minute (another
     /// instance may have counted calls of that minute too).
     Minutes(Vec<hale_core::history::MinuteRow>),
+}
+
+/// A [`Write::Count`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CountWrite {
+    pub agent: String,
+    /// The number the writer's [`hale_core::counts::Tally`] gave the count,
+    /// reported back with the totals.
+    pub n: u64,
+    pub count: hale_core::counts::Count,
+    /// The task whose spend the turn adds to, with its number in the
+    /// task's own tally.
+    pub task: Option<(String, u64)>,
+    pub now_ms: u64,
+}
+
+/// The totals after a committed [`Write::Count`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Counted {
+    pub agent: String,
+    pub n: u64,
+    pub totals: hale_core::counts::Counters,
+    /// The task's spend after it, with the task's number.
+    pub task: Option<(String, u64, hale_core::budget::Spend)>,
 }
 
 /// What [`Write::Announce`] announces: re-read this agent's row, and when

@@ -6,6 +6,7 @@
 //! implemented for the row type of each backend, so one decoder serves both;
 //! any decode failure becomes [`StoreError::Corrupt`] naming the table and id.
 
+use hale_core::counts::Streak;
 use hale_core::event::Event;
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -29,7 +30,27 @@ pub(crate) enum Encoded {
     Audit(AuditRow),
     /// The JSON payload of a `NOTIFY hale_agents`.
     Announce(String),
+    Count(CountRow),
+    /// (agent, task) whose spend row is deleted.
+    ForgetTask(String, String),
     Minutes(Vec<MinuteCols>),
+}
+
+/// A [`Write::Count`], ready to bind.
+#[derive(Debug)]
+pub(crate) struct CountRow {
+    pub agent: String,
+    pub n: u64,
+    /// `hale_core::counts::Streak` as the SQL's `CASE` reads it: 0 clear,
+    /// 1 extend, 2 keep.
+    pub streak: i64,
+    pub turns: i64,
+    pub failed: i64,
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+    pub cost_usd: f64,
+    pub now_ms: i64,
+    pub task: Option<(String, u64)>,
 }
 
 /// A `history_minutes` row.
@@ -282,6 +303,31 @@ pub(crate) fn encode(w: Write, now_ms: u64) -> Result<Encoded, StoreError> {
             let what = format!("announcement of agent {}", c.agent);
             Encoded::Announce(json(&what, &c)?)
         }
+        Write::ForgetTask { agent, task } => Encoded::ForgetTask(agent, task),
+        Write::Count(c) => {
+            let what = format!("counts of agent {}", c.agent);
+            let k = &c.count;
+            Encoded::Count(CountRow {
+                streak: match k.streak {
+                    Streak::Clear => 0,
+                    Streak::Extend => 1,
+                    Streak::Keep => 2,
+                },
+                turns: num(&what, "turns", k.turns)?,
+                failed: i64::from(k.failed()),
+                tokens_in: num(&what, "tokens_in", k.tokens_in)?,
+                tokens_out: num(&what, "tokens_out", k.tokens_out)?,
+                cost_usd: if k.cost_usd.is_finite() {
+                    k.cost_usd
+                } else {
+                    0.0
+                },
+                now_ms: num(&what, "now_ms", c.now_ms)?,
+                agent: c.agent,
+                n: c.n,
+                task: c.task,
+            })
+        }
     })
 }
 
@@ -444,6 +490,44 @@ pub(crate) fn decode_agent(r: &impl Cols) -> Result<AgentRecord, StoreError> {
         last_failure_ms: c.opt_unsigned("last_failure_ms", c.col(r.opt_i64("last_failure_ms"))?)?,
         last_seen_ms: c.opt_unsigned("last_seen_ms", c.col(r.opt_i64("last_seen_ms"))?)?,
         state: c.json("state", &c.col(r.text("state"))?)?,
+    })
+}
+
+/// The totals a count's `RETURNING` gives (hale_core::counts::Counters).
+pub(crate) fn decode_counters(
+    agent: &str,
+    r: &impl Cols,
+) -> Result<hale_core::counts::Counters, StoreError> {
+    let c = Ctx {
+        table: "agents",
+        id: agent.to_owned(),
+    };
+    Ok(hale_core::counts::Counters {
+        consecutive_failures: c.u32(
+            "consecutive_failures",
+            c.col(r.i64("consecutive_failures"))?,
+        )?,
+        turns: c.unsigned("turns", c.col(r.i64("turns"))?)?,
+        failed_turns: c.unsigned("failed_turns", c.col(r.i64("failed_turns"))?)?,
+        tokens_in: c.unsigned("tokens_in", c.col(r.i64("tokens_in"))?)?,
+        tokens_out: c.unsigned("tokens_out", c.col(r.i64("tokens_out"))?)?,
+        cost_usd: c.col(r.f64("cost_usd"))?,
+    })
+}
+
+/// A task's spend as `task_spend` holds it.
+pub(crate) fn decode_spend(
+    agent: &str,
+    task: &str,
+    r: &impl Cols,
+) -> Result<hale_core::budget::Spend, StoreError> {
+    let c = Ctx {
+        table: "task_spend",
+        id: format!("{agent}/{task}"),
+    };
+    Ok(hale_core::budget::Spend {
+        tokens: c.unsigned("tokens", c.col(r.i64("tokens"))?)?,
+        cost_usd: c.col(r.f64("cost_usd"))?,
     })
 }
 

@@ -138,6 +138,15 @@ pub(crate) const SQLITE: &[&str] = &[
         latency_sum_ms INTEGER NOT NULL,
         PRIMARY KEY (deployment, minute_ms))",
     "CREATE INDEX IF NOT EXISTS history_minutes_time ON history_minutes (minute_ms)",
+    // Each task's spend, counted once across instances (hale_core::counts).
+    "CREATE TABLE IF NOT EXISTS task_spend (
+        agent TEXT NOT NULL,
+        task TEXT NOT NULL,
+        tokens INTEGER NOT NULL,
+        cost_usd REAL NOT NULL,
+        updated_ms INTEGER NOT NULL,
+        PRIMARY KEY (agent, task))",
+    "CREATE INDEX IF NOT EXISTS task_spend_age ON task_spend (updated_ms)",
 ];
 
 /// Columns added to SQLite tables after their first release: (table,
@@ -265,4 +274,12 @@ pub(crate) const POSTGRES: &[&str] = &[
         latency_sum_ms BIGINT NOT NULL,
         PRIMARY KEY (deployment, minute_ms))",
     "CREATE INDEX IF NOT EXISTS history_minutes_time ON history_minutes (minute_ms)",
+    "CREATE TABLE IF NOT EXISTS task_spend (
+        agent TEXT NOT NULL,
+        task TEXT NOT NULL,
+        tokens BIGINT NOT NULL,
+        cost_usd DOUBLE PRECISION NOT NULL,
+        updated_ms BIGINT NOT NULL,
+        PRIMARY KEY (agent, task))",
+    "CREATE INDEX IF NOT EXISTS task_spend_age ON task_spend (updated_ms)",
 ];

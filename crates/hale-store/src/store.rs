@@ -232,6 +232,7 @@ impl Store {
             queued: AtomicU64::new(0),
             seq,
             submit_failures: Mutex::new(writer::SubmitFailures::default()),
+            counted: Mutex::new(None),
         });
         if let Pool::Pg(p) = &pool {
             // Ends when the pool is closed (`close`).
@@ -295,6 +296,41 @@ impl Store {
             return Err(StoreError::Closed);
         }
         rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// The totals after each committed [`Write::Count`], in commit order,
+    /// from now on (a second call replaces the first follower). Counts
+    /// committed while nobody follows are not kept.
+    pub fn counted(&self) -> tokio::sync::mpsc::UnboundedReceiver<crate::model::Counted> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        *self
+            .inner
+            .shared
+            .counted
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(tx);
+        rx
+    }
+
+    /// A task's spend as the store holds it (none before its first count).
+    pub async fn task_spend(
+        &self,
+        agent: &str,
+        task: &str,
+    ) -> Result<Option<hale_core::budget::Spend>> {
+        on_pool!(&self.inner.pool, |p, _Db| {
+            let row = sqlx::query(
+                "SELECT tokens, cost_usd FROM task_spend WHERE agent = $1 AND task = $2",
+            )
+            .bind(agent)
+            .bind(task)
+            .fetch_optional(p)
+            .await
+            .map_err(StoreError::db("reading a task's spend"))?;
+            row.as_ref()
+                .map(|r| crate::rows::decode_spend(agent, task, r))
+                .transpose()
+        })
     }
 
     /// Queues writes into the next group commit without waiting (journal

@@ -61,6 +61,9 @@ pub(crate) struct Shared {
     pub queued: AtomicU64,
     pub seq: watch::Sender<i64>,
     pub submit_failures: Mutex<SubmitFailures>,
+    /// Where the totals after committed counts go, once someone follows
+    /// them ([`crate::Store::counted`]); dropped until then.
+    pub counted: Mutex<Option<mpsc::UnboundedSender<crate::model::Counted>>>,
 }
 
 impl Shared {
@@ -227,6 +230,8 @@ fn describe(rows: &[Encoded]) -> String {
         Some(Encoded::Audit(a)) => format!("audit of job {}", a.job_id),
         Some(Encoded::Announce(p)) => format!("announcement {p}"),
         Some(Encoded::Minutes(m)) => format!("{} history minute(s)", m.len()),
+        Some(Encoded::Count(c)) => format!("counts of agent {}", c.agent),
+        Some(Encoded::ForgetTask(a, t)) => format!("spend of task {t} of agent {a}"),
     };
     match rows.len() {
         1 => first,
@@ -247,10 +252,25 @@ fn answer(shared: &Shared, job: Job, result: Result<(), StoreError>) {
     }
 }
 
-fn committed(shared: &Shared, max_seq: Option<i64>) {
+fn committed(shared: &Shared, applied: backend::Applied) {
     shared.commits.fetch_add(1, Ordering::Relaxed);
-    if let Some(m) = max_seq {
+    if let Some(m) = applied.max_seq {
         shared.seen_seq(m);
+    }
+    if applied.counted.is_empty() {
+        return;
+    }
+    let mut follower = shared
+        .counted
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(tx) = follower.as_ref() {
+        for c in applied.counted {
+            if tx.send(c).is_err() {
+                *follower = None; // the follower is gone
+                break;
+            }
+        }
     }
 }
 
@@ -263,8 +283,8 @@ async fn commit_batch(pool: &Pool, shared: &Shared, batch: Batch) {
     if !jobs.is_empty() {
         let all: Vec<&[Encoded]> = jobs.iter().map(|j| j.rows.as_slice()).collect();
         match backend::apply(pool, &all).await {
-            Ok(max_seq) => {
-                committed(shared, max_seq);
+            Ok(applied) => {
+                committed(shared, applied);
                 for job in jobs {
                     answer(shared, job, Ok(()));
                 }
@@ -282,8 +302,8 @@ async fn commit_batch(pool: &Pool, shared: &Shared, batch: Batch) {
                 tracing::warn!(error = %e, jobs = jobs.len(), "group commit failed; retrying its writes one caller at a time");
                 for job in jobs {
                     let result = match backend::apply(pool, &[job.rows.as_slice()]).await {
-                        Ok(max_seq) => {
-                            committed(shared, max_seq);
+                        Ok(applied) => {
+                            committed(shared, applied);
                             Ok(())
                         }
                         Err(e) => Err(StoreError::Commit {

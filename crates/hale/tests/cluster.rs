@@ -434,3 +434,201 @@ async fn issue11_idempotency_key_answered_by_a_is_replayed_by_b_without_upstream
     drop((a, b, chaos));
     store_common::drop_schema(&pg).await;
 }
+
+/// Two `hale serve` on one PostgreSQL schema, in front of one chaos
+/// provider (model `m1`), each with its own data directory; `extra` is
+/// added to both configs.
+async fn two_on_pg(
+    http: &reqwest::Client,
+    dir: &Path,
+    pg_url: &str,
+    extra: &str,
+) -> (common::Proc, String, [(common::Proc, String); 2]) {
+    let (chaos, chaos_base) = common::start_chaos(http, dir).await;
+    let config = format!(
+        "storage: \"{pg_url}\"
+providers:
+  - {{name: p1, kind: openai, base_url: {chaos_base}/v1, default_model: m1}}
+agents:
+  default: {{provider: p1}}
+  bot: {{provider: p1, budget: {{max_tokens_per_task: 2000}}}}
+self_healing:
+  max_consecutive_failures: 3
+  resume_probe_after_ms: 600000
+retry:
+  server_error: {{max_attempts: 1, initial_ms: 10, max_ms: 10}}
+{extra}"
+    );
+    let mut out = Vec::new();
+    for name in ["a", "b"] {
+        let sub = dir.join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        out.push(common::start_serve(http, &sub, &config, &[]).await);
+    }
+    let b = out.pop().unwrap();
+    let a = out.pop().unwrap();
+    (chaos, chaos_base, [a, b])
+}
+
+/// A chat turn of agent `bot` in task `task`: status and body.
+async fn bot_turn(http: &reqwest::Client, base: &str, task: &str) -> (u16, serde_json::Value) {
+    let r = http
+        .post(format!("{base}/v1/chat/completions"))
+        .header("x-hale-agent", "bot")
+        .header("x-hale-task", task)
+        .json(&serde_json::json!({"model": "m1", "messages": [{"role": "user", "content": "count me once"}]}))
+        .send()
+        .await
+        .expect("turn");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or_default())
+}
+
+async fn agent_view(http: &reqwest::Client, base: &str, agent: &str) -> serde_json::Value {
+    http.get(format!("{base}/agents/{agent}"))
+        .send()
+        .await
+        .expect("GET /agents/{id}")
+        .json()
+        .await
+        .expect("agent json")
+}
+
+/// DESIGN §8 "counted once": three failed turns of one agent spread over
+/// instances A and B (A, B, A) pause it, as three on one instance would —
+/// neither instance saw three itself. The pause is decided from the totals
+/// the database answered to A's count and holds on B too, without another
+/// turn being sent to either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue11_three_failed_turns_spread_over_a_and_b_pause_the_agent() {
+    let Some(pg) = store_common::pg_scratch().await else {
+        return;
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let (_chaos, chaos_base, [(_a, base_a), (_b, base_b)]) =
+        two_on_pg(&http, dir.path(), &pg.url, "").await;
+    assert_eq!(bot_turn(&http, &base_a, "t").await.0, 200);
+    // Counts are ordered across instances only once committed: let this
+    // success's count (a clear) commit before failures elsewhere follow.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = http
+        .post(format!("{chaos_base}/chaos/override"))
+        .json(&serde_json::json!({"model": "m1", "fault": "error-503"}))
+        .send()
+        .await
+        .expect("override");
+    assert!(r.status().is_success());
+    for base in [&base_a, &base_b, &base_a] {
+        let (status, body) = bot_turn(&http, base, "t").await;
+        assert_eq!(status, 503, "a failed turn on {base}: {body}");
+    }
+    // No more turns: the pause must come from the counted totals.
+    let t0 = Instant::now();
+    loop {
+        let (va, vb) = (
+            agent_view(&http, &base_a, "bot").await,
+            agent_view(&http, &base_b, "bot").await,
+        );
+        if va["state"] == "paused" && vb["state"] == "paused" {
+            eprintln!(
+                "measured: paused on both {:?} after the third failure",
+                t0.elapsed()
+            );
+            assert_eq!(va["pause"]["by"], "auto", "{va}");
+            assert_eq!(va["consecutive_failures"], 3, "{va}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "not paused on both within 5 s: A {} ({}), B {} ({})",
+            va["state"],
+            va["consecutive_failures"],
+            vb["state"],
+            vb["consecutive_failures"]
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for base in [&base_a, &base_b] {
+        let (status, body) = bot_turn(&http, base, "t").await;
+        assert_eq!(status, 423, "refused on {base}: {body}");
+    }
+    store_common::drop_schema(&pg).await;
+}
+
+/// DESIGN §8 "counted once": a task's token budget spent alternately on A
+/// and B stops at the cap as on one instance, give or take the turns an
+/// instance has not heard of yet (its view lags the other instance by the
+/// counts committed since its own last commit: one group commit); both
+/// refuse after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue11_task_budget_spent_on_a_and_b_stops_at_the_cap() {
+    let Some(pg) = store_common::pg_scratch().await else {
+        return;
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let (_chaos, _, [(_a, base_a), (_b, base_b)]) = two_on_pg(&http, dir.path(), &pg.url, "").await;
+    // The cap is 2,000 tokens of task "spend". Turns alternate A, B, A, …,
+    // 100 ms apart (an agent's pace, not a benchmark's: the totals reach an
+    // instance with its own next commit, one group commit — tens of ms on
+    // this machine's PostgreSQL — after its count); each served turn's
+    // tokens are read from its answer.
+    let mut spent = Vec::new();
+    let mut refused = false;
+    for i in 0..200 {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let base = if i % 2 == 0 { &base_a } else { &base_b };
+        let (status, body) = bot_turn(&http, base, "spend").await;
+        match status {
+            200 => spent.push(body["usage"]["total_tokens"].as_u64().expect("usage")),
+            402 => {
+                refused = true;
+                break;
+            }
+            s => panic!("unexpected {s}: {body}"),
+        }
+    }
+    let total: u64 = spent.iter().sum();
+    let before_last = total - spent.last().copied().unwrap_or(0);
+    let largest = spent.iter().copied().max().unwrap_or(0);
+    eprintln!(
+        "measured: {} turns served across A and B, {total} tokens (cap 2,000; largest turn {largest})",
+        spent.len()
+    );
+    eprintln!(
+        "A: {}",
+        agent_view(&http, &base_a, "bot").await["budget"]["tasks"]["spend"]["spend"]
+    );
+    eprintln!(
+        "B: {}",
+        agent_view(&http, &base_b, "bot").await["budget"]["tasks"]["spend"]["spend"]
+    );
+    assert!(refused, "never refused after {} turns", spent.len());
+    assert!(total >= 2000, "refused before the cap: {total}");
+    // One instance admits a turn only while the spend is under the cap; an
+    // instance's view lags the other's turns since its own last commit (one
+    // turn at this pace): one turn more, and one more for a slow commit.
+    // Counted per instance, each would serve up to the cap: about 4,000.
+    assert!(
+        before_last < 2000 + 2 * largest,
+        "counted once: {total} tokens served, {before_last} before the last turn (cap 2,000, largest turn {largest})"
+    );
+    for base in [&base_a, &base_b] {
+        let (status, body) = bot_turn(&http, base, "spend").await;
+        assert_eq!(status, 402, "both refuse after the cap ({base}): {body}");
+    }
+    // Another task of the agent is not capped by this one's spend.
+    assert_eq!(bot_turn(&http, &base_b, "other").await.0, 200);
+    store_common::drop_schema(&pg).await;
+}

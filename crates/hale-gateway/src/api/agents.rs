@@ -15,9 +15,10 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use hale_core::counts::Count;
 use hale_core::event::EventKind;
 use hale_core::pause::{Pause, PausedBy};
-use hale_store::Write;
+use hale_store::{CountWrite, Write};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -244,12 +245,12 @@ async fn resume(
     if let Some(r) = refusal(&gw, peer, &headers, &id) {
         return r;
     }
-    let ((was, cleared), rec) = gw.update_agent_rt(&id, |rt| {
+    let ((was, cleared, n), rec) = gw.update_agent_rt(&id, |rt| {
         let was = rt.pause;
         let cleared = rt.record.consecutive_failures;
         rt.set_pause(None);
-        rt.record.consecutive_failures = 0;
-        (was, cleared)
+        let n = rt.count(Count::clear());
+        (was, cleared, n)
     });
     let terminated = gw.health.terminated_tasks(&id);
     crate::health::on_resume(&gw, &id);
@@ -262,6 +263,13 @@ async fn resume(
     if let Err(e) = gw
         .store
         .commit(vec![
+            Write::Count(CountWrite {
+                agent: id.clone(),
+                n,
+                count: Count::clear(),
+                task: None,
+                now_ms: wall_ms(),
+            }),
             Write::Agent(rec),
             Write::Event(ev),
             crate::sync::announce_control(&id, None, Some(hale_store::AgentControl::Active)),
@@ -311,6 +319,10 @@ async fn reset_task(
     if let Err(e) = gw
         .store
         .commit(vec![
+            Write::ForgetTask {
+                agent: id.clone(),
+                task: task.clone(),
+            },
             Write::Event(ev),
             crate::sync::announce(&id, Some(&task)),
         ])

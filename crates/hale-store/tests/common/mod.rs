@@ -302,23 +302,45 @@ pub async fn upserts_replace_by_id(s: &Store) {
     assert_eq!(s.turn("t1").await.expect("turn"), Some(t));
     assert_eq!(s.turn("nope").await.expect("turn"), None);
 
+    // An agent's counters are written with its row when it is new ...
     let mut a = agent("a1");
+    a.turns = 7;
+    a.tokens_in = 1_000;
     s.commit(vec![Write::Agent(a.clone())])
         .await
         .expect("commit");
-    a.consecutive_failures = 2;
-    a.turns = 7;
-    a.failed_turns = 2;
-    a.tokens_in = 1_000;
-    a.tokens_out = 50;
-    a.cost_usd = 0.125;
-    a.last_failure_ms = Some(99);
-    a.last_seen_ms = Some(100);
-    a.state = json!({"health": "degraded", "task": "t"});
-    s.commit(vec![Write::Agent(a.clone()), Write::Agent(agent("b2"))])
+    assert_eq!(s.agent("a1").await.expect("agent"), Some(a.clone()));
+    // ... and afterwards a whole record changes its control state, never
+    // its counters (those change only through counts).
+    let mut b = a.clone();
+    b.consecutive_failures = 2;
+    b.turns = 70;
+    b.failed_turns = 2;
+    b.tokens_in = 1;
+    b.tokens_out = 50;
+    b.cost_usd = 0.125;
+    b.paused = true;
+    b.last_failure_ms = Some(99);
+    b.last_seen_ms = Some(100);
+    b.state = json!({"health": "degraded", "task": "t"});
+    s.commit(vec![Write::Agent(b.clone()), Write::Agent(agent("b2"))])
         .await
         .expect("commit");
+    a.paused = true;
+    a.last_failure_ms = Some(99);
+    a.last_seen_ms = Some(100);
+    a.state = b.state.clone();
     assert_eq!(s.agent("a1").await.expect("agent"), Some(a.clone()));
+    // An older whole record does not move the times back.
+    let mut older = b.clone();
+    older.last_seen_ms = Some(50);
+    older.last_failure_ms = None;
+    s.commit(vec![Write::Agent(older)]).await.expect("commit");
+    let now = s.agent("a1").await.expect("agent").expect("a1");
+    assert_eq!(
+        (now.last_seen_ms, now.last_failure_ms),
+        (Some(100), Some(99))
+    );
     let all = s.agents().await.expect("agents");
     assert_eq!(
         all.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(),
@@ -736,14 +758,14 @@ pub async fn agent_rows_in_one_batch_keep_the_last(s: &Store) {
     let mut a = agent("coalesced");
     let mut writes = Vec::new();
     for n in 1..=5 {
-        a.turns = n;
+        a.state = json!({ "n": n });
         writes.push(Write::Agent(a.clone()));
         writes.push(Write::Agent(agent("other")));
     }
     s.commit(writes).await.expect("commit");
     assert_eq!(
-        s.agent("coalesced").await.expect("agent").map(|a| a.turns),
-        Some(5)
+        s.agent("coalesced").await.expect("agent").map(|a| a.state),
+        Some(json!({ "n": 5 }))
     );
     assert!(s.agent("other").await.expect("agent").is_some());
 }
@@ -876,4 +898,86 @@ pub async fn instance_heartbeats_are_listed_and_removed(s: &Store) {
     assert_eq!(s.instances().await.expect("list"), [a.clone()]);
     assert_eq!(s.remove_instances(Some("01A"), 0).await.expect("remove"), 1);
     assert!(s.instances().await.expect("list").is_empty());
+}
+
+// ---- counted once (hale_core::counts) ---------------------------------------
+
+/// Counts from two writers (two instances' tallies) add up in the row as
+/// `hale_core::counts::Counters::apply` says, the totals after each count
+/// come back in commit order, and a task's spend adds up the same way until
+/// the task is forgotten.
+pub async fn counts_add_up_as_the_core_rule_says(s: &Store) {
+    use hale_core::budget::Spend;
+    use hale_core::counts::{Count, Counters, Streak};
+    use hale_store::{CountWrite, Counted};
+    let mut followed = s.counted();
+    let fail = Count::turn(Streak::Extend, 100, 10, 0.5);
+    let ok = Count::turn(Streak::Clear, 7, 3, 0.25);
+    let keep = Count::turn(Streak::Keep, 1, 0, 0.0);
+    let seq = [fail, fail, keep, fail, ok, fail, Count::clear(), fail, fail];
+    let mut expected = Counters::default();
+    let mut spend = Spend::default();
+    for (i, c) in seq.iter().enumerate() {
+        expected.apply(c);
+        spend.add(c.tokens_in + c.tokens_out, c.cost_usd);
+        let n = i as u64 + 1;
+        let w = Write::Count(CountWrite {
+            agent: "counted".into(),
+            n,
+            count: *c,
+            task: Some(("t1".into(), n)),
+            now_ms: 1_000 + n,
+        });
+        // Alternate commit and submit, as two paths of the gateway do.
+        if i % 2 == 0 {
+            s.commit(vec![w]).await.expect("commit");
+        } else {
+            s.submit(vec![w]);
+        }
+    }
+    s.flush().await.expect("flush");
+    let mut last: Option<Counted> = None;
+    for i in 0..seq.len() {
+        let got = followed.recv().await.expect("a total per count");
+        assert_eq!(got.n, i as u64 + 1, "in commit order");
+        last = Some(got);
+    }
+    let last = last.expect("totals");
+    assert_eq!(last.totals, expected);
+    let (task, n, got_spend) = last.task.expect("the task's spend");
+    assert_eq!((task.as_str(), n), ("t1", seq.len() as u64));
+    assert_eq!(got_spend.tokens, spend.tokens);
+    assert!((got_spend.cost_usd - spend.cost_usd).abs() < 1e-9);
+    let row = s.agent("counted").await.expect("agent").expect("row");
+    assert_eq!(
+        (row.consecutive_failures, row.turns, row.failed_turns),
+        (
+            expected.consecutive_failures,
+            expected.turns,
+            expected.failed_turns
+        )
+    );
+    assert_eq!(
+        (row.tokens_in, row.tokens_out),
+        (expected.tokens_in, expected.tokens_out)
+    );
+    assert_eq!(row.last_seen_ms, Some(1_000 + seq.len() as u64));
+    assert!(row.last_failure_ms.is_some());
+    assert!(!row.paused);
+    // A whole record written now keeps the counted totals.
+    let mut whole = row.clone();
+    whole.turns = 0;
+    whole.paused = true;
+    s.commit(vec![Write::Agent(whole)]).await.expect("commit");
+    let row2 = s.agent("counted").await.expect("agent").expect("row");
+    assert_eq!((row2.turns, row2.paused), (expected.turns, true));
+    // A task reset forgets its spend.
+    assert!(s.task_spend("counted", "t1").await.expect("read").is_some());
+    s.commit(vec![Write::ForgetTask {
+        agent: "counted".into(),
+        task: "t1".into(),
+    }])
+    .await
+    .expect("commit");
+    assert_eq!(s.task_spend("counted", "t1").await.expect("read"), None);
 }

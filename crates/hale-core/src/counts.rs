@@ -1,0 +1,361 @@
+//! Counting an agent's turns once across instances (DESIGN §8 "Scale-out").
+//!
+//! Several hale instances may serve one agent's turns. Its consecutive
+//! failures, turns, tokens and cost — and each task's spend — must add up
+//! as if one instance had served them all, or two replicas would double a
+//! budget and never reach a pause. So an instance never writes its *totals*;
+//! it writes each turn's [`Count`] as a delta that the database adds to the
+//! row (`consecutive_failures` is cleared or extended there, not copied),
+//! and the database answers with the totals after that delta.
+//!
+//! The turn path still reads a local view, without a database round trip:
+//! a [`Tally`] holds the last totals the database confirmed plus the deltas
+//! of this instance not yet confirmed. Each delta carries a sequence number;
+//! a confirmation of delta `n` replaces the known totals and drops every
+//! pending delta up to `n` (one whose write failed is dropped with them, so
+//! a lost write never sticks in the view). With one instance the view is
+//! exactly what the old in-memory counters were; with several, a view lags
+//! the other instances' turns by at most the writes in flight — one group
+//! commit — and every confirmation brings it up to the truth.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+/// What a count does to the run of consecutive failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Streak {
+    /// A successful turn, or an operator's resume: back to zero.
+    Clear,
+    /// A failed turn that counts against the agent: one more.
+    Extend,
+    /// A turn failed on the caller's input: no verdict, unchanged.
+    Keep,
+}
+
+/// One turn's change to an agent's counters (or an operator's reset:
+/// `turns == 0`, [`Streak::Clear`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Count {
+    pub turns: u64,
+    pub streak: Streak,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: f64,
+}
+
+impl Count {
+    /// A finished turn.
+    pub fn turn(streak: Streak, tokens_in: u64, tokens_out: u64, cost_usd: f64) -> Self {
+        Self {
+            turns: 1,
+            streak,
+            tokens_in,
+            tokens_out,
+            cost_usd: if cost_usd.is_finite() && cost_usd > 0.0 {
+                cost_usd
+            } else {
+                0.0
+            },
+        }
+    }
+
+    /// An operator's resume: the failures in a row start over, nothing else.
+    pub fn clear() -> Self {
+        Self {
+            turns: 0,
+            streak: Streak::Clear,
+            tokens_in: 0,
+            tokens_out: 0,
+            cost_usd: 0.0,
+        }
+    }
+
+    /// Whether this count adds a failed turn.
+    pub fn failed(&self) -> bool {
+        self.turns > 0 && self.streak == Streak::Extend
+    }
+}
+
+/// An agent's counters, as the database holds them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counters {
+    pub consecutive_failures: u32,
+    pub turns: u64,
+    pub failed_turns: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: f64,
+}
+
+impl Counters {
+    /// The rule the database applies to a row for one count (the SQL of
+    /// hale-store mirrors it; its store test checks the two agree).
+    pub fn apply(&mut self, c: &Count) {
+        self.consecutive_failures = match c.streak {
+            Streak::Clear => 0,
+            Streak::Extend => self.consecutive_failures.saturating_add(1),
+            Streak::Keep => self.consecutive_failures,
+        };
+        self.turns = self.turns.saturating_add(c.turns);
+        if c.failed() {
+            self.failed_turns = self.failed_turns.saturating_add(1);
+        }
+        self.tokens_in = self.tokens_in.saturating_add(c.tokens_in);
+        self.tokens_out = self.tokens_out.saturating_add(c.tokens_out);
+        self.cost_usd += c.cost_usd;
+    }
+}
+
+/// Things a [`Tally`] can count: the database's totals and the local deltas.
+pub trait Countable: Copy + Default {
+    type Delta: Copy;
+    fn add(&mut self, d: &Self::Delta);
+}
+
+impl Countable for Counters {
+    type Delta = Count;
+    fn add(&mut self, d: &Count) {
+        self.apply(d);
+    }
+}
+
+impl Countable for crate::budget::Spend {
+    type Delta = crate::budget::Spend;
+    fn add(&mut self, d: &Self::Delta) {
+        crate::budget::Spend::add(self, d.tokens, d.cost_usd);
+    }
+}
+
+/// The database's last confirmed totals and this instance's deltas since.
+#[derive(Debug, Clone, Default)]
+pub struct Tally<C: Countable> {
+    known: C,
+    /// Deltas written but not confirmed yet, oldest first, with their number.
+    pending: VecDeque<(u64, C::Delta)>,
+    next: u64,
+}
+
+/// Pending deltas kept at most: far beyond one group commit; reached only
+/// when confirmations stop (a store down), and then the oldest are dropped
+/// from the view rather than held without bound.
+pub const MAX_PENDING: usize = 4096;
+
+impl<C: Countable> Tally<C> {
+    /// Starts from totals read from the database.
+    pub fn new(known: C) -> Self {
+        Self {
+            known,
+            pending: VecDeque::new(),
+            next: 1,
+        }
+    }
+
+    /// What this instance knows now: the confirmed totals and its own
+    /// unconfirmed deltas on top.
+    pub fn view(&self) -> C {
+        let mut v = self.known;
+        for (_, d) in &self.pending {
+            v.add(d);
+        }
+        v
+    }
+
+    /// Adds a delta locally; returns its number, to write with it.
+    pub fn count(&mut self, d: C::Delta) -> u64 {
+        let n = self.next;
+        self.next += 1;
+        if self.pending.len() >= MAX_PENDING
+            && let Some((_, oldest)) = self.pending.pop_front()
+        {
+            // Keep the view whole: fold it in as if confirmed.
+            self.known.add(&oldest);
+        }
+        self.pending.push_back((n, d));
+        n
+    }
+
+    /// The database applied delta `n` and answered `totals`: they replace
+    /// the known totals, and deltas up to `n` are no longer pending. A
+    /// confirmation older than one already seen is ignored.
+    pub fn confirm(&mut self, n: u64, totals: C) {
+        if n >= self.next {
+            return; // not a number this tally gave out
+        }
+        if self.pending.front().is_none_or(|(first, _)| n < *first) {
+            return; // stale: a later delta was confirmed already
+        }
+        while self.pending.front().is_some_and(|(m, _)| *m <= n) {
+            self.pending.pop_front();
+        }
+        self.known = totals;
+    }
+
+    /// Replaces the known totals (a row re-read from the database) when
+    /// nothing is pending, which is when they cannot be older than the view.
+    pub fn reread(&mut self, totals: C) -> bool {
+        if self.pending.is_empty() {
+            self.known = totals;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// How many deltas wait for their confirmation.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::Spend;
+
+    fn fail() -> Count {
+        Count::turn(Streak::Extend, 10, 5, 0.01)
+    }
+    fn ok() -> Count {
+        Count::turn(Streak::Clear, 10, 5, 0.01)
+    }
+
+    #[test]
+    fn the_rule_clears_extends_or_keeps_the_streak() {
+        let cases = [
+            (vec![fail(), fail()], 2, 2),
+            (vec![fail(), fail(), ok()], 0, 2),
+            (
+                vec![fail(), Count::turn(Streak::Keep, 0, 0, 0.0), fail()],
+                2,
+                2,
+            ),
+            (vec![fail(), fail(), Count::clear(), fail()], 1, 3),
+        ];
+        for (counts, consecutive, failed) in cases {
+            let mut c = Counters::default();
+            for d in &counts {
+                c.apply(d);
+            }
+            assert_eq!(c.consecutive_failures, consecutive, "{counts:?}");
+            assert_eq!(c.failed_turns, failed, "{counts:?}");
+            let turns = counts.iter().map(|d| d.turns).sum::<u64>();
+            assert_eq!(c.turns, turns);
+        }
+    }
+
+    #[test]
+    fn a_clear_is_not_a_turn_and_costs_nothing() {
+        let mut c = Counters::default();
+        c.apply(&fail());
+        c.apply(&Count::clear());
+        assert_eq!((c.turns, c.failed_turns, c.consecutive_failures), (1, 1, 0));
+        assert_eq!(c.tokens_in, 10);
+    }
+
+    #[test]
+    fn one_instance_sees_exactly_its_counts_before_and_after_confirmation() {
+        let mut t = Tally::new(Counters::default());
+        let mut db = Counters::default();
+        let mut numbers = Vec::new();
+        for d in [fail(), fail(), ok(), fail()] {
+            numbers.push((t.count(d), d));
+        }
+        let expected = t.view();
+        for (n, d) in numbers {
+            db.apply(&d);
+            t.confirm(n, db);
+            assert_eq!(t.view(), expected, "view unchanged by confirming {n}");
+        }
+        assert_eq!(t.pending(), 0);
+        assert_eq!(t.view().consecutive_failures, 1);
+    }
+
+    #[test]
+    fn two_instances_reach_the_shared_streak_on_their_next_confirmation() {
+        // A and B alternate failed turns against one row.
+        let mut db = Counters::default();
+        let mut a = Tally::new(db);
+        let mut b = Tally::new(db);
+        let n = a.count(fail());
+        db.apply(&fail());
+        a.confirm(n, db);
+        let n = b.count(fail());
+        db.apply(&fail());
+        b.confirm(n, db);
+        assert_eq!(b.view().consecutive_failures, 2, "B sees A's failure too");
+        let n = a.count(fail());
+        // Before its confirmation A only knows its own two.
+        assert_eq!(a.view().consecutive_failures, 2);
+        db.apply(&fail());
+        a.confirm(n, db);
+        assert_eq!(
+            a.view().consecutive_failures,
+            3,
+            "the third failure, counted once"
+        );
+    }
+
+    #[test]
+    fn a_lost_write_is_dropped_with_the_next_confirmation() {
+        let mut db = Counters::default();
+        let mut t = Tally::new(db);
+        let _lost = t.count(fail());
+        let n = t.count(fail());
+        db.apply(&fail()); // only the second reached the database
+        t.confirm(n, db);
+        assert_eq!(t.pending(), 0);
+        assert_eq!(t.view().consecutive_failures, 1);
+    }
+
+    #[test]
+    fn stale_and_foreign_confirmations_are_ignored() {
+        let mut t = Tally::new(Counters::default());
+        let n1 = t.count(fail());
+        let n2 = t.count(fail());
+        let two = t.view();
+        let mut later = two;
+        later.apply(&fail()); // another instance's failure
+        t.confirm(n2, later);
+        t.confirm(n1, two); // arrives late: ignored
+        assert_eq!(t.view(), later);
+        t.confirm(99, Counters::default()); // never given out
+        assert_eq!(t.view(), later);
+    }
+
+    #[test]
+    fn a_reread_applies_only_when_nothing_is_pending() {
+        let mut t = Tally::new(Spend::default());
+        let n = t.count(Spend {
+            tokens: 100,
+            cost_usd: 0.0,
+        });
+        assert!(!t.reread(Spend::default()));
+        t.confirm(
+            n,
+            Spend {
+                tokens: 100,
+                cost_usd: 0.0,
+            },
+        );
+        assert!(t.reread(Spend {
+            tokens: 250,
+            cost_usd: 0.0,
+        }));
+        assert_eq!(t.view().tokens, 250);
+    }
+
+    #[test]
+    fn pending_deltas_are_bounded_and_the_view_stays_whole() {
+        let mut t = Tally::new(Spend::default());
+        for _ in 0..(MAX_PENDING + 10) {
+            t.count(Spend {
+                tokens: 1,
+                cost_usd: 0.0,
+            });
+        }
+        assert_eq!(t.pending(), MAX_PENDING);
+        assert_eq!(t.view().tokens, (MAX_PENDING + 10) as u64);
+    }
+}
