@@ -29,6 +29,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// `postgres://…` for scale-out; `None` = SQLite in `data_dir`.
     pub storage: Option<String>,
+    /// `storage_pool:` — the PostgreSQL connection pool's limits.
+    pub storage_pool: StoragePoolConfig,
     pub auth: AuthConfig,
     /// `limits:` — bounds on what a caller may send.
     pub limits: LimitsConfig,
@@ -65,6 +67,7 @@ impl Config {
                 .expect("default listen address parses"),
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             storage: None,
+            storage_pool: StoragePoolConfig::default(),
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
             routes: BTreeMap::new(),
@@ -773,6 +776,28 @@ pub const FINISH_GRACE: Duration = Duration::from_secs(1);
 pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(30);
 /// At shutdown, how long background tasks (relays, monitor) get to stop.
 pub const SHUTDOWN_TASKS: Duration = Duration::from_secs(5);
+
+/// `storage_pool:` — limits of the PostgreSQL connection pool of each
+/// instance (SQLite has its own small fixed pool: one writer, WAL readers).
+/// Every instance holds up to `max_connections` on the server, so N
+/// instances need N × this under PostgreSQL's `max_connections` (100 by
+/// default), plus one listener connection each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoragePoolConfig {
+    pub max_connections: u32,
+    /// How long a query waits for a free connection before it fails (the
+    /// caller gets a clear storage error instead of hanging).
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoragePoolConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 8,
+            acquire_timeout: Duration::from_secs(30),
+        }
+    }
+}
 
 /// `journal:` — how long the turn journal (and idempotency keys) are kept,
 /// and which turns keep their response body.

@@ -34,6 +34,25 @@ pub const TAKEOVER_WITHIN: Duration = LEASE_TTL.saturating_add(LEASE_RENEW_EVERY
 /// An instance whose heartbeat is older than this is listed as gone.
 pub const INSTANCE_ALIVE_FOR: Duration = LEASE_TTL;
 
+/// How long an instance's claim of an in-flight `Idempotency-Key` holds
+/// without an answer: longer than any call (provider timeouts × attempts),
+/// so a live holder's call is never run twice; a dead holder's claim is
+/// taken over sooner, as soon as its heartbeat is stale ([`claim_takeable`]).
+pub const IDEMPOTENCY_CLAIM_TTL: Duration = Duration::from_secs(600);
+/// How often an instance waiting for another's answer to a key re-reads
+/// the store, should the notification of that answer be lost (a listener
+/// reconnecting): a fallback, the notification is the wake-up.
+pub const IDEMPOTENCY_RECHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// Whether another instance may take a claim of an idempotency key: it
+/// expired, or its holder's heartbeat row is stale (the holder died
+/// mid-call). A holder without a heartbeat row (gone from the list) keeps
+/// its claim until it expires. The store's conditional UPSERT is this
+/// predicate in SQL.
+pub fn claim_takeable(expires_ms: u64, holder_heartbeat_ms: Option<u64>, now_ms: u64) -> bool {
+    expires_ms < now_ms || holder_heartbeat_ms.is_some_and(|hb| !instance_alive(hb, now_ms))
+}
+
 const _: () = assert!(
     TAKEOVER_WITHIN.as_secs() <= 15,
     "DESIGN §8: a dead holder's work is taken over within 15 s"
@@ -196,6 +215,28 @@ mod tests {
         assert!(keeps_working(expires, T0));
         assert!(!keeps_working(expires, expires));
         assert!(!keeps_working(expires, expires + 1));
+    }
+
+    #[test]
+    fn idempotency_claims_are_taken_when_expired_or_their_holder_is_dead() {
+        let alive = INSTANCE_ALIVE_FOR.as_millis() as u64;
+        let later = T0 + 60_000;
+        // (expires, holder's heartbeat, now, takeable)
+        let cases = [
+            (later, Some(T0), T0, false),            // live holder, unexpired
+            (later, None, T0, false),                // no heartbeat row: until expiry
+            (T0 - 1, Some(T0), T0, true),            // expired
+            (later, Some(T0 - alive - 1), T0, true), // holder's heartbeat stale
+            (later, Some(T0 - alive), T0, false),    // exactly at the edge: alive
+            (T0, None, T0, false),                   // expires_ms == now: still held
+        ];
+        for (expires, hb, now, want) in cases {
+            assert_eq!(
+                claim_takeable(expires, hb, now),
+                want,
+                "{expires} {hb:?} {now}"
+            );
+        }
     }
 
     #[test]

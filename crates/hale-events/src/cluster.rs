@@ -72,6 +72,8 @@ impl Cluster {
     pub fn new(store: Store, addr: String) -> Cluster {
         let now = now_ms();
         let id = ulid::Ulid::from_parts(now, rand::random::<u128>()).to_string();
+        // Idempotency claims name this instance, so its stale heartbeat frees them.
+        store.set_instance(&id);
         Cluster {
             inner: Arc::new(Inner {
                 store,

@@ -478,11 +478,15 @@ impl Drop for IdemGuard {
         let gw = self.gw.clone();
         let key = self.key.clone();
         let done = self.done.clone();
-        // Wake waiters only once the stored response is committed.
+        // Wake waiters only once the stored response is committed; then
+        // release the key's claim, which wakes other instances' waiters.
         tokio::spawn(async move {
             let _ = gw.store.flush().await;
             gw.inflight.lock().expect("inflight lock").remove(&key);
             let _ = done.send(true);
+            if let Err(e) = gw.store.release_idempotency(&key).await {
+                tracing::warn!(error = %e, "releasing an idempotency claim failed; it expires");
+            }
         });
     }
 }
@@ -528,18 +532,37 @@ async fn idempotency_begin(gw: &Arc<Gateway>, key: &str, hash: &str) -> IdemStar
             Ok(None) => {}
             Err(e) => return IdemStart::Unknown(e.to_string()),
         }
-        let mut map = gw.inflight.lock().expect("inflight lock");
-        if map.contains_key(key) {
-            // Another request claimed the key meanwhile: wait for it.
-            continue;
+        let guard = {
+            let mut map = gw.inflight.lock().expect("inflight lock");
+            if map.contains_key(key) {
+                // Another request claimed the key meanwhile: wait for it.
+                continue;
+            }
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            map.insert(key.to_owned(), (hash.to_owned(), rx));
+            IdemGuard {
+                gw: gw.clone(),
+                key: key.to_owned(),
+                done: tx,
+            }
+        };
+        // Across instances (PostgreSQL): claim the key; a duplicate being
+        // answered by another instance waits for its answer. Dropping the
+        // guard on the way out lets this instance's own duplicates go on.
+        let mut released = gw.store.idempotency_waiter(key);
+        match gw.store.claim_idempotency(key, hash, wall_ms()).await {
+            Ok(hale_store::Claim::Mine) => return IdemStart::Fresh(guard),
+            Ok(hale_store::Claim::Held { request_hash }) if request_hash != hash => {
+                return IdemStart::Reused;
+            }
+            Ok(hale_store::Claim::Held { .. }) => {
+                released
+                    .released(hale_core::lease::IDEMPOTENCY_RECHECK_EVERY)
+                    .await;
+                drop(guard);
+            }
+            Err(e) => return IdemStart::Unknown(e.to_string()),
         }
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        map.insert(key.to_owned(), (hash.to_owned(), rx));
-        return IdemStart::Fresh(IdemGuard {
-            gw: gw.clone(),
-            key: key.to_owned(),
-            done: tx,
-        });
     }
 }
 

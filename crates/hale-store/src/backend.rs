@@ -55,6 +55,10 @@ pub(crate) const SCHEMA_LOCK: i64 = 0x6861_6c65_0002;
 /// The PostgreSQL `LISTEN/NOTIFY` channel of agent control changes.
 pub const AGENTS_CHANNEL: &str = "hale_agents";
 
+/// The PostgreSQL `LISTEN/NOTIFY` channel of released idempotency claims
+/// (payload: the key's SHA-256).
+pub(crate) const IDEM_CHANNEL: &str = "hale_idem";
+
 /// The PostgreSQL `LISTEN/NOTIFY` channel of new outbox events.
 pub const EVENTS_CHANNEL: &str = "hale_events";
 

@@ -23,6 +23,7 @@ mod backend;
 mod cluster;
 mod error;
 mod history;
+mod idem;
 mod jobs;
 mod listen;
 mod model;
@@ -35,6 +36,7 @@ mod writer;
 pub use cluster::{InstanceRecord, LeaseRecord};
 pub use error::{Result, StoreError};
 pub use history::{History, HistoryQuery, MAX_TRANSITIONS, TransitionRecord};
+pub use idem::{Claim, ClaimWaiter};
 pub use jobs::{AuditRecord, JobRecord};
 pub use listen::{AgentListener, Heard};
 pub use model::{
@@ -43,6 +45,4 @@ pub use model::{
     TurnStatus, Write,
 };
 pub use schema::SCHEMA_VERSION;
-pub use store::{
-    Backend, PG_POOL_SIZE, SQLITE_BUSY_TIMEOUT, SQLITE_FILE, SQLITE_POOL_SIZE, Store, StoreOptions,
-};
+pub use store::{Backend, SQLITE_BUSY_TIMEOUT, SQLITE_FILE, SQLITE_POOL_SIZE, Store, StoreOptions};

@@ -12,7 +12,9 @@
 //! [`follow_events`] is the same for the outbox: every commit that appends
 //! events notifies `hale_events`, and each instance's store wakes its
 //! relays (`watch_seq`) for events other instances committed, instead of
-//! leaving them to the relays' 1 s poll (which stays as a fallback).
+//! leaving them to the relays' 1 s poll (which stays as a fallback). The
+//! same connection hears released idempotency claims (`hale_idem`,
+//! src/idem.rs) and hands them to the waiters.
 
 use std::time::Duration;
 
@@ -20,7 +22,7 @@ use sqlx::postgres::PgListener;
 
 use std::sync::Arc;
 
-use crate::backend::{AGENTS_CHANNEL, EVENTS_CHANNEL, Pool};
+use crate::backend::{AGENTS_CHANNEL, EVENTS_CHANNEL, IDEM_CHANNEL, Pool};
 use crate::error::{Result, StoreError};
 use crate::model::AgentChange;
 use crate::writer::Shared;
@@ -132,7 +134,7 @@ impl AgentListener {
 pub(crate) async fn follow_events(pool: sqlx::PgPool, shared: Arc<Shared>) {
     let mut listener = loop {
         match PgListener::connect_with(&pool).await {
-            Ok(mut l) => match l.listen(EVENTS_CHANNEL).await {
+            Ok(mut l) => match l.listen_all([EVENTS_CHANNEL, IDEM_CHANNEL]).await {
                 Ok(()) => break l,
                 Err(e) => tracing::warn!(error = %e, "outbox listener: LISTEN failed"),
             },
@@ -147,12 +149,32 @@ pub(crate) async fn follow_events(pool: sqlx::PgPool, shared: Arc<Shared>) {
     let pool = Pool::Pg(pool);
     loop {
         match listener.try_recv().await {
-            Ok(Some(_)) | Ok(None) => {
-                while listener.next_buffered().is_some() {}
-                match crate::store::last_seq(&pool).await {
-                    Ok(seq) => shared.seen_seq(seq),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "outbox listener: reading the last seq failed")
+            Ok(first) => {
+                // A lost connection (`None`) may have dropped releases too.
+                let mut events = first.is_none();
+                if first.is_none() {
+                    let _ = shared.released.send(String::new());
+                }
+                let mut next = first;
+                loop {
+                    if let Some(n) = &next {
+                        if n.channel() == IDEM_CHANNEL {
+                            let _ = shared.released.send(n.payload().to_owned());
+                        } else {
+                            events = true;
+                        }
+                    }
+                    next = listener.next_buffered();
+                    if next.is_none() {
+                        break;
+                    }
+                }
+                if events {
+                    match crate::store::last_seq(&pool).await {
+                        Ok(seq) => shared.seen_seq(seq),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "outbox listener: reading the last seq failed")
+                        }
                     }
                 }
             }

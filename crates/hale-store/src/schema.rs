@@ -147,6 +147,12 @@ pub(crate) const SQLITE: &[&str] = &[
         updated_ms INTEGER NOT NULL,
         PRIMARY KEY (agent, task))",
     "CREATE INDEX IF NOT EXISTS task_spend_age ON task_spend (updated_ms)",
+    // In-flight Idempotency-Keys claimed across instances (src/idem.rs).
+    "CREATE TABLE IF NOT EXISTS idempotency_claims (
+        key TEXT PRIMARY KEY,
+        request_hash TEXT NOT NULL,
+        holder TEXT NOT NULL,
+        expires_ms INTEGER NOT NULL)",
 ];
 
 /// Columns added to SQLite tables after their first release: (table,
@@ -282,4 +288,10 @@ pub(crate) const POSTGRES: &[&str] = &[
         updated_ms BIGINT NOT NULL,
         PRIMARY KEY (agent, task))",
     "CREATE INDEX IF NOT EXISTS task_spend_age ON task_spend (updated_ms)",
+    // In-flight Idempotency-Keys claimed across instances (src/idem.rs).
+    "CREATE TABLE IF NOT EXISTS idempotency_claims (
+        key TEXT PRIMARY KEY,
+        request_hash TEXT NOT NULL,
+        holder TEXT NOT NULL,
+        expires_ms BIGINT NOT NULL)",
 ];

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hale_core::config::EventsConfig;
+use hale_core::config::{EventsConfig, StoragePoolConfig};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -30,8 +30,10 @@ use crate::writer::{self, Msg, Shared};
 pub const SQLITE_FILE: &str = "hale.db";
 /// Connections of the SQLite pool (readers; the writer borrows one per commit).
 pub const SQLITE_POOL_SIZE: u32 = 4;
-/// Connections of the PostgreSQL pool.
-pub const PG_POOL_SIZE: u32 = 8;
+/// Released idempotency claims buffered per waiter before it counts as
+/// lagged (and re-reads the store).
+const RELEASED_BUFFER: usize = 1024;
+
 /// How long a SQLite statement waits for the write lock held by another
 /// connection before failing.
 pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -46,6 +48,19 @@ pub struct StoreOptions {
     pub batch_max: usize,
     /// How long fire-and-forget writes may wait for company.
     pub batch_linger: Duration,
+    /// The PostgreSQL pool's limits (`storage_pool:`).
+    pub pool: StoragePoolConfig,
+}
+
+impl StoreOptions {
+    /// The options of a whole config: `events:` for the write path,
+    /// `storage_pool:` for the PostgreSQL pool.
+    pub fn of(cfg: &hale_core::config::Config) -> Self {
+        StoreOptions {
+            pool: cfg.storage_pool,
+            ..StoreOptions::from(&cfg.events)
+        }
+    }
 }
 
 impl From<&EventsConfig> for StoreOptions {
@@ -54,6 +69,7 @@ impl From<&EventsConfig> for StoreOptions {
             fsync_always: c.fsync_always,
             batch_max: c.batch_max,
             batch_linger: c.batch_linger,
+            pool: StoragePoolConfig::default(),
         }
     }
 }
@@ -83,6 +99,8 @@ pub(crate) struct Inner {
     pub(crate) shared: Arc<Shared>,
     writer: Mutex<Option<JoinHandle<()>>>,
     location: String,
+    /// The holder name of this instance's idempotency claims (src/idem.rs).
+    pub(crate) instance: Mutex<String>,
 }
 
 impl std::fmt::Debug for Store {
@@ -190,7 +208,8 @@ impl Store {
         };
         let connect = PgConnectOptions::from_str(url).map_err(open_err)?;
         let pool = PgPoolOptions::new()
-            .max_connections(PG_POOL_SIZE)
+            .max_connections(opts.pool.max_connections)
+            .acquire_timeout(opts.pool.acquire_timeout)
             .connect_with(connect)
             .await
             .map_err(open_err)?;
@@ -233,6 +252,7 @@ impl Store {
             seq,
             submit_failures: Mutex::new(writer::SubmitFailures::default()),
             counted: Mutex::new(None),
+            released: tokio::sync::broadcast::channel(RELEASED_BUFFER).0,
         });
         if let Pool::Pg(p) = &pool {
             // Ends when the pool is closed (`close`).
@@ -253,6 +273,14 @@ impl Store {
                 shared,
                 writer: Mutex::new(Some(handle)),
                 location,
+                instance: Mutex::new(format!(
+                    "store-{}-{}",
+                    std::process::id(),
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_nanos())
+                        .unwrap_or_default()
+                )),
             }),
         })
     }
@@ -431,14 +459,15 @@ impl Store {
     /// Deletes idempotency records stored before `before_ms`; returns how many.
     pub async fn prune_idempotency(&self, before_ms: u64) -> Result<u64> {
         let before = i64::try_from(before_ms).unwrap_or(i64::MAX);
-        on_pool!(&self.inner.pool, |p, _Db| {
+        let keys = on_pool!(&self.inner.pool, |p, _Db| {
             let r = sqlx::query("DELETE FROM idempotency WHERE created_ms < $1")
                 .bind(before)
                 .execute(p)
                 .await
                 .map_err(StoreError::db("pruning idempotency keys"))?;
-            Ok(r.rows_affected())
-        })
+            r.rows_affected()
+        });
+        Ok(keys + self.prune_claims(before).await?)
     }
 
     /// Deletes journalled turns that started before `before_ms` (retention);

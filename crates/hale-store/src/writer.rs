@@ -64,6 +64,9 @@ pub(crate) struct Shared {
     /// Where the totals after committed counts go, once someone follows
     /// them ([`crate::Store::counted`]); dropped until then.
     pub counted: Mutex<Option<mpsc::UnboundedSender<crate::model::Counted>>>,
+    /// Released idempotency claims heard from any instance (key hashes; an
+    /// empty one after the listener reconnected: anything may be released).
+    pub released: tokio::sync::broadcast::Sender<String>,
 }
 
 impl Shared {

@@ -143,3 +143,82 @@ async fn pg_events_committed_by_another_instance_wake_this_ones_watch() {
     b.close().await;
     common::drop_schema(&pg).await;
 }
+
+/// Idempotency claims across two instances: the first claims, the second
+/// finds the claim held (with its request hash) and is woken when it is
+/// released; a holder whose heartbeat went stale loses its claim at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_idempotency_claims_hold_wake_and_fall_to_a_dead_holders_successor() {
+    use hale_core::lease::INSTANCE_ALIVE_FOR;
+    use hale_store::{Claim, InstanceRecord};
+    use std::time::Duration;
+    let Some(pg) = common::pg_scratch().await else {
+        return;
+    };
+    let a = Store::open_postgres(&pg.url, common::opts())
+        .await
+        .expect("a");
+    let b = Store::open_postgres(&pg.url, common::opts())
+        .await
+        .expect("b");
+    a.set_instance("inst-a");
+    b.set_instance("inst-b");
+    const NOW: u64 = 1_800_000_000_000;
+    let beat = |id: &str, at: u64| InstanceRecord {
+        id: id.into(),
+        addr: "127.0.0.1:1".into(),
+        pid: 1,
+        version: "test".into(),
+        started_ms: at,
+        heartbeat_ms: at,
+    };
+    a.heartbeat(&beat("inst-a", NOW)).await.expect("heartbeat");
+    assert_eq!(
+        a.claim_idempotency("k", "h1", NOW).await.expect("claim"),
+        Claim::Mine
+    );
+    assert_eq!(
+        b.claim_idempotency("k", "h1", NOW).await.expect("claim"),
+        Claim::Held {
+            request_hash: "h1".into()
+        }
+    );
+    // B waits; A's release wakes it well before the fallback re-read.
+    let mut waiter = b.idempotency_waiter("k");
+    let woken = tokio::spawn(async move {
+        let t0 = std::time::Instant::now();
+        waiter.released(Duration::from_secs(20)).await;
+        t0.elapsed()
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a.release_idempotency("k").await.expect("release");
+    let took = woken.await.expect("waiter");
+    assert!(
+        took < Duration::from_secs(20),
+        "woken by the release, not the timeout ({took:?})"
+    );
+    assert_eq!(
+        b.claim_idempotency("k", "h2", NOW).await.expect("claim"),
+        Claim::Mine
+    );
+    // B's heartbeat is stale: A takes B's claim without waiting for its expiry.
+    let stale = NOW - INSTANCE_ALIVE_FOR.as_millis() as u64 - 1;
+    b.heartbeat(&beat("inst-b", stale))
+        .await
+        .expect("heartbeat");
+    assert_eq!(
+        a.claim_idempotency("k", "h2", NOW).await.expect("claim"),
+        Claim::Mine
+    );
+    // B's release no longer touches A's claim.
+    b.release_idempotency("k").await.expect("release");
+    assert_eq!(
+        b.claim_idempotency("k", "h2", NOW).await.expect("claim"),
+        Claim::Held {
+            request_hash: "h2".into()
+        }
+    );
+    a.close().await;
+    b.close().await;
+    common::drop_schema(&pg).await;
+}

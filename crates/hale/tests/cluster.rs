@@ -632,3 +632,79 @@ async fn issue11_task_budget_spent_on_a_and_b_stops_at_the_cap() {
     assert_eq!(bot_turn(&http, &base_b, "other").await.0, 200);
     store_common::drop_schema(&pg).await;
 }
+
+/// DESIGN §8: a duplicate of an `Idempotency-Key` that instance A is still
+/// answering, sent to instance B, waits for A's answer (B finds A's claim
+/// and is woken by its release, `NOTIFY hale_idem`) and is answered from the
+/// store: one upstream call for both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue11_concurrent_duplicate_on_b_waits_for_a_and_calls_upstream_once() {
+    let Some(pg) = store_common::pg_scratch().await else {
+        return;
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let (_chaos, chaos_base, [(_a, base_a), (_b, base_b)]) =
+        two_on_pg(&http, dir.path(), &pg.url, "").await;
+    let r = http
+        .post(format!("{chaos_base}/chaos/override"))
+        .json(&serde_json::json!({"model": "m1", "fault": "slow-first-token:ms=1500"}))
+        .send()
+        .await
+        .expect("override");
+    assert!(r.status().is_success());
+    let call = |base: String| {
+        let http = http.clone();
+        async move {
+            let t0 = Instant::now();
+            let r = http
+                .post(format!("{base}/v1/chat/completions"))
+                .header("x-hale-agent", "bot")
+                .header("idempotency-key", "charge-7")
+                .json(&serde_json::json!({"model": "m1", "messages": [{"role": "user", "content": "charge once"}]}))
+                .send()
+                .await
+                .expect("call");
+            let status = r.status().as_u16();
+            let replayed = r.headers().get("x-hale-idempotent-replay").is_some();
+            (
+                status,
+                replayed,
+                r.text().await.unwrap_or_default(),
+                t0.elapsed(),
+            )
+        }
+    };
+    let first = tokio::spawn(call(base_a.clone()));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (status_b, replayed_b, body_b, took_b) = call(base_b.clone()).await;
+    let (status_a, replayed_a, body_a, took_a) = first.await.unwrap();
+    eprintln!(
+        "measured: A answered in {took_a:?}; B's duplicate waited and answered in {took_b:?}"
+    );
+    assert_eq!((status_a, replayed_a), (200, false), "{body_a}");
+    assert_eq!(
+        (status_b, replayed_b),
+        (200, true),
+        "B replays A's answer: {body_b}"
+    );
+    assert_eq!(body_b, body_a, "the same answer");
+    let stats: serde_json::Value = http
+        .get(format!("{chaos_base}/chaos/stats"))
+        .send()
+        .await
+        .expect("stats")
+        .json()
+        .await
+        .expect("stats json");
+    assert_eq!(
+        stats["requests_per_model"]["m1"].as_u64(),
+        Some(1),
+        "one upstream call for both: {stats}"
+    );
+    store_common::drop_schema(&pg).await;
+}

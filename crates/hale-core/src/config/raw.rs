@@ -215,6 +215,8 @@ pub struct RawConfig {
     #[serde(default)]
     storage: Opt<String>,
     #[serde(default)]
+    storage_pool: Opt<RawStoragePool>,
+    #[serde(default)]
     auth: Opt<RawAuth>,
     #[serde(default)]
     limits: Opt<RawLimits>,
@@ -533,6 +535,15 @@ struct RawTelemetry {
     otlp_endpoint: Opt<String>,
     #[serde(default)]
     service_name: Opt<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStoragePool {
+    #[serde(default)]
+    max_connections: Opt<u32>,
+    #[serde(default)]
+    acquire_timeout_ms: Opt<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -1265,3 +1265,29 @@ fn telemetry_reads_an_otlp_endpoint_and_refuses_what_is_not_a_url() {
         "must not be empty",
     );
 }
+
+#[test]
+fn storage_pool_limits_are_read_and_zero_is_refused() {
+    let cfg = load_ok(&with_base(
+        "storage_pool: {max_connections: 3, acquire_timeout_ms: 1500}\n",
+    ));
+    assert_eq!(cfg.storage_pool.max_connections, 3);
+    assert_eq!(
+        cfg.storage_pool.acquire_timeout,
+        Duration::from_millis(1500)
+    );
+    let default = load_ok(&with_base(""));
+    assert_eq!(
+        default.storage_pool,
+        crate::config::StoragePoolConfig::default()
+    );
+    let errs = load_err(&with_base("storage_pool: {max_connections: 0}\n"));
+    assert_error(
+        &errs,
+        "storage_pool.max_connections",
+        Some(10),
+        "at least 1",
+    );
+    let errs = load_err(&with_base("storage_pool: {pool: 3}\n"));
+    assert!(!errs.is_empty(), "an unknown key is refused");
+}

@@ -151,6 +151,22 @@ pub fn validate(
             }
         }
     }
+    if let Some(sp) = &raw.storage_pool {
+        if let Some(n) = &sp.value.max_connections {
+            if n.value == 0 {
+                cx.at("storage_pool.max_connections", n, "must be at least 1");
+            } else {
+                cfg.storage_pool.max_connections = n.value;
+            }
+        }
+        if let Some(ms) = &sp.value.acquire_timeout_ms {
+            if ms.value == 0 {
+                cx.at("storage_pool.acquire_timeout_ms", ms, "must be at least 1");
+            } else {
+                cfg.storage_pool.acquire_timeout = Duration::from_millis(ms.value);
+            }
+        }
+    }
     if let Some(j) = &raw.journal {
         if let Some(h) = &j.value.retention_hours {
             if h.value == 0 {
