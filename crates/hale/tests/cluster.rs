@@ -708,3 +708,202 @@ async fn issue11_concurrent_duplicate_on_b_waits_for_a_and_calls_upstream_once()
     );
     store_common::drop_schema(&pg).await;
 }
+
+/// NATS with JetStream for the cluster tests: the machine's server
+/// (`HALE_TEST_NATS_URL`, default `nats://127.0.0.1:4222`), with a stream
+/// and subjects of the test's own. None (skip) when unreachable, except
+/// under `CI=true`, where that fails.
+async fn nats_or_skip() -> Option<String> {
+    let url =
+        std::env::var("HALE_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    match async_nats::connect(&url).await {
+        Ok(_) => Some(url),
+        Err(e) => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI=true but NATS is unreachable at {url}: {e}"
+            );
+            eprintln!("SKIP: NATS unreachable at {url}: {e}");
+            None
+        }
+    }
+}
+
+/// The `Nats-Msg-Id`s and (kind, agent) of every message in `stream`.
+async fn stream_messages(url: &str, stream: &str) -> Vec<(String, String)> {
+    use async_nats::jetstream::{self, consumer};
+    use futures::StreamExt;
+    let js = jetstream::new(async_nats::connect(url).await.expect("nats"));
+    let mut s = js.get_stream(stream).await.expect("stream");
+    let total = s.info().await.expect("info").state.messages as usize;
+    let c = s
+        .create_consumer(consumer::pull::Config {
+            ack_policy: consumer::AckPolicy::None,
+            deliver_policy: consumer::DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .expect("consumer");
+    let mut msgs = c.messages().await.expect("messages");
+    let mut out = Vec::with_capacity(total);
+    while out.len() < total {
+        let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(5), msgs.next()).await
+        else {
+            break;
+        };
+        let id = m
+            .headers
+            .as_ref()
+            .and_then(|h| h.get("Nats-Msg-Id"))
+            .map(|v| v.as_str().to_owned())
+            .unwrap_or_default();
+        let ev: serde_json::Value = serde_json::from_slice(&m.payload).unwrap_or_default();
+        let kind = ev["kind"].as_str().unwrap_or_default();
+        let agent = ev["agent"].as_str().unwrap_or_default();
+        out.push((id, format!("{kind} {agent}")));
+    }
+    let _ = js.delete_stream(stream).await;
+    out
+}
+
+/// DESIGN §8 with three instances on one PostgreSQL and one NATS: while
+/// operators pause agents through all three, the holder of the NATS relay
+/// is killed with SIGKILL; another instance takes the relay within 15 s and
+/// resumes from the stored cursor, and every event of the run reaches
+/// JetStream exactly once (distinct `Nats-Msg-Id`s) with none missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue11_three_instances_nats_relay_holder_killed_every_event_reaches_jetstream_once() {
+    let Some(pg) = store_common::pg_scratch().await else {
+        return;
+    };
+    let Some(nats) = nats_or_skip().await else {
+        store_common::drop_schema(&pg).await;
+        return;
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let tag = format!("{}_{}", std::process::id(), free_port());
+    let stream = format!("HALE_TEST_{tag}");
+    let (_chaos, chaos_base) = common::start_chaos(&http, dir.path()).await;
+    let config = format!(
+        "storage: \"{}\"
+providers:
+  - {{name: p1, kind: openai, base_url: {chaos_base}/v1, default_model: m1}}
+agents:
+  default: {{provider: p1}}
+events:
+  nats: {{url: \"{nats}\", subject_prefix: \"hale.test.{tag}\", stream: \"{stream}\"}}
+",
+        pg.url
+    );
+    let mut procs = Vec::new();
+    for name in ["a", "b", "c"] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        procs.push(common::start_serve(&http, &sub, &config, &[]).await);
+    }
+    let ids: Vec<String> = {
+        let mut v = Vec::new();
+        for (_, base) in &procs {
+            v.push(
+                cluster(&http, base).await["instance"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+        v
+    };
+    // Wait for the relay's lease to be held, then pause agents through all three.
+    let relay_holder = |v: &serde_json::Value| holders(v).get("relay:nats").cloned();
+    let t0 = Instant::now();
+    let holder = loop {
+        if let Some(h) = relay_holder(&cluster(&http, &procs[0].1).await) {
+            break h;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "relay:nats never held"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut agents = Vec::new();
+    for i in 0..30 {
+        let (_, base) = &procs[i % 3];
+        let a = format!("ag-{i}");
+        assert_eq!(turn(&http, base, &a).await.0, 200, "a turn makes {a} known");
+        pause(&http, base, &a).await;
+        agents.push(a);
+    }
+    // SIGKILL the relay's holder; keep pausing through the two others.
+    let victim = ids
+        .iter()
+        .position(|id| *id == holder)
+        .expect("holder is one of the three");
+    let (mut dead, _) = procs.remove(victim);
+    dead.child.kill().expect("SIGKILL");
+    let killed = Instant::now();
+    dead.child.wait().expect("reaped");
+    let survivors: Vec<String> = ids.iter().filter(|id| **id != holder).cloned().collect();
+    for i in 30..60 {
+        let (_, base) = &procs[i % 2];
+        let a = format!("ag-{i}");
+        assert_eq!(turn(&http, base, &a).await.0, 200, "a turn makes {a} known");
+        pause(&http, base, &a).await;
+        agents.push(a);
+    }
+    let taken_after = loop {
+        let v = cluster(&http, &procs[0].1).await;
+        if let Some(h) = relay_holder(&v).filter(|h| survivors.contains(h)) {
+            eprintln!("relay:nats taken by {h}");
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "relay:nats not taken over: {v:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!("measured: relay:nats taken over {taken_after:?} after SIGKILL of its holder");
+    assert!(
+        taken_after <= Duration::from_secs(15),
+        "DESIGN §8: takeover within 15 s, took {taken_after:?}"
+    );
+    // Every pause reaches JetStream; read the stream once it has them all.
+    let t1 = Instant::now();
+    let msgs = loop {
+        let js = async_nats::jetstream::new(async_nats::connect(&nats).await.expect("nats"));
+        let n = match js.get_stream(&stream).await {
+            Ok(mut s) => s.info().await.map(|i| i.state.messages).unwrap_or(0),
+            Err(_) => 0,
+        };
+        if n >= agents.len() as u64 || t1.elapsed() > Duration::from_secs(30) {
+            break stream_messages(&nats, &stream).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let distinct: std::collections::BTreeSet<&str> =
+        msgs.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(distinct.len(), msgs.len(), "each event once by Nats-Msg-Id");
+    assert!(!distinct.contains(""), "every message has a Nats-Msg-Id");
+    for a in &agents {
+        assert_eq!(
+            msgs.iter()
+                .filter(|(_, what)| *what == format!("agent.paused {a}"))
+                .count(),
+            1,
+            "agent.paused of {a} reached JetStream exactly once ({} messages)",
+            msgs.len()
+        );
+    }
+    eprintln!(
+        "measured: {} events in JetStream, each once, none missing",
+        msgs.len()
+    );
+    drop(procs);
+    store_common::drop_schema(&pg).await;
+}
