@@ -279,6 +279,21 @@ impl TaskGuard {
         }
     }
 
+    /// This task's totals as the store holds them, counted over every
+    /// instance that served it (DESIGN §8 "counted once"): adopted where
+    /// they exceed this guard's own, so a cap is reached as on one instance.
+    /// The streaks and per-tool caps stay this instance's (they need the
+    /// order of one conversation).
+    pub fn adopt_totals(&mut self, events: u64, tool_calls: u64) {
+        self.events = self.events.max(events);
+        self.tool_calls = self.tool_calls.max(tool_calls);
+    }
+
+    /// The events and tool calls counted so far.
+    pub fn totals(&self) -> (u64, u64) {
+        (self.events, self.tool_calls)
+    }
+
     /// The final hit, once a limit was reached.
     pub fn hit(&self) -> Option<&GuardHit> {
         self.hit.as_ref()
@@ -1078,5 +1093,25 @@ mod tests {
         assert_eq!(v["limit"]["kind"], "file_edit_loop");
         assert_eq!(v["limit"]["path"], "a");
         assert_eq!(v["elapsed_ms"], 1500);
+    }
+
+    #[test]
+    fn adopted_totals_reach_the_caps_as_one_instance_would() {
+        let cfg = GuardConfig {
+            max_events: 10,
+            ..GuardConfig::default()
+        };
+        let now = Instant::now();
+        let mut g = TaskGuard::new(now);
+        g.on_request(&cfg, &[], now).expect("first request");
+        // Another instance served 8 events of this task meanwhile.
+        g.adopt_totals(9, 0);
+        assert_eq!(g.totals(), (9, 0));
+        g.adopt_totals(3, 0); // lower totals never lower the count
+        assert_eq!(g.totals(), (9, 0));
+        let hit = g
+            .on_request(&cfg, &[], now)
+            .expect_err("the tenth event is the cap");
+        assert_eq!(hit.events, 10);
     }
 }

@@ -32,13 +32,31 @@ const SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// The task of heartbeats, decisions and supervised runs that name none.
 pub const DEFAULT_TASK: &str = "default";
 
-/// One task's guard and spend. The spend is counted once across instances
-/// (`hale_core::counts::Tally`: the database's confirmed total plus this
-/// instance's turns in flight); the guard's counters stay per instance.
+/// One task's guard and spend, counted once across instances: the spend is
+/// a `hale_core::counts::Tally` (the database's confirmed total plus this
+/// instance's turns in flight), the guard adopts the stored events and tool
+/// calls ([`TaskGuard::adopt_totals`]); its streaks and per-tool caps stay
+/// this instance's (they need one conversation's order).
 pub struct TaskRt {
     pub guard: TaskGuard,
     pub spend: Tally<Spend>,
+    /// The guard's events and tool calls this instance counted and has not
+    /// written yet (they go with the task's next count; the totals come
+    /// back and are adopted by the guard).
+    unsent: (u64, u64),
     last_used: Instant,
+}
+
+impl TaskRt {
+    /// Runs `f` on the guard and keeps what it counted for the store.
+    fn guarded<R>(&mut self, f: impl FnOnce(&mut TaskGuard) -> R) -> R {
+        let (e0, t0) = self.guard.totals();
+        let r = f(&mut self.guard);
+        let (e1, t1) = self.guard.totals();
+        self.unsent.0 += e1.saturating_sub(e0);
+        self.unsent.1 += t1.saturating_sub(t0);
+        r
+    }
 }
 
 /// Every task's state, keyed by (agent, task).
@@ -68,6 +86,7 @@ impl Tasks {
             .or_insert_with(|| TaskRt {
                 guard: TaskGuard::new(now),
                 spend: Tally::default(),
+                unsent: (0, 0),
                 last_used: now,
             });
         rt.last_used = now;
@@ -109,12 +128,13 @@ impl Tasks {
             .collect()
     }
 
-    /// The store applied a task's spend `n` and holds `total` after it (a
-    /// task forgotten meanwhile is not brought back).
-    pub fn confirm(&self, agent: &str, task: &str, n: u64, total: Spend) {
+    /// The store applied a task's count and holds these totals after it
+    /// (a task forgotten meanwhile is not brought back).
+    pub fn confirm(&self, agent: &str, t: &hale_store::TaskCounted) {
         let mut map = self.map.lock().expect("tasks lock");
-        if let Some(rt) = map.get_mut(&(agent.to_owned(), task.to_owned())) {
-            rt.spend.confirm(n, total);
+        if let Some(rt) = map.get_mut(&(agent.to_owned(), t.task.clone())) {
+            rt.spend.confirm(t.n, t.spend);
+            rt.guard.adopt_totals(t.events, t.tool_calls);
         }
     }
 
@@ -204,7 +224,7 @@ pub fn check_request(
     let now = Instant::now();
     let (res, new) = gw.tasks.with(agent, task, |rt| {
         let before = rt.guard.hit().is_some();
-        let r = rt.guard.on_request(&gw.cfg.guard, &results, now);
+        let r = rt.guarded(|g| g.on_request(&gw.cfg.guard, &results, now));
         (r, !before)
     });
     match res {
@@ -231,7 +251,7 @@ pub fn record_response(gw: &Gateway, agent: &str, task: &str, calls: &[CallSeen]
     let now = Instant::now();
     let hit = gw.tasks.with(agent, task, |rt| {
         let before = rt.guard.hit().is_some();
-        match rt.guard.on_response(&gw.cfg.guard, &seen, now) {
+        match rt.guarded(|g| g.on_response(&gw.cfg.guard, &seen, now)) {
             Err(hit) if !before => Some(hit),
             Err(_) | Ok(()) => None,
         }
@@ -270,22 +290,28 @@ pub fn check_budget(gw: &Gateway, agent: &str, task: &str) -> Result<(), HaleErr
 }
 
 /// Adds a served turn's usage to the task's spend; returns its cost in USD
-/// and the number of the spend in the task's tally (written with the turn's
-/// count).
+/// and the task's count to write with the turn's (its spend's number, the
+/// guard's events and tool calls not written yet).
 pub fn record_spend(
     gw: &Gateway,
     agent: &str,
     task: &str,
     model: &str,
     usage: Usage,
-) -> (f64, u64) {
+) -> (f64, hale_store::TaskCount) {
     let cost = models::price(model, &gw.cfg.prices)
         .map(|p| budget::cost(p, usage.input_tokens, usage.output_tokens))
         .unwrap_or(0.0);
-    let n = gw.tasks.with(agent, task, |rt| {
+    let count = gw.tasks.with(agent, task, |rt| {
         let mut s = Spend::default();
         s.add(usage.input_tokens + usage.output_tokens, cost);
-        rt.spend.count(s)
+        let (events, tool_calls) = std::mem::take(&mut rt.unsent);
+        hale_store::TaskCount {
+            task: task.to_owned(),
+            n: rt.spend.count(s),
+            events,
+            tool_calls,
+        }
     });
-    (cost, n)
+    (cost, count)
 }

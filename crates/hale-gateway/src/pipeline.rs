@@ -595,8 +595,8 @@ fn finish_turn(
     let target = served.map(|i| turn.targets[i].clone());
     let (cost, task_n) = match (&target, &turn.task) {
         (Some(t), Some(task)) => {
-            let (cost, n) = guardrails::record_spend(gw, &turn.agent, task, &t.model, usage);
-            (cost, Some((task.clone(), n)))
+            let (cost, count) = guardrails::record_spend(gw, &turn.agent, task, &t.model, usage);
+            (cost, Some(count))
         }
         (Some(_), None) | (None, _) => (0.0, None),
     };

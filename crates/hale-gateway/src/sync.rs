@@ -140,8 +140,8 @@ pub(crate) async fn follow_counts(
         let Some(gw) = gw.upgrade() else { return };
         tracing::debug!(agent = %c.agent, n = c.n, totals = ?c.totals, task = ?c.task, "counted");
         gw.update_agent_rt(&c.agent, |rt| rt.confirm(c.n, c.totals));
-        if let Some((task, n, spend)) = &c.task {
-            gw.tasks.confirm(&c.agent, task, *n, *spend);
+        if let Some(t) = &c.task {
+            gw.tasks.confirm(&c.agent, t);
         }
         let writes = crate::agents::pause_on_counted(&gw, &c.agent, crate::state::wall_ms());
         if !writes.is_empty() {

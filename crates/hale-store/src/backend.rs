@@ -257,25 +257,31 @@ macro_rules! gen_apply {
                             .map_err(|e| sqlx::Error::Decode(e.into()))?;
                         let task = match &c.task {
                             None => None,
-                            Some((task, n)) => {
+                            Some((task, n, events, tool_calls)) => {
                                 let row = sqlx::query(
                                     "INSERT INTO task_spend (agent, task, tokens, cost_usd, \
-                                     updated_ms) VALUES ($1, $2, $3, $4, $5) ON CONFLICT \
-                                     (agent, task) DO UPDATE SET tokens = task_spend.tokens + \
-                                     excluded.tokens, cost_usd = task_spend.cost_usd + \
-                                     excluded.cost_usd, updated_ms = excluded.updated_ms \
-                                     RETURNING tokens, cost_usd",
+                                     events, tool_calls, updated_ms) VALUES ($1, $2, $3, $4, \
+                                     $5, $6, $7) ON CONFLICT (agent, task) DO UPDATE SET \
+                                     tokens = task_spend.tokens + excluded.tokens, \
+                                     cost_usd = task_spend.cost_usd + excluded.cost_usd, \
+                                     events = task_spend.events + excluded.events, \
+                                     tool_calls = task_spend.tool_calls + excluded.tool_calls, \
+                                     updated_ms = excluded.updated_ms \
+                                     RETURNING tokens, cost_usd, events, tool_calls",
                                 )
                                 .bind(&c.agent)
                                 .bind(task)
                                 .bind(c.tokens_in.saturating_add(c.tokens_out))
                                 .bind(c.cost_usd)
+                                .bind(events)
+                                .bind(tool_calls)
                                 .bind(c.now_ms)
                                 .fetch_one(&mut *conn)
                                 .await?;
-                                let spend = crate::rows::decode_spend(&c.agent, task, &row)
-                                    .map_err(|e| sqlx::Error::Decode(e.into()))?;
-                                Some((task.clone(), *n, spend))
+                                Some(
+                                    crate::rows::decode_task_counted(&c.agent, task, *n, &row)
+                                        .map_err(|e| sqlx::Error::Decode(e.into()))?,
+                                )
                             }
                         };
                         counted.push(crate::model::Counted {

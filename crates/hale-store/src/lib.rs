@@ -41,8 +41,8 @@ pub use jobs::{AuditRecord, JobRecord};
 pub use listen::{AgentListener, Heard};
 pub use model::{
     AgentChange, AgentControl, AgentRecord, AuditEntry, CheckpointRecord, CountWrite, Counted,
-    DeadLetter, IdempotentResponse, SinkCursor, StoredEvent, StoredResponse, TurnRecord,
-    TurnStatus, Write,
+    DeadLetter, IdempotentResponse, SinkCursor, StoredEvent, StoredResponse, TaskCount,
+    TaskCounted, TurnRecord, TurnStatus, Write,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{Backend, SQLITE_BUSY_TIMEOUT, SQLITE_FILE, SQLITE_POOL_SIZE, Store, StoreOptions};

@@ -67,10 +67,30 @@ pub struct CountWrite {
     /// reported back with the totals.
     pub n: u64,
     pub count: hale_core::counts::Count,
-    /// The task whose spend the turn adds to, with its number in the
-    /// task's own tally.
-    pub task: Option<(String, u64)>,
+    /// The task the turn adds to.
+    pub task: Option<TaskCount>,
     pub now_ms: u64,
+}
+
+/// A turn's counts for its task: its spend (the turn's tokens and cost, from
+/// [`CountWrite::count`]) and the guard's events and tool calls.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskCount {
+    pub task: String,
+    /// The spend's number in the task's own tally.
+    pub n: u64,
+    pub events: u64,
+    pub tool_calls: u64,
+}
+
+/// A task's totals after a committed count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskCounted {
+    pub task: String,
+    pub n: u64,
+    pub spend: hale_core::budget::Spend,
+    pub events: u64,
+    pub tool_calls: u64,
 }
 
 /// The totals after a committed [`Write::Count`].
@@ -79,8 +99,8 @@ pub struct Counted {
     pub agent: String,
     pub n: u64,
     pub totals: hale_core::counts::Counters,
-    /// The task's spend after it, with the task's number.
-    pub task: Option<(String, u64, hale_core::budget::Spend)>,
+    /// The task's totals after it.
+    pub task: Option<TaskCounted>,
 }
 
 /// What [`Write::Announce`] announces: re-read this agent's row, and when

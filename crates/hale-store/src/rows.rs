@@ -50,7 +50,8 @@ pub(crate) struct CountRow {
     pub tokens_out: i64,
     pub cost_usd: f64,
     pub now_ms: i64,
-    pub task: Option<(String, u64)>,
+    /// (task, its number, events, tool calls).
+    pub task: Option<(String, u64, i64, i64)>,
 }
 
 /// A `history_minutes` row.
@@ -323,9 +324,20 @@ pub(crate) fn encode(w: Write, now_ms: u64) -> Result<Encoded, StoreError> {
                     0.0
                 },
                 now_ms: num(&what, "now_ms", c.now_ms)?,
+                task: c
+                    .task
+                    .map(|t| -> Result<_, StoreError> {
+                        Ok((
+                            t.n,
+                            num(&what, "events", t.events)?,
+                            num(&what, "tool_calls", t.tool_calls)?,
+                            t.task,
+                        ))
+                    })
+                    .transpose()?
+                    .map(|(n, e, tc, task)| (task, n, e, tc)),
                 agent: c.agent,
                 n: c.n,
-                task: c.task,
             })
         }
     })
@@ -528,6 +540,26 @@ pub(crate) fn decode_spend(
     Ok(hale_core::budget::Spend {
         tokens: c.unsigned("tokens", c.col(r.i64("tokens"))?)?,
         cost_usd: c.col(r.f64("cost_usd"))?,
+    })
+}
+
+/// A task's totals as a count's `RETURNING` gives them.
+pub(crate) fn decode_task_counted(
+    agent: &str,
+    task: &str,
+    n: u64,
+    r: &impl Cols,
+) -> Result<crate::model::TaskCounted, StoreError> {
+    let c = Ctx {
+        table: "task_spend",
+        id: format!("{agent}/{task}"),
+    };
+    Ok(crate::model::TaskCounted {
+        task: task.to_owned(),
+        n,
+        spend: decode_spend(agent, task, r)?,
+        events: c.unsigned("events", c.col(r.i64("events"))?)?,
+        tool_calls: c.unsigned("tool_calls", c.col(r.i64("tool_calls"))?)?,
     })
 }
 

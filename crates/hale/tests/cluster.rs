@@ -907,3 +907,53 @@ events:
     drop(procs);
     store_common::drop_schema(&pg).await;
 }
+
+/// DESIGN §8 "counted once": the guard's per-task event cap is reached over
+/// two instances as on one (each turn is two events: its request and its
+/// response), give or take the turn an instance has not heard of yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue11_guard_event_cap_of_a_task_served_by_a_and_b_is_reached_once() {
+    let Some(pg) = store_common::pg_scratch().await else {
+        return;
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let (_chaos, _, [(_a, base_a), (_b, base_b)]) =
+        two_on_pg(&http, dir.path(), &pg.url, "guard: {max_events: 20}").await;
+    let mut served = 0;
+    let mut stopped = false;
+    for i in 0..60 {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let base = if i % 2 == 0 { &base_a } else { &base_b };
+        match bot_turn(&http, base, "guarded").await {
+            (200, _) => served += 1,
+            (409, body) => {
+                assert_eq!(body["error"]["type"], "safety_limit", "{body}");
+                stopped = true;
+                break;
+            }
+            (s, body) => panic!("unexpected {s}: {body}"),
+        }
+    }
+    eprintln!(
+        "measured: {served} turns of the task served across A and B before the event cap (one instance: 10)"
+    );
+    assert!(stopped, "never stopped after {served} turns");
+    // One instance serves 10 turns (20 events); counted per instance, the
+    // two would serve 20.
+    assert!(
+        (10..=12).contains(&served),
+        "counted once: {served} turns served (one instance: 10)"
+    );
+    for base in [&base_a, &base_b] {
+        let (status, body) = bot_turn(&http, base, "guarded").await;
+        assert_eq!(status, 409, "both stop the task ({base}): {body}");
+    }
+    store_common::drop_schema(&pg).await;
+}

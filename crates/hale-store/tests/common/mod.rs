@@ -909,7 +909,7 @@ pub async fn instance_heartbeats_are_listed_and_removed(s: &Store) {
 pub async fn counts_add_up_as_the_core_rule_says(s: &Store) {
     use hale_core::budget::Spend;
     use hale_core::counts::{Count, Counters, Streak};
-    use hale_store::{CountWrite, Counted};
+    use hale_store::{CountWrite, Counted, TaskCount};
     let mut followed = s.counted();
     let fail = Count::turn(Streak::Extend, 100, 10, 0.5);
     let ok = Count::turn(Streak::Clear, 7, 3, 0.25);
@@ -925,7 +925,12 @@ pub async fn counts_add_up_as_the_core_rule_says(s: &Store) {
             agent: "counted".into(),
             n,
             count: *c,
-            task: Some(("t1".into(), n)),
+            task: Some(TaskCount {
+                task: "t1".into(),
+                n,
+                events: 2,
+                tool_calls: 1,
+            }),
             now_ms: 1_000 + n,
         });
         // Alternate commit and submit, as two paths of the gateway do.
@@ -944,8 +949,13 @@ pub async fn counts_add_up_as_the_core_rule_says(s: &Store) {
     }
     let last = last.expect("totals");
     assert_eq!(last.totals, expected);
-    let (task, n, got_spend) = last.task.expect("the task's spend");
-    assert_eq!((task.as_str(), n), ("t1", seq.len() as u64));
+    let t = last.task.expect("the task's totals");
+    assert_eq!((t.task.as_str(), t.n), ("t1", seq.len() as u64));
+    let got_spend = t.spend;
+    assert_eq!(
+        (t.events, t.tool_calls),
+        (2 * seq.len() as u64, seq.len() as u64)
+    );
     assert_eq!(got_spend.tokens, spend.tokens);
     assert!((got_spend.cost_usd - spend.cost_usd).abs() < 1e-9);
     let row = s.agent("counted").await.expect("agent").expect("row");
