@@ -86,7 +86,12 @@ pub struct Deployments {
     /// agent → deployment → breaker: looked up by `&str`, no allocation per turn.
     breakers: RwLock<HashMap<String, HashMap<String, Arc<SharedBreaker>>>>,
     budgets: HashMap<String, Mutex<RetryBudget>>,
+    /// When breakers at rest were last dropped ([`Deployments::forget_resting_breakers`]).
+    breakers_swept: Mutex<Option<Instant>>,
 }
+
+/// How often breakers at rest are looked for (when a new breaker is made).
+const BREAKER_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The key of a deployment.
 pub fn key(t: &Target) -> String {
@@ -110,6 +115,7 @@ impl Deployments {
             scopes: Mutex::new(Scopes::default()),
             breakers: RwLock::new(HashMap::new()),
             budgets,
+            breakers_swept: Mutex::new(None),
         }
     }
 
@@ -169,6 +175,10 @@ impl Deployments {
         {
             return b.clone();
         }
+        // A new breaker: the moment to drop those at rest, at most once a
+        // minute, so one per agent × deployment does not pile up with
+        // agents that came and went.
+        self.forget_resting_breakers(Instant::now());
         self.breakers
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -181,6 +191,35 @@ impl Deployments {
                 ))
             })
             .clone()
+    }
+
+    /// Drops the breakers at rest ([`SharedBreaker::at_rest`]: closed, quiet
+    /// for their window) that no turn holds, and agents left with none; at
+    /// most once per [`BREAKER_SWEEP_EVERY`]. The next call of such an agent
+    /// builds a new breaker, which decides as the dropped one would have.
+    /// Returns how many were dropped.
+    pub fn forget_resting_breakers(&self, now: Instant) -> usize {
+        {
+            let mut swept = self
+                .breakers_swept
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            match *swept {
+                Some(t) if now.saturating_duration_since(t) < BREAKER_SWEEP_EVERY => return 0,
+                Some(_) | None => *swept = Some(now),
+            }
+        }
+        let mut map = self.breakers.write().unwrap_or_else(|e| e.into_inner());
+        let mut dropped = 0;
+        map.retain(|_, per_agent| {
+            per_agent.retain(|_, b| {
+                let rest = Arc::strong_count(b) == 1 && b.at_rest(now);
+                dropped += usize::from(rest);
+                !rest
+            });
+            !per_agent.is_empty()
+        });
+        dropped
     }
 
     /// The state of `agent` × `deployment`'s breaker, without creating one
