@@ -188,6 +188,7 @@ async fn show(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
+    gw.load_agent(&id).await;
     if let Some(r) = refusal(&gw, peer, &headers, &id) {
         return r;
     }
@@ -200,6 +201,7 @@ async fn pause(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
+    gw.load_agent(&id).await;
     if let Some(r) = refusal(&gw, peer, &headers, &id) {
         return r;
     }
@@ -241,6 +243,7 @@ async fn resume(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
+    gw.load_agent(&id).await;
     if let Some(r) = refusal(&gw, peer, &headers, &id) {
         return r;
     }
@@ -287,6 +290,7 @@ async fn reset_task(
     headers: HeaderMap,
     Path((id, task)): Path<(String, String)>,
 ) -> Response {
+    gw.load_agent(&id).await;
     if let Some(r) = refusal(&gw, peer, &headers, &id) {
         return r;
     }
