@@ -342,10 +342,22 @@ impl Deployments {
         let ej = &self.cfg.ejection;
         let mut s = self.scopes();
         for scope in [Scope::Deployment, Scope::Provider, Scope::BaseUrl] {
-            let k = self.scope_key(scope, t);
-            let h = s.map(scope).entry(k.clone()).or_default();
-            if h.on_success(ej, now) {
-                out.push(Effect::Recovered { scope, key: k });
+            // Looked up by `&str`: a key is allocated only the first time.
+            let k: &str = match scope {
+                Scope::Deployment => &dkey,
+                Scope::Provider => &t.provider,
+                Scope::BaseUrl => self.base_url(t),
+            };
+            let m = s.map(scope);
+            if !m.contains_key(k) {
+                m.insert(k.to_owned(), Health::default());
+            }
+            let recovered = m.get_mut(k).is_some_and(|h| h.on_success(ej, now));
+            if recovered {
+                out.push(Effect::Recovered {
+                    scope,
+                    key: k.to_owned(),
+                });
             }
         }
         out
