@@ -499,3 +499,53 @@ impl Deployments {
         self.known().iter().map(|t| self.view(t, now)).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hale_core::config::{ProviderConfig, ProviderKind};
+
+    fn deployments() -> Deployments {
+        let cfg = Config::with_providers(vec![ProviderConfig::new(
+            "p",
+            ProviderKind::OpenAi,
+            "http://127.0.0.1:9/v1",
+            "m",
+        )]);
+        Deployments::new(Arc::new(cfg), Instant::now())
+    }
+
+    /// Issue 13: breakers of agents that came and went do not pile up.
+    #[test]
+    fn breakers_at_rest_are_forgotten_and_others_kept() {
+        let d = deployments();
+        let t = Target {
+            provider: "p".into(),
+            model: "m".into(),
+        };
+        let now = Instant::now();
+        drop(d.breaker("quiet", &key(&t)));
+        d.on_failure(
+            "failing",
+            &t,
+            Failed {
+                class: ErrorClass::Overloaded,
+                retry_after: None,
+                connect_failed: false,
+                latency: Duration::from_millis(1),
+            },
+            now,
+        );
+        let held = d.breaker("held", &key(&t));
+        let window = d.cfg.self_healing.circuit_breaker.window;
+        let later = now + window + BREAKER_SWEEP_EVERY;
+        assert_eq!(d.forget_resting_breakers(later), 1);
+        assert!(d.breakers_of("quiet").is_empty());
+        assert_eq!(d.breakers_of("failing").len(), 1, "a failure in a row");
+        assert_eq!(d.breakers_of("held").len(), 1, "a turn holds it");
+        // At most once per sweep interval.
+        drop(held);
+        assert_eq!(d.forget_resting_breakers(later), 0);
+        assert_eq!(d.forget_resting_breakers(later + BREAKER_SWEEP_EVERY), 1);
+    }
+}
