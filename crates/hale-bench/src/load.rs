@@ -24,12 +24,23 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Where to send requests.
+/// Where to send requests: one server, or several taken in turn (round
+/// robin per request, each worker holding one connection to each).
 #[derive(Debug, Clone)]
 pub struct Endpoint {
-    pub addr: SocketAddr,
+    pub addrs: Vec<SocketAddr>,
     /// e.g. `/v1/chat/completions`.
     pub path: String,
+}
+
+impl Endpoint {
+    /// One server at `addr`.
+    pub fn one(addr: SocketAddr, path: String) -> Self {
+        Self {
+            addrs: vec![addr],
+            path,
+        }
+    }
 }
 
 /// One load run's shape.
@@ -46,6 +57,11 @@ pub struct LoadSpec {
     /// its next job would, so hale's per-task guard (DESIGN §1 step 4) sees
     /// realistic tasks instead of one endless one that it rightly stops.
     pub task_turns: u64,
+    /// With `Some(n)`, each worker acts as a new agent every `n` requests
+    /// (`a<worker>-<run>-<k>`), as a fleet whose agents come and go would;
+    /// the memory-over-time run (BENCHMARKS.md) uses it to see what hale
+    /// keeps per agent.
+    pub agents_every: Option<u64>,
 }
 
 /// An OpenAI chat request for `model` with a user message of `prompt_bytes` bytes.
@@ -76,6 +92,8 @@ struct WorkerResult {
     ttfb_ns: Vec<u64>,
     errors: u64,
     first_error: Option<String>,
+    /// Distinct agents this worker named.
+    agents: u64,
 }
 
 impl WorkerResult {
@@ -107,22 +125,25 @@ pub async fn run(ep: &Endpoint, spec: &LoadSpec) -> anyhow::Result<Summary> {
     let mut ttfb = Vec::new();
     let mut errors = 0;
     let mut first_error = None;
+    let mut agents = 0;
     for w in workers {
         let r = w.await.context("a load worker panicked")??;
         total.extend(r.total_ns);
         ttfb.extend(r.ttfb_ns);
         errors += r.errors;
         first_error = first_error.or(r.first_error);
+        agents += r.agents;
     }
     let mut s = summarize(total, ttfb, errors, spec.duration);
     s.first_error = first_error;
+    s.agents = agents;
     Ok(s)
 }
 
-async fn connect(ep: &Endpoint) -> anyhow::Result<SendRequest<Full<Bytes>>> {
-    let stream = tokio::net::TcpStream::connect(ep.addr)
+async fn connect(addr: SocketAddr) -> anyhow::Result<SendRequest<Full<Bytes>>> {
+    let stream = tokio::net::TcpStream::connect(addr)
         .await
-        .with_context(|| format!("cannot connect to {}", ep.addr))?;
+        .with_context(|| format!("cannot connect to {addr}"))?;
     stream.set_nodelay(true)?;
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(async move {
@@ -140,30 +161,47 @@ async fn worker(
     end: Instant,
 ) -> anyhow::Result<WorkerResult> {
     let mut out = WorkerResult::default();
-    let host = ep.addr.to_string();
-    let agent = format!("bench-{id}");
+    let hosts: Vec<String> = ep.addrs.iter().map(ToString::to_string).collect();
+    let fixed_agent = format!("bench-{id}");
     let mut sent = 0u64;
-    let mut sender = connect(ep).await?;
+    let mut senders = Vec::with_capacity(ep.addrs.len());
+    for &a in &ep.addrs {
+        senders.push(connect(a).await?);
+    }
     loop {
         let start = Instant::now();
         if start >= end {
             break;
         }
         let measured = start >= measure_start;
+        // Round robin over the servers, one request each in turn.
+        let i = (sent % senders.len() as u64) as usize;
+        let sender = &mut senders[i];
         if let Err(e) = sender.ready().await {
             out.error(measured, format!("connection lost: {e}"));
-            sender = connect(ep).await?;
+            *sender = connect(ep.addrs[i]).await?;
             continue;
         }
+        let agent = match spec.agents_every {
+            Some(n) => {
+                let k = sent / n.max(1);
+                out.agents = out.agents.max(k + 1);
+                format!("a{id}-{run_no}-{k}")
+            }
+            None => {
+                out.agents = 1;
+                fixed_agent.clone()
+            }
+        };
         let task = format!("{agent}-r{run_no}-{}", sent / spec.task_turns.max(1));
         sent += 1;
         let req = Request::post(ep.path.as_str())
-            .header("host", host.as_str())
+            .header("host", hosts[i].as_str())
             .header("content-type", "application/json")
             .header("x-hale-agent", agent.as_str())
             .header("x-hale-task", task)
             .body(Full::new(spec.body.clone()))?;
-        match one(&mut sender, req, spec.stream, start).await {
+        match one(sender, req, spec.stream, start).await {
             Ok((ttfb, total)) => {
                 if measured {
                     out.ttfb_ns.push(ttfb.as_nanos() as u64);
@@ -174,7 +212,7 @@ async fn worker(
                 out.error(measured, format!("{e:#}"));
                 // A non-200 leaves the connection usable; a broken exchange does not.
                 if sender.is_closed() {
-                    sender = connect(ep).await?;
+                    *sender = connect(ep.addrs[i]).await?;
                 }
             }
         }
@@ -237,10 +275,7 @@ mod tests {
         )
         .await
         .expect("chaos starts");
-        let ep = Endpoint {
-            addr: chaos.addr,
-            path: "/v1/chat/completions".into(),
-        };
+        let ep = Endpoint::one(chaos.addr, "/v1/chat/completions".into());
         let spec = LoadSpec {
             concurrency: 2,
             warmup: Duration::from_millis(20),
@@ -248,6 +283,7 @@ mod tests {
             stream,
             body: chat_body(model, stream, 100),
             task_turns: 100,
+            agents_every: None,
         };
         run(&ep, &spec).await.expect("the load runs")
     }

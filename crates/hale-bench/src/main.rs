@@ -86,6 +86,66 @@ struct Args {
     /// Skip the bare-proxy runs.
     #[arg(long)]
     no_bare: bool,
+    /// hale's `storage` (e.g. `postgres://postgres@127.0.0.1:5432/db`);
+    /// default: SQLite in the data dir.
+    #[arg(long)]
+    storage: Option<String>,
+    /// hale instances on the one `--storage` (PostgreSQL when more than one);
+    /// the client takes them in turn, request by request (round robin).
+    #[arg(long, default_value_t = 1)]
+    instances: usize,
+    /// Each worker becomes a new agent every this many requests
+    /// (`X-Hale-Agent: a<worker>-<run>-<k>`), to see what hale keeps per agent.
+    #[arg(long)]
+    agents_every: Option<u64>,
+    /// Sample hale's VmRSS this often during each through-hale run (e.g.
+    /// `60s`), printed and written to the JSON.
+    #[arg(long, value_parser = parse_duration)]
+    #[serde(serialize_with = "ser_opt_duration")]
+    rss_every: Option<Duration>,
+}
+
+fn ser_opt_duration<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_f64(d.as_secs_f64()),
+        None => s.serialize_none(),
+    }
+}
+
+/// One sample of hale's memory during a run.
+#[derive(Debug, Clone, Serialize)]
+struct RssSample {
+    /// Seconds since the run (warm-up included) started.
+    at_s: f64,
+    rss_kib: u64,
+    peak_rss_kib: u64,
+}
+
+/// Samples `pid`'s VmRSS every `every` until `stop` is set.
+async fn sample_rss(
+    pid: u32,
+    every: Duration,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<RssSample> {
+    let t0 = std::time::Instant::now();
+    let mut out = Vec::new();
+    let mut next = t0 + every;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        if std::time::Instant::now() >= next {
+            next += every;
+            if let Some((rss, peak)) = procs::rss_kib(pid) {
+                let at_s = t0.elapsed().as_secs_f64();
+                eprintln!("  t={at_s:>6.0}s hale VmRSS {rss} KiB (peak {peak} KiB)");
+                out.push(RssSample {
+                    at_s,
+                    rss_kib: rss,
+                    peak_rss_kib: peak,
+                });
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    out
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -147,6 +207,9 @@ struct Row {
     /// hale's VmRSS / VmHWM (peak so far) right after this row's runs, KiB.
     hale_rss_kib: Option<u64>,
     hale_peak_rss_kib: Option<u64>,
+    /// hale's VmRSS during the run, every `--rss-every`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    hale_rss_samples: Vec<RssSample>,
 }
 
 #[derive(Debug, Serialize)]
@@ -217,6 +280,9 @@ fn main() -> anyhow::Result<()> {
     if args.concurrency.is_empty() || args.concurrency.contains(&0) {
         bail!("--concurrency needs positive numbers, e.g. 1,8,64");
     }
+    if args.instances == 0 || (args.instances > 1 && args.storage.is_none()) {
+        bail!("--instances above 1 needs a shared --storage (postgres://…)");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.client_threads.max(1))
         .enable_all()
@@ -243,19 +309,29 @@ async fn run(args: Args) -> anyhow::Result<()> {
         data_dir.display()
     );
     let chaos = procs::start_chaos(&bin, work.path()).await?;
-    let extra = args
+    let mut extra = args
         .journal_bodies
         .as_deref()
         .map_or_else(String::new, |b| format!("journal: {{bodies: {b}}}\n"));
-    let hale = procs::start_hale(
-        &bin,
-        work.path(),
-        chaos.addr,
-        &args.model,
-        &data_dir,
-        &extra,
-    )
-    .await?;
+    if let Some(url) = &args.storage {
+        extra.push_str(&format!(
+            "storage: {}\n",
+            serde_json::to_string(url).unwrap_or_default()
+        ));
+    }
+    let mut hales = Vec::with_capacity(args.instances);
+    for i in 0..args.instances {
+        // Each instance its own data dir (its lock file); the journal is the shared storage.
+        let dir = if i == 0 {
+            data_dir.clone()
+        } else {
+            data_dir.join(format!("instance-{i}"))
+        };
+        hales.push(
+            procs::start_hale(&bin, work.path(), chaos.addr, &args.model, &dir, &extra, i).await?,
+        );
+    }
+    let hale = &hales[0];
     let bare = if args.hale_only || args.no_bare {
         None
     } else {
@@ -279,16 +355,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         StreamMode::Both => &[("complete", false), ("stream", true)],
     };
     let path = "/v1/chat/completions".to_owned();
-    let direct_ep = load::Endpoint {
-        addr: chaos.addr,
-        path: path.clone(),
-    };
-    let bare_ep = bare.as_ref().map(|b| load::Endpoint {
-        addr: b.addr,
-        path: path.clone(),
-    });
+    let direct_ep = load::Endpoint::one(chaos.addr, path.clone());
+    let bare_ep = bare
+        .as_ref()
+        .map(|b| load::Endpoint::one(b.addr, path.clone()));
     let hale_ep = load::Endpoint {
-        addr: hale.addr,
+        addrs: hales.iter().map(|h| h.addr).collect(),
         path,
     };
     let mut rows = Vec::new();
@@ -301,6 +373,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 stream,
                 body: load::chat_body(&args.model, stream, args.prompt_bytes),
                 task_turns: args.task_turns,
+                agents_every: args.agents_every,
             };
             let direct = if args.hale_only {
                 None
@@ -323,7 +396,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 }
                 None => None,
             };
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let sampler = args
+                .rss_every
+                .map(|every| tokio::spawn(sample_rss(hale_pid, every, stop.clone())));
             let h = load::run(&hale_ep, &spec).await?;
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let hale_rss_samples = match sampler {
+                Some(t) => t.await.unwrap_or_default(),
+                None => Vec::new(),
+            };
             let mem = procs::rss_kib(hale_pid);
             for (who, s) in [
                 ("direct", direct.as_ref()),
@@ -338,8 +420,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
             eprintln!(
-                "{mode:>8} c={c:<3} hale:   {:>8.0} rps p50 {:>7.1} µs p99 {:>7.1} µs, VmRSS/VmHWM {:?} KiB",
-                h.rps, h.p50_us, h.p99_us, mem
+                "{mode:>8} c={c:<3} hale:   {:>8.0} rps p50 {:>7.1} µs p99 {:>7.1} µs, VmRSS/VmHWM {:?} KiB, {} agents",
+                h.rps, h.p50_us, h.p99_us, mem, h.agents
             );
             rows.push(Row {
                 mode,
@@ -355,6 +437,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 bare_rps_ratio: bare.as_ref().filter(|b| b.rps > 0.0).map(|b| h.rps / b.rps),
                 hale_rss_kib: mem.map(|m| m.0),
                 hale_peak_rss_kib: mem.map(|m| m.1),
+                hale_rss_samples,
                 direct,
                 bare,
                 hale: h,
@@ -362,7 +445,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let journal_bytes = dir_bytes(&data_dir);
-    drop(hale);
+    drop(hales);
     drop(bare);
     drop(chaos);
 
@@ -464,6 +547,7 @@ mod tests {
             ttfb_p50_us: p50,
             ttfb_p99_us: p99,
             first_error: None,
+            agents: 0,
         };
         let rows = vec![Row {
             mode: "complete",
@@ -479,6 +563,7 @@ mod tests {
             bare_rps_ratio: Some(800.0 / 900.0),
             hale_rss_kib: Some(20 * 1024),
             hale_peak_rss_kib: Some(30 * 1024),
+            hale_rss_samples: Vec::new(),
         }];
         let t = table(&rows);
         assert!(t.contains("| complete | 8 | 1000 | 900 | 800 | 0.100 | 0.120 | 0.150 | 0.200 | 0.300 | 0.400 | 0.050 / 0.200 | 0.030 / 0.100 | 0.80 | 0.89 | 20 / 30 | 0 |"), "{t}");

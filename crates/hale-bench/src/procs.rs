@@ -86,7 +86,7 @@ fn spawn(
     addr: SocketAddr,
     work: &Path,
 ) -> anyhow::Result<Proc> {
-    let log = work.join(format!("{name}.log"));
+    let log = work.join(format!("{name}-{}.log", addr.port()));
     let err = std::fs::File::create(&log)?;
     let child = Command::new(bin)
         .args(args)
@@ -151,7 +151,9 @@ pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
-/// Starts `hale serve` with a generated config and waits until `/ready`.
+/// Starts `hale serve` with a generated config and waits until `/ready`;
+/// `instance` (0, 1, …) names its config and log files, so several
+/// instances can share one storage.
 pub async fn start_hale(
     bin: &Path,
     work: &Path,
@@ -159,10 +161,11 @@ pub async fn start_hale(
     model: &str,
     data_dir: &Path,
     extra_yaml: &str,
+    instance: usize,
 ) -> anyhow::Result<Proc> {
     let addr = free_port()?;
     let cfg = hale_config(addr, &format!("http://{chaos}/v1"), model, data_dir) + extra_yaml;
-    start_hale_with(bin, work, addr, &cfg).await
+    start_instance(bin, work, addr, &cfg, instance).await
 }
 
 /// Starts `hale serve` listening on `addr` with the config `yaml`.
@@ -172,10 +175,24 @@ pub async fn start_hale_with(
     addr: SocketAddr,
     yaml: &str,
 ) -> anyhow::Result<Proc> {
-    let cfg_path = work.join("hale.yaml");
+    start_instance(bin, work, addr, yaml, 0).await
+}
+
+async fn start_instance(
+    bin: &Path,
+    work: &Path,
+    addr: SocketAddr,
+    yaml: &str,
+    instance: usize,
+) -> anyhow::Result<Proc> {
+    let (name, file) = match instance {
+        0 => ("hale", "hale.yaml".to_owned()),
+        i => ("hale-n", format!("hale{i}.yaml")),
+    };
+    let cfg_path = work.join(file);
     std::fs::write(&cfg_path, yaml)?;
     let mut p = spawn(
-        "hale",
+        name,
         bin,
         &[
             "serve".into(),

@@ -28,6 +28,8 @@ pub struct Summary {
     /// The first failure seen (warm-up included), to tell why errors happened.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_error: Option<String>,
+    /// Distinct agents the load named (`--agents-every`; 1 per worker otherwise).
+    pub agents: u64,
 }
 
 /// Nearest-rank percentile of sorted `samples` (ns), in microseconds; 0 when empty.
@@ -67,6 +69,7 @@ pub fn summarize(
         ttfb_p50_us: percentile_us(&ttfb_ns, 50.0),
         ttfb_p99_us: percentile_us(&ttfb_ns, 99.0),
         first_error: None,
+        agents: 0,
     }
 }
 

@@ -654,6 +654,27 @@ pub struct SharedBreaker {
     inner: Mutex<Breaker>,
 }
 
+impl Breaker {
+    /// Whether this breaker is at rest at `now`: closed, no failure in a
+    /// row, no trial pending, no call in its window and no counted failure
+    /// younger than the window. A breaker at rest decides every later call
+    /// as a new one would (up to where its window's buckets start), so the
+    /// gateway may drop it and build a new one on the agent's next call:
+    /// that is how a gateway seeing many short-lived agents keeps its
+    /// breakers bounded.
+    pub fn at_rest(&self, now: Instant) -> bool {
+        self.phase == Phase::Closed
+            && self.consecutive == 0
+            && self.failed_trials == 0
+            && self.trials.is_empty()
+            && self.buckets.counts(now) == (0, 0)
+            && self
+                .recent_failures
+                .back()
+                .is_none_or(|&t| now.saturating_duration_since(t) >= self.cfg.window)
+    }
+}
+
 impl SharedBreaker {
     pub fn new(cfg: BreakerConfig) -> Self {
         Self::from_breaker(Breaker::new(cfg))
@@ -740,6 +761,11 @@ impl SharedBreaker {
     /// See [`Breaker::state`].
     pub fn state(&self, now: Instant) -> BreakerState {
         self.lock().state(now)
+    }
+
+    /// See [`Breaker::at_rest`].
+    pub fn at_rest(&self, now: Instant) -> bool {
+        self.lock().at_rest(now)
     }
 
     /// See [`Breaker::snapshot`].

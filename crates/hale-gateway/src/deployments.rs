@@ -86,7 +86,12 @@ pub struct Deployments {
     /// agent → deployment → breaker: looked up by `&str`, no allocation per turn.
     breakers: RwLock<HashMap<String, HashMap<String, Arc<SharedBreaker>>>>,
     budgets: HashMap<String, Mutex<RetryBudget>>,
+    /// When breakers at rest were last dropped ([`Deployments::forget_resting_breakers`]).
+    breakers_swept: Mutex<Option<Instant>>,
 }
+
+/// How often breakers at rest are looked for (when a new breaker is made).
+const BREAKER_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The key of a deployment.
 pub fn key(t: &Target) -> String {
@@ -110,6 +115,7 @@ impl Deployments {
             scopes: Mutex::new(Scopes::default()),
             breakers: RwLock::new(HashMap::new()),
             budgets,
+            breakers_swept: Mutex::new(None),
         }
     }
 
@@ -169,6 +175,10 @@ impl Deployments {
         {
             return b.clone();
         }
+        // A new breaker: the moment to drop those at rest, at most once a
+        // minute, so one per agent × deployment does not pile up with
+        // agents that came and went.
+        self.forget_resting_breakers(Instant::now());
         self.breakers
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -181,6 +191,35 @@ impl Deployments {
                 ))
             })
             .clone()
+    }
+
+    /// Drops the breakers at rest ([`SharedBreaker::at_rest`]: closed, quiet
+    /// for their window) that no turn holds, and agents left with none; at
+    /// most once per [`BREAKER_SWEEP_EVERY`]. The next call of such an agent
+    /// builds a new breaker, which decides as the dropped one would have.
+    /// Returns how many were dropped.
+    pub fn forget_resting_breakers(&self, now: Instant) -> usize {
+        {
+            let mut swept = self
+                .breakers_swept
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            match *swept {
+                Some(t) if now.saturating_duration_since(t) < BREAKER_SWEEP_EVERY => return 0,
+                Some(_) | None => *swept = Some(now),
+            }
+        }
+        let mut map = self.breakers.write().unwrap_or_else(|e| e.into_inner());
+        let mut dropped = 0;
+        map.retain(|_, per_agent| {
+            per_agent.retain(|_, b| {
+                let rest = Arc::strong_count(b) == 1 && b.at_rest(now);
+                dropped += usize::from(rest);
+                !rest
+            });
+            !per_agent.is_empty()
+        });
+        dropped
     }
 
     /// The state of `agent` × `deployment`'s breaker, without creating one
@@ -303,10 +342,22 @@ impl Deployments {
         let ej = &self.cfg.ejection;
         let mut s = self.scopes();
         for scope in [Scope::Deployment, Scope::Provider, Scope::BaseUrl] {
-            let k = self.scope_key(scope, t);
-            let h = s.map(scope).entry(k.clone()).or_default();
-            if h.on_success(ej, now) {
-                out.push(Effect::Recovered { scope, key: k });
+            // Looked up by `&str`: a key is allocated only the first time.
+            let k: &str = match scope {
+                Scope::Deployment => &dkey,
+                Scope::Provider => &t.provider,
+                Scope::BaseUrl => self.base_url(t),
+            };
+            let m = s.map(scope);
+            if !m.contains_key(k) {
+                m.insert(k.to_owned(), Health::default());
+            }
+            let recovered = m.get_mut(k).is_some_and(|h| h.on_success(ej, now));
+            if recovered {
+                out.push(Effect::Recovered {
+                    scope,
+                    key: k.to_owned(),
+                });
             }
         }
         out
@@ -446,5 +497,55 @@ impl Deployments {
     /// Every known deployment's view.
     pub fn views(&self, now: Instant) -> Vec<DeploymentView> {
         self.known().iter().map(|t| self.view(t, now)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hale_core::config::{ProviderConfig, ProviderKind};
+
+    fn deployments() -> Deployments {
+        let cfg = Config::with_providers(vec![ProviderConfig::new(
+            "p",
+            ProviderKind::OpenAi,
+            "http://127.0.0.1:9/v1",
+            "m",
+        )]);
+        Deployments::new(Arc::new(cfg), Instant::now())
+    }
+
+    /// Issue 13: breakers of agents that came and went do not pile up.
+    #[test]
+    fn breakers_at_rest_are_forgotten_and_others_kept() {
+        let d = deployments();
+        let t = Target {
+            provider: "p".into(),
+            model: "m".into(),
+        };
+        let now = Instant::now();
+        drop(d.breaker("quiet", &key(&t)));
+        d.on_failure(
+            "failing",
+            &t,
+            Failed {
+                class: ErrorClass::Overloaded,
+                retry_after: None,
+                connect_failed: false,
+                latency: Duration::from_millis(1),
+            },
+            now,
+        );
+        let held = d.breaker("held", &key(&t));
+        let window = d.cfg.self_healing.circuit_breaker.window;
+        let later = now + window + BREAKER_SWEEP_EVERY;
+        assert_eq!(d.forget_resting_breakers(later), 1);
+        assert!(d.breakers_of("quiet").is_empty());
+        assert_eq!(d.breakers_of("failing").len(), 1, "a failure in a row");
+        assert_eq!(d.breakers_of("held").len(), 1, "a turn holds it");
+        // At most once per sweep interval.
+        drop(held);
+        assert_eq!(d.forget_resting_breakers(later), 0);
+        assert_eq!(d.forget_resting_breakers(later + BREAKER_SWEEP_EVERY), 1);
     }
 }

@@ -395,13 +395,20 @@ pub async fn replay(gw: &Gateway, agent: &str, task: &str, request_hash: &str) -
 /// Evaluates every agent on a schedule and when turns finish, until `cancel`.
 pub async fn monitor(gw: Arc<Gateway>, cancel: CancellationToken) {
     let every = gw.cfg.health.evaluate_every;
+    let mut forgot_at = Instant::now();
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
             _ = gw.health.wake.notified() => {}
         }
-        tick(&gw, Instant::now());
+        let now = Instant::now();
+        tick(&gw, now);
+        // Agents idle for hours leave memory (their rows stay in the store).
+        if now.saturating_duration_since(forgot_at) >= std::time::Duration::from_secs(60) {
+            forgot_at = now;
+            gw.forget_idle_agents(wall_ms());
+        }
     }
 }
 
@@ -789,6 +796,7 @@ async fn terminate_route(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
+    gw.load_agent(&id).await;
     if let Some(r) = crate::api::agents::refusal(&gw, peer, &headers, &id) {
         return r;
     }

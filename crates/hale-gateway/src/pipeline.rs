@@ -88,6 +88,8 @@ pub async fn handle_chat(
     }
     // The task: X-Hale-Task, else the conversation's root (DESIGN §1 step 2).
     let task = conversation_task(explicit_task.as_deref(), &req);
+    // An agent forgotten while idle is read back first (its counters, its pause).
+    gw.load_agent(&agent).await;
     let admission = match agents::admit(&gw, &agent, wall_ms()) {
         Ok(a) => a,
         Err(e) => return e.into_response(dialect),

@@ -248,6 +248,47 @@ impl Gateway {
         (r, rt.record.clone())
     }
 
+    /// Drops from memory the agents idle for [`hale_core::pause::IDLE_AGENT_TTL`]
+    /// ([`hale_core::pause::may_forget`]: not paused, no state in the
+    /// record). Their rows stay in the store; [`Gateway::load_agent`] reads
+    /// one back before its next turn or admin call, so its counters go on
+    /// from the stored row instead of restarting at zero. Called by the
+    /// health monitor about once a minute; returns how many were dropped.
+    pub fn forget_idle_agents(&self, now_ms: u64) -> usize {
+        let mut map = self.agents.lock().expect("agents lock");
+        let before = map.len();
+        map.retain(|_, a| {
+            !hale_core::pause::may_forget(
+                a.pause.is_some() || a.record.paused,
+                !a.record.state.is_null(),
+                a.record.last_seen_ms,
+                now_ms,
+            )
+        });
+        before - map.len()
+    }
+
+    /// Makes sure `agent`'s record is in memory: one that was forgotten
+    /// ([`Gateway::forget_idle_agents`]) is read back from the store. An
+    /// agent the store does not know stays absent (it is new). A store
+    /// error is logged and the turn goes on as for a new agent.
+    pub async fn load_agent(&self, agent: &str) {
+        if self.agents.lock().expect("agents lock").contains_key(agent) {
+            return;
+        }
+        match self.store.agent(agent).await {
+            Ok(Some(rec)) => {
+                self.agents
+                    .lock()
+                    .expect("agents lock")
+                    .entry(agent.to_owned())
+                    .or_insert_with(|| AgentRt::new(rec));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(agent, error = %e, "reading a forgotten agent back failed"),
+        }
+    }
+
     /// The agent's pause, if any (a copy).
     pub fn pause_of(&self, agent: &str) -> Option<Pause> {
         self.agents

@@ -319,3 +319,53 @@ async fn journal_survives_a_restart() {
     assert_eq!(agent["counters"]["turns"], 2, "{agent}");
     h2.stop().await;
 }
+
+/// Issue 13: an agent idle for `IDLE_AGENT_TTL` leaves memory, and its row
+/// is read back before its next admin call or turn, so its counters go on
+/// from the store instead of restarting at zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_agent_is_read_back_with_its_counters() {
+    let c = chaos().await;
+    let h = Hale::start(config(vec![openai("primary", &c, "fine")])).await;
+    for _ in 0..2 {
+        h.openai(ROUTE)
+            .agent("idle-one")
+            .send()
+            .await
+            .assert_complete(&full());
+    }
+    // The turns' agent row is group-committed: wait until the store has it.
+    let mut stored = 0;
+    for _ in 0..200 {
+        stored = h
+            .store
+            .agent("idle-one")
+            .await
+            .expect("store")
+            .map_or(0, |a| a.turns);
+        if stored == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(stored, 2);
+    let ttl = hale_core::pause::IDLE_AGENT_TTL.as_millis() as u64;
+    let later = hale_gateway::state::wall_ms() + ttl;
+    let forget = |h: &Hale| {
+        h.gw.forget_idle_agents(later);
+        assert!(!h.gw.agents.lock().expect("lock").contains_key("idle-one"));
+    };
+    forget(&h);
+    let (status, agent) = h.get_json("/agents/idle-one").await;
+    assert_eq!(status, 200, "{agent}");
+    assert_eq!(agent["counters"]["turns"], 2, "{agent}");
+    forget(&h);
+    h.openai(ROUTE)
+        .agent("idle-one")
+        .send()
+        .await
+        .assert_complete(&full());
+    let (_, agent) = h.get_json("/agents/idle-one").await;
+    assert_eq!(agent["counters"]["turns"], 3, "{agent}");
+    h.stop().await;
+}

@@ -661,3 +661,28 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_breaker_is_at_rest_only_when_closed_quiet_and_its_window_has_passed() {
+    let cfg = bare();
+    let w = cfg.window;
+    let t0 = Instant::now();
+    let mut b = Breaker::new(cfg);
+    assert!(b.at_rest(t0), "a new breaker is at rest");
+    record_n(&mut b, t0, 1, ok());
+    assert!(!b.at_rest(t0), "a call inside the window");
+    assert!(b.at_rest(t0 + w * 2), "the window has passed");
+    record_n(&mut b, t0 + w * 2, 1, fail());
+    assert!(!b.at_rest(t0 + w * 4), "one failure in a row");
+    record_n(&mut b, t0 + w * 4, 1, ok());
+    assert!(!b.at_rest(t0 + w * 4), "calls inside the window");
+    assert!(b.at_rest(t0 + w * 6));
+    // Open: never at rest, however long ago.
+    let mut open = Breaker::new(BreakerConfig {
+        consecutive_failures: Some(1),
+        ..bare()
+    });
+    record_n(&mut open, t0, 1, fail());
+    assert_eq!(open.state(t0), BreakerState::Open);
+    assert!(!open.at_rest(t0 + w * 100));
+}

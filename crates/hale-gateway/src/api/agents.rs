@@ -189,6 +189,7 @@ async fn show(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
+    gw.load_agent(&id).await;
     if let Some(r) = refusal(&gw, peer, &headers, &id) {
         return r;
     }
@@ -201,6 +202,7 @@ async fn pause(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
+    gw.load_agent(&id).await;
     if let Some(r) = refusal(&gw, peer, &headers, &id) {
         return r;
     }
@@ -242,6 +244,7 @@ async fn resume(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
+    gw.load_agent(&id).await;
     if let Some(r) = refusal(&gw, peer, &headers, &id) {
         return r;
     }
@@ -295,6 +298,7 @@ async fn reset_task(
     headers: HeaderMap,
     Path((id, task)): Path<(String, String)>,
 ) -> Response {
+    gw.load_agent(&id).await;
     if let Some(r) = refusal(&gw, peer, &headers, &id) {
         return r;
     }

@@ -81,11 +81,12 @@ impl Trace {
     }
 }
 
-/// The canonical messages one wire message became, by fingerprint.
+/// The canonical messages one wire message became: `wire` is the wire
+/// message's index, `msgs` the range of [`Origin::parsed`] it produced.
 #[derive(Debug, PartialEq, Eq)]
 struct Group {
     wire: usize,
-    msgs: Vec<u64>,
+    msgs: Range<usize>,
 }
 
 /// A request as the client sent it.
@@ -104,6 +105,11 @@ pub struct Origin {
     knobs: Knobs,
     lifted: usize,
     groups: Vec<Group>,
+    /// The canonical messages as parsed. A turn that changed none of them
+    /// (most turns) is told by one comparison; only a changed conversation
+    /// is fingerprinted to align the two (serialising and hashing every
+    /// message twice per attempt was ~5 % of a turn's instructions).
+    parsed: Vec<Message>,
 }
 
 /// Fingerprints of the canonical fields hale renders when they changed.
@@ -145,7 +151,7 @@ impl Origin {
             | Value::String(_)
             | Value::Array(_) => Map::new(),
         };
-        let prints: Vec<u64> = req.messages.iter().map(fingerprint).collect();
+        let n = req.messages.len();
         let groups = trace
             .spans
             .into_iter()
@@ -153,7 +159,12 @@ impl Origin {
             .skip(trace.lifted)
             .map(|(wire, span)| Group {
                 wire,
-                msgs: prints.get(span).map(<[u64]>::to_vec).unwrap_or_default(),
+                // A span the parser reported beyond its messages holds none.
+                msgs: if span.start <= span.end && span.end <= n {
+                    span
+                } else {
+                    0..0
+                },
             })
             .collect();
         Self {
@@ -167,6 +178,7 @@ impl Origin {
             knobs: Knobs::of(req),
             lifted: trace.lifted,
             groups,
+            parsed: req.messages.clone(),
         }
     }
 
@@ -310,17 +322,31 @@ enum Piece {
 /// found whole (at or after the current position) is kept as the client's
 /// JSON; messages between kept groups are new. Returns the pieces and
 /// whether anything differs from what the client sent.
-fn align(groups: &[Group], current: &[Message]) -> (Vec<Piece>, bool) {
+fn align(origin: &Origin, current: &[Message]) -> (Vec<Piece>, bool) {
+    if current == origin.parsed.as_slice() {
+        // Nothing changed: each message is its own key, so every group is
+        // found where it was parsed (as equal fingerprints would find it).
+        let keys: Vec<u64> = (0..current.len() as u64).collect();
+        return align_keys(&origin.groups, &keys, &keys);
+    }
+    let parsed: Vec<u64> = origin.parsed.iter().map(fingerprint).collect();
     let cur: Vec<u64> = current.iter().map(fingerprint).collect();
+    align_keys(&origin.groups, &parsed, &cur)
+}
+
+/// [`align`] over keys: `parsed[i]` / `cur[i]` stand for the parsed and the
+/// current message `i`; equal keys are equal messages.
+fn align_keys(groups: &[Group], parsed: &[u64], cur: &[u64]) -> (Vec<Piece>, bool) {
     let mut pieces = Vec::new();
     let mut i = 0;
     let mut kept = 0;
     for g in groups {
-        let len = g.msgs.len();
+        let msgs = parsed.get(g.msgs.clone()).unwrap_or(&[]);
+        let len = msgs.len();
         if i + len > cur.len() {
             continue;
         }
-        let found = (i..=cur.len() - len).find(|&k| cur[k..k + len] == g.msgs[..]);
+        let found = (i..=cur.len() - len).find(|&k| cur[k..k + len] == *msgs);
         if let Some(k) = found {
             if k > i {
                 pieces.push(Piece::New(i..k));
@@ -412,7 +438,7 @@ fn patch_openai(
         }
         changes.push("system".into());
     }
-    let (pieces, changed) = align(&origin.groups, &req.messages);
+    let (pieces, changed) = align(origin, &req.messages);
     for p in pieces {
         match p {
             Piece::Wire(i) => messages.extend(wire.get(i).cloned()),
@@ -545,7 +571,7 @@ fn patch_anthropic(
     }
 
     let wire = origin.wire_messages();
-    let (pieces, changed) = align(&origin.groups, &req.messages);
+    let (pieces, changed) = align(origin, &req.messages);
     let mut entries: Vec<Entry> = Vec::with_capacity(wire.len() + 1);
     for p in pieces {
         match p {
@@ -650,7 +676,7 @@ fn crossing_changes(
     if req.system != origin.system {
         changes.push("system".into());
     }
-    if align(&origin.groups, &req.messages).1 {
+    if align(origin, &req.messages).1 {
         changes.push("messages".into());
     }
     if prefill.is_some_and(|p| !p.trim().is_empty()) {
