@@ -781,7 +781,7 @@ pub const SHUTDOWN_TASKS: Duration = Duration::from_secs(5);
 /// instance (SQLite has its own small fixed pool: one writer, WAL readers).
 /// Every instance holds up to `max_connections` on the server, so N
 /// instances need N × this under PostgreSQL's `max_connections` (100 by
-/// default), plus one listener connection each.
+/// default), plus two listener connections each (agents, events).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoragePoolConfig {
     pub max_connections: u32,

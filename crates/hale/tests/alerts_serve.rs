@@ -138,9 +138,11 @@ alerting:
     assert_eq!(got[0]["routing_key"], ROUTING_KEY);
     assert_eq!(got[0]["payload"]["severity"], "critical");
     assert_eq!(got[0]["payload"]["source"], "hale/agent/pager-agent");
+    // The link is to the configured dashboard, not to the address hale
+    // listens on (which is what a page's recipient could not reach).
     assert_eq!(
         got[0]["links"][0]["href"],
-        format!("{base}/#agent=pager-agent")
+        "http://hale.example/#agent=pager-agent"
     );
 
     // The channel in /ready, /metrics and hale doctor, by name only.
