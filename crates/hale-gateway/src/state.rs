@@ -289,6 +289,20 @@ impl Gateway {
         }
     }
 
+    /// Applies `f` to an agent's runtime state when it is in memory (a
+    /// forgotten agent is not brought back: its row is the truth).
+    pub fn update_agent_if_held<R>(
+        &self,
+        agent: &str,
+        f: impl FnOnce(&mut AgentRt) -> R,
+    ) -> Option<R> {
+        self.agents
+            .lock()
+            .expect("agents lock")
+            .get_mut(agent)
+            .map(f)
+    }
+
     /// The agent's pause, if any (a copy).
     pub fn pause_of(&self, agent: &str) -> Option<Pause> {
         self.agents

@@ -139,9 +139,15 @@ pub(crate) async fn follow_counts(
     while let Some(c) = counted.recv().await {
         let Some(gw) = gw.upgrade() else { return };
         tracing::debug!(agent = %c.agent, n = c.n, totals = ?c.totals, task = ?c.task, "counted");
-        gw.update_agent_rt(&c.agent, |rt| rt.confirm(c.n, c.totals));
         if let Some(t) = &c.task {
             gw.tasks.confirm(&c.agent, t);
+        }
+        // An agent forgotten meanwhile stays forgotten (its row has the totals).
+        if gw
+            .update_agent_if_held(&c.agent, |rt| rt.confirm(c.n, c.totals))
+            .is_none()
+        {
+            continue;
         }
         let writes = crate::agents::pause_on_counted(&gw, &c.agent, crate::state::wall_ms());
         if !writes.is_empty() {

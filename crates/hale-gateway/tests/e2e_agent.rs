@@ -353,7 +353,11 @@ async fn a_forgotten_agent_is_read_back_with_its_counters() {
     let later = hale_gateway::state::wall_ms() + ttl;
     let forget = |h: &Hale| {
         h.gw.forget_idle_agents(later);
-        assert!(!h.gw.agents.lock().expect("lock").contains_key("idle-one"));
+        assert!(
+            !h.gw.agents.lock().expect("lock").contains_key("idle-one"),
+            "{:?}",
+            h.gw.agents.lock().expect("lock").get("idle-one")
+        );
     };
     forget(&h);
     let (status, agent) = h.get_json("/agents/idle-one").await;

@@ -229,7 +229,7 @@ macro_rules! gen_apply {
                              failed_turns, tokens_in, tokens_out, cost_usd, last_failure_ms, \
                              last_seen_ms, state) VALUES ($1, FALSE, CASE WHEN $2 = 1 THEN 1 \
                              ELSE 0 END, $3, $4, $5, $6, $7, CASE WHEN $4 > 0 THEN $8 END, $8, \
-                             '{}') ON CONFLICT (id) DO UPDATE SET consecutive_failures = \
+                             'null') ON CONFLICT (id) DO UPDATE SET consecutive_failures = \
                              CASE WHEN $2 = 0 THEN 0 WHEN $2 = 1 THEN \
                              agents.consecutive_failures + 1 ELSE agents.consecutive_failures END, \
                              turns = agents.turns + excluded.turns, \
