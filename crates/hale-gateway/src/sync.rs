@@ -138,7 +138,6 @@ pub(crate) async fn follow_counts(
 ) {
     while let Some(c) = counted.recv().await {
         let Some(gw) = gw.upgrade() else { return };
-        tracing::debug!(agent = %c.agent, n = c.n, totals = ?c.totals, task = ?c.task, "counted");
         if let Some(t) = &c.task {
             gw.tasks.confirm(&c.agent, t);
         }

@@ -487,25 +487,24 @@ pub(crate) const AGENT_COLS: &str = "id, paused, consecutive_failures, turns, fa
 
 pub(crate) fn decode_agent(r: &impl Cols) -> Result<AgentRecord, StoreError> {
     let c = Ctx::new("agents", r, "id");
+    let n = decode_counters(&c.id, r)?;
     Ok(AgentRecord {
         id: c.col(r.text("id"))?,
         paused: c.col(r.bool("paused"))?,
-        consecutive_failures: c.u32(
-            "consecutive_failures",
-            c.col(r.i64("consecutive_failures"))?,
-        )?,
-        turns: c.unsigned("turns", c.col(r.i64("turns"))?)?,
-        failed_turns: c.unsigned("failed_turns", c.col(r.i64("failed_turns"))?)?,
-        tokens_in: c.unsigned("tokens_in", c.col(r.i64("tokens_in"))?)?,
-        tokens_out: c.unsigned("tokens_out", c.col(r.i64("tokens_out"))?)?,
-        cost_usd: c.col(r.f64("cost_usd"))?,
+        consecutive_failures: n.consecutive_failures,
+        turns: n.turns,
+        failed_turns: n.failed_turns,
+        tokens_in: n.tokens_in,
+        tokens_out: n.tokens_out,
+        cost_usd: n.cost_usd,
         last_failure_ms: c.opt_unsigned("last_failure_ms", c.col(r.opt_i64("last_failure_ms"))?)?,
         last_seen_ms: c.opt_unsigned("last_seen_ms", c.col(r.opt_i64("last_seen_ms"))?)?,
         state: c.json("state", &c.col(r.text("state"))?)?,
     })
 }
 
-/// The totals a count's `RETURNING` gives (hale_core::counts::Counters).
+/// An agent row's counters (hale_core::counts::Counters), also what a
+/// count's `RETURNING` gives.
 pub(crate) fn decode_counters(
     agent: &str,
     r: &impl Cols,

@@ -435,18 +435,32 @@ async fn issue11_idempotency_key_answered_by_a_is_replayed_by_b_without_upstream
     store_common::drop_schema(&pg).await;
 }
 
-/// Two `hale serve` on one PostgreSQL schema, in front of one chaos
-/// provider (model `m1`), each with its own data directory; `extra` is
-/// added to both configs.
-async fn two_on_pg(
-    http: &reqwest::Client,
-    dir: &Path,
-    pg_url: &str,
-    extra: &str,
-) -> (common::Proc, String, [(common::Proc, String); 2]) {
-    let (chaos, chaos_base) = common::start_chaos(http, dir).await;
-    let config = format!(
-        "storage: \"{pg_url}\"
+/// Two `hale serve` (A and B) on one fresh PostgreSQL schema, in front of
+/// one chaos provider (model `m1`), each with its own data directory.
+struct Pair {
+    pg: store_common::PgScratch,
+    http: reqwest::Client,
+    chaos_base: String,
+    a: String,
+    b: String,
+    _procs: [common::Proc; 3],
+    _dir: tempfile::TempDir,
+}
+
+impl Pair {
+    /// Starts the pair with `extra` added to both configs; None (skip) when
+    /// PostgreSQL is unreachable outside CI.
+    async fn start(extra: &str) -> Option<Pair> {
+        let pg = store_common::pg_scratch().await?;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir().unwrap();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let (chaos, chaos_base) = common::start_chaos(&http, dir.path()).await;
+        let config = format!(
+            "storage: \"{}\"
 providers:
   - {{name: p1, kind: openai, base_url: {chaos_base}/v1, default_model: m1}}
 agents:
@@ -457,17 +471,58 @@ self_healing:
   resume_probe_after_ms: 600000
 retry:
   server_error: {{max_attempts: 1, initial_ms: 10, max_ms: 10}}
-{extra}"
-    );
-    let mut out = Vec::new();
-    for name in ["a", "b"] {
-        let sub = dir.join(name);
-        std::fs::create_dir_all(&sub).unwrap();
-        out.push(common::start_serve(http, &sub, &config, &[]).await);
+{extra}",
+            pg.url
+        );
+        let mut started = Vec::new();
+        for name in ["a", "b"] {
+            let sub = dir.path().join(name);
+            std::fs::create_dir_all(&sub).unwrap();
+            started.push(common::start_serve(&http, &sub, &config, &[]).await);
+        }
+        let (b_proc, b) = started.pop().unwrap();
+        let (a_proc, a) = started.pop().unwrap();
+        Some(Pair {
+            pg,
+            http,
+            chaos_base,
+            a,
+            b,
+            _procs: [chaos, a_proc, b_proc],
+            _dir: dir,
+        })
     }
-    let b = out.pop().unwrap();
-    let a = out.pop().unwrap();
-    (chaos, chaos_base, [a, b])
+
+    /// Turns of `bot` in `task`, alternating A, B, A, … 100 ms apart (an
+    /// agent's pace: the totals reach an instance with its own next commit,
+    /// tens of ms on this machine's PostgreSQL), until one answers `stop`.
+    /// The served answers' bodies, and the `stop` answer's body if it came.
+    async fn alternate_until(
+        &self,
+        task: &str,
+        stop: u16,
+    ) -> (Vec<serde_json::Value>, Option<serde_json::Value>) {
+        let mut served = Vec::new();
+        for i in 0..200 {
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let base = if i % 2 == 0 { &self.a } else { &self.b };
+            match bot_turn(&self.http, base, task).await {
+                (200, body) => served.push(body),
+                (s, body) if s == stop => return (served, Some(body)),
+                (s, body) => panic!("unexpected {s}: {body}"),
+            }
+        }
+        (served, None)
+    }
+
+    /// Stops the processes, then drops the schema.
+    async fn finish(self) {
+        let Pair { pg, _procs, .. } = self;
+        drop(_procs);
+        store_common::drop_schema(&pg).await;
+    }
 }
 
 /// A chat turn of agent `bot` in task `task`: status and body.
@@ -501,17 +556,15 @@ async fn agent_view(http: &reqwest::Client, base: &str, agent: &str) -> serde_js
 /// turn being sent to either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue11_three_failed_turns_spread_over_a_and_b_pause_the_agent() {
-    let Some(pg) = store_common::pg_scratch().await else {
+    let Some(p) = Pair::start("").await else {
         return;
     };
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let (_chaos, chaos_base, [(_a, base_a), (_b, base_b)]) =
-        two_on_pg(&http, dir.path(), &pg.url, "").await;
+    let (http, chaos_base, base_a, base_b) = (
+        p.http.clone(),
+        p.chaos_base.clone(),
+        p.a.clone(),
+        p.b.clone(),
+    );
     assert_eq!(bot_turn(&http, &base_a, "t").await.0, 200);
     // Counts are ordered across instances only once committed: let this
     // success's count (a clear) commit before failures elsewhere follow.
@@ -557,7 +610,7 @@ async fn issue11_three_failed_turns_spread_over_a_and_b_pause_the_agent() {
         let (status, body) = bot_turn(&http, base, "t").await;
         assert_eq!(status, 423, "refused on {base}: {body}");
     }
-    store_common::drop_schema(&pg).await;
+    p.finish().await;
 }
 
 /// DESIGN §8 "counted once": a task's token budget spent alternately on A
@@ -567,38 +620,18 @@ async fn issue11_three_failed_turns_spread_over_a_and_b_pause_the_agent() {
 /// refuse after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue11_task_budget_spent_on_a_and_b_stops_at_the_cap() {
-    let Some(pg) = store_common::pg_scratch().await else {
+    let Some(p) = Pair::start("").await else {
         return;
     };
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let (_chaos, _, [(_a, base_a), (_b, base_b)]) = two_on_pg(&http, dir.path(), &pg.url, "").await;
-    // The cap is 2,000 tokens of task "spend". Turns alternate A, B, A, …,
-    // 100 ms apart (an agent's pace, not a benchmark's: the totals reach an
-    // instance with its own next commit, one group commit — tens of ms on
-    // this machine's PostgreSQL — after its count); each served turn's
-    // tokens are read from its answer.
-    let mut spent = Vec::new();
-    let mut refused = false;
-    for i in 0..200 {
-        if i > 0 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let base = if i % 2 == 0 { &base_a } else { &base_b };
-        let (status, body) = bot_turn(&http, base, "spend").await;
-        match status {
-            200 => spent.push(body["usage"]["total_tokens"].as_u64().expect("usage")),
-            402 => {
-                refused = true;
-                break;
-            }
-            s => panic!("unexpected {s}: {body}"),
-        }
-    }
+    let (http, base_a, base_b) = (p.http.clone(), p.a.clone(), p.b.clone());
+    // The cap is 2,000 tokens of task "spend"; each served turn's tokens
+    // are read from its answer.
+    let (served, refusal) = p.alternate_until("spend", 402).await;
+    let spent: Vec<u64> = served
+        .iter()
+        .map(|b| b["usage"]["total_tokens"].as_u64().expect("usage"))
+        .collect();
+    let refused = refusal.is_some_and(|b| b["error"]["type"] == "budget_exceeded");
     let total: u64 = spent.iter().sum();
     let before_last = total - spent.last().copied().unwrap_or(0);
     let largest = spent.iter().copied().max().unwrap_or(0);
@@ -630,7 +663,7 @@ async fn issue11_task_budget_spent_on_a_and_b_stops_at_the_cap() {
     }
     // Another task of the agent is not capped by this one's spend.
     assert_eq!(bot_turn(&http, &base_b, "other").await.0, 200);
-    store_common::drop_schema(&pg).await;
+    p.finish().await;
 }
 
 /// DESIGN §8: a duplicate of an `Idempotency-Key` that instance A is still
@@ -639,17 +672,15 @@ async fn issue11_task_budget_spent_on_a_and_b_stops_at_the_cap() {
 /// store: one upstream call for both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue11_concurrent_duplicate_on_b_waits_for_a_and_calls_upstream_once() {
-    let Some(pg) = store_common::pg_scratch().await else {
+    let Some(p) = Pair::start("").await else {
         return;
     };
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let (_chaos, chaos_base, [(_a, base_a), (_b, base_b)]) =
-        two_on_pg(&http, dir.path(), &pg.url, "").await;
+    let (http, chaos_base, base_a, base_b) = (
+        p.http.clone(),
+        p.chaos_base.clone(),
+        p.a.clone(),
+        p.b.clone(),
+    );
     let r = http
         .post(format!("{chaos_base}/chaos/override"))
         .json(&serde_json::json!({"model": "m1", "fault": "slow-first-token:ms=1500"}))
@@ -706,7 +737,7 @@ async fn issue11_concurrent_duplicate_on_b_waits_for_a_and_calls_upstream_once()
         Some(1),
         "one upstream call for both: {stats}"
     );
-    store_common::drop_schema(&pg).await;
+    p.finish().await;
 }
 
 /// NATS with JetStream for the cluster tests: the machine's server
@@ -913,34 +944,13 @@ events:
 /// response), give or take the turn an instance has not heard of yet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue11_guard_event_cap_of_a_task_served_by_a_and_b_is_reached_once() {
-    let Some(pg) = store_common::pg_scratch().await else {
+    let Some(p) = Pair::start("guard: {max_events: 20}").await else {
         return;
     };
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let (_chaos, _, [(_a, base_a), (_b, base_b)]) =
-        two_on_pg(&http, dir.path(), &pg.url, "guard: {max_events: 20}").await;
-    let mut served = 0;
-    let mut stopped = false;
-    for i in 0..60 {
-        if i > 0 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let base = if i % 2 == 0 { &base_a } else { &base_b };
-        match bot_turn(&http, base, "guarded").await {
-            (200, _) => served += 1,
-            (409, body) => {
-                assert_eq!(body["error"]["type"], "safety_limit", "{body}");
-                stopped = true;
-                break;
-            }
-            (s, body) => panic!("unexpected {s}: {body}"),
-        }
-    }
+    let (http, base_a, base_b) = (p.http.clone(), p.a.clone(), p.b.clone());
+    let (turns, stop) = p.alternate_until("guarded", 409).await;
+    let served = turns.len();
+    let stopped = stop.is_some_and(|b| b["error"]["type"] == "safety_limit");
     eprintln!(
         "measured: {served} turns of the task served across A and B before the event cap (one instance: 10)"
     );
@@ -955,5 +965,5 @@ async fn issue11_guard_event_cap_of_a_task_served_by_a_and_b_is_reached_once() {
         let (status, body) = bot_turn(&http, base, "guarded").await;
         assert_eq!(status, 409, "both stop the task ({base}): {body}");
     }
-    store_common::drop_schema(&pg).await;
+    p.finish().await;
 }
