@@ -135,7 +135,10 @@ async fn sample_rss(
             next += every;
             if let Some((rss, peak)) = procs::rss_kib(pid) {
                 let at_s = t0.elapsed().as_secs_f64();
-                eprintln!("  t={at_s:>6.0}s hale VmRSS {rss} KiB (peak {peak} KiB)");
+                let (anon, file) = procs::rss_parts_kib(pid).unwrap_or_default();
+                eprintln!(
+                    "  t={at_s:>6.0}s hale VmRSS {rss} KiB (peak {peak} KiB; anon {anon}, file {file})"
+                );
                 out.push(RssSample {
                     at_s,
                     rss_kib: rss,
@@ -420,8 +423,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
             eprintln!(
-                "{mode:>8} c={c:<3} hale:   {:>8.0} rps p50 {:>7.1} µs p99 {:>7.1} µs, VmRSS/VmHWM {:?} KiB, {} agents",
-                h.rps, h.p50_us, h.p99_us, mem, h.agents
+                "{mode:>8} c={c:<3} hale:   {:>8.0} rps p50 {:>7.1} µs p99 {:>7.1} µs, VmRSS/VmHWM {:?} KiB (anon/file {:?}), {} agents",
+                h.rps,
+                h.p50_us,
+                h.p99_us,
+                mem,
+                procs::rss_parts_kib(hale_pid),
+                h.agents
             );
             rows.push(Row {
                 mode,

@@ -151,6 +151,19 @@ pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
+/// The parts of a process's VmRSS from `/proc/PID/status`: (RssAnon, RssFile)
+/// in KiB — heap and stacks vs the binary's and libraries' mapped pages
+/// (clean, shared, reclaimable).
+pub fn rss_parts_kib(pid: u32) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    };
+    Some((field("RssAnon:")?, field("RssFile:")?))
+}
+
 /// Starts `hale serve` with a generated config and waits until `/ready`;
 /// `instance` (0, 1, …) names its config and log files, so several
 /// instances can share one storage.

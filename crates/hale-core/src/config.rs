@@ -31,6 +31,8 @@ pub struct Config {
     pub storage: Option<String>,
     /// `storage_pool:` — the PostgreSQL connection pool's limits.
     pub storage_pool: StoragePoolConfig,
+    /// `memory:` — how many idle agents and tasks stay in memory.
+    pub memory: crate::memory::MemoryConfig,
     pub auth: AuthConfig,
     /// `limits:` — bounds on what a caller may send.
     pub limits: LimitsConfig,
@@ -68,6 +70,7 @@ impl Config {
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             storage: None,
             storage_pool: StoragePoolConfig::default(),
+            memory: crate::memory::MemoryConfig::default(),
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
             routes: BTreeMap::new(),

@@ -26,6 +26,7 @@ pub mod health;
 pub mod history;
 pub mod ids;
 pub mod lease;
+pub mod memory;
 pub mod models;
 pub mod pause;
 pub mod recovery;

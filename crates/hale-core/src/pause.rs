@@ -141,23 +141,6 @@ impl Pause {
     }
 }
 
-/// An agent with no turn for this long, not paused and with no health or
-/// pause state in its record, may be dropped from the gateway's memory: its
-/// row stays in the store and is read back on its next request. Longer than
-/// the default `health.stuck_after` + `escalation_timeout` (45 min), so the
-/// health monitor has settled a silent agent (and written that into its
-/// state, which keeps it) before it could be forgotten.
-pub const IDLE_AGENT_TTL: Duration = Duration::from_secs(2 * 60 * 60);
-
-/// Whether an agent may be forgotten at `now_ms` ([`IDLE_AGENT_TTL`]): not
-/// paused, no state in its record (`has_state`), and seen at least the TTL
-/// ago. An agent never seen (no turn) is kept: it was named by the config
-/// or an operator.
-pub fn may_forget(paused: bool, has_state: bool, last_seen_ms: Option<u64>, now_ms: u64) -> bool {
-    let ttl = u64::try_from(IDLE_AGENT_TTL.as_millis()).unwrap_or(u64::MAX);
-    !paused && !has_state && last_seen_ms.is_some_and(|t| now_ms.saturating_sub(t) >= ttl)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,18 +233,5 @@ mod tests {
         assert_eq!(v["by"], "auto");
         let back: Pause = serde_json::from_value(v).unwrap();
         assert_eq!(back, p);
-    }
-
-    #[test]
-    fn an_idle_agent_is_forgotten_after_the_ttl_unless_paused_or_holding_state() {
-        let t0 = 1_000_000u64;
-        let ttl = IDLE_AGENT_TTL.as_millis() as u64;
-        assert!(!may_forget(false, false, Some(t0), t0 + ttl - 1));
-        assert!(may_forget(false, false, Some(t0), t0 + ttl));
-        assert!(!may_forget(true, false, Some(t0), t0 + 10 * ttl));
-        assert!(!may_forget(false, true, Some(t0), t0 + 10 * ttl));
-        assert!(!may_forget(false, false, None, t0 + 10 * ttl));
-        // A clock that went back never forgets.
-        assert!(!may_forget(false, false, Some(t0), t0 - 1));
     }
 }

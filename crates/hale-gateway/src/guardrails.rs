@@ -108,6 +108,38 @@ impl Tasks {
             .retain(|_, rt| now.saturating_duration_since(rt.last_used) < IDLE_TASK_TTL);
     }
 
+    /// Sheds idle tasks beyond `keep` (`hale_core::memory`): tasks unused
+    /// for a minute or more, the least recently used first, except a task a
+    /// guard stopped (its stop lives here). A shed task's stored totals come
+    /// back with its next count (`TaskGuard::adopt_totals`); the guard events
+    /// of its last turn not yet written (they ride on the task's next count)
+    /// are dropped with it, so a shed task's stored event total may lag by
+    /// that one turn. Returns how many went.
+    pub fn shed(&self, now: Instant, keep: usize) -> usize {
+        let mut map = self.map.lock().expect("tasks lock");
+        let min = hale_core::memory::SHED_AFTER_IDLE;
+        // Ordered by age: the oldest (largest age) sorts first.
+        let idle: Vec<(u64, &(String, String))> = map
+            .iter()
+            .filter(|(_, rt)| rt.guard.hit().is_none())
+            .filter_map(|(k, rt)| {
+                let age = now.saturating_duration_since(rt.last_used);
+                (age >= min).then(|| {
+                    let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+                    (u64::MAX - age_ms, k)
+                })
+            })
+            .collect();
+        let gone: Vec<(String, String)> = hale_core::memory::to_shed(idle, keep)
+            .into_iter()
+            .cloned()
+            .collect();
+        for k in &gone {
+            map.remove(k);
+        }
+        gone.len()
+    }
+
     /// How many tasks are held.
     pub fn len(&self) -> usize {
         self.map.lock().expect("tasks lock").len()

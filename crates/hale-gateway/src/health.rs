@@ -205,6 +205,63 @@ impl HealthRt {
         self.reg().state(agent).is_some()
     }
 
+    /// Drops `agent` from the health runtime when nothing is under way for
+    /// it (`HealthRegistry::forget_if_quiet`) and no recovery concerns it
+    /// (a tracker, a task recovering, recovered or that may be recovered:
+    /// those live only here). Its terminated tasks are in its row and come
+    /// back with it (`Gateway::load_agent`). Returns whether it is gone.
+    pub fn forget(&self, agent: &str, now: Instant) -> bool {
+        {
+            let book = self.book();
+            let busy =
+                |m: &HashMap<String, Vec<String>>| m.get(agent).is_some_and(|v| !v.is_empty());
+            if busy(&book.recovering) || busy(&book.recovered) || busy(&book.may_recover) {
+                return false;
+            }
+        }
+        if self
+            .recovery
+            .lock()
+            .expect("recovery lock")
+            .contains_key(agent)
+        {
+            return false;
+        }
+        if !self.reg().forget_if_quiet(agent, now) {
+            return false;
+        }
+        let mut guard = self.book();
+        let book = &mut *guard;
+        book.current.remove(agent);
+        book.terminated.remove(agent);
+        for m in [
+            &mut book.recovering,
+            &mut book.recovered,
+            &mut book.may_recover,
+        ] {
+            m.remove(agent);
+        }
+        true
+    }
+
+    /// Watches `agent`, read back from the store after a silence, as last
+    /// heard from at `at`; a known agent is left as it is. Returns whether
+    /// it was new here.
+    pub fn watch_silent(&self, agent: &str, at: Instant) -> bool {
+        self.reg().register_silent(agent, at)
+    }
+
+    /// Asks the monitor to evaluate soon.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Agents in the registry and its slots (freed ones included).
+    pub fn registry_size(&self) -> (usize, usize) {
+        let r = self.reg();
+        (r.len(), r.slots())
+    }
+
     /// The terminated tasks of `agent`.
     pub fn terminated_tasks(&self, agent: &str) -> Vec<String> {
         self.book()
@@ -395,7 +452,9 @@ pub async fn replay(gw: &Gateway, agent: &str, task: &str, request_hash: &str) -
 /// Evaluates every agent on a schedule and when turns finish, until `cancel`.
 pub async fn monitor(gw: Arc<Gateway>, cancel: CancellationToken) {
     let every = gw.cfg.health.evaluate_every;
-    let mut forgot_at = Instant::now();
+    let mut checked_at = Instant::now();
+    let mut silence = crate::memory::silence_cursor(&gw, wall_ms());
+    crate::memory::watch_silent(&gw, &mut silence, wall_ms(), Instant::now()).await;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -404,10 +463,10 @@ pub async fn monitor(gw: Arc<Gateway>, cancel: CancellationToken) {
         }
         let now = Instant::now();
         tick(&gw, now);
-        // Agents idle for hours leave memory (their rows stay in the store).
-        if now.saturating_duration_since(forgot_at) >= std::time::Duration::from_secs(60) {
-            forgot_at = now;
-            gw.forget_idle_agents(wall_ms());
+        // Agents silent while out of memory are read back to be judged.
+        if now.saturating_duration_since(checked_at) >= crate::memory::SWEEP_EVERY {
+            checked_at = now;
+            crate::memory::watch_silent(&gw, &mut silence, wall_ms(), now).await;
         }
     }
 }

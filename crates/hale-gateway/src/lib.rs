@@ -20,6 +20,7 @@ pub mod guardrails;
 pub mod health;
 pub mod history;
 pub mod http;
+pub mod memory;
 pub mod metrics;
 pub mod pipeline;
 pub mod proto;

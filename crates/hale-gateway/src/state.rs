@@ -138,6 +138,13 @@ pub struct Gateway {
     pub history: crate::history::HistoryRt,
 }
 
+/// What one [`Gateway::shed_idle`] dropped from memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shed {
+    pub agents: usize,
+    pub tasks: usize,
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn wall_ms() -> u64 {
     hale_core::clock::SystemClock.wall_ms()
@@ -155,7 +162,9 @@ impl Gateway {
             .tcp_nodelay(true)
             .build()?;
         let deployments = crate::deployments::Deployments::new(cfg.clone(), Instant::now());
-        let records = store.agents().await?;
+        // Paused agents, agents never seen, and the most recently seen up to
+        // the idle bound; the rest are read back when they return.
+        let records = store.agents_to_hold(cfg.memory.idle_agents).await?;
         let health = crate::health::HealthRt::new(&records);
         let agents = records
             .into_iter()
@@ -179,6 +188,7 @@ impl Gateway {
             history: Default::default(),
         });
         tokio::spawn(crate::sync::follow_counts(Arc::downgrade(&gw), counted));
+        tokio::spawn(crate::memory::run(Arc::downgrade(&gw)));
         Ok(gw)
     }
 
@@ -248,28 +258,76 @@ impl Gateway {
         (r, rt.record.clone())
     }
 
-    /// Drops from memory the agents idle for [`hale_core::pause::IDLE_AGENT_TTL`]
-    /// ([`hale_core::pause::may_forget`]: not paused, no state in the
-    /// record). Their rows stay in the store; [`Gateway::load_agent`] reads
-    /// one back before its next turn or admin call, so its counters go on
-    /// from the stored row instead of restarting at zero. Called by the
-    /// health monitor about once a minute; returns how many were dropped.
-    pub fn forget_idle_agents(&self, now_ms: u64) -> usize {
-        let mut map = self.agents.lock().expect("agents lock");
-        let before = map.len();
-        map.retain(|_, a| {
-            !hale_core::pause::may_forget(
-                a.pause.is_some() || a.record.paused,
-                !a.record.state.is_null(),
-                a.record.last_seen_ms,
-                now_ms,
-            )
-        });
-        before - map.len()
+    /// Sheds idle agents and tasks beyond `memory.idle_agents` /
+    /// `memory.idle_tasks` (`hale_core::memory`): an agent unseen for a
+    /// minute or more, not paused, with nothing under way in the health
+    /// runtime ([`crate::health::HealthRt::forget`]), the least recently
+    /// seen first. Their rows stay in the store; [`Gateway::load_agent`]
+    /// reads one back before its next turn or admin call, and the health
+    /// monitor reads back one that stays silent
+    /// ([`crate::memory::watch_silent`]). Called once a minute by every
+    /// instance ([`crate::memory::run`]).
+    pub fn shed_idle(&self, now_ms: u64, now: Instant) -> Shed {
+        let idle: Vec<(u64, String)> = self
+            .agents
+            .lock()
+            .expect("agents lock")
+            .iter()
+            .filter(|(_, a)| a.pause.is_none() && !a.record.paused)
+            .filter_map(|(id, a)| {
+                let t = a.record.last_seen_ms?;
+                hale_core::memory::idle_enough(t, now_ms).then(|| (t, id.clone()))
+            })
+            .collect();
+        let seen: HashMap<String, u64> = idle.iter().map(|(t, id)| (id.clone(), *t)).collect();
+        let picked = hale_core::memory::to_shed(idle, self.cfg.memory.idle_agents);
+        let gone: Vec<String> = picked
+            .into_iter()
+            .filter(|id| self.health.forget(id, now))
+            .collect();
+        let mut agents = 0;
+        {
+            let mut map = self.agents.lock().expect("agents lock");
+            for id in &gone {
+                // Seen again meanwhile: it stays (its health slot comes back
+                // with its next heartbeat).
+                let unchanged = map.get(id).is_some_and(|a| {
+                    a.pause.is_none() && a.record.last_seen_ms == seen.get(id).copied()
+                });
+                if unchanged {
+                    map.remove(id);
+                    agents += 1;
+                }
+            }
+        }
+        let tasks = self.tasks.shed(now, self.cfg.memory.idle_tasks);
+        Shed { agents, tasks }
     }
 
-    /// Makes sure `agent`'s record is in memory: one that was forgotten
-    /// ([`Gateway::forget_idle_agents`]) is read back from the store. An
+    /// Holds `row` in memory unless the agent is there already (a newer
+    /// view). Returns whether it was added.
+    pub fn hold_row(&self, row: AgentRecord) -> bool {
+        let id = row.id.clone();
+        let added = {
+            let mut map = self.agents.lock().expect("agents lock");
+            match map.entry(id.clone()) {
+                std::collections::hash_map::Entry::Occupied(_) => false,
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(AgentRt::new(row.clone()));
+                    true
+                }
+            }
+        };
+        if added {
+            // Its terminated tasks stay blocked.
+            crate::health::adopt_terminated(self, &id, &row.state);
+        }
+        added
+    }
+
+    /// Makes sure `agent`'s record is in memory: one that was shed
+    /// ([`Gateway::shed_idle`]) is read back from the store, with its
+    /// terminated tasks. An
     /// agent the store does not know stays absent (it is new). A store
     /// error is logged and the turn goes on as for a new agent.
     pub async fn load_agent(&self, agent: &str) {
@@ -278,11 +336,7 @@ impl Gateway {
         }
         match self.store.agent(agent).await {
             Ok(Some(rec)) => {
-                self.agents
-                    .lock()
-                    .expect("agents lock")
-                    .entry(agent.to_owned())
-                    .or_insert_with(|| AgentRt::new(rec));
+                self.hold_row(rec);
             }
             Ok(None) => {}
             Err(e) => tracing::warn!(agent, error = %e, "reading a forgotten agent back failed"),

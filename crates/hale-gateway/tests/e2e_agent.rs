@@ -320,13 +320,15 @@ async fn journal_survives_a_restart() {
     h2.stop().await;
 }
 
-/// Issue 13: an agent idle for `IDLE_AGENT_TTL` leaves memory, and its row
-/// is read back before its next admin call or turn, so its counters go on
-/// from the store instead of restarting at zero.
+/// Issue 13: an idle agent beyond `memory.idle_agents` leaves memory, and
+/// its row is read back before its next admin call or turn, so its counters
+/// go on from the store instead of restarting at zero.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forgotten_agent_is_read_back_with_its_counters() {
     let c = chaos().await;
-    let h = Hale::start(config(vec![openai("primary", &c, "fine")])).await;
+    let mut cfg = config(vec![openai("primary", &c, "fine")]);
+    cfg.memory.idle_agents = 0;
+    let h = Hale::start(cfg).await;
     for _ in 0..2 {
         h.openai(ROUTE)
             .agent("idle-one")
@@ -349,10 +351,12 @@ async fn a_forgotten_agent_is_read_back_with_its_counters() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(stored, 2);
-    let ttl = hale_core::pause::IDLE_AGENT_TTL.as_millis() as u64;
-    let later = hale_gateway::state::wall_ms() + ttl;
+    let idle = hale_core::memory::SHED_AFTER_IDLE;
     let forget = |h: &Hale| {
-        h.gw.forget_idle_agents(later);
+        let later = hale_gateway::state::wall_ms() + idle.as_millis() as u64;
+        let shed = h.gw.shed_idle(later, std::time::Instant::now() + idle);
+        assert_eq!(shed.agents, 1);
+        assert!(!h.gw.health.knows("idle-one"), "its health slot went too");
         assert!(
             !h.gw.agents.lock().expect("lock").contains_key("idle-one"),
             "{:?}",
@@ -371,5 +375,51 @@ async fn a_forgotten_agent_is_read_back_with_its_counters() {
         .assert_complete(&full());
     let (_, agent) = h.get_json("/agents/idle-one").await;
     assert_eq!(agent["counters"]["turns"], 3, "{agent}");
+    h.stop().await;
+}
+
+/// Issue 13: idle tasks beyond `memory.idle_tasks` leave memory, the most
+/// recently used stay, and a task a guard stopped is kept (its stop lives
+/// there): after shedding, the stopped task is still refused and a shed
+/// task goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_tasks_are_shed_beyond_the_bound_but_a_stopped_one_stays() {
+    let c = chaos().await;
+    let mut cfg = config(vec![openai("primary", &c, "fine")]);
+    cfg.memory.idle_tasks = 1;
+    cfg.guard.max_events = 6;
+    let h = Hale::start(cfg).await;
+    let turn = |task: &'static str| {
+        h.openai(ROUTE)
+            .agent("many-tasks")
+            .header("x-hale-task", task)
+            .send()
+    };
+    // "stopped" reaches its event cap; four more tasks take one turn each.
+    let mut refused = false;
+    for _ in 0..12 {
+        if turn("stopped").await.status == 409 {
+            refused = true;
+            break;
+        }
+    }
+    assert!(refused, "the guard never stopped the task");
+    for task in ["t1", "t2", "t3", "t4"] {
+        turn(task).await.assert_complete(&full());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(h.gw.tasks.len(), 5);
+    let idle = hale_core::memory::SHED_AFTER_IDLE;
+    // Nothing idle for a minute yet: nothing goes.
+    assert_eq!(h.gw.tasks.shed(std::time::Instant::now(), 1), 0);
+    let later = std::time::Instant::now() + idle;
+    assert_eq!(
+        h.gw.tasks.shed(later, 1),
+        3,
+        "t1..t3 go; t4 and the stopped one stay"
+    );
+    assert_eq!(h.gw.tasks.len(), 2);
+    assert_eq!(turn("stopped").await.status, 409);
+    turn("t1").await.assert_complete(&full());
     h.stop().await;
 }

@@ -519,3 +519,115 @@ async fn a_recovered_task_is_answered_from_the_journal_without_a_provider_call()
     assert_eq!(done[0].payload["first_success"], "replayed");
     h.stop().await;
 }
+
+/// Issue 13: fake times one minute on, past `SHED_AFTER_IDLE`.
+fn a_minute_on() -> (u64, Instant) {
+    let d = hale_core::memory::SHED_AFTER_IDLE + Duration::from_secs(1);
+    (
+        hale_gateway::state::wall_ms() + d.as_millis() as u64,
+        Instant::now() + d,
+    )
+}
+
+/// Waits until the store holds `agent`'s row with `turns` turns.
+async fn stored_turns(h: &Hale, agent: &str, turns: u64) {
+    for _ in 0..500 {
+        h.store.flush().await.expect("flush");
+        let n = h
+            .store
+            .agent(agent)
+            .await
+            .expect("agent")
+            .map_or(0, |a| a.turns);
+        if n >= turns {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{agent}: the store never counted {turns} turns");
+}
+
+/// Issue 13: shedding an agent from memory does not lift its terminated
+/// task: the block comes back with its row.
+#[tokio::test]
+async fn a_shed_agent_keeps_its_terminated_task_blocked() {
+    let c = chaos().await;
+    let mut cfg = config(vec![openai("p", &c, "ok")]);
+    cfg.memory.idle_agents = 0;
+    let h = Hale::start(cfg).await;
+    assert_eq!(call(&h, "shed-term", "job-1", "hi").await.status, 200);
+    let (s, v) = post(
+        &h,
+        "/agents/shed-term/terminate",
+        json!({"reason": "enough"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    stored_turns(&h, "shed-term", 1).await;
+    // Just terminated: kept (its final state is still being written).
+    let shed = h.gw.shed_idle(a_minute_on().0, Instant::now());
+    assert_eq!(shed.agents, 0);
+    let (ms, at) = a_minute_on();
+    assert_eq!(h.gw.shed_idle(ms, at).agents, 1);
+    assert!(!h.gw.agents.lock().expect("lock").contains_key("shed-term"));
+    assert!(!h.gw.health.knows("shed-term"));
+    let r = call(&h, "shed-term", "job-1", "hi").await;
+    assert_eq!(r.status, 410, "{}", r.raw);
+    assert_eq!(call(&h, "shed-term", "job-2", "hi").await.status, 200);
+    h.stop().await;
+}
+
+/// Issue 13: an agent shed from memory that then stays silent is still
+/// judged: the monitor reads it back from the store once it has been silent
+/// for `stuck_after` and it goes stuck and is nudged as if it had stayed.
+/// A paused agent is not read back; each silence is read once.
+#[tokio::test]
+async fn an_agent_silent_while_shed_is_judged_from_the_store() {
+    let c = chaos().await;
+    let mut cfg = config(vec![openai("p", &c, "ok")]);
+    cfg.memory.idle_agents = 0;
+    let stuck_after = cfg.health.stuck_after;
+    let h = Hale::start(cfg).await;
+    let start_ms = hale_gateway::state::wall_ms();
+    let mut cursor = hale_gateway::memory::silence_cursor(&h.gw, start_ms);
+    assert_eq!(call(&h, "gone-quiet", "t", "hi").await.status, 200);
+    assert_eq!(call(&h, "held", "t", "hi").await.status, 200);
+    let (s, _) = post(&h, "/agents/held/pause", json!({})).await;
+    assert_eq!(s, 200);
+    stored_turns(&h, "gone-quiet", 1).await;
+    stored_turns(&h, "held", 1).await;
+    let (ms, at) = a_minute_on();
+    assert_eq!(h.gw.shed_idle(ms, at).agents, 1, "the paused one stays");
+    assert!(!h.gw.health.knows("gone-quiet"));
+
+    // Before `stuck_after`: nothing to read back.
+    let n = hale_gateway::memory::watch_silent(&h.gw, &mut cursor, ms, at).await;
+    assert_eq!(n, 0);
+    // Silent for `stuck_after`: read back and judged.
+    let later = stuck_after + Duration::from_secs(2);
+    let (ms, at) = (start_ms + later.as_millis() as u64, Instant::now() + later);
+    let n = hale_gateway::memory::watch_silent(&h.gw, &mut cursor, ms, at).await;
+    assert_eq!(n, 1);
+    assert!(h.gw.health.knows("gone-quiet"));
+    health::tick(&h.gw, at);
+    let evs = events(&h).await;
+    let stuck: Vec<_> = of_kind(&evs, EventKind::HealthStateChanged)
+        .into_iter()
+        .filter(|e| e.agent.as_deref() == Some("gone-quiet") && e.payload["to"] == "stuck")
+        .collect();
+    assert_eq!(stuck.len(), 1, "{evs:?}");
+    assert_eq!(
+        stuck[0].payload["signal"], "no_progress",
+        "{}",
+        stuck[0].payload
+    );
+    // Its nudge waits for its next request.
+    let r = call(&h, "gone-quiet", "t", "back").await;
+    assert_eq!(r.status, 200);
+    let evs = events(&h).await;
+    assert_eq!(of_kind(&evs, EventKind::HealthNudgeSent).len(), 1);
+    // The same silence is not read twice.
+    let n = hale_gateway::memory::watch_silent(&h.gw, &mut cursor, ms + 1, at).await;
+    assert_eq!(n, 0);
+    h.stop().await;
+}

@@ -534,6 +534,59 @@ impl Store {
         })
     }
 
+    /// The agents a starting instance holds in memory: every paused one
+    /// (its automatic resume is timed in memory), every one never seen
+    /// (named by the config or an operator), and the `recent` most recently
+    /// seen; the rest are read back when they return
+    /// (`hale_core::memory`).
+    pub async fn agents_to_hold(&self, recent: usize) -> Result<Vec<AgentRecord>> {
+        let recent = i64::try_from(recent).unwrap_or(i64::MAX);
+        on_pool!(&self.inner.pool, |p, _Db| {
+            let sql = format!(
+                "SELECT {AGENT_COLS} FROM agents WHERE paused OR last_seen_ms IS NULL \
+                 UNION ALL SELECT {AGENT_COLS} FROM (SELECT {AGENT_COLS} FROM agents \
+                 WHERE NOT paused AND last_seen_ms IS NOT NULL \
+                 ORDER BY last_seen_ms DESC, id LIMIT $1) AS recent"
+            );
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(recent)
+                .fetch_all(p)
+                .await
+                .map_err(StoreError::db("listing the agents to hold"))?;
+            rows.iter().map(decode_agent).collect()
+        })
+    }
+
+    /// Agents last seen after `after` (a `(last_seen_ms, id)` position) and
+    /// at or before `until_ms`, in that order, at most `limit`: the health
+    /// monitor's check for agents gone silent while out of memory.
+    pub async fn agents_seen_between(
+        &self,
+        after: &hale_core::memory::SilenceCursor,
+        until_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<AgentRecord>> {
+        let from = i64::try_from(after.last_seen_ms).unwrap_or(i64::MAX);
+        let until = i64::try_from(until_ms).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        on_pool!(&self.inner.pool, |p, _Db| {
+            let sql = format!(
+                "SELECT {AGENT_COLS} FROM agents WHERE \
+                 (last_seen_ms > $1 OR (last_seen_ms = $1 AND id > $2)) AND last_seen_ms <= $3 \
+                 ORDER BY last_seen_ms, id LIMIT $4"
+            );
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(from)
+                .bind(after.id.as_str())
+                .bind(until)
+                .bind(limit)
+                .fetch_all(p)
+                .await
+                .map_err(StoreError::db("listing silent agents"))?;
+            rows.iter().map(decode_agent).collect()
+        })
+    }
+
     /// An agent's checkpoints, of one task or of all, newest first.
     pub async fn checkpoints(
         &self,

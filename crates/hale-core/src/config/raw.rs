@@ -217,6 +217,8 @@ pub struct RawConfig {
     #[serde(default)]
     storage_pool: Opt<RawStoragePool>,
     #[serde(default)]
+    memory: Opt<RawMemory>,
+    #[serde(default)]
     auth: Opt<RawAuth>,
     #[serde(default)]
     limits: Opt<RawLimits>,
@@ -535,6 +537,15 @@ struct RawTelemetry {
     otlp_endpoint: Opt<String>,
     #[serde(default)]
     service_name: Opt<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMemory {
+    #[serde(default)]
+    idle_agents: Opt<usize>,
+    #[serde(default)]
+    idle_tasks: Opt<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

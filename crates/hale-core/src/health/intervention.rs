@@ -108,6 +108,14 @@ impl Interventions {
         self.phase
     }
 
+    /// Nothing under way: watching, no nudge pending, no extra time an
+    /// operator granted still running.
+    pub fn at_rest(&self) -> bool {
+        self.phase == InterventionPhase::Watching
+            && self.pending_nudge.is_none()
+            && self.quiet_until.is_none()
+    }
+
     /// Whether a nudge waits to be injected.
     pub fn has_pending_nudge(&self) -> bool {
         self.pending_nudge.is_some()

@@ -12,6 +12,11 @@
 //!   skipped when popped, and because heartbeats only push deadlines later, a
 //!   live entry is always a lower bound (popping early just re-checks).
 //! - names are stored once (`Arc<str>` shared by the map and the slot).
+//! - an agent may leave ([`HealthRegistry::forget_if_quiet`]) when nothing
+//!   is under way for it; its slot goes on a free list and is reused by the
+//!   next new agent, so the slots are bounded by the agents held, not by
+//!   every agent ever seen. Heap entries of a freed slot are stale (they
+//!   no longer match its `scheduled`) and are skipped like any other.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -25,6 +30,7 @@ use super::{
     InterventionPhase, Interventions, StateChange,
 };
 use crate::config::HealthConfig;
+use crate::memory::SHED_AFTER_IDLE;
 
 /// What `evaluate_all` reports for one agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -46,11 +52,30 @@ struct Slot {
     dirty: bool,
 }
 
-/// The health of every agent the gateway has seen.
+impl Slot {
+    /// Nothing under way for this agent at `now` (see `forget_if_quiet`).
+    fn quiet(&self, now: Instant) -> bool {
+        match self.health.state() {
+            HealthState::Healthy | HealthState::Degraded => self.interventions.at_rest(),
+            // Its final state is in the agent's row: the gateway wrote it
+            // when it terminated, and a minute is many group commits.
+            HealthState::Terminated => {
+                now.saturating_duration_since(self.health.state_since) >= SHED_AFTER_IDLE
+                    && (self.interventions.phase() == InterventionPhase::Terminated
+                        || self.interventions.at_rest())
+            }
+            HealthState::Stuck | HealthState::Failing => false,
+        }
+    }
+}
+
+/// The health of every agent the gateway held.
 #[derive(Debug, Default)]
 pub struct HealthRegistry {
     index: HashMap<Arc<str>, u32>,
-    slots: Vec<Slot>,
+    /// `None`: a freed slot, its index in `free`.
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
     dirty: Vec<u32>,
     heap: BinaryHeap<Reverse<(Instant, u32)>>,
     /// Reused by `evaluate_all` so a steady state allocates nothing.
@@ -65,11 +90,17 @@ impl HealthRegistry {
 
     /// Number of agents.
     pub fn len(&self) -> usize {
-        self.slots.len()
+        self.index.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.index.is_empty()
+    }
+
+    /// Number of slots, freed ones included (what the registry's memory is
+    /// sized by).
+    pub fn slots(&self) -> usize {
+        self.slots.len()
     }
 
     /// The slot of `agent`, registering it (healthy at `now`) when new.
@@ -77,17 +108,28 @@ impl HealthRegistry {
         if let Some(&i) = self.index.get(agent) {
             return i;
         }
-        let i = u32::try_from(self.slots.len()).unwrap_or(u32::MAX);
         let name: Arc<str> = Arc::from(agent);
         self.name_bytes += agent.len();
-        self.index.insert(name.clone(), i);
-        self.slots.push(Slot {
-            name,
+        let slot = Slot {
+            name: name.clone(),
             health: AgentHealth::new(now),
             interventions: Interventions::new(),
             scheduled: None,
             dirty: false,
-        });
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                if let Some(s) = self.slots.get_mut(i as usize) {
+                    *s = Some(slot);
+                }
+                i
+            }
+            None => {
+                self.slots.push(Some(slot));
+                u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
+            }
+        };
+        self.index.insert(name, i);
         // Room for every slot to be dirty at once: marking never allocates.
         self.dirty
             .reserve(self.slots.len().saturating_sub(self.dirty.len()));
@@ -97,8 +139,51 @@ impl HealthRegistry {
         i
     }
 
+    /// Registers `agent` as last heard from at `at` (an agent read back from
+    /// the store after `at`'s silence): its time-based signals run from
+    /// then. A known agent is left as it is. Returns whether it was new.
+    pub fn register_silent(&mut self, agent: &str, at: Instant) -> bool {
+        if self.index.contains_key(agent) {
+            return false;
+        }
+        self.register(agent, at);
+        true
+    }
+
+    /// Drops `agent` when nothing is under way for it: healthy or degraded
+    /// with the planner watching (no nudge pending, no extra time granted),
+    /// or terminated a minute ago or more (its final state is in its row,
+    /// `SHED_AFTER_IDLE`); never stuck, failing
+    /// or handed off. An evaluation still owed (dirty) is dropped with it:
+    /// the caller sheds only agents idle for a minute, whose last turn the
+    /// monitor, where it runs, has judged. Returns whether it is gone (an
+    /// unknown agent: true, there is nothing to keep).
+    pub fn forget_if_quiet(&mut self, agent: &str, now: Instant) -> bool {
+        let Some(&i) = self.index.get(agent) else {
+            return true;
+        };
+        let quiet = self
+            .slots
+            .get(i as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|s| s.quiet(now));
+        if !quiet {
+            return false;
+        }
+        self.index.remove(agent);
+        if let Some(s) = self.slots.get_mut(i as usize) {
+            if s.as_ref().is_some_and(|s| s.dirty) {
+                self.dirty.retain(|&d| d != i);
+            }
+            *s = None;
+        }
+        self.name_bytes = self.name_bytes.saturating_sub(agent.len());
+        self.free.push(i);
+        true
+    }
+
     fn mark_dirty(&mut self, i: u32) {
-        if let Some(slot) = self.slots.get_mut(i as usize)
+        if let Some(Some(slot)) = self.slots.get_mut(i as usize)
             && !slot.dirty
         {
             slot.dirty = true;
@@ -108,7 +193,10 @@ impl HealthRegistry {
 
     fn slot_mut(&mut self, agent: &str) -> Option<(u32, &mut Slot)> {
         let i = *self.index.get(agent)?;
-        self.slots.get_mut(i as usize).map(|s| (i, s))
+        self.slots
+            .get_mut(i as usize)
+            .and_then(Option::as_mut)
+            .map(|s| (i, s))
     }
 
     /// Records a heartbeat; registers an unknown agent first (the only case
@@ -118,7 +206,7 @@ impl HealthRegistry {
             Some(&i) => i,
             None => self.register(agent, now),
         };
-        if let Some(slot) = self.slots.get_mut(i as usize) {
+        if let Some(Some(slot)) = self.slots.get_mut(i as usize) {
             slot.health.heartbeat(hb, now);
         }
         self.mark_dirty(i);
@@ -187,22 +275,29 @@ impl HealthRegistry {
 
     pub fn state(&self, agent: &str) -> Option<HealthState> {
         let i = *self.index.get(agent)?;
-        self.slots.get(i as usize).map(|s| s.health.state())
+        self.slot(i).map(|s| s.health.state())
     }
 
     pub fn phase(&self, agent: &str) -> Option<InterventionPhase> {
         let i = *self.index.get(agent)?;
-        self.slots.get(i as usize).map(|s| s.interventions.phase())
+        self.slot(i).map(|s| s.interventions.phase())
     }
 
     pub fn snapshot(&self, agent: &str, now: Instant) -> Option<HealthSnapshot> {
         let i = *self.index.get(agent)?;
-        self.slots.get(i as usize).map(|s| s.health.snapshot(now))
+        self.slot(i).map(|s| s.health.snapshot(now))
     }
 
-    /// Every agent's name and state, in registration order.
+    fn slot(&self, i: u32) -> Option<&Slot> {
+        self.slots.get(i as usize).and_then(Option::as_ref)
+    }
+
+    /// Every agent's name and state, in slot order.
     pub fn states(&self) -> impl Iterator<Item = (&str, HealthState)> {
-        self.slots.iter().map(|s| (&*s.name, s.health.state()))
+        self.slots
+            .iter()
+            .flatten()
+            .map(|s| (&*s.name, s.health.state()))
     }
 
     /// Evaluates the agents that changed or whose deadline passed, appending
@@ -221,8 +316,8 @@ impl HealthRegistry {
                 break;
             }
             self.heap.pop();
-            let Some(slot) = self.slots.get_mut(i as usize) else {
-                continue;
+            let Some(Some(slot)) = self.slots.get_mut(i as usize) else {
+                continue; // a freed slot
             };
             if slot.scheduled != Some(t) {
                 continue; // a stale duplicate
@@ -234,7 +329,7 @@ impl HealthRegistry {
             }
         }
         for &i in &due {
-            let Some(slot) = self.slots.get_mut(i as usize) else {
+            let Some(Some(slot)) = self.slots.get_mut(i as usize) else {
                 continue;
             };
             slot.dirty = false;
@@ -261,18 +356,20 @@ impl HealthRegistry {
     /// Estimated bytes per agent: slot, map entry, name, heap and dirty
     /// entries, counting reserved capacity.
     pub fn mem_per_agent(&self) -> usize {
-        let n = self.slots.len().max(1);
-        let slots = self.slots.capacity() * size_of::<Slot>();
+        let n = self.index.len().max(1);
+        let slots = self.slots.capacity() * size_of::<Option<Slot>>()
+            + self.free.capacity() * size_of::<u32>();
         // hashbrown: one control byte per bucket; buckets ≈ capacity × 8/7.
         let buckets = self.index.capacity() * 8 / 7;
         let map = buckets * (size_of::<(Arc<str>, u32)>() + 1);
         // Arc<str>: two counters beside the bytes, rounded up by the allocator.
-        let names = self.name_bytes + self.slots.len() * 2 * size_of::<usize>();
+        let names = self.name_bytes + self.index.len() * 2 * size_of::<usize>();
         let heap = self.heap.capacity() * size_of::<Reverse<(Instant, u32)>>();
         let lists = (self.dirty.capacity() + self.due.capacity()) * size_of::<u32>();
         let pending: usize = self
             .slots
             .iter()
+            .flatten()
             .filter(|s| s.interventions.has_pending_nudge())
             .count()
             * 256;

@@ -805,3 +805,126 @@ fn registry_memory_per_agent_is_under_1_kib() {
     let m = r.mem_per_agent();
     assert!(m <= 1024, "{m} bytes per agent");
 }
+
+#[test]
+fn registry_forgets_only_quiet_agents() {
+    let t0 = Instant::now();
+    let mut r = HealthRegistry::new();
+    // An agent never evaluated (dirty; where no monitor runs) is quiet,
+    // and its owed evaluation goes with it.
+    r.heartbeat("fresh", &progress("x"), t0);
+    assert!(r.forget_if_quiet("fresh", t0));
+    r.heartbeat("ok", &progress("x"), t0);
+    assert!(outputs(&mut r, t0).is_empty());
+    // Stuck (and nudged): kept while the plan runs.
+    r.heartbeat("stuck", &Heartbeat::default(), t0);
+    r.set_context_exhausted("stuck", true);
+    // Failing: kept.
+    r.heartbeat("failing", &Heartbeat::default(), t0);
+    r.set_breaker_open("failing", true);
+    // Degraded by staleness only: quiet.
+    r.heartbeat("stale", &progress("y"), t0);
+    let out = outputs(&mut r, t0 + mins(1));
+    assert!(!out.is_empty());
+    let _ = outputs(&mut r, t0 + mins(10));
+    assert_eq!(r.state("stale"), Some(HealthState::Degraded));
+    let cases = [
+        ("ok", false, true),
+        ("stuck", true, false),
+        ("failing", true, false),
+        ("unknown", false, true),
+    ];
+    for (agent, kept, gone) in cases {
+        assert_eq!(r.forget_if_quiet(agent, t0 + mins(10)), gone, "{agent}");
+        assert_eq!(r.state(agent).is_some(), kept, "{agent}");
+    }
+    // "ok" went stale at minute 10 as well; both degraded ones are quiet.
+    assert!(r.forget_if_quiet("stale", t0 + mins(10)));
+    assert_eq!(r.len(), 2);
+    // A terminated agent may go (its final state is in its row); a handed
+    // off one (paused for a human) stays.
+    r.heartbeat("t", &Heartbeat::default(), t0 + mins(11));
+    let _ = outputs(&mut r, t0 + mins(11));
+    r.terminate("t", "operator", t0 + mins(11));
+    let _ = outputs(&mut r, t0 + mins(11));
+    assert!(!r.forget_if_quiet("t", t0 + mins(11)), "just terminated");
+    assert!(r.forget_if_quiet("t", t0 + mins(12)));
+    r.heartbeat("h", &Heartbeat::default(), t0);
+    r.set_context_exhausted("h", true);
+    for m in 0..=30 {
+        let _ = outputs(&mut r, t0 + mins(m));
+    }
+    assert!(matches!(
+        r.phase("h"),
+        Some(InterventionPhase::Escalated { .. })
+    ));
+    assert!(!r.forget_if_quiet("h", t0 + mins(30)), "escalated");
+    r.decide("h", Decision::HandOff, t0 + mins(31))
+        .expect("decide");
+    assert!(!r.forget_if_quiet("h", t0 + mins(40)));
+    // Dropping a dirty slot leaves no trace in the next evaluation.
+    r.heartbeat("d", &progress("x"), t0 + mins(40));
+    assert!(r.forget_if_quiet("d", t0 + mins(40)));
+    let out = outputs(&mut r, t0 + mins(40));
+    assert!(out.iter().all(|(a, _)| a != "d"), "{out:?}");
+    assert_eq!(r.state("d"), None);
+}
+
+#[test]
+fn forgotten_slots_are_reused_and_stale_deadlines_never_reach_the_new_agent() {
+    let t0 = Instant::now();
+    let mut r = HealthRegistry::new();
+    for k in 0..100 {
+        let a = format!("a{k}");
+        r.heartbeat(&a, &progress("x"), t0);
+    }
+    let _ = outputs(&mut r, t0);
+    for k in 0..100 {
+        assert!(r.forget_if_quiet(&format!("a{k}"), t0));
+    }
+    assert!(r.is_empty());
+    // 1,000 more agents over time reuse the 100 slots: the registry's size
+    // follows the agents held, not the agents ever seen.
+    for round in 0..10u64 {
+        let at = t0 + mins(round);
+        for k in 0..100 {
+            r.heartbeat(&format!("r{round}-{k}"), &progress("x"), at);
+        }
+        let _ = outputs(&mut r, at);
+        for k in 0..100 {
+            assert!(r.forget_if_quiet(&format!("r{round}-{k}"), at));
+        }
+        assert_eq!(r.slots(), 100);
+    }
+    // The first agents' heap entries (stale at minute 10) must not judge
+    // the slot's new tenant, heard from at minute 9.
+    r.heartbeat("new", &progress("x"), t0 + mins(9));
+    let out = outputs(&mut r, t0 + mins(10));
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(r.state("new"), Some(HealthState::Healthy));
+    let out = outputs(&mut r, t0 + mins(19));
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].0, "new");
+    assert_eq!(r.slots(), 100);
+}
+
+#[test]
+fn an_agent_registered_as_silent_is_judged_from_its_last_turn() {
+    let t0 = Instant::now();
+    let mut r = HealthRegistry::new();
+    assert!(r.register_silent("s", t0));
+    assert!(!r.register_silent("s", t0 + mins(5)), "known: left alone");
+    let out = outputs(&mut r, t0 + mins(30));
+    let tos: Vec<HealthState> = out
+        .iter()
+        .filter_map(|(_, o)| match o {
+            HealthOutput::StateChanged(c) => Some(c.to),
+            HealthOutput::Intervention(_) => None,
+        })
+        .collect();
+    assert_eq!(tos, vec![HealthState::Stuck], "{out:?}");
+    assert!(
+        out.iter()
+            .any(|(_, o)| matches!(o, HealthOutput::Intervention(Intervention::Nudge { .. })))
+    );
+}

@@ -991,3 +991,58 @@ pub async fn counts_add_up_as_the_core_rule_says(s: &Store) {
     .expect("commit");
     assert_eq!(s.task_spend("counted", "t1").await.expect("read"), None);
 }
+
+/// What a starting instance holds, and the health monitor's walk over
+/// agents silent while out of memory, in (last_seen_ms, id) order.
+pub async fn agents_held_and_silent_walk(s: &Store) {
+    use hale_core::memory::SilenceCursor;
+    let mut writes = Vec::new();
+    for (id, seen, paused) in [
+        ("s-a", Some(100), false),
+        ("s-b", Some(100), false),
+        ("s-c", Some(200), false),
+        ("s-d", Some(300), false),
+        ("s-paused", Some(50), true),
+        ("s-never", None, false),
+    ] {
+        let mut a = agent(id);
+        a.last_seen_ms = seen;
+        a.paused = paused;
+        writes.push(Write::Agent(a));
+    }
+    s.commit(writes).await.expect("commit");
+    let mut held: Vec<String> = s
+        .agents_to_hold(2)
+        .await
+        .expect("to hold")
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
+    held.sort();
+    assert_eq!(held, ["s-c", "s-d", "s-never", "s-paused"]);
+    let all = s.agents_to_hold(100).await.expect("to hold");
+    assert_eq!(all.len(), 6, "no row twice");
+
+    // Walk two at a time up to 200: a, b (tie on 100, by id), then c;
+    // d (300) is not silent yet; the paused one (50) is before the start.
+    let mut cur = SilenceCursor::starting_at(60);
+    let mut seen = Vec::new();
+    loop {
+        let rows = s.agents_seen_between(&cur, 200, 2).await.expect("walk");
+        if rows.is_empty() {
+            break;
+        }
+        for r in rows {
+            cur.advance(r.last_seen_ms.expect("seen"), &r.id);
+            seen.push(r.id);
+        }
+    }
+    assert_eq!(seen, ["s-a", "s-b", "s-c"]);
+    // An agent seen again moves past the cursor and is read once more.
+    let mut b = agent("s-b");
+    b.last_seen_ms = Some(250);
+    s.commit(vec![Write::Agent(b)]).await.expect("commit");
+    let rows = s.agents_seen_between(&cur, 300, 10).await.expect("walk");
+    let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["s-b", "s-d"]);
+}

@@ -1291,3 +1291,20 @@ fn storage_pool_limits_are_read_and_zero_is_refused() {
     let errs = load_err(&with_base("storage_pool: {pool: 3}\n"));
     assert!(!errs.is_empty(), "an unknown key is refused");
 }
+
+#[test]
+fn memory_bounds_are_read_and_default_once() {
+    let cfg = load_ok(&with_base("memory: {idle_agents: 10, idle_tasks: 0}\n"));
+    assert_eq!(cfg.memory.idle_agents, 10);
+    assert_eq!(cfg.memory.idle_tasks, 0);
+    let default = load_ok(&with_base(""));
+    assert_eq!(default.memory, crate::memory::MemoryConfig::default());
+    assert_eq!(
+        default.memory.idle_agents,
+        crate::memory::DEFAULT_IDLE_AGENTS
+    );
+    let errs = load_err(&with_base("memory: {idle_agents: -1}\n"));
+    assert!(!errs.is_empty(), "a negative count is refused");
+    let errs = load_err(&with_base("memory: {agents: 3}\n"));
+    assert!(!errs.is_empty(), "an unknown key is refused");
+}

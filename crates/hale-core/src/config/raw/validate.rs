@@ -151,6 +151,15 @@ pub fn validate(
             }
         }
     }
+    if let Some(m) = &raw.memory {
+        // Zero is allowed: memory then holds only the active agents and tasks.
+        if let Some(n) = &m.value.idle_agents {
+            cfg.memory.idle_agents = n.value;
+        }
+        if let Some(n) = &m.value.idle_tasks {
+            cfg.memory.idle_tasks = n.value;
+        }
+    }
     if let Some(sp) = &raw.storage_pool {
         if let Some(n) = &sp.value.max_connections {
             if n.value == 0 {

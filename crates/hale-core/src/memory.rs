@@ -1,0 +1,184 @@
+//! What the gateway keeps in memory, and what it sheds (issue 13: memory
+//! bounded over hours with 100k+ agents seen).
+//!
+//! Everything the gateway holds per agent and per task is also in the store
+//! (counters are counted there, `hale_core::counts`; pauses and terminated
+//! tasks are in the agent's row), so memory is a cache of the active set.
+//! An agent or a task idle for at least [`SHED_AFTER_IDLE`] may leave it:
+//! memory holds every agent and task active in the last minute, plus at
+//! most `memory.idle_agents` / `memory.idle_tasks` idle ones, the most
+//! recently seen first. A shed agent is read back from its row before its
+//! next turn or admin call; a shed task takes its stored totals back with
+//! its next count.
+//!
+//! What is never shed, because memory is where it lives: a paused agent
+//! (its automatic resume is timed here), an agent the health monitor is
+//! acting on (stuck, failing, a nudge pending, an escalation waiting for an
+//! operator, a recovery under way), an agent never seen (named by the
+//! config or an operator), a task a guard stopped.
+//!
+//! A shed agent is still watched: the health monitor asks the store for
+//! agents silent for `health.stuck_after` that are not in memory and judges
+//! them as if they had stayed ([`silent_since`]).
+
+use std::time::Duration;
+
+/// An agent or a task idle for less than this is never shed: longer than a
+/// turn, so nothing a turn in flight will touch again leaves memory.
+pub const SHED_AFTER_IDLE: Duration = Duration::from_secs(60);
+
+/// Default `memory.idle_agents`.
+pub const DEFAULT_IDLE_AGENTS: usize = 1024;
+/// Default `memory.idle_tasks`.
+pub const DEFAULT_IDLE_TASKS: usize = 1024;
+
+/// How many agents the health monitor reads back from the store per pass of
+/// its silence check (the rest wait for the next pass, a minute later).
+pub const SILENT_BATCH: usize = 512;
+
+/// `memory:` — how many idle agents and tasks stay in memory beyond the
+/// active ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryConfig {
+    pub idle_agents: usize,
+    pub idle_tasks: usize,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self {
+            idle_agents: DEFAULT_IDLE_AGENTS,
+            idle_tasks: DEFAULT_IDLE_TASKS,
+        }
+    }
+}
+
+/// Whether an entry last used at `last_used_ms` is idle enough to shed at
+/// `now_ms` (a clock that went back sheds nothing).
+pub fn idle_enough(last_used_ms: u64, now_ms: u64) -> bool {
+    let min = u64::try_from(SHED_AFTER_IDLE.as_millis()).unwrap_or(u64::MAX);
+    now_ms.checked_sub(last_used_ms).is_some_and(|d| d >= min)
+}
+
+/// Which idle entries to shed: `idle` holds the sheddable entries (already
+/// idle enough, nothing holding them) with their last use; all but the
+/// `keep` most recently used are shed. Ties shed the smaller key first, so
+/// the choice does not depend on the order of `idle`.
+pub fn to_shed<K: Ord>(mut idle: Vec<(u64, K)>, keep: usize) -> Vec<K> {
+    if idle.len() <= keep {
+        return Vec::new();
+    }
+    let n = idle.len() - keep;
+    // Oldest first; only the order of the `n` oldest matters.
+    idle.select_nth_unstable_by(n - 1, |a, b| a.cmp(b));
+    idle.truncate(n);
+    idle.into_iter().map(|(_, k)| k).collect()
+}
+
+/// An agent's silence as the store saw it: the cutoff of the health
+/// monitor's check at `now_ms` — agents whose last turn is at or before it
+/// have been silent for `stuck_after`. `None` before the clock has run that
+/// long.
+pub fn silent_since(now_ms: u64, stuck_after: Duration) -> Option<u64> {
+    now_ms.checked_sub(u64::try_from(stuck_after.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Where the silence check resumes: rows are read in (last_seen_ms, id)
+/// order, strictly after the cursor.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SilenceCursor {
+    pub last_seen_ms: u64,
+    pub id: String,
+}
+
+impl SilenceCursor {
+    /// The check starts with agents seen from `start_ms` on (the process's
+    /// start minus `stuck_after`: older silences were an earlier process's
+    /// to judge, as a restart never watched agents it had not seen).
+    pub fn starting_at(start_ms: u64) -> Self {
+        Self {
+            last_seen_ms: start_ms,
+            id: String::new(),
+        }
+    }
+
+    /// Moves past a row read.
+    pub fn advance(&mut self, last_seen_ms: u64, id: &str) {
+        let row = (last_seen_ms, id);
+        if row > (self.last_seen_ms, self.id.as_str()) {
+            self.last_seen_ms = last_seen_ms;
+            id.clone_into(&mut self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_enough_after_the_minute_and_never_backwards() {
+        let t = 10_000_000;
+        let min = SHED_AFTER_IDLE.as_millis() as u64;
+        assert!(!idle_enough(t, t));
+        assert!(!idle_enough(t, t + min - 1));
+        assert!(idle_enough(t, t + min));
+        assert!(!idle_enough(t, t - 1), "a clock that went back");
+    }
+
+    /// (idle entries with their last use, how many to keep, the keys shed)
+    type Case = (Vec<(u64, &'static str)>, usize, Vec<&'static str>);
+
+    #[test]
+    fn to_shed_keeps_the_most_recent() {
+        let cases: Vec<Case> = vec![
+            (vec![], 3, vec![]),
+            (vec![(5, "a"), (1, "b")], 2, vec![]),
+            (vec![(5, "a"), (1, "b"), (3, "c")], 2, vec!["b"]),
+            (vec![(5, "a"), (1, "b"), (3, "c")], 1, vec!["b", "c"]),
+            (vec![(5, "a"), (1, "b"), (3, "c")], 0, vec!["a", "b", "c"]),
+            // Ties: the smaller key goes first.
+            (vec![(2, "z"), (2, "y"), (9, "x")], 2, vec!["y"]),
+        ];
+        for (idle, keep, want) in cases {
+            let mut got = to_shed(idle.clone(), keep);
+            got.sort_unstable();
+            let mut want = want.clone();
+            want.sort_unstable();
+            assert_eq!(got, want, "idle {idle:?} keep {keep}");
+        }
+    }
+
+    #[test]
+    fn to_shed_holds_for_many() {
+        // 10k entries, last used 0..10k shuffled by a fixed stride: the
+        // 9,000 oldest go, whatever the order they came in.
+        let n = 10_000u64;
+        let idle: Vec<(u64, u64)> = (0..n).map(|i| ((i * 7_919) % n, i)).collect();
+        let shed = to_shed(idle.clone(), 1_000);
+        assert_eq!(shed.len(), 9_000);
+        let used: std::collections::HashMap<u64, u64> = idle.iter().map(|&(t, k)| (k, t)).collect();
+        assert!(shed.iter().all(|k| used[k] < 9_000));
+    }
+
+    #[test]
+    fn silence_starts_after_stuck_after() {
+        let h = Duration::from_secs(1800);
+        assert_eq!(silent_since(1_800_000, h), Some(0));
+        assert_eq!(silent_since(1_799_999, h), None);
+        assert_eq!(silent_since(5_000_000, h), Some(3_200_000));
+    }
+
+    #[test]
+    fn the_cursor_only_moves_forward() {
+        let mut c = SilenceCursor::starting_at(100);
+        c.advance(90, "a");
+        assert_eq!(c, SilenceCursor::starting_at(100), "older row: no move");
+        c.advance(100, "b");
+        assert_eq!((c.last_seen_ms, c.id.as_str()), (100, "b"));
+        c.advance(100, "a");
+        assert_eq!((c.last_seen_ms, c.id.as_str()), (100, "b"));
+        c.advance(101, "a");
+        assert_eq!((c.last_seen_ms, c.id.as_str()), (101, "a"));
+    }
+}
