@@ -50,8 +50,12 @@ pub struct LoadSpec {
     pub warmup: Duration,
     pub duration: Duration,
     pub stream: bool,
-    /// The JSON request body, sent as is.
-    pub body: Bytes,
+    /// The JSON request bodies, sent as they are: an agent's turns take
+    /// them in turn. They differ in one byte, so consecutive turns of an
+    /// agent differ as a real agent's do (its conversation moves on);
+    /// identical requests in a row are what hale's health monitor rightly
+    /// judges a loop (stuck), and an agent under intervention is held.
+    pub bodies: [Bytes; 2],
     /// Turns per task: worker `w` acts as agent `bench-w` and names a new
     /// task (`X-Hale-Task`) every this many requests, as an agent starting
     /// its next job would, so hale's per-task guard (DESIGN §1 step 4) sees
@@ -64,16 +68,28 @@ pub struct LoadSpec {
     pub agents_every: Option<u64>,
 }
 
-/// An OpenAI chat request for `model` with a user message of `prompt_bytes` bytes.
-pub fn chat_body(model: &str, stream: bool, prompt_bytes: usize) -> Bytes {
+/// The two requests an agent's turns alternate between ([`LoadSpec::bodies`]).
+pub fn chat_bodies(model: &str, stream: bool, prompt_bytes: usize) -> [Bytes; 2] {
+    [
+        chat_body(model, stream, prompt_bytes, '.'),
+        chat_body(model, stream, prompt_bytes, '!'),
+    ]
+}
+
+/// An OpenAI chat request for `model` with a user message of `prompt_bytes`
+/// bytes, the last one `mark` (ASCII).
+pub fn chat_body(model: &str, stream: bool, prompt_bytes: usize, mark: char) -> Bytes {
     let mut content = String::with_capacity(prompt_bytes + 8);
     let mut i = 0usize;
     while content.len() < prompt_bytes {
         content.push_str(["lorem ", "ipsum ", "dolor ", "sit ", "amet "][i % 5]);
         i += 1;
     }
-    // The words are ASCII, so any byte length is a char boundary.
-    content.truncate(prompt_bytes);
+    // The words are ASCII, so any byte length is a char boundary; the last
+    // byte is the mark (what hale's repeated-call rule looks at is the last
+    // message).
+    content.truncate(prompt_bytes.saturating_sub(1));
+    content.push(mark);
     let v = serde_json::json!({
         "model": model,
         "stream": stream,
@@ -200,7 +216,7 @@ async fn worker(
             .header("content-type", "application/json")
             .header("x-hale-agent", agent.as_str())
             .header("x-hale-task", task)
-            .body(Full::new(spec.body.clone()))?;
+            .body(Full::new(spec.bodies[(sent % 2) as usize].clone()))?;
         match one(sender, req, spec.stream, start).await {
             Ok((ttfb, total)) => {
                 if measured {
@@ -281,7 +297,7 @@ mod tests {
             warmup: Duration::from_millis(20),
             duration: Duration::from_millis(200),
             stream,
-            body: chat_body(model, stream, 100),
+            bodies: chat_bodies(model, stream, 100),
             task_turns: 100,
             agents_every: None,
         };
@@ -321,7 +337,9 @@ mod tests {
 
     #[test]
     fn chat_body_is_an_openai_request_of_the_asked_size() {
-        let b = chat_body("ok:tokens=16", true, 1000);
+        let [b, other] = chat_bodies("ok:tokens=16", true, 1000);
+        assert_ne!(b, other, "an agent's turns differ");
+        assert_eq!(b.len(), other.len());
         let v: serde_json::Value = serde_json::from_slice(&b).expect("json");
         assert_eq!(v["model"], "ok:tokens=16");
         assert_eq!(v["stream"], true);

@@ -374,7 +374,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 warmup: args.warmup,
                 duration: args.duration,
                 stream,
-                body: load::chat_body(&args.model, stream, args.prompt_bytes),
+                bodies: load::chat_bodies(&args.model, stream, args.prompt_bytes),
                 task_turns: args.task_turns,
                 agents_every: args.agents_every,
             };

@@ -36,6 +36,39 @@ pub const DEFAULT_IDLE_TASKS: usize = 1024;
 /// its silence check (the rest wait for the next pass, a minute later).
 pub const SILENT_BATCH: usize = 512;
 
+/// The journal's backlog — writes submitted and not yet taken by the
+/// store's writer, held in memory — may reach this many of the writer's
+/// batches (`events.batch_max` writes each) before a new turn waits for
+/// the writer: enough for the next batches to form while one commits,
+/// few enough that the backlog stays a few MiB. Under it, nothing waits.
+pub const JOURNAL_BACKLOG_BATCHES: u64 = 4;
+
+/// The backlog bound for a writer of `batch_max` writes per batch.
+pub fn journal_backlog_max(batch_max: usize) -> u64 {
+    u64::try_from(batch_max)
+        .unwrap_or(u64::MAX)
+        .max(1)
+        .saturating_mul(JOURNAL_BACKLOG_BATCHES)
+}
+
+/// The longest a turn waits for the backlog to shrink; then it goes on
+/// (fail open: a stuck store slows turns, never stops them).
+pub const JOURNAL_BACKLOG_MAX_WAIT: Duration = Duration::from_secs(1);
+
+/// Whether a turn should wait for the journal's writer: its backlog is over
+/// `limit` and the writer is working — it finished a batch within
+/// `max_wait`. A writer idle that long with a backlog is stuck (the store is
+/// down or locked), and waiting for it would only add `max_wait` to every
+/// turn: then nobody waits (fail open).
+pub fn journal_wait(
+    queued: u64,
+    limit: u64,
+    since_last_batch: Duration,
+    max_wait: Duration,
+) -> bool {
+    queued > limit && since_last_batch <= max_wait
+}
+
 /// `memory:` — how many idle agents and tasks stay in memory beyond the
 /// active ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +192,32 @@ mod tests {
         assert_eq!(shed.len(), 9_000);
         let used: std::collections::HashMap<u64, u64> = idle.iter().map(|&(t, k)| (k, t)).collect();
         assert!(shed.iter().all(|k| used[k] < 9_000));
+    }
+
+    #[test]
+    fn a_turn_waits_only_for_a_working_writer_over_the_backlog() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        let max = JOURNAL_BACKLOG_MAX_WAIT;
+        // (queued, limit, since the last batch, wait?)
+        let cases = [
+            (0, 10, ms(1), false),
+            (10, 10, ms(1), false),
+            (11, 10, ms(1), true),
+            (11, 10, max, true),
+            (11, 10, max + ms(1), false),
+            (1_000_000, 10, s(3600), false),
+            (1_000_000, journal_backlog_max(1024), ms(5), true),
+            (4096, journal_backlog_max(1024), ms(5), false),
+            (4097, journal_backlog_max(1024), ms(5), true),
+        ];
+        for (q, limit, since, want) in cases {
+            assert_eq!(
+                journal_wait(q, limit, since, max),
+                want,
+                "{q} {limit} {since:?}"
+            );
+        }
     }
 
     #[test]

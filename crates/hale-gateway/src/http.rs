@@ -391,6 +391,14 @@ async fn metrics(
     if let Ok(d) = gw.store.dlq_list(None).await {
         gw.metrics.dead_letters.set(d.len() as i64);
     }
+    let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    gw.metrics
+        .store_queued_writes
+        .set(i64::try_from(gw.store.queued()).unwrap_or(i64::MAX));
+    gw.metrics
+        .agents_held
+        .set(gauge(gw.agents.lock().expect("agents lock").len()));
+    gw.metrics.tasks_held.set(gauge(gw.tasks.len()));
     gw.metrics.refresh_sinks();
     gw.metrics.refresh_tools();
     (

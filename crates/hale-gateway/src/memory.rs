@@ -3,7 +3,7 @@
 //! that went silent while out of memory.
 //!
 //! The rules are `hale_core::memory`'s. Every instance sheds its own memory
-//! once a minute ([`run`]); only the instance holding the health monitor's
+//! every [`SWEEP_EVERY`] ([`run`]); only the instance holding the health monitor's
 //! lease reads silent agents back ([`watch_silent`]), because only it
 //! judges them. Silence is read from the agents' rows (`last_seen_ms`, set
 //! by every counted turn on any instance), walked in order with a cursor,
@@ -15,14 +15,20 @@ use hale_core::memory::{SILENT_BATCH, SilenceCursor, silent_since};
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
-/// How often memory is swept and silent agents are looked for.
-pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
+/// How often memory is swept: often enough that what is held stays near
+/// its bound (agents active within `SHED_AFTER_IDLE`, plus the idle bound)
+/// instead of piling up between sweeps; a sweep walks only what is held.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// How often the health monitor looks for agents that went silent while out
+/// of memory (a read of the agents' rows).
+pub const SILENCE_CHECK_EVERY: Duration = Duration::from_secs(60);
 
 /// At most this many batches of silent agents per check (the rest wait for
 /// the next minute), so one check never holds the monitor long.
 const SILENT_BATCHES_PER_CHECK: usize = 8;
 
-/// Sheds idle agents and tasks once a minute until the gateway is dropped.
+/// Sheds idle agents and tasks every [`SWEEP_EVERY`] until the gateway is dropped.
 pub async fn run(gw: Weak<Gateway>) {
     loop {
         tokio::time::sleep(SWEEP_EVERY).await;

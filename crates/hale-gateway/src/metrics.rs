@@ -197,6 +197,16 @@ pub struct Metrics {
     pub deployment_success_ratio:
         Family<DeploymentLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub outbox_depth: Gauge,
+    /// Writes submitted to the store and not yet committed (the journal's
+    /// backlog, held in memory).
+    pub store_queued_writes: Gauge,
+    /// Turns that waited for the journal's backlog to shrink, and those
+    /// that went on after the longest wait (`hale_core::memory`).
+    pub journal_waits: Counter,
+    pub journal_wait_timeouts: Counter,
+    /// Agents and tasks held in memory (`memory:` bounds the idle ones).
+    pub agents_held: Gauge,
+    pub tasks_held: Gauge,
     pub dead_letters: Gauge,
     /// Undelivered events shed at the outbox cap since start.
     pub outbox_shed: Gauge,
@@ -319,6 +329,36 @@ impl Metrics {
             "Events not yet delivered to every sink",
             outbox_depth.clone(),
         );
+        let store_queued_writes = Gauge::default();
+        registry.register(
+            "store_queued_writes",
+            "Writes submitted to the store and not yet committed",
+            store_queued_writes.clone(),
+        );
+        let journal_waits = Counter::default();
+        registry.register(
+            "journal_waits",
+            "Turns that waited for the journal's backlog to shrink before starting",
+            journal_waits.clone(),
+        );
+        let journal_wait_timeouts = Counter::default();
+        registry.register(
+            "journal_wait_timeouts",
+            "Turns that went on with the journal's backlog still over its bound",
+            journal_wait_timeouts.clone(),
+        );
+        let agents_held = Gauge::default();
+        registry.register(
+            "agents_held",
+            "Agents held in memory (the rest are in the store only)",
+            agents_held.clone(),
+        );
+        let tasks_held = Gauge::default();
+        registry.register(
+            "tasks_held",
+            "Tasks whose guard and spend are held in memory",
+            tasks_held.clone(),
+        );
         let dead_letters = Gauge::default();
         registry.register(
             "dead_letters",
@@ -414,6 +454,11 @@ impl Metrics {
             deployment_consecutive_failures,
             deployment_success_ratio,
             outbox_depth,
+            store_queued_writes,
+            journal_waits,
+            journal_wait_timeouts,
+            agents_held,
+            tasks_held,
             dead_letters,
             outbox_shed,
             sink_delivered,

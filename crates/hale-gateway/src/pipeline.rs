@@ -97,6 +97,24 @@ pub async fn handle_chat(
     if let Err(e) = crate::health::before_turn(&gw, &agent, &task) {
         return e.into_response(dialect);
     }
+    // The journal's backlog is held in memory: when the store's writer has
+    // fallen behind, a new turn waits for it (bounded; hale_core::memory).
+    match gw
+        .store
+        .room(
+            hale_core::memory::journal_backlog_max(gw.cfg.events.batch_max),
+            hale_core::memory::JOURNAL_BACKLOG_MAX_WAIT,
+        )
+        .await
+    {
+        hale_store::Room::Free => {}
+        hale_store::Room::Waited => {
+            gw.metrics.journal_waits.inc();
+        }
+        hale_store::Room::TimedOut => {
+            gw.metrics.journal_wait_timeouts.inc();
+        }
+    }
 
     // Idempotency: a key seen before with this body returns the stored
     // response (with another body: 422); a concurrent duplicate waits.

@@ -265,8 +265,8 @@ impl Gateway {
     /// seen first. Their rows stay in the store; [`Gateway::load_agent`]
     /// reads one back before its next turn or admin call, and the health
     /// monitor reads back one that stays silent
-    /// ([`crate::memory::watch_silent`]). Called once a minute by every
-    /// instance ([`crate::memory::run`]).
+    /// ([`crate::memory::watch_silent`]). Called every
+    /// [`crate::memory::SWEEP_EVERY`] by every instance ([`crate::memory::run`]).
     pub fn shed_idle(&self, now_ms: u64, now: Instant) -> Shed {
         let idle: Vec<(u64, String)> = self
             .agents
@@ -286,22 +286,34 @@ impl Gateway {
             .filter(|id| self.health.forget(id, now))
             .collect();
         let mut agents = 0;
+        let mut stayed = Vec::new();
         {
             let mut map = self.agents.lock().expect("agents lock");
             for id in &gone {
-                // Seen again meanwhile: it stays (its health slot comes back
-                // with its next heartbeat).
                 let unchanged = map.get(id).is_some_and(|a| {
                     a.pause.is_none() && a.record.last_seen_ms == seen.get(id).copied()
                 });
                 if unchanged {
                     map.remove(id);
                     agents += 1;
+                } else if let Some(a) = map.get(id) {
+                    stayed.push((id.clone(), a.record.state.clone()));
                 }
             }
         }
+        // Seen again meanwhile: it stays; its terminated tasks, dropped from
+        // the health runtime with it, are taken back from its record (its
+        // health slot comes back with its next heartbeat).
+        for (id, state) in stayed {
+            crate::health::adopt_terminated(self, &id, &state);
+        }
         let tasks = self.tasks.shed(now, self.cfg.memory.idle_tasks);
         Shed { agents, tasks }
+    }
+
+    /// Whether `agent` is held in memory.
+    pub fn holds(&self, agent: &str) -> bool {
+        self.agents.lock().expect("agents lock").contains_key(agent)
     }
 
     /// Holds `row` in memory unless the agent is there already (a newer

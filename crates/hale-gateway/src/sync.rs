@@ -63,21 +63,36 @@ pub fn announce_control(agent: &str, task: Option<&str>, control: Option<AgentCo
 /// writes the agent's record back, so a row a stale write overwrote holds
 /// the operator's change again.
 fn apply_announced(gw: &Gateway, agent: &str, control: AgentControl) {
-    let ((), rec) = gw.update_agent_rt(agent, |rt| match control {
-        AgentControl::Paused { pause } => rt.set_pause(Some(pause)),
-        AgentControl::Active => {
-            rt.set_pause(None);
-            // Local only: the resuming instance wrote the clear; this one is
-            // dropped from the view at the next confirmation, which has it.
-            rt.count(Count::clear());
+    // An agent not in memory has no stale state here to correct (a paused
+    // one was taken in by the caller).
+    let Some(rec) = gw.update_agent_if_held(agent, |rt| {
+        match control {
+            AgentControl::Paused { pause } => rt.set_pause(Some(pause)),
+            AgentControl::Active => {
+                rt.set_pause(None);
+                // Local only: the resuming instance wrote the clear; this one is
+                // dropped from the view at the next confirmation, which has it.
+                rt.count(Count::clear());
+            }
         }
-    });
+        rt.record.clone()
+    }) else {
+        return;
+    };
     gw.store.submit(vec![Write::Agent(rec)]);
 }
 
 /// Applies the control state of `row` (as another instance committed it) to
-/// this instance's cache.
+/// this instance's cache. An agent not in memory (shed, `hale_core::memory`)
+/// stays out — its row is the truth and is read back on its next request —
+/// unless it is paused: a pause is held in memory (its resume is timed here).
 pub fn apply_control(gw: &Gateway, row: &AgentRecord) {
+    if !gw.holds(&row.id) {
+        if row.paused {
+            gw.hold_row(row.clone());
+        }
+        return;
+    }
     let fresh = AgentRt::new(row.clone());
     gw.update_agent_rt(&row.id, |rt| {
         let was_paused = rt.pause.is_some();
@@ -110,7 +125,14 @@ pub async fn follow_agents(gw: Arc<Gateway>, token: CancellationToken) -> anyhow
                     let _ = gw.tasks.reset(&change.agent, task);
                 }
                 match gw.store.agent(&change.agent).await {
-                    Ok(Some(row)) => apply_control(&gw, &row),
+                    Ok(Some(row)) => {
+                        // An operator's pause is applied here even to an agent
+                        // this instance had shed.
+                        if matches!(change.control, Some(AgentControl::Paused { .. })) {
+                            gw.hold_row(row.clone());
+                        }
+                        apply_control(&gw, &row);
+                    }
                     Ok(None) => {}
                     Err(e) => {
                         tracing::warn!(agent = %change.agent, error = %e, "re-reading a changed agent failed; re-reading all");

@@ -364,6 +364,21 @@ async fn a_forgotten_agent_is_read_back_with_its_counters() {
         );
     };
     forget(&h);
+    // The list still shows it, from its row.
+    let (status, list) = h.get_json("/agents").await;
+    assert_eq!(status, 200, "{list}");
+    let listed = list["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .find(|a| a["id"] == "idle-one")
+        .cloned()
+        .expect("a shed agent is listed");
+    assert_eq!(listed["counters"]["turns"], 2, "{listed}");
+    assert!(
+        !h.gw.agents.lock().expect("lock").contains_key("idle-one"),
+        "listing does not bring it back"
+    );
     let (status, agent) = h.get_json("/agents/idle-one").await;
     assert_eq!(status, 200, "{agent}");
     assert_eq!(agent["counters"]["turns"], 2, "{agent}");
@@ -421,5 +436,63 @@ async fn idle_tasks_are_shed_beyond_the_bound_but_a_stopped_one_stays() {
     assert_eq!(h.gw.tasks.len(), 2);
     assert_eq!(turn("stopped").await.status, 409);
     turn("t1").await.assert_complete(&full());
+    h.stop().await;
+}
+
+/// Issue 13: the journal's backlog is bounded by slowing turns to the
+/// writer's pace, but a journal that cannot write (its database locked by
+/// another process) never stops turns: once the writer has been stuck for
+/// the longest wait, turns go on without waiting, and every write lands
+/// once the lock goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_journal_slows_nothing_and_loses_nothing() {
+    use sqlx::Connection;
+    let c = chaos().await;
+    let mut cfg = config(vec![openai("primary", &c, "fine")]);
+    // A backlog bound of 4 writes (four batches of one).
+    cfg.events.batch_max = 1;
+    let h = Hale::start(cfg).await;
+    h.openai(ROUTE)
+        .agent("locked")
+        .send()
+        .await
+        .assert_complete(&full());
+    h.store.flush().await.expect("flush");
+    let url = format!("sqlite://{}", h.dir.join(hale_store::SQLITE_FILE).display());
+    let mut other = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("connect");
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .expect("lock");
+    // Longer than the longest wait with no batch: the writer is stuck, and
+    // turns queue writes past the bound without waiting for it.
+    tokio::time::sleep(hale_core::memory::JOURNAL_BACKLOG_MAX_WAIT + Duration::from_millis(200))
+        .await;
+    for _ in 0..8 {
+        h.openai(ROUTE)
+            .agent("locked")
+            .send()
+            .await
+            .assert_complete(&full());
+    }
+    assert!(h.store.queued() > 4, "queued {}", h.store.queued());
+    let (_, text) = h.get_text("/metrics").await;
+    let counter = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {text}"))
+    };
+    assert!(counter("hale_journal_wait_timeouts_total ") >= 1, "{text}");
+    assert_eq!(counter("hale_journal_waits_total "), 0, "{text}");
+    sqlx::query("ROLLBACK")
+        .execute(&mut other)
+        .await
+        .expect("unlock");
+    h.store.flush().await.expect("every queued write commits");
+    let agent = h.store.agent("locked").await.expect("agent").expect("row");
+    assert_eq!(agent.turns, 9);
     h.stop().await;
 }

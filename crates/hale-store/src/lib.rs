@@ -45,4 +45,6 @@ pub use model::{
     TaskCounted, TurnRecord, TurnStatus, Write,
 };
 pub use schema::SCHEMA_VERSION;
-pub use store::{Backend, SQLITE_BUSY_TIMEOUT, SQLITE_FILE, SQLITE_POOL_SIZE, Store, StoreOptions};
+pub use store::{
+    Backend, Room, SQLITE_BUSY_TIMEOUT, SQLITE_FILE, SQLITE_POOL_SIZE, Store, StoreOptions,
+};

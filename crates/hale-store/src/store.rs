@@ -87,6 +87,17 @@ pub enum Backend {
     Postgres,
 }
 
+/// What [`Store::room`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Room {
+    /// The backlog was under the limit.
+    Free,
+    /// It was over, and came under it within the wait.
+    Waited,
+    /// Still over it after the wait (the caller goes on).
+    TimedOut,
+}
+
 /// hale's durable state. Cheap to clone; all clones share one writer.
 #[derive(Clone)]
 pub struct Store {
@@ -253,6 +264,9 @@ impl Store {
             submit_failures: Mutex::new(writer::SubmitFailures::default()),
             counted: Mutex::new(None),
             released: tokio::sync::broadcast::channel(RELEASED_BUFFER).0,
+            room: tokio::sync::Notify::new(),
+            last_batch_ms: AtomicU64::new(0),
+            born: std::time::Instant::now(),
         });
         if let Pool::Pg(p) = &pool {
             // Ends when the pool is closed (`close`).
@@ -426,6 +440,47 @@ impl Store {
     /// Writes queued and not yet taken by the writer.
     pub fn queued(&self) -> u64 {
         self.inner.shared.queued.load(Ordering::Relaxed)
+    }
+
+    /// Waits, at most `max_wait`, until at most `limit` writes are queued
+    /// (`hale_core::memory::journal_backlog_max`): a caller about to submit
+    /// more keeps the journal's backlog — held in memory — bounded by
+    /// slowing to the writer's pace, and goes on after `max_wait` all the
+    /// same. A writer that finished no batch for `max_wait` is stuck (a
+    /// store down): then nobody waits at all — fail open, the backlog grows
+    /// as it did before, and the store's errors say why.
+    pub async fn room(&self, limit: u64, max_wait: std::time::Duration) -> Room {
+        let wait = |s: &Self| {
+            hale_core::memory::journal_wait(
+                s.queued(),
+                limit,
+                s.inner.shared.since_last_batch(),
+                max_wait,
+            )
+        };
+        if self.queued() <= limit {
+            return Room::Free;
+        }
+        if !wait(self) {
+            return Room::TimedOut;
+        }
+        let deadline = tokio::time::Instant::now() + max_wait;
+        loop {
+            let woken = self.inner.shared.room.notified();
+            tokio::pin!(woken);
+            // Registered before the check, so a batch between the two wakes it.
+            woken.as_mut().enable();
+            if self.queued() <= limit {
+                return Room::Waited;
+            }
+            if tokio::time::timeout_at(deadline, woken).await.is_err() {
+                return if self.queued() <= limit {
+                    Room::Waited
+                } else {
+                    Room::TimedOut
+                };
+            }
+        }
     }
 
     // ---- reads -------------------------------------------------------------

@@ -67,6 +67,20 @@ pub(crate) struct Shared {
     /// Released idempotency claims heard from any instance (key hashes; an
     /// empty one after the listener reconnected: anything may be released).
     pub released: tokio::sync::broadcast::Sender<String>,
+    /// Woken after every batch: the backlog shrank ([`crate::Store::room`]).
+    pub room: tokio::sync::Notify,
+    /// When the writer last finished a batch, in ms since `born`.
+    pub last_batch_ms: AtomicU64,
+    pub born: std::time::Instant,
+}
+
+impl Shared {
+    /// How long ago the writer last finished a batch (since the store
+    /// opened, when it never has).
+    pub(crate) fn since_last_batch(&self) -> Duration {
+        let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Duration::from_millis(now.saturating_sub(self.last_batch_ms.load(Ordering::Relaxed)))
+    }
 }
 
 impl Shared {
@@ -187,6 +201,9 @@ pub(crate) async fn run(
         }
         let close = batch.close.take();
         commit_batch(&pool, &shared, batch).await;
+        let at = u64::try_from(shared.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        shared.last_batch_ms.store(at, Ordering::Relaxed);
+        shared.room.notify_waiters();
         if let Some(reply) = close {
             refuse_after_close(&shared, &mut rx);
             let _ = reply.send(());

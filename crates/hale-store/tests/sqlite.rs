@@ -248,3 +248,74 @@ async fn sqlite_store_from_before_the_request_hash_gains_the_column() {
     assert_eq!(new.request_hash.as_deref(), Some("h"));
     s.close().await;
 }
+
+/// Issue 13: `room` holds a caller while the writer works through a
+/// backlog over the limit, and lets it go at once when the writer is stuck
+/// (fail open). The writer is held by another connection's write lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn room_waits_for_a_working_writer_and_not_for_a_stuck_one() {
+    use sqlx::Connection;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Store::open_sqlite(dir.path(), StoreOptions::default())
+        .await
+        .expect("open");
+    s.commit(vec![Write::Event(ev(1, EventKind::TurnCompleted))])
+        .await
+        .expect("commit");
+    let url = format!(
+        "sqlite://{}",
+        dir.path().join(hale_store::SQLITE_FILE).display()
+    );
+    let mut other = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("connect");
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .expect("lock");
+    // The writer takes the first write and waits for the lock; the rest queue.
+    s.submit(vec![Write::Event(ev(2, EventKind::TurnCompleted))]);
+    while s.queued() > 0 {
+        tokio::task::yield_now().await;
+    }
+    // Past the writer's linger: it is in its commit, waiting for the lock.
+    tokio::time::sleep(StoreOptions::default().batch_linger * 10 + Duration::from_millis(50)).await;
+    for n in 3..23 {
+        s.submit(vec![Write::Event(ev(n, EventKind::TurnCompleted))]);
+    }
+    assert_eq!(s.queued(), 20);
+    assert_eq!(
+        s.room(100, Duration::from_millis(50)).await,
+        hale_store::Room::Free
+    );
+    // No batch for longer than the wait: stuck, nobody is held.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        s.room(5, Duration::from_millis(50)).await,
+        hale_store::Room::TimedOut
+    );
+    // A writer that finished a batch within the wait is worth waiting for:
+    // the lock goes away and the backlog drains.
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        sqlx::query("ROLLBACK")
+            .execute(&mut other)
+            .await
+            .expect("unlock");
+        other
+    });
+    assert_eq!(
+        s.room(5, Duration::from_secs(30)).await,
+        hale_store::Room::Waited
+    );
+    assert!(s.queued() <= 5);
+    drop(release.await.expect("release"));
+    s.flush().await.expect("flush");
+    assert_eq!(
+        s.events_after(0, 100, None).await.expect("events").len(),
+        22,
+        "every write committed"
+    );
+    s.close().await;
+}

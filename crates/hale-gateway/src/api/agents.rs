@@ -59,7 +59,13 @@ fn store_error(e: impl std::fmt::Display) -> Response {
 
 /// One agent as the admin API shows it.
 pub fn view(gw: &Gateway, id: &str) -> Value {
-    let rec = gw.agent_record(id);
+    view_of(gw, gw.agent_record(id))
+}
+
+/// An agent as the admin API shows it, from its record (held in memory, or
+/// its stored row when it was shed).
+fn view_of(gw: &Gateway, rec: hale_store::AgentRecord) -> Value {
+    let id = rec.id.as_str();
     let tasks = gw.tasks.of_agent(id);
     let now = Instant::now();
     let now_ms = wall_ms();
@@ -166,20 +172,36 @@ async fn list(
     if let Some(r) = admin_refusal(&gw, peer, &headers) {
         return r;
     }
-    let mut ids: Vec<String> = gw
+    // Every agent: those held in memory, the ones the config names, and the
+    // stored rows of agents shed from memory (hale_core::memory).
+    let mut ids: std::collections::BTreeSet<String> = gw
         .agents
         .lock()
         .expect("agents lock")
         .keys()
         .cloned()
         .collect();
-    for a in gw.cfg.agents.keys() {
-        if !ids.contains(a) {
-            ids.push(a.clone());
+    ids.extend(gw.cfg.agents.keys().cloned());
+    let stored = match gw.store.agents().await {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::warn!(error = %e, "listing stored agents failed; listing memory only");
+            Vec::new()
         }
-    }
-    ids.sort();
-    let list: Vec<_> = ids.iter().map(|id| view(&gw, id)).collect();
+    };
+    let mut shed: std::collections::BTreeMap<String, hale_store::AgentRecord> = stored
+        .into_iter()
+        .filter(|r| !ids.contains(&r.id))
+        .map(|r| (r.id.clone(), r))
+        .collect();
+    ids.extend(shed.keys().cloned());
+    let list: Vec<_> = ids
+        .iter()
+        .map(|id| match shed.remove(id) {
+            Some(row) => view_of(&gw, row),
+            None => view(&gw, id),
+        })
+        .collect();
     axum::Json(json!({ "agents": list })).into_response()
 }
 
