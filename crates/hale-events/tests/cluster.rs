@@ -87,3 +87,46 @@ async fn leased_work_runs_on_one_instance_and_moves_when_the_holder_lets_go() {
     ta.cancel();
     tb.cancel();
 }
+
+/// With SQLite (one instance per data directory), renewals stuck behind a
+/// locked database — as behind a busy journal writer — never stop the
+/// leased work: no other instance could take the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_sqlite_store_does_not_stop_leased_work() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_sqlite(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    let a = Cluster::new(store.clone(), "a".into());
+    let token = CancellationToken::new();
+    tokio::spawn(a.clone().keep(token.clone()));
+    let running = Arc::new(AtomicU32::new(0));
+    let starts = Arc::new(AtomicU32::new(0));
+    leased(&a, &token, running.clone(), starts.clone());
+    until("the work runs", || running.load(Ordering::SeqCst) == 1).await;
+    let url = format!(
+        "sqlite://{}",
+        dir.path().join(hale_store::SQLITE_FILE).display()
+    );
+    let mut other = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    // Past the lease's whole TTL since its last renewal: on PostgreSQL the
+    // work would have stopped (`keeps_working`) and the renewals, failing
+    // after SQLite's busy timeout, would have given it up.
+    tokio::time::sleep(hale_core::lease::LEASE_TTL + Duration::from_secs(1)).await;
+    assert_eq!(running.load(Ordering::SeqCst), 1, "the work kept running");
+    assert!(a.holds("job"));
+    sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(running.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        starts.load(Ordering::SeqCst),
+        1,
+        "never stopped, never restarted"
+    );
+    token.cancel();
+}
