@@ -142,26 +142,25 @@ pub async fn start_bare(work: &Path, chaos: SocketAddr) -> anyhow::Result<Proc> 
 /// Resident memory of a process from `/proc/PID/status`: (VmRSS, VmHWM =
 /// its peak so far), in KiB; `None` off Linux or once it has exited.
 pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| {
-        s.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-    };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
+    status_kib(pid, "VmRSS:", "VmHWM:")
 }
 
 /// The parts of a process's VmRSS from `/proc/PID/status`: (RssAnon, RssFile)
 /// in KiB — heap and stacks vs the binary's and libraries' mapped pages
 /// (clean, shared, reclaimable).
 pub fn rss_parts_kib(pid: u32) -> Option<(u64, u64)> {
+    status_kib(pid, "RssAnon:", "RssFile:")
+}
+
+/// Two `kB` fields of `/proc/PID/status`, in KiB.
+fn status_kib(pid: u32, a: &str, b: &str) -> Option<(u64, u64)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |name: &str| {
         s.lines()
             .find_map(|l| l.strip_prefix(name))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
     };
-    Some((field("RssAnon:")?, field("RssFile:")?))
+    Some((field(a)?, field(b)?))
 }
 
 /// Starts `hale serve` with a generated config and waits until `/ready`;

@@ -132,7 +132,7 @@ impl Tasks {
             .collect();
         let gone: Vec<(String, String)> = hale_core::memory::to_shed(idle, keep)
             .into_iter()
-            .cloned()
+            .map(|(_, k)| k.clone())
             .collect();
         for k in &gone {
             map.remove(k);

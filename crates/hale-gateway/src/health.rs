@@ -464,7 +464,7 @@ pub async fn monitor(gw: Arc<Gateway>, cancel: CancellationToken) {
         let now = Instant::now();
         tick(&gw, now);
         // Agents silent while out of memory are read back to be judged.
-        if now.saturating_duration_since(checked_at) >= crate::memory::SILENCE_CHECK_EVERY {
+        if now.saturating_duration_since(checked_at) >= hale_core::memory::SILENCE_CHECK_EVERY {
             checked_at = now;
             crate::memory::watch_silent(&gw, &mut silence, wall_ms(), now).await;
         }

@@ -11,22 +11,11 @@
 //! holds.
 
 use crate::state::{Gateway, wall_ms};
-use hale_core::memory::{SILENT_BATCH, SilenceCursor, silent_since};
+use hale_core::memory::{
+    SILENT_BATCH, SILENT_BATCHES_PER_CHECK, SWEEP_EVERY, SilenceCursor, silent_since,
+};
 use std::sync::Weak;
 use std::time::{Duration, Instant};
-
-/// How often memory is swept: often enough that what is held stays near
-/// its bound (agents active within `SHED_AFTER_IDLE`, plus the idle bound)
-/// instead of piling up between sweeps; a sweep walks only what is held.
-pub const SWEEP_EVERY: Duration = Duration::from_secs(10);
-
-/// How often the health monitor looks for agents that went silent while out
-/// of memory (a read of the agents' rows).
-pub const SILENCE_CHECK_EVERY: Duration = Duration::from_secs(60);
-
-/// At most this many batches of silent agents per check (the rest wait for
-/// the next minute), so one check never holds the monitor long.
-const SILENT_BATCHES_PER_CHECK: usize = 8;
 
 /// Sheds idle agents and tasks every [`SWEEP_EVERY`] until the gateway is dropped.
 pub async fn run(gw: Weak<Gateway>) {

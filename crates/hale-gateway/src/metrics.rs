@@ -200,10 +200,12 @@ pub struct Metrics {
     /// Writes submitted to the store and not yet committed (the journal's
     /// backlog, held in memory).
     pub store_queued_writes: Gauge,
-    /// Turns that waited for the journal's backlog to shrink, and those
-    /// that went on after the longest wait (`hale_core::memory`).
+    /// Turns that waited for the journal's backlog to shrink, those that
+    /// went on after the longest wait, and those that did not wait because
+    /// the writer was stuck (`hale_core::memory::journal_wait`).
     pub journal_waits: Counter,
     pub journal_wait_timeouts: Counter,
+    pub journal_writer_stuck: Counter,
     /// Agents and tasks held in memory (`memory:` bounds the idle ones).
     pub agents_held: Gauge,
     pub tasks_held: Gauge,
@@ -347,6 +349,12 @@ impl Metrics {
             "Turns that went on with the journal's backlog still over its bound",
             journal_wait_timeouts.clone(),
         );
+        let journal_writer_stuck = Counter::default();
+        registry.register(
+            "journal_writer_stuck",
+            "Turns that went on without waiting: the journal's backlog was over its bound and its writer stuck",
+            journal_writer_stuck.clone(),
+        );
         let agents_held = Gauge::default();
         registry.register(
             "agents_held",
@@ -457,6 +465,7 @@ impl Metrics {
             store_queued_writes,
             journal_waits,
             journal_wait_timeouts,
+            journal_writer_stuck,
             agents_held,
             tasks_held,
             dead_letters,

@@ -114,6 +114,9 @@ pub async fn handle_chat(
         hale_store::Room::TimedOut => {
             gw.metrics.journal_wait_timeouts.inc();
         }
+        hale_store::Room::Stuck => {
+            gw.metrics.journal_writer_stuck.inc();
+        }
     }
 
     // Idempotency: a key seen before with this body returns the stored

@@ -266,7 +266,7 @@ impl Gateway {
     /// reads one back before its next turn or admin call, and the health
     /// monitor reads back one that stays silent
     /// ([`crate::memory::watch_silent`]). Called every
-    /// [`crate::memory::SWEEP_EVERY`] by every instance ([`crate::memory::run`]).
+    /// [`hale_core::memory::SWEEP_EVERY`] by every instance ([`crate::memory::run`]).
     pub fn shed_idle(&self, now_ms: u64, now: Instant) -> Shed {
         let idle: Vec<(u64, String)> = self
             .agents
@@ -279,20 +279,19 @@ impl Gateway {
                 hale_core::memory::idle_enough(t, now_ms).then(|| (t, id.clone()))
             })
             .collect();
-        let seen: HashMap<String, u64> = idle.iter().map(|(t, id)| (id.clone(), *t)).collect();
-        let picked = hale_core::memory::to_shed(idle, self.cfg.memory.idle_agents);
-        let gone: Vec<String> = picked
-            .into_iter()
-            .filter(|id| self.health.forget(id, now))
-            .collect();
+        let gone: Vec<(u64, String)> =
+            hale_core::memory::to_shed(idle, self.cfg.memory.idle_agents)
+                .into_iter()
+                .filter(|(_, id)| self.health.forget(id, now))
+                .collect();
         let mut agents = 0;
         let mut stayed = Vec::new();
         {
             let mut map = self.agents.lock().expect("agents lock");
-            for id in &gone {
-                let unchanged = map.get(id).is_some_and(|a| {
-                    a.pause.is_none() && a.record.last_seen_ms == seen.get(id).copied()
-                });
+            for (seen, id) in &gone {
+                let unchanged = map
+                    .get(id)
+                    .is_some_and(|a| a.pause.is_none() && a.record.last_seen_ms == Some(*seen));
                 if unchanged {
                     map.remove(id);
                     agents += 1;

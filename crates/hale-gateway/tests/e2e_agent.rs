@@ -485,7 +485,10 @@ async fn a_locked_journal_slows_nothing_and_loses_nothing() {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("{name} in {text}"))
     };
-    assert!(counter("hale_journal_wait_timeouts_total ") >= 1, "{text}");
+    // Turns past the bound found the writer stuck and did not wait at all
+    // (a wait that ran out would count as a timeout).
+    assert!(counter("hale_journal_writer_stuck_total ") >= 1, "{text}");
+    assert_eq!(counter("hale_journal_wait_timeouts_total "), 0, "{text}");
     assert_eq!(counter("hale_journal_waits_total "), 0, "{text}");
     sqlx::query("ROLLBACK")
         .execute(&mut other)

@@ -94,8 +94,11 @@ pub enum Room {
     Free,
     /// It was over, and came under it within the wait.
     Waited,
-    /// Still over it after the wait (the caller goes on).
+    /// Still over it after the whole wait (the caller goes on).
     TimedOut,
+    /// Over it, and the writer has finished no batch for the longest wait:
+    /// stuck (the store down or locked), so the caller did not wait at all.
+    Stuck,
 }
 
 /// hale's durable state. Cheap to clone; all clones share one writer.
@@ -240,6 +243,12 @@ impl Store {
         let pool = Pool::Pg(pool);
         check_version(&pool, "postgres", &location).await?;
         Self::start(pool, opts, location).await
+    }
+
+    /// The store a config names (`storage:`, `data_dir:`, `events:`,
+    /// `storage_pool:`).
+    pub async fn open_config(cfg: &hale_core::config::Config) -> Result<Store> {
+        Self::open(cfg.storage.as_deref(), &cfg.data_dir, StoreOptions::of(cfg)).await
     }
 
     /// Opens the store named by config `storage:`: none or `sqlite` is SQLite
@@ -462,7 +471,7 @@ impl Store {
             return Room::Free;
         }
         if !wait(self) {
-            return Room::TimedOut;
+            return Room::Stuck;
         }
         let deadline = tokio::time::Instant::now() + max_wait;
         loop {

@@ -293,7 +293,7 @@ async fn room_waits_for_a_working_writer_and_not_for_a_stuck_one() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
         s.room(5, Duration::from_millis(50)).await,
-        hale_store::Room::TimedOut
+        hale_store::Room::Stuck
     );
     // A writer that finished a batch within the wait is worth waiting for:
     // the lock goes away and the backlog drains.

@@ -324,13 +324,9 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
     } else {
         None
     };
-    let store = hale_store::Store::open(
-        cfg.storage.as_deref(),
-        &cfg.data_dir,
-        hale_store::StoreOptions::of(&cfg),
-    )
-    .await
-    .with_context(|| format!("cannot open the store in {}", cfg.data_dir.display()))?;
+    let store = hale_store::Store::open_config(&cfg)
+        .await
+        .with_context(|| format!("cannot open the store in {}", cfg.data_dir.display()))?;
     if let Some(endpoint) = &cfg.telemetry.otlp_endpoint {
         crate::telemetry::export(endpoint, &cfg.telemetry.service_name)
             .context("cannot start the OTLP span exporter")?;

@@ -473,13 +473,9 @@ struct Embedded {
 impl Embedded {
     async fn start(cfg: hale_core::config::Config) -> anyhow::Result<Self> {
         let cfg = Arc::new(cfg);
-        let store = hale_store::Store::open(
-            cfg.storage.as_deref(),
-            &cfg.data_dir,
-            hale_store::StoreOptions::of(&cfg),
-        )
-        .await
-        .with_context(|| format!("cannot open the store in {}", cfg.data_dir.display()))?;
+        let store = hale_store::Store::open_config(&cfg)
+            .await
+            .with_context(|| format!("cannot open the store in {}", cfg.data_dir.display()))?;
         let gw = hale_gateway::Gateway::new(cfg.clone(), store.clone()).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
