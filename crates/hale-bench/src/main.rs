@@ -31,7 +31,7 @@ use std::time::Duration;
 
 /// The bare proxy shares hale's allocator, so the floor is hale's own stack.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: hale_alloc::Alloc = hale_alloc::ALLOC;
 
 #[derive(Parser, Debug, Clone, Serialize)]
 #[command(
@@ -262,6 +262,8 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 }
 
 fn main() -> anyhow::Result<()> {
+    // As hale does, before any thread exists.
+    hale_alloc::purge_at_once();
     // `hale-bench soak …`: the overlapping-faults soak (soak.rs).
     if std::env::args().nth(1).as_deref() == Some("soak") {
         let args = soak::SoakArgs::parse_from(std::env::args().skip(1));

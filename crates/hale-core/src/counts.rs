@@ -34,6 +34,45 @@ pub enum Streak {
     Keep,
 }
 
+/// What a count — or a run of counts, composed — does to the failures in a
+/// row: the store writes one agent's run of counts in a group commit as one
+/// statement, so the change of a run must be one value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreakChange {
+    /// Add this many (extends and keeps only).
+    Add(u32),
+    /// Set to this many (a clear, then this many extends).
+    Set(u32),
+}
+
+impl StreakChange {
+    /// One count's change.
+    pub fn of(s: Streak) -> Self {
+        match s {
+            Streak::Clear => Self::Set(0),
+            Streak::Extend => Self::Add(1),
+            Streak::Keep => Self::Add(0),
+        }
+    }
+
+    /// This change, then `next`: one change with the same effect.
+    pub fn then(self, next: Self) -> Self {
+        match (self, next) {
+            (_, Self::Set(k)) => Self::Set(k),
+            (Self::Add(j), Self::Add(k)) => Self::Add(j.saturating_add(k)),
+            (Self::Set(j), Self::Add(k)) => Self::Set(j.saturating_add(k)),
+        }
+    }
+
+    /// The failures in a row after this change.
+    pub fn apply(self, n: u32) -> u32 {
+        match self {
+            Self::Add(k) => n.saturating_add(k),
+            Self::Set(k) => k,
+        }
+    }
+}
+
 /// One turn's change to an agent's counters (or an operator's reset:
 /// `turns == 0`, [`Streak::Clear`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -93,11 +132,7 @@ impl Counters {
     /// The rule the database applies to a row for one count (the SQL of
     /// hale-store mirrors it; its store test checks the two agree).
     pub fn apply(&mut self, c: &Count) {
-        self.consecutive_failures = match c.streak {
-            Streak::Clear => 0,
-            Streak::Extend => self.consecutive_failures.saturating_add(1),
-            Streak::Keep => self.consecutive_failures,
-        };
+        self.consecutive_failures = StreakChange::of(c.streak).apply(self.consecutive_failures);
         self.turns = self.turns.saturating_add(c.turns);
         if c.failed() {
             self.failed_turns = self.failed_turns.saturating_add(1);
@@ -219,6 +254,53 @@ mod tests {
     }
     fn ok() -> Count {
         Count::turn(Streak::Clear, 10, 5, 0.01)
+    }
+
+    fn streak() -> impl proptest::strategy::Strategy<Value = Streak> {
+        proptest::prop_oneof![
+            proptest::strategy::Just(Streak::Clear),
+            proptest::strategy::Just(Streak::Extend),
+            proptest::strategy::Just(Streak::Keep),
+        ]
+    }
+
+    proptest::proptest! {
+        /// A run of counts composed into one change (what the store writes
+        /// for one agent's counts in a group commit) leaves the failures in
+        /// a row where applying them one by one does, from any start, and
+        /// composing is associative (a run split anywhere composes the same).
+        #[test]
+        fn a_composed_run_is_the_counts_one_by_one(
+            start in 0u32..50,
+            run in proptest::collection::vec(streak(), 1..40),
+            split in 0usize..40,
+        ) {
+            let one_by_one = run.iter().fold(start, |n, s| StreakChange::of(*s).apply(n));
+            let compose = |r: &[Streak]| r.iter().fold(StreakChange::Add(0), |c, s| c.then(StreakChange::of(*s)));
+            proptest::prop_assert_eq!(compose(&run).apply(start), one_by_one);
+            let split = split.min(run.len());
+            let (a, b) = run.split_at(split);
+            proptest::prop_assert_eq!(compose(a).then(compose(b)), compose(&run));
+        }
+    }
+
+    #[test]
+    fn a_run_composes_to_add_or_set() {
+        use StreakChange::{Add, Set};
+        let cases = [
+            (vec![Streak::Extend, Streak::Keep, Streak::Extend], Add(2)),
+            (vec![Streak::Extend, Streak::Clear, Streak::Extend], Set(1)),
+            (vec![Streak::Clear], Set(0)),
+            (vec![Streak::Keep], Add(0)),
+            (
+                vec![Streak::Clear, Streak::Extend, Streak::Keep, Streak::Extend],
+                Set(2),
+            ),
+        ];
+        for (run, want) in cases {
+            let got = run.iter().fold(Add(0), |c, s| c.then(StreakChange::of(*s)));
+            assert_eq!(got, want, "{run:?}");
+        }
     }
 
     #[test]

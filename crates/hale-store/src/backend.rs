@@ -18,7 +18,9 @@ use std::collections::HashSet;
 
 use sqlx::{PgPool, QueryBuilder, SqlitePool};
 
-use crate::rows::{Encoded, EventRow};
+use hale_core::counts::StreakChange;
+
+use crate::rows::{CountRow, Encoded, EventRow};
 
 /// The pool of one backend.
 #[derive(Clone, Debug)]
@@ -66,6 +68,79 @@ pub const EVENTS_CHANNEL: &str = "hale_events";
 /// parameter limits, and few distinct statement texts to cache).
 const EVENT_CHUNK: usize = 200;
 
+/// How a batch's counts are written: each agent's run of counts for one
+/// task, with no other write naming that agent between them (its whole
+/// record, a forgotten task), becomes ONE count at the place of the run's
+/// last: `Some(merged)` there, `None` at the others. A count alone is not
+/// in the map. Under load a group commit holds several turns of each busy
+/// agent, and two upserts per turn were most of the journal writer's work.
+///
+/// The merged count has the effect of the run's counts one by one
+/// ([`CountRow::then`], `hale_core::counts::StreakChange::then`), and its
+/// totals carry the run's last numbers, which confirm the whole run (a
+/// follower drops every delta up to the number it hears). Runs of one agent
+/// keep their order, as the failures in a row depend on it.
+fn merge_counts<'a>(
+    rows: impl Iterator<Item = &'a Encoded>,
+) -> std::collections::HashMap<usize, Option<CountRow>> {
+    struct Run {
+        at: Vec<usize>,
+        count: CountRow,
+    }
+    fn close(out: &mut std::collections::HashMap<usize, Option<CountRow>>, run: Run) {
+        if let [earlier @ .., last] = run.at.as_slice()
+            && !earlier.is_empty()
+        {
+            for i in earlier {
+                out.insert(*i, None);
+            }
+            out.insert(*last, Some(run.count));
+        }
+    }
+    let mut out = std::collections::HashMap::new();
+    let mut open: std::collections::HashMap<&str, Run> = std::collections::HashMap::new();
+    for (i, row) in rows.enumerate() {
+        let agent = match row {
+            Encoded::Count(c) => {
+                match open.get_mut(c.agent.as_str()) {
+                    Some(run) if run.count.task_name() == c.task_name() => {
+                        run.count.then(c);
+                        run.at.push(i);
+                    }
+                    Some(_) | None => {
+                        let run = Run {
+                            at: vec![i],
+                            count: c.clone(),
+                        };
+                        if let Some(ended) = open.insert(c.agent.as_str(), run) {
+                            close(&mut out, ended);
+                        }
+                    }
+                }
+                continue;
+            }
+            Encoded::Agent(a) => a.id.as_str(),
+            Encoded::ForgetTask(agent, _) => agent.as_str(),
+            // Not the agent's counters: no end to a run.
+            Encoded::Event(_)
+            | Encoded::Turn(_)
+            | Encoded::Idempotency(_)
+            | Encoded::Checkpoint(_)
+            | Encoded::Job(_)
+            | Encoded::Audit(_)
+            | Encoded::Announce(_)
+            | Encoded::Minutes(_) => continue,
+        };
+        if let Some(ended) = open.remove(agent) {
+            close(&mut out, ended);
+        }
+    }
+    for (_, run) in open {
+        close(&mut out, run);
+    }
+    out
+}
+
 macro_rules! gen_apply {
     ($name:ident, $db:ty, $pg:expr) => {
         /// Applies the writes of `jobs`, in order, on an open transaction;
@@ -105,9 +180,11 @@ macro_rules! gen_apply {
                     last_agent.insert(a.id.as_str(), i);
                 }
             }
+            let merged = merge_counts(rows());
             for (i, row) in rows().enumerate() {
                 match row {
                     Encoded::Agent(a) if last_agent.get(a.id.as_str()) != Some(&i) => {}
+                    Encoded::Count(_) if matches!(merged.get(&i), Some(None)) => {}
                     Encoded::Event(e) => {
                         // A transition is kept in the health history, in
                         // the transaction of its state change.
@@ -223,34 +300,46 @@ macro_rules! gen_apply {
                             .await?;
                     }
                     Encoded::Count(c) => {
-                        // hale_core::counts::Counters::apply, in SQL.
+                        let c = match merged.get(&i) {
+                            Some(Some(run)) => run,
+                            Some(None) | None => c,
+                        };
+                        // hale_core::counts::Counters::apply, in SQL, for
+                        // a count or a merged run (StreakChange: $9 set
+                        // to $2, else add $2).
+                        let (set, k) = match c.streak {
+                            StreakChange::Set(k) => (true, k),
+                            StreakChange::Add(k) => (false, k),
+                        };
                         let row = sqlx::query(
                             "INSERT INTO agents (id, paused, consecutive_failures, turns, \
                              failed_turns, tokens_in, tokens_out, cost_usd, last_failure_ms, \
-                             last_seen_ms, state) VALUES ($1, FALSE, CASE WHEN $2 = 1 THEN 1 \
-                             ELSE 0 END, $3, $4, $5, $6, $7, CASE WHEN $4 > 0 THEN $8 END, $8, \
-                             'null') ON CONFLICT (id) DO UPDATE SET consecutive_failures = \
-                             CASE WHEN $2 = 0 THEN 0 WHEN $2 = 1 THEN \
-                             agents.consecutive_failures + 1 ELSE agents.consecutive_failures END, \
+                             last_seen_ms, state) VALUES ($1, FALSE, $2, $3, $4, $5, $6, $7, \
+                             $8, $10, 'null') ON CONFLICT (id) DO UPDATE SET \
+                             consecutive_failures = CASE WHEN $9 THEN excluded.consecutive_failures \
+                             ELSE agents.consecutive_failures + excluded.consecutive_failures END, \
                              turns = agents.turns + excluded.turns, \
                              failed_turns = agents.failed_turns + excluded.failed_turns, \
                              tokens_in = agents.tokens_in + excluded.tokens_in, \
                              tokens_out = agents.tokens_out + excluded.tokens_out, \
                              cost_usd = agents.cost_usd + excluded.cost_usd, \
                              last_failure_ms = COALESCE(excluded.last_failure_ms, \
-                             agents.last_failure_ms), last_seen_ms = CASE WHEN $3 > 0 THEN \
-                             excluded.last_seen_ms ELSE agents.last_seen_ms END \
+                             agents.last_failure_ms), last_seen_ms = CASE WHEN \
+                             excluded.turns > 0 THEN excluded.last_seen_ms ELSE \
+                             agents.last_seen_ms END \
                              RETURNING consecutive_failures, turns, failed_turns, tokens_in, \
                              tokens_out, cost_usd",
                         )
                         .bind(&c.agent)
-                        .bind(c.streak)
+                        .bind(i64::from(k))
                         .bind(c.turns)
                         .bind(c.failed)
                         .bind(c.tokens_in)
                         .bind(c.tokens_out)
                         .bind(c.cost_usd)
-                        .bind(c.now_ms)
+                        .bind(c.failure_ms)
+                        .bind(set)
+                        .bind(c.seen_ms.unwrap_or(c.now_ms))
                         .fetch_one(&mut *conn)
                         .await?;
                         let totals = crate::rows::decode_counters(&c.agent, &row)

@@ -6,7 +6,7 @@
 //! implemented for the row type of each backend, so one decoder serves both;
 //! any decode failure becomes [`StoreError::Corrupt`] naming the table and id.
 
-use hale_core::counts::Streak;
+use hale_core::counts::StreakChange;
 use hale_core::event::Event;
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -37,21 +37,55 @@ pub(crate) enum Encoded {
 }
 
 /// A [`Write::Count`], ready to bind.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct CountRow {
     pub agent: String,
     pub n: u64,
-    /// `hale_core::counts::Streak` as the SQL's `CASE` reads it: 0 clear,
-    /// 1 extend, 2 keep.
-    pub streak: i64,
+    /// What the count does to the failures in a row (a merged run's
+    /// composed change, [`CountRow::then`]).
+    pub streak: StreakChange,
     pub turns: i64,
     pub failed: i64,
     pub tokens_in: i64,
     pub tokens_out: i64,
     pub cost_usd: f64,
     pub now_ms: i64,
+    /// When the last of its turns was (none: an operator's clear alone).
+    pub seen_ms: Option<i64>,
+    /// When the last of its failed turns was.
+    pub failure_ms: Option<i64>,
     /// (task, its number, events, tool calls).
     pub task: Option<(String, u64, i64, i64)>,
+}
+
+impl CountRow {
+    /// The task this count adds to.
+    pub fn task_name(&self) -> Option<&str> {
+        self.task.as_ref().map(|(t, ..)| t.as_str())
+    }
+
+    /// This count, then `next` (of the same agent and task): one count with
+    /// the effect of both, carrying `next`'s numbers, so its totals confirm
+    /// both (a follower drops every delta up to the number it hears).
+    pub fn then(&mut self, next: &CountRow) {
+        self.n = next.n;
+        self.streak = self.streak.then(next.streak);
+        self.turns = self.turns.saturating_add(next.turns);
+        self.failed = self.failed.saturating_add(next.failed);
+        self.tokens_in = self.tokens_in.saturating_add(next.tokens_in);
+        self.tokens_out = self.tokens_out.saturating_add(next.tokens_out);
+        self.cost_usd += next.cost_usd;
+        self.now_ms = next.now_ms;
+        self.seen_ms = next.seen_ms.or(self.seen_ms);
+        self.failure_ms = next.failure_ms.or(self.failure_ms);
+        if let (Some((_, n, events, tool_calls)), Some((_, next_n, e, tc))) =
+            (self.task.as_mut(), next.task.as_ref())
+        {
+            *n = *next_n;
+            *events = events.saturating_add(*e);
+            *tool_calls = tool_calls.saturating_add(*tc);
+        }
+    }
 }
 
 /// A `history_minutes` row.
@@ -308,12 +342,9 @@ pub(crate) fn encode(w: Write, now_ms: u64) -> Result<Encoded, StoreError> {
         Write::Count(c) => {
             let what = format!("counts of agent {}", c.agent);
             let k = &c.count;
+            let now_ms = num(&what, "now_ms", c.now_ms)?;
             Encoded::Count(CountRow {
-                streak: match k.streak {
-                    Streak::Clear => 0,
-                    Streak::Extend => 1,
-                    Streak::Keep => 2,
-                },
+                streak: StreakChange::of(k.streak),
                 turns: num(&what, "turns", k.turns)?,
                 failed: i64::from(k.failed()),
                 tokens_in: num(&what, "tokens_in", k.tokens_in)?,
@@ -323,7 +354,9 @@ pub(crate) fn encode(w: Write, now_ms: u64) -> Result<Encoded, StoreError> {
                 } else {
                     0.0
                 },
-                now_ms: num(&what, "now_ms", c.now_ms)?,
+                now_ms,
+                seen_ms: (k.turns > 0).then_some(now_ms),
+                failure_ms: k.failed().then_some(now_ms),
                 task: c
                     .task
                     .map(|t| -> Result<_, StoreError> {

@@ -941,10 +941,17 @@ pub async fn counts_add_up_as_the_core_rule_says(s: &Store) {
         }
     }
     s.flush().await.expect("flush");
+    // Totals come in commit order; counts that shared a group commit come
+    // back once, with the last number of their run.
     let mut last: Option<Counted> = None;
-    for i in 0..seq.len() {
-        let got = followed.recv().await.expect("a total per count");
-        assert_eq!(got.n, i as u64 + 1, "in commit order");
+    while last.as_ref().is_none_or(|c| c.n < seq.len() as u64) {
+        let got = followed.recv().await.expect("totals up to the last count");
+        assert!(
+            last.as_ref().is_none_or(|c| got.n > c.n),
+            "in commit order: {} after {:?}",
+            got.n,
+            last.as_ref().map(|c| c.n)
+        );
         last = Some(got);
     }
     let last = last.expect("totals");
@@ -990,6 +997,117 @@ pub async fn counts_add_up_as_the_core_rule_says(s: &Store) {
     .await
     .expect("commit");
     assert_eq!(s.task_spend("counted", "t1").await.expect("read"), None);
+}
+
+/// One group commit with several counts of one agent writes each run of
+/// them (one task, nothing else of the agent between) as one count: the
+/// row and the task spends end where the counts one by one would leave
+/// them, and the totals come back once per run, after its last count.
+pub async fn counts_of_one_commit_merge_per_run(s: &Store) {
+    use hale_core::counts::{Count, Counters, Streak};
+    use hale_store::{CountWrite, TaskCount};
+    let mut followed = s.counted();
+    let fail = Count::turn(Streak::Extend, 100, 10, 0.5);
+    let ok = Count::turn(Streak::Clear, 7, 3, 0.25);
+    let keep = Count::turn(Streak::Keep, 1, 0, 0.0);
+    let count = |agent: &str, n: u64, c: Count, task: &str| {
+        Write::Count(CountWrite {
+            agent: agent.into(),
+            n,
+            count: c,
+            task: Some(TaskCount {
+                task: task.into(),
+                n,
+                events: 2,
+                tool_calls: 1,
+            }),
+            now_ms: 5_000 + n,
+        })
+    };
+    // Agent m: run [1,2,3] on t1 (add 2), run [4,5] on t2 (set 1), then
+    // t1 forgotten, then [6] on t1. Agent o's count sits inside m's first run.
+    let m = [
+        (fail, "t1"),
+        (fail, "t1"),
+        (keep, "t1"),
+        (ok, "t2"),
+        (fail, "t2"),
+        (fail, "t1"),
+    ];
+    let mut writes = vec![
+        count("m", 1, m[0].0, m[0].1),
+        count("o", 1, ok, "t1"),
+        count("m", 2, m[1].0, m[1].1),
+        count("m", 3, m[2].0, m[2].1),
+        count("m", 4, m[3].0, m[3].1),
+        count("m", 5, m[4].0, m[4].1),
+        Write::ForgetTask {
+            agent: "m".into(),
+            task: "t1".into(),
+        },
+    ];
+    writes.push(count("m", 6, m[5].0, m[5].1));
+    s.commit(writes).await.expect("one commit");
+    let mut after = Vec::new();
+    let mut expected = Counters::default();
+    for (c, _) in &m {
+        expected.apply(c);
+        after.push(expected);
+    }
+    let mut heard = Vec::new();
+    while heard.len() < 4 {
+        heard.push(followed.recv().await.expect("totals per run"));
+    }
+    let of_m: Vec<_> = heard.iter().filter(|c| c.agent == "m").collect();
+    assert_eq!(
+        of_m.iter().map(|c| c.n).collect::<Vec<_>>(),
+        [3, 5, 6],
+        "one total per run, numbered by its last count"
+    );
+    for c in &of_m {
+        assert_eq!(
+            c.totals,
+            after[c.n as usize - 1],
+            "totals after count {}",
+            c.n
+        );
+    }
+    let spends: Vec<_> = of_m
+        .iter()
+        .map(|c| {
+            let t = c.task.as_ref().expect("task totals");
+            (t.task.as_str(), t.n, t.spend.tokens, t.events, t.tool_calls)
+        })
+        .collect();
+    assert_eq!(
+        spends,
+        [
+            ("t1", 3, 110 + 110 + 1, 6, 3),
+            ("t2", 5, 10 + 110, 4, 2),
+            ("t1", 6, 110, 2, 1),
+        ],
+        "task spends per run; t1 starts over after it was forgotten"
+    );
+    let o = heard.iter().find(|c| c.agent == "o").expect("o's totals");
+    assert_eq!((o.n, o.totals.turns), (1, 1));
+    let row = s.agent("m").await.expect("agent").expect("row");
+    let last = after[5];
+    assert_eq!(
+        (
+            row.consecutive_failures,
+            row.turns,
+            row.failed_turns,
+            row.tokens_in
+        ),
+        (
+            last.consecutive_failures,
+            last.turns,
+            last.failed_turns,
+            last.tokens_in
+        )
+    );
+    assert_eq!(row.last_seen_ms, Some(5_006));
+    assert_eq!(row.last_failure_ms, Some(5_006));
 }
 
 /// What a starting instance holds, and the health monitor's walk over
