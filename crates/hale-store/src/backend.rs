@@ -73,7 +73,8 @@ const EVENT_CHUNK: usize = 200;
 /// record, a forgotten task), becomes ONE count at the place of the run's
 /// last: `Some(merged)` there, `None` at the others. A count alone is not
 /// in the map. Under load a group commit holds several turns of each busy
-/// agent, and two upserts per turn were most of the journal writer's work.
+/// agent, and a count costs the writer two upserts with `RETURNING` (the
+/// agent row and the task's spend).
 ///
 /// The merged count has the effect of the run's counts one by one
 /// ([`CountRow::then`], `hale_core::counts::StreakChange::then`), and its
@@ -83,34 +84,41 @@ const EVENT_CHUNK: usize = 200;
 fn merge_counts<'a>(
     rows: impl Iterator<Item = &'a Encoded>,
 ) -> std::collections::HashMap<usize, Option<CountRow>> {
-    struct Run {
-        at: Vec<usize>,
-        count: CountRow,
+    use std::collections::HashMap;
+    /// A run: where its counts are, and — from its second count on — their
+    /// merge (a count alone is written as it is, never copied).
+    struct Run<'a> {
+        first: &'a CountRow,
+        /// Where its counts before the last are (empty: no allocation).
+        earlier: Vec<usize>,
+        last: usize,
+        merged: Option<CountRow>,
     }
-    fn close(out: &mut std::collections::HashMap<usize, Option<CountRow>>, run: Run) {
-        if let [earlier @ .., last] = run.at.as_slice()
-            && !earlier.is_empty()
-        {
-            for i in earlier {
-                out.insert(*i, None);
+    fn close(out: &mut HashMap<usize, Option<CountRow>>, run: Run<'_>) {
+        if let Some(merged) = run.merged {
+            for i in run.earlier {
+                out.insert(i, None);
             }
-            out.insert(*last, Some(run.count));
+            out.insert(run.last, Some(merged));
         }
     }
-    let mut out = std::collections::HashMap::new();
-    let mut open: std::collections::HashMap<&str, Run> = std::collections::HashMap::new();
+    let mut out = HashMap::new();
+    let mut open: HashMap<&str, Run<'a>> = HashMap::new();
     for (i, row) in rows.enumerate() {
         let agent = match row {
             Encoded::Count(c) => {
                 match open.get_mut(c.agent.as_str()) {
-                    Some(run) if run.count.task_name() == c.task_name() => {
-                        run.count.then(c);
-                        run.at.push(i);
+                    Some(run) if run.first.task_name() == c.task_name() => {
+                        run.merged.get_or_insert_with(|| run.first.clone()).then(c);
+                        run.earlier.push(run.last);
+                        run.last = i;
                     }
                     Some(_) | None => {
                         let run = Run {
-                            at: vec![i],
-                            count: c.clone(),
+                            first: c,
+                            earlier: Vec::new(),
+                            last: i,
+                            merged: None,
                         };
                         if let Some(ended) = open.insert(c.agent.as_str(), run) {
                             close(&mut out, ended);

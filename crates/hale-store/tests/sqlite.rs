@@ -26,6 +26,7 @@ suite!(common::sqlite;
     agent_rows_in_one_batch_keep_the_last,
     counts_add_up_as_the_core_rule_says,
     counts_of_one_commit_merge_per_run,
+    many_submitted_counts_add_up_whatever_the_batching,
     agents_held_and_silent_walk,
     lease_claims_follow_the_core_rule,
     leases_are_released_only_by_their_holder,

@@ -1110,6 +1110,109 @@ pub async fn counts_of_one_commit_merge_per_run(s: &Store) {
     assert_eq!(row.last_failure_ms, Some(5_006));
 }
 
+/// Thousands of counts submitted without waiting, as a busy gateway does:
+/// batches form as the writer's pace decides, each merging what it holds.
+/// Whatever the batching, every agent's row and task spend end where the
+/// counts one by one leave them (`Counters::apply`), across forgotten tasks
+/// and whole-record writes, and the last totals heard per agent are those.
+pub async fn many_submitted_counts_add_up_whatever_the_batching(s: &Store) {
+    use hale_core::counts::{Count, Counters, Streak};
+    use hale_store::{CountWrite, Counted, TaskCount};
+    use std::collections::HashMap;
+    const AGENTS: u64 = 16;
+    const PER_AGENT: u64 = 250;
+    let mut followed = s.counted();
+    let mut expected: HashMap<String, Counters> = HashMap::new();
+    let mut spend: HashMap<(String, String), u64> = HashMap::new();
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d; // xorshift: a fixed, varied sequence
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for n in 1..=PER_AGENT {
+        let mut writes = Vec::new();
+        for a in 0..AGENTS {
+            let agent = format!("many-{a}");
+            let r = next();
+            let streak = match r % 5 {
+                0 | 1 => Streak::Extend,
+                2 => Streak::Keep,
+                _ => Streak::Clear,
+            };
+            let c = if r % 97 == 0 {
+                Count::clear()
+            } else {
+                Count::turn(streak, r % 50, r % 7, 0.0)
+            };
+            let task = format!("t{}", (r >> 8) % 2);
+            expected.entry(agent.clone()).or_default().apply(&c);
+            *spend.entry((agent.clone(), task.clone())).or_default() += c.tokens_in + c.tokens_out;
+            writes.push(Write::Count(CountWrite {
+                agent: agent.clone(),
+                n,
+                count: c,
+                task: Some(TaskCount {
+                    task: task.clone(),
+                    n,
+                    events: 1,
+                    tool_calls: 0,
+                }),
+                now_ms: 10_000 + n,
+            }));
+            if (r >> 16) % 41 == 0 {
+                writes.push(Write::ForgetTask {
+                    agent: agent.clone(),
+                    task: task.clone(),
+                });
+                spend.remove(&(agent.clone(), task));
+            }
+            if (r >> 24) % 53 == 0 {
+                // A whole record: its counters are not the row's.
+                let mut whole = self::agent(&agent);
+                whole.turns = 7;
+                writes.push(Write::Agent(whole));
+            }
+        }
+        s.submit(writes);
+    }
+    s.flush().await.expect("flush");
+    let mut last: HashMap<String, Counted> = HashMap::new();
+    while last.len() < AGENTS as usize || last.values().any(|c| c.n < PER_AGENT) {
+        let got = followed.recv().await.expect("totals");
+        if let Some(prev) = last.get(&got.agent) {
+            assert!(got.n > prev.n, "{}: {} after {}", got.agent, got.n, prev.n);
+        }
+        last.insert(got.agent.clone(), got);
+    }
+    for (agent, want) in &expected {
+        let row = s.agent(agent).await.expect("read").expect("row");
+        assert_eq!(
+            (
+                row.consecutive_failures,
+                row.turns,
+                row.failed_turns,
+                row.tokens_in,
+                row.tokens_out
+            ),
+            (
+                want.consecutive_failures,
+                want.turns,
+                want.failed_turns,
+                want.tokens_in,
+                want.tokens_out
+            ),
+            "{agent}"
+        );
+        assert_eq!(last[agent].totals, *want, "{agent}: the last totals heard");
+    }
+    for ((agent, task), tokens) in &spend {
+        let got = s.task_spend(agent, task).await.expect("read");
+        assert_eq!(got.map(|t| t.tokens), Some(*tokens), "{agent}/{task}");
+    }
+}
+
 /// What a starting instance holds, and the health monitor's walk over
 /// agents silent while out of memory, in (last_seen_ms, id) order.
 pub async fn agents_held_and_silent_walk(s: &Store) {
