@@ -20,10 +20,22 @@
 //! called once, before the binary starts any thread.
 
 /// The global allocator of hale's binaries.
+#[cfg(not(feature = "system"))]
 pub type Alloc = mimalloc::MiMalloc;
 
 /// The allocator value for `#[global_allocator] static GLOBAL: Alloc = ALLOC;`.
+#[cfg(not(feature = "system"))]
 pub const ALLOC: Alloc = mimalloc::MiMalloc;
+
+/// With feature `system` (a heap profiler's build, never for serving): the
+/// C library's malloc, which heaptrack and valgrind's tools hook; they do
+/// not see mimalloc's heap.
+#[cfg(feature = "system")]
+pub type Alloc = std::alloc::System;
+
+/// See the other [`ALLOC`].
+#[cfg(feature = "system")]
+pub const ALLOC: Alloc = std::alloc::System;
 
 /// The environment variable with which an operator chooses the delay
 /// (milliseconds; read by mimalloc itself). When it is set, hale leaves the

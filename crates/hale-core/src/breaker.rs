@@ -34,8 +34,8 @@ use crate::config::BreakerConfig;
 use rand::{Rng, RngExt};
 use serde::Serialize;
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How many time buckets cover the sliding window for the rate rule and the
@@ -231,7 +231,9 @@ impl Buckets {
 /// One circuit breaker (not thread-safe; see [`SharedBreaker`]).
 #[derive(Debug, Clone)]
 pub struct Breaker {
-    cfg: BreakerConfig,
+    /// Shared by every breaker of one configuration: a gateway holds one
+    /// breaker per agent × deployment.
+    cfg: Arc<BreakerConfig>,
     phase: Phase,
     buckets: Buckets,
     /// Timestamps of the last `failure_threshold` counted failures.
@@ -257,7 +259,8 @@ enum Verdict {
 
 impl Breaker {
     /// A breaker in Closed (or Disabled, when `cfg.enabled` is false).
-    pub fn new(cfg: BreakerConfig) -> Self {
+    pub fn new(cfg: impl Into<Arc<BreakerConfig>>) -> Self {
+        let cfg = cfg.into();
         let buckets = Buckets::new(cfg.window);
         Self {
             cfg,
@@ -676,7 +679,7 @@ impl Breaker {
 }
 
 impl SharedBreaker {
-    pub fn new(cfg: BreakerConfig) -> Self {
+    pub fn new(cfg: impl Into<Arc<BreakerConfig>>) -> Self {
         Self::from_breaker(Breaker::new(cfg))
     }
 

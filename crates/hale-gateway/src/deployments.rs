@@ -88,10 +88,15 @@ pub struct Deployments {
     budgets: HashMap<String, Mutex<RetryBudget>>,
     /// When breakers at rest were last dropped ([`Deployments::forget_resting_breakers`]).
     breakers_swept: Mutex<Option<Instant>>,
+    /// The configuration every breaker shares (one copy, not one per breaker).
+    breaker_cfg: Arc<hale_core::config::BreakerConfig>,
 }
 
-/// How often breakers at rest are looked for (when a new breaker is made).
-const BREAKER_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+/// How often breakers at rest are looked for: with the rest of the idle
+/// state (`crate::memory`'s sweep) and when a new breaker is made. The
+/// breakers of agents that came and went are then held for their window
+/// plus at most this, like the agents themselves.
+const BREAKER_SWEEP_EVERY: std::time::Duration = hale_core::memory::SWEEP_EVERY;
 
 /// The key of a deployment.
 pub fn key(t: &Target) -> String {
@@ -111,11 +116,12 @@ impl Deployments {
             })
             .collect();
         Self {
-            cfg,
             scopes: Mutex::new(Scopes::default()),
             breakers: RwLock::new(HashMap::new()),
             budgets,
             breakers_swept: Mutex::new(None),
+            breaker_cfg: Arc::new(cfg.self_healing.circuit_breaker.clone()),
+            cfg,
         }
     }
 
@@ -185,11 +191,7 @@ impl Deployments {
             .entry(agent.to_owned())
             .or_default()
             .entry(deployment.to_owned())
-            .or_insert_with(|| {
-                Arc::new(SharedBreaker::new(
-                    self.cfg.self_healing.circuit_breaker.clone(),
-                ))
-            })
+            .or_insert_with(|| Arc::new(SharedBreaker::new(Arc::clone(&self.breaker_cfg))))
             .clone()
     }
 
@@ -220,6 +222,16 @@ impl Deployments {
             !per_agent.is_empty()
         });
         dropped
+    }
+
+    /// How many breakers (agent × deployment) are held in memory.
+    pub fn breakers_held(&self) -> usize {
+        self.breakers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(HashMap::len)
+            .sum()
     }
 
     /// The state of `agent` × `deployment`'s breaker, without creating one

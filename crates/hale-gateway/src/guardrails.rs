@@ -62,7 +62,9 @@ impl TaskRt {
 /// Every task's state, keyed by (agent, task).
 #[derive(Default)]
 pub struct Tasks {
-    map: Mutex<HashMap<(String, String), TaskRt>>,
+    /// Boxed: the table's empty slots (a hash table is up to half empty)
+    /// then cost a pointer each, not a whole task's state.
+    map: Mutex<HashMap<(String, String), Box<TaskRt>>>,
     /// When idle tasks were last swept.
     swept: Mutex<Option<Instant>>,
 }
@@ -83,11 +85,13 @@ impl Tasks {
         let mut map = self.map.lock().expect("tasks lock");
         let rt = map
             .entry((agent.to_owned(), task.to_owned()))
-            .or_insert_with(|| TaskRt {
-                guard: TaskGuard::new(now),
-                spend: Tally::default(),
-                unsent: (0, 0),
-                last_used: now,
+            .or_insert_with(|| {
+                Box::new(TaskRt {
+                    guard: TaskGuard::new(now),
+                    spend: Tally::default(),
+                    unsent: (0, 0),
+                    last_used: now,
+                })
             });
         rt.last_used = now;
         f(rt)

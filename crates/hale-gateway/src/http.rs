@@ -399,6 +399,9 @@ async fn metrics(
         .agents_held
         .set(gauge(gw.agents.lock().expect("agents lock").len()));
     gw.metrics.tasks_held.set(gauge(gw.tasks.len()));
+    gw.metrics
+        .breakers_held
+        .set(gauge(gw.deployments.breakers_held()));
     gw.metrics.refresh_sinks();
     gw.metrics.refresh_tools();
     (

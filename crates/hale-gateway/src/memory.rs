@@ -10,21 +10,27 @@
 //! so each silence is read once, in batches, however many agents the store
 //! holds.
 
-use crate::state::{Gateway, wall_ms};
+use crate::state::{Gateway, Shed, wall_ms};
 use hale_core::memory::{
     SILENT_BATCH, SILENT_BATCHES_PER_CHECK, SWEEP_EVERY, SilenceCursor, silent_since,
 };
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
-/// Sheds idle agents and tasks every [`SWEEP_EVERY`] until the gateway is dropped.
+/// Sheds idle agents, tasks and breakers at rest every [`SWEEP_EVERY`]
+/// until the gateway is dropped.
 pub async fn run(gw: Weak<Gateway>) {
     loop {
         tokio::time::sleep(SWEEP_EVERY).await;
         let Some(gw) = gw.upgrade() else { return };
         let shed = gw.shed_idle(wall_ms(), Instant::now());
-        if shed.agents > 0 || shed.tasks > 0 {
-            tracing::debug!(agents = shed.agents, tasks = shed.tasks, "idle state shed");
+        if shed != Shed::default() {
+            tracing::debug!(
+                agents = shed.agents,
+                tasks = shed.tasks,
+                breakers = shed.breakers,
+                "idle state shed"
+            );
         }
     }
 }

@@ -209,6 +209,8 @@ pub struct Metrics {
     /// Agents and tasks held in memory (`memory:` bounds the idle ones).
     pub agents_held: Gauge,
     pub tasks_held: Gauge,
+    /// Breakers (agent × deployment) held in memory.
+    pub breakers_held: Gauge,
     pub dead_letters: Gauge,
     /// Undelivered events shed at the outbox cap since start.
     pub outbox_shed: Gauge,
@@ -367,6 +369,12 @@ impl Metrics {
             "Tasks whose guard and spend are held in memory",
             tasks_held.clone(),
         );
+        let breakers_held = Gauge::default();
+        registry.register(
+            "breakers_held",
+            "Circuit breakers (agent x deployment) held in memory; those at rest are dropped with idle agents",
+            breakers_held.clone(),
+        );
         let dead_letters = Gauge::default();
         registry.register(
             "dead_letters",
@@ -467,6 +475,7 @@ impl Metrics {
             journal_wait_timeouts,
             journal_writer_stuck,
             agents_held,
+            breakers_held,
             tasks_held,
             dead_letters,
             outbox_shed,

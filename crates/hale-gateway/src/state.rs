@@ -121,7 +121,9 @@ pub struct Gateway {
     pub metrics: Metrics,
     /// Deployments' health, breakers (agent × deployment), retry budgets.
     pub deployments: crate::deployments::Deployments,
-    pub agents: Mutex<HashMap<String, AgentRt>>,
+    /// Boxed: the table's empty slots (a hash table is up to half empty)
+    /// then cost a pointer each, not a whole agent's state.
+    pub agents: Mutex<HashMap<String, Box<AgentRt>>>,
     /// Idempotency keys being served right now, with their request's hash: a
     /// duplicate of the same request waits on the watch.
     pub inflight: Mutex<HashMap<String, (String, tokio::sync::watch::Receiver<bool>)>>,
@@ -143,6 +145,8 @@ pub struct Gateway {
 pub struct Shed {
     pub agents: usize,
     pub tasks: usize,
+    /// Breakers at rest (agent × deployment) that no turn held.
+    pub breakers: usize,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -168,7 +172,7 @@ impl Gateway {
         let health = crate::health::HealthRt::new(&records);
         let agents = records
             .into_iter()
-            .map(|r| (r.id.clone(), AgentRt::new(r)))
+            .map(|r| (r.id.clone(), Box::new(AgentRt::new(r))))
             .collect();
         let metrics = Metrics::for_config(&cfg);
         let counted = store.counted();
@@ -238,7 +242,7 @@ impl Gateway {
         let mut map = self.agents.lock().expect("agents lock");
         let rt = map
             .entry(agent.to_owned())
-            .or_insert_with(|| AgentRt::new(new_agent(agent)));
+            .or_insert_with(|| Box::new(AgentRt::new(new_agent(agent))));
         f(&mut rt.record);
         rt.record.clone()
     }
@@ -253,7 +257,7 @@ impl Gateway {
         let mut map = self.agents.lock().expect("agents lock");
         let rt = map
             .entry(agent.to_owned())
-            .or_insert_with(|| AgentRt::new(new_agent(agent)));
+            .or_insert_with(|| Box::new(AgentRt::new(new_agent(agent))));
         let r = f(rt);
         (r, rt.record.clone())
     }
@@ -265,7 +269,10 @@ impl Gateway {
     /// seen first. Their rows stay in the store; [`Gateway::load_agent`]
     /// reads one back before its next turn or admin call, and the health
     /// monitor reads back one that stays silent
-    /// ([`crate::memory::watch_silent`]). Called every
+    /// ([`crate::memory::watch_silent`]). Breakers at rest go too
+    /// ([`crate::deployments::Deployments::forget_resting_breakers`]): one
+    /// per agent × deployment, they would otherwise be held until a new
+    /// agent's first call looked for them. Called every
     /// [`hale_core::memory::SWEEP_EVERY`] by every instance ([`crate::memory::run`]).
     pub fn shed_idle(&self, now_ms: u64, now: Instant) -> Shed {
         let idle: Vec<(u64, String)> = self
@@ -307,7 +314,12 @@ impl Gateway {
             crate::health::adopt_terminated(self, &id, &state);
         }
         let tasks = self.tasks.shed(now, self.cfg.memory.idle_tasks);
-        Shed { agents, tasks }
+        let breakers = self.deployments.forget_resting_breakers(now);
+        Shed {
+            agents,
+            tasks,
+            breakers,
+        }
     }
 
     /// Whether `agent` is held in memory.
@@ -324,7 +336,7 @@ impl Gateway {
             match map.entry(id.clone()) {
                 std::collections::hash_map::Entry::Occupied(_) => false,
                 std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(AgentRt::new(row.clone()));
+                    v.insert(Box::new(AgentRt::new(row.clone())));
                     true
                 }
             }
@@ -365,7 +377,7 @@ impl Gateway {
             .lock()
             .expect("agents lock")
             .get_mut(agent)
-            .map(f)
+            .map(|rt| f(rt))
     }
 
     /// The agent's pause, if any (a copy).

@@ -320,6 +320,46 @@ async fn journal_survives_a_restart() {
     h2.stop().await;
 }
 
+/// Issue 13: the breakers of agents that came and went (one per agent ×
+/// deployment) leave memory with the idle state once at rest — no call for
+/// their window — and not before; an agent's next call builds a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breakers_at_rest_leave_memory_with_the_idle_state() {
+    let c = chaos().await;
+    let cfg = config(vec![openai("primary", &c, "fine")]);
+    let window = cfg.self_healing.circuit_breaker.window;
+    let h = Hale::start(cfg).await;
+    for agent in ["came-1", "came-2", "came-3"] {
+        h.openai(ROUTE)
+            .agent(agent)
+            .send()
+            .await
+            .assert_complete(&full());
+    }
+    assert_eq!(h.gw.deployments.breakers_held(), 3);
+    let (_, text) = h.get_text("/metrics").await;
+    assert!(text.contains("hale_breakers_held 3"), "{text}");
+    let now_ms = hale_gateway::state::wall_ms();
+    let start = std::time::Instant::now();
+    // Within their window: still counting calls, kept.
+    let shed = h.gw.shed_idle(now_ms, start + window / 2);
+    assert_eq!(shed.breakers, 0);
+    assert_eq!(h.gw.deployments.breakers_held(), 3);
+    // A window with no call: at rest, dropped by the sweep.
+    let shed =
+        h.gw.shed_idle(now_ms, start + window + hale_core::memory::SWEEP_EVERY);
+    assert_eq!(shed.breakers, 3);
+    assert_eq!(h.gw.deployments.breakers_held(), 0);
+    let (_, text) = h.get_text("/metrics").await;
+    assert!(text.contains("hale_breakers_held 0"), "{text}");
+    h.openai(ROUTE)
+        .agent("came-1")
+        .send()
+        .await
+        .assert_complete(&full());
+    assert_eq!(h.gw.deployments.breakers_held(), 1);
+}
+
 /// Issue 13: an idle agent beyond `memory.idle_agents` leaves memory, and
 /// its row is read back before its next admin call or turn, so its counters
 /// go on from the store instead of restarting at zero.

@@ -24,6 +24,7 @@ suite!(common::sqlite;
     closed_store_refuses_writes,
     prune_turns_drops_only_old_turns,
     agent_rows_in_one_batch_keep_the_last,
+    turn_rows_of_one_batch_are_all_written_and_the_last_wins,
     counts_add_up_as_the_core_rule_says,
     counts_of_one_commit_merge_per_run,
     many_submitted_counts_add_up_whatever_the_batching,

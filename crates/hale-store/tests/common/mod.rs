@@ -754,6 +754,56 @@ pub async fn prune_turns_drops_only_old_turns(s: &Store) {
 }
 
 /// Several whole-record upserts of one agent in one group commit: the last wins.
+/// One commit's turn rows are written several per statement: every row of
+/// a batch larger than one statement lands, and a turn written more than
+/// once in the batch (or already stored) ends as its last write.
+pub async fn turn_rows_of_one_batch_are_all_written_and_the_last_wins(s: &Store) {
+    let stored = turn("b-0", "task", "h", TurnStatus::Running, 1);
+    s.commit(vec![Write::Turn(stored)]).await.expect("commit");
+    let mut expected: Vec<TurnRecord> = (0..150u64)
+        .map(|i| {
+            let mut t = turn(
+                &format!("b-{i}"),
+                "task",
+                &format!("h{i}"),
+                TurnStatus::Succeeded,
+                10 + i,
+            );
+            t.agent = format!("agent-{}", i % 7);
+            if i % 3 == 0 {
+                t.task = None;
+            }
+            if i % 5 == 0 {
+                t.response = Some(resp(&format!("{{\"n\":{i}}}")));
+                t.usage_in = i;
+            }
+            t
+        })
+        .collect();
+    let mut writes: Vec<Write> = expected.iter().cloned().map(Write::Turn).collect();
+    // b-7 three times in the batch: running, failed, then succeeded with its answer.
+    let mut again = expected[7].clone();
+    again.status = TurnStatus::Running;
+    writes.insert(3, Write::Turn(again.clone()));
+    again.status = TurnStatus::Failed;
+    again.error_class = Some("server_error".into());
+    writes.push(Write::Turn(again));
+    let mut last = expected[7].clone();
+    last.duration_ms = Some(42);
+    last.response = Some(resp("{\"last\":true}"));
+    writes.push(Write::Turn(last.clone()));
+    expected[7] = last;
+    s.commit(writes).await.expect("commit");
+    for t in &expected {
+        assert_eq!(
+            s.turn(&t.id).await.expect("turn").as_ref(),
+            Some(t),
+            "{}",
+            t.id
+        );
+    }
+}
+
 pub async fn agent_rows_in_one_batch_keep_the_last(s: &Store) {
     let mut a = agent("coalesced");
     let mut writes = Vec::new();
