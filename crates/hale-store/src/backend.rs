@@ -20,7 +20,7 @@ use sqlx::{PgPool, QueryBuilder, SqlitePool};
 
 use hale_core::counts::StreakChange;
 
-use crate::rows::{CountRow, Encoded, EventRow, TurnRow};
+use crate::rows::{CountRow, Encoded, EventRow};
 
 /// The pool of one backend.
 #[derive(Clone, Debug)]
@@ -149,89 +149,6 @@ fn merge_counts<'a>(
     out
 }
 
-/// Sizes of the multi-row turn `INSERT`s, largest first: a batch of n
-/// turns is written as n's binary decomposition over these (37 = 32 + 4 +
-/// 1), so at most seven statement texts exist per connection's statement
-/// cache, whatever the batch sizes. 18 binds a row: 1,152 at most, well
-/// under both backends' limits.
-const TURN_CHUNKS: [usize; 7] = [64, 32, 16, 8, 4, 2, 1];
-
-/// How many of `left` turn rows the next statement writes.
-fn turn_chunk(left: usize) -> usize {
-    TURN_CHUNKS
-        .into_iter()
-        .find(|&size| size <= left)
-        .unwrap_or(1)
-}
-
-/// Binds of one turn row (its columns, in [`turn_insert_sql`]'s order).
-const TURN_COLUMNS: usize = 18;
-
-/// The `INSERT` of `rows` turn rows (one of [`TURN_CHUNKS`]), built once
-/// per size: the writer binds a batch into a statement text the connection
-/// has cached, with no SQL formatted per batch.
-fn turn_insert_sql(rows: usize) -> &'static str {
-    static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let all = SQL.get_or_init(|| {
-        TURN_CHUNKS
-            .iter()
-            .map(|&n| {
-                let values: Vec<String> = (0..n)
-                    .map(|row| {
-                        let binds: Vec<String> = (1..=TURN_COLUMNS)
-                            .map(|col| format!("${}", row * TURN_COLUMNS + col))
-                            .collect();
-                        format!("({})", binds.join(", "))
-                    })
-                    .collect();
-                format!(
-                    "INSERT INTO turns (id, agent, task, request_hash, model_requested, status, \
-                     started_ms, duration_ms, provider, model, attempts, usage_in, usage_out, \
-                     error_class, resp_status, resp_headers, resp_body, resp_content_type) \
-                     VALUES {} ON CONFLICT (id) DO UPDATE SET agent = excluded.agent, \
-                     task = excluded.task, request_hash = excluded.request_hash, \
-                     model_requested = excluded.model_requested, status = excluded.status, \
-                     started_ms = excluded.started_ms, duration_ms = excluded.duration_ms, \
-                     provider = excluded.provider, model = excluded.model, \
-                     attempts = excluded.attempts, usage_in = excluded.usage_in, \
-                     usage_out = excluded.usage_out, error_class = excluded.error_class, \
-                     resp_status = excluded.resp_status, resp_headers = excluded.resp_headers, \
-                     resp_body = excluded.resp_body, \
-                     resp_content_type = excluded.resp_content_type",
-                    values.join(", ")
-                )
-            })
-            .collect()
-    });
-    let i = TURN_CHUNKS
-        .iter()
-        .position(|&n| n == rows)
-        .unwrap_or(TURN_CHUNKS.len() - 1);
-    all[i].as_str()
-}
-
-/// The batch's turn rows, the last of each id at the place of its first:
-/// a multi-row `INSERT … ON CONFLICT DO UPDATE` must not name one id twice
-/// (PostgreSQL refuses a row affected twice), and a turn row is written
-/// whole, so the last write of an id is the row the upserts one by one
-/// would have left. Rows of different turns do not depend on each other.
-fn last_turn_rows<'a>(rows: impl Iterator<Item = &'a Encoded>) -> Vec<&'a TurnRow> {
-    let mut out: Vec<&TurnRow> = Vec::new();
-    let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for row in rows {
-        if let Encoded::Turn(t) = row {
-            match at.get(t.id.as_str()) {
-                Some(&i) => out[i] = t,
-                None => {
-                    at.insert(t.id.as_str(), out.len());
-                    out.push(t);
-                }
-            }
-        }
-    }
-    out
-}
-
 macro_rules! gen_apply {
     ($name:ident, $db:ty, $pg:expr) => {
         /// Applies the writes of `jobs`, in order, on an open transaction;
@@ -314,8 +231,46 @@ macro_rules! gen_apply {
                             .await?;
                         }
                     }
-                    // Written after the loop, several rows per statement.
-                    Encoded::Turn(_) => {}
+                    Encoded::Turn(t) => {
+                        let r = t.response.as_ref();
+                        sqlx::query(
+                            "INSERT INTO turns (id, agent, task, request_hash, model_requested, \
+                             status, started_ms, duration_ms, provider, model, attempts, usage_in, \
+                             usage_out, error_class, resp_status, resp_headers, resp_body, \
+                             resp_content_type) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+                             $11, $12, $13, $14, $15, $16, $17, $18) ON CONFLICT (id) DO UPDATE SET \
+                             agent = excluded.agent, task = excluded.task, \
+                             request_hash = excluded.request_hash, \
+                             model_requested = excluded.model_requested, status = excluded.status, \
+                             started_ms = excluded.started_ms, duration_ms = excluded.duration_ms, \
+                             provider = excluded.provider, model = excluded.model, \
+                             attempts = excluded.attempts, usage_in = excluded.usage_in, \
+                             usage_out = excluded.usage_out, error_class = excluded.error_class, \
+                             resp_status = excluded.resp_status, \
+                             resp_headers = excluded.resp_headers, resp_body = excluded.resp_body, \
+                             resp_content_type = excluded.resp_content_type",
+                        )
+                        .bind(&t.id)
+                        .bind(&t.agent)
+                        .bind(&t.task)
+                        .bind(&t.request_hash)
+                        .bind(&t.model_requested)
+                        .bind(t.status)
+                        .bind(t.started_ms)
+                        .bind(t.duration_ms)
+                        .bind(&t.provider)
+                        .bind(&t.model)
+                        .bind(&t.attempts)
+                        .bind(t.usage_in)
+                        .bind(t.usage_out)
+                        .bind(&t.error_class)
+                        .bind(r.map(|r| r.status))
+                        .bind(r.map(|r| &r.headers))
+                        .bind(r.map(|r| &r.body))
+                        .bind(r.map(|r| &r.content_type))
+                        .execute(&mut *conn)
+                        .await?;
+                    }
                     Encoded::Agent(a) => {
                         // The counters only when the row is new: afterwards
                         // they change through counts alone (Write::Count).
@@ -505,40 +460,6 @@ macro_rules! gen_apply {
                     }
                 }
             }
-            // The turn rows: the last row of each id (a later write of a
-            // turn replaces it whole, as the upsert one by one did), in
-            // statements of TURN_CHUNKS rows.
-            let turns = last_turn_rows(rows());
-            let mut rest = turns.as_slice();
-            while !rest.is_empty() {
-                let size = turn_chunk(rest.len());
-                let (chunk, later) = rest.split_at(size);
-                rest = later;
-                let mut q = sqlx::query(turn_insert_sql(size));
-                for t in chunk {
-                    let r = t.response.as_ref();
-                    q = q
-                        .bind(&t.id)
-                        .bind(&t.agent)
-                        .bind(&t.task)
-                        .bind(&t.request_hash)
-                        .bind(&t.model_requested)
-                        .bind(t.status)
-                        .bind(t.started_ms)
-                        .bind(t.duration_ms)
-                        .bind(&t.provider)
-                        .bind(&t.model)
-                        .bind(&t.attempts)
-                        .bind(t.usage_in)
-                        .bind(t.usage_out)
-                        .bind(&t.error_class)
-                        .bind(r.map(|r| r.status))
-                        .bind(r.map(|r| &r.headers))
-                        .bind(r.map(|r| &r.body))
-                        .bind(r.map(|r| &r.content_type));
-                }
-                q.execute(&mut *conn).await?;
-            }
             let mut max_seq = None;
             // A multi-row INSERT must not name one id twice (PostgreSQL
             // refuses a row affected twice); a repeat in the same chunk goes
@@ -613,41 +534,6 @@ pub(crate) async fn apply(pool: &Pool, jobs: &[&[Encoded]]) -> Result<Applied, s
             let applied = apply_pg(&mut tx, jobs).await?;
             tx.commit().await?;
             Ok(applied)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every batch size is written whole, in chunks of the listed sizes,
-    /// with as few statements as its binary decomposition.
-    #[test]
-    fn turn_chunks_cover_any_batch_with_few_statements() {
-        for n in 0..=1_000usize {
-            let (mut left, mut statements) = (n, 0);
-            while left > 0 {
-                let size = turn_chunk(left);
-                assert!(TURN_CHUNKS.contains(&size) && size <= left, "{n}: {size}");
-                left -= size;
-                statements += 1;
-            }
-            let largest = TURN_CHUNKS[0];
-            let rest = n % largest;
-            assert_eq!(statements, n / largest + rest.count_ones() as usize, "{n}");
-        }
-    }
-
-    /// Each statement text has the placeholders of its rows, in order.
-    #[test]
-    fn a_turn_statement_binds_every_column_of_every_row() {
-        for &n in &TURN_CHUNKS {
-            let sql = turn_insert_sql(n);
-            let last = n * TURN_COLUMNS;
-            assert!(sql.contains(&format!("${last})")), "{n}");
-            assert!(!sql.contains(&format!("${}", last + 1)), "{n}");
-            assert_eq!(sql.matches("), (").count(), n - 1, "{n}");
         }
     }
 }

@@ -754,9 +754,9 @@ pub async fn prune_turns_drops_only_old_turns(s: &Store) {
 }
 
 /// Several whole-record upserts of one agent in one group commit: the last wins.
-/// One commit's turn rows are written several per statement: every row of
-/// a batch larger than one statement lands, and a turn written more than
-/// once in the batch (or already stored) ends as its last write.
+/// Every turn row of a large commit lands, and a turn written more than
+/// once in one commit (or already stored) ends as its last write — the
+/// contract any batching of turn rows in the writer must keep.
 pub async fn turn_rows_of_one_batch_are_all_written_and_the_last_wins(s: &Store) {
     let stored = turn("b-0", "task", "h", TurnStatus::Running, 1);
     s.commit(vec![Write::Turn(stored)]).await.expect("commit");
