@@ -62,8 +62,9 @@ impl TaskRt {
 /// Every task's state, keyed by (agent, task).
 #[derive(Default)]
 pub struct Tasks {
-    /// Boxed: the table's empty slots (a hash table is up to half empty)
-    /// then cost a pointer each, not a whole task's state.
+    /// Boxed: the table's empty slots (hashbrown grows at 7/8 full, so
+    /// just after a growth more than half are empty) then cost a pointer
+    /// each, not a whole task's state.
     map: Mutex<HashMap<(String, String), Box<TaskRt>>>,
     /// When idle tasks were last swept.
     swept: Mutex<Option<Instant>>,

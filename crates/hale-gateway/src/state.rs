@@ -121,8 +121,9 @@ pub struct Gateway {
     pub metrics: Metrics,
     /// Deployments' health, breakers (agent × deployment), retry budgets.
     pub deployments: crate::deployments::Deployments,
-    /// Boxed: the table's empty slots (a hash table is up to half empty)
-    /// then cost a pointer each, not a whole agent's state.
+    /// Boxed: the table's empty slots (hashbrown grows at 7/8 full, so
+    /// just after a growth more than half are empty) then cost a pointer
+    /// each, not a whole agent's state.
     pub agents: Mutex<HashMap<String, Box<AgentRt>>>,
     /// Idempotency keys being served right now, with their request's hash: a
     /// duplicate of the same request waits on the watch.
