@@ -5,6 +5,7 @@
 #
 #   cargo build --release -p hale -p hale-bench
 #   scripts/callgrind_turn.sh            # N=2000 WARM=200 OUT=/tmp/hale-callgrind
+#   STREAM=1 scripts/callgrind_turn.sh   # the same for streaming turns (SSE)
 #
 # For each server: start it under valgrind, send WARM requests (caches, pools,
 # lazily built tables), zero the counters (callgrind_control -z), send N
@@ -25,6 +26,7 @@ OUT=${OUT:-/tmp/hale-callgrind}
 BIN=${BIN:-target/release}
 HALE=${HALE:-$BIN/hale} # e.g. a copy of an older build, to compare
 TOP=${TOP:-15}
+STREAM=${STREAM:-0} # 1: streaming requests
 rm -rf "$OUT" && mkdir -p "$OUT"
 
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
@@ -45,14 +47,14 @@ CP=$(port)
 PIDS+=($!)
 wait_ok "http://127.0.0.1:$CP/v1/models" 30
 
-python3 - "$OUT/body.json" <<'EOF'
+python3 - "$OUT/body.json" "$STREAM" <<'EOF'
 import json, sys
 words = ["lorem ", "ipsum ", "dolor ", "sit ", "amet "]
 s = ""
 i = 0
 while len(s) < 1000:
     s += words[i % 5]; i += 1
-json.dump({"model": "ok:tokens=16", "stream": False, "messages": [
+json.dump({"model": "ok:tokens=16", "stream": sys.argv[2] == "1", "messages": [
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": s[:1000]}]}, open(sys.argv[1], "w"))
 EOF

@@ -62,12 +62,11 @@ impl Encoder {
 }
 
 fn frames_to_bytes(frames: &[proto::openai::SseFrame]) -> Bytes {
-    Bytes::from(
-        frames
-            .iter()
-            .map(proto::openai::SseFrame::to_wire)
-            .collect::<String>(),
-    )
+    let mut wire = String::with_capacity(frames.iter().map(|f| f.wire_len()).sum());
+    for f in frames {
+        f.write_wire(&mut wire);
+    }
+    Bytes::from(wire)
 }
 
 /// How a relayed stream ended.

@@ -908,3 +908,41 @@ fn openai_validator_rejects_usage_before_finish() {
         "i",
     );
 }
+
+/// The frames sent once per token are serialised from typed structs, not
+/// `Value` trees; their bytes must be what the `json!` rendering wrote
+/// (keys in sorted order), escapes included.
+#[test]
+fn per_token_frames_are_byte_for_byte_the_json_tree() {
+    let text = "quote \" backslash \\ newline \n tab \t é \u{1}";
+    let mut enc = openai::StreamEncoder::new("chatcmpl-x", "m\"1", false).with_created(42);
+    let first = enc.encode(&StreamEvent::TextDelta(text.into()));
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 42, "model": "m\"1",
+               "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
+        .to_string()
+    };
+    assert_eq!(first.len(), 2);
+    assert_eq!(
+        first[0].data,
+        chunk(json!({"role": "assistant", "content": ""}), Value::Null)
+    );
+    assert_eq!(first[1].data, chunk(json!({"content": text}), Value::Null));
+    let fin = enc.encode(&StreamEvent::Finish(StopReason::ToolUse));
+    assert_eq!(fin[0].data, chunk(json!({}), json!("tool_calls")));
+    assert_eq!(
+        first[1].to_wire(),
+        format!("data: {}\n\n", chunk(json!({"content": text}), Value::Null))
+    );
+
+    let mut enc = anthropic::StreamEncoder::new("msg", "m", false);
+    let frames = enc.encode(&StreamEvent::TextDelta(text.into()));
+    let delta = frames.last().unwrap();
+    assert_eq!(delta.event, Some("content_block_delta"));
+    assert_eq!(
+        delta.data,
+        json!({"type": "content_block_delta", "index": 0,
+               "delta": {"type": "text_delta", "text": text}})
+        .to_string()
+    );
+}

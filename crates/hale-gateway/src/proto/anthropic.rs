@@ -30,6 +30,7 @@
 //! Usage sums `input_tokens` with the cache creation and cache read tokens, so
 //! `input_tokens` means the whole prompt, as OpenAI's `prompt_tokens` does.
 
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::fidelity::Trace;
@@ -829,6 +830,25 @@ pub fn render_error(kind: &str, message: &str, hale: Value) -> Value {
 // Streaming.
 // ---------------------------------------------------------------------------
 
+/// A `content_block_delta` event of text, serialised as it is, without
+/// building a `Value` tree first: a stream sends one per token. The fields
+/// are in the order `json!` (a sorted map) wrote them, so the bytes are
+/// the same as before.
+#[derive(Serialize)]
+struct TextBlockDelta<'a> {
+    delta: TextDelta<'a>,
+    index: u32,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct TextDelta<'a> {
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
 /// Decodes an Anthropic upstream SSE stream into canonical events.
 ///
 /// Usage events are cumulative: `message_start` gives the input tokens,
@@ -1150,11 +1170,19 @@ impl StreamEncoder {
                         &mut out,
                     );
                 }
-                out.push(Self::frame(
-                    "content_block_delta",
-                    json!({"type": "content_block_delta", "index": self.current_index(),
-                           "delta": {"type": "text_delta", "text": text}}),
-                ));
+                let delta = TextBlockDelta {
+                    delta: TextDelta {
+                        text,
+                        kind: "text_delta",
+                    },
+                    index: self.current_index(),
+                    kind: "content_block_delta",
+                };
+                out.push(SseFrame {
+                    event: Some("content_block_delta"),
+                    // Serialising structs of strings and numbers cannot fail.
+                    data: serde_json::to_string(&delta).unwrap_or_default(),
+                });
             }
             StreamEvent::ToolCallStart { index, id, name } => {
                 self.ensure_started(&mut out);
