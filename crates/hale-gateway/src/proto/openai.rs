@@ -24,10 +24,9 @@
 //! - An unknown `finish_reason` string (`eos`, vendor-specific) ends the turn
 //!   normally ([`StopReason::EndTurn`]): the provider did declare it finished.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use std::borrow::Cow;
 use std::marker::PhantomData;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{IgnoredAny, MapAccess, Visitor};
@@ -1023,8 +1022,9 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
 /// says what is wrong. The one difference: fields hale does not read are
 /// skipped here without checking a number's range or an escape's
 /// surrogates, so a chunk the `Value` path calls malformed for such a field
-/// alone still delivers its text (test
-/// `a_plain_chunk_decodes_as_the_value_path_does`).
+/// alone still delivers its text (tests
+/// `a_plain_chunk_decodes_as_the_value_path_does`,
+/// `an_unread_field_out_of_range_does_not_lose_the_text`).
 #[derive(Deserialize)]
 struct PlainChunk<'a> {
     #[serde(borrow)]
