@@ -86,17 +86,9 @@ pub struct Deployments {
     /// agent → deployment → breaker: looked up by `&str`, no allocation per turn.
     breakers: RwLock<HashMap<String, HashMap<String, Arc<SharedBreaker>>>>,
     budgets: HashMap<String, Mutex<RetryBudget>>,
-    /// When breakers at rest were last dropped ([`Deployments::forget_resting_breakers`]).
-    breakers_swept: Mutex<Option<Instant>>,
     /// The configuration every breaker shares (one copy, not one per breaker).
     breaker_cfg: Arc<hale_core::config::BreakerConfig>,
 }
-
-/// How often breakers at rest are looked for: with the rest of the idle
-/// state (`crate::memory`'s sweep) and when a new breaker is made. The
-/// breakers of agents that came and went are then held for their window
-/// plus at most this, like the agents themselves.
-const BREAKER_SWEEP_EVERY: std::time::Duration = hale_core::memory::SWEEP_EVERY;
 
 /// The key of a deployment.
 pub fn key(t: &Target) -> String {
@@ -119,7 +111,6 @@ impl Deployments {
             scopes: Mutex::new(Scopes::default()),
             breakers: RwLock::new(HashMap::new()),
             budgets,
-            breakers_swept: Mutex::new(None),
             breaker_cfg: Arc::new(cfg.self_healing.circuit_breaker.clone()),
             cfg,
         }
@@ -181,10 +172,6 @@ impl Deployments {
         {
             return b.clone();
         }
-        // A new breaker: the moment to drop those at rest, at most once a
-        // minute, so one per agent × deployment does not pile up with
-        // agents that came and went.
-        self.forget_resting_breakers(Instant::now());
         self.breakers
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -196,21 +183,13 @@ impl Deployments {
     }
 
     /// Drops the breakers at rest ([`SharedBreaker::at_rest`]: closed, quiet
-    /// for their window) that no turn holds, and agents left with none; at
-    /// most once per [`BREAKER_SWEEP_EVERY`]. The next call of such an agent
-    /// builds a new breaker, which decides as the dropped one would have.
-    /// Returns how many were dropped.
+    /// for their window) that no turn holds, and agents left with none.
+    /// Called with the rest of the idle state, every
+    /// [`hale_core::memory::SWEEP_EVERY`] ([`crate::state::Gateway::shed_idle`]),
+    /// never on a turn's path: the walk holds the write lock. The next call
+    /// of such an agent builds a new breaker, which decides as the dropped
+    /// one would have. Returns how many were dropped.
     pub fn forget_resting_breakers(&self, now: Instant) -> usize {
-        {
-            let mut swept = self
-                .breakers_swept
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            match *swept {
-                Some(t) if now.saturating_duration_since(t) < BREAKER_SWEEP_EVERY => return 0,
-                Some(_) | None => *swept = Some(now),
-            }
-        }
         let mut map = self.breakers.write().unwrap_or_else(|e| e.into_inner());
         let mut dropped = 0;
         map.retain(|_, per_agent| {
@@ -550,14 +529,14 @@ mod tests {
         );
         let held = d.breaker("held", &key(&t));
         let window = d.cfg.self_healing.circuit_breaker.window;
-        let later = now + window + BREAKER_SWEEP_EVERY;
+        let later = now + window * 2;
         assert_eq!(d.forget_resting_breakers(later), 1);
         assert!(d.breakers_of("quiet").is_empty());
         assert_eq!(d.breakers_of("failing").len(), 1, "a failure in a row");
         assert_eq!(d.breakers_of("held").len(), 1, "a turn holds it");
-        // At most once per sweep interval.
+        // Once no turn holds it, the next sweep drops it.
         drop(held);
+        assert_eq!(d.forget_resting_breakers(later), 1);
         assert_eq!(d.forget_resting_breakers(later), 0);
-        assert_eq!(d.forget_resting_breakers(later + BREAKER_SWEEP_EVERY), 1);
     }
 }

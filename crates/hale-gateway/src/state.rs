@@ -272,8 +272,8 @@ impl Gateway {
     /// monitor reads back one that stays silent
     /// ([`crate::memory::watch_silent`]). Breakers at rest go too
     /// ([`crate::deployments::Deployments::forget_resting_breakers`]): one
-    /// per agent × deployment, they would otherwise be held until a new
-    /// agent's first call looked for them. Called every
+    /// per agent × deployment, they would otherwise pile up with agents
+    /// that came and went. Called every
     /// [`hale_core::memory::SWEEP_EVERY`] by every instance ([`crate::memory::run`]).
     pub fn shed_idle(&self, now_ms: u64, now: Instant) -> Shed {
         let idle: Vec<(u64, String)> = self
