@@ -6,6 +6,8 @@
 #   cargo build --release -p hale -p hale-bench
 #   scripts/callgrind_turn.sh            # N=2000 WARM=200 OUT=/tmp/hale-callgrind
 #   STREAM=1 scripts/callgrind_turn.sh   # the same for streaming turns (SSE)
+#   MODEL='tool:name=edit_file:args=path=a.rs' TASK_EVERY=1 STREAM=1 scripts/callgrind_turn.sh
+#                                        # another chaos answer (here a tool call)
 #
 # For each server: start it under valgrind, send WARM requests (caches, pools,
 # lazily built tables), zero the counters (callgrind_control -z), send N
@@ -27,6 +29,8 @@ BIN=${BIN:-target/release}
 HALE=${HALE:-$BIN/hale} # e.g. a copy of an older build, to compare
 TOP=${TOP:-15}
 STREAM=${STREAM:-0} # 1: streaming requests
+MODEL=${MODEL:-ok:tokens=16} # the chaos answer asked for
+TASK_EVERY=${TASK_EVERY:-100} # a new task every this many requests (1 for tool calls: no loop guard)
 rm -rf "$OUT" && mkdir -p "$OUT"
 
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
@@ -47,24 +51,24 @@ CP=$(port)
 PIDS+=($!)
 wait_ok "http://127.0.0.1:$CP/v1/models" 30
 
-python3 - "$OUT/body.json" "$STREAM" <<'EOF'
+python3 - "$OUT/body.json" "$STREAM" "$MODEL" <<'EOF'
 import json, sys
 words = ["lorem ", "ipsum ", "dolor ", "sit ", "amet "]
 s = ""
 i = 0
 while len(s) < 1000:
     s += words[i % 5]; i += 1
-json.dump({"model": "ok:tokens=16", "stream": sys.argv[2] == "1", "messages": [
+json.dump({"model": sys.argv[3], "stream": sys.argv[2] == "1", "messages": [
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": s[:1000]}]}, open(sys.argv[1], "w"))
 EOF
 
-# A curl config of COUNT requests on one connection, a new task every 100.
+# A curl config of COUNT requests on one connection, a new task every TASK_EVERY.
 requests() { # URL COUNT TAG
     for i in $(seq 1 "$2"); do
         [ "$i" -gt 1 ] && echo next
         printf 'url = "%s"\nrequest = "POST"\nheader = "content-type: application/json"\nheader = "x-hale-agent: cg"\nheader = "x-hale-task: %s-%d"\ndata-binary = "@%s"\noutput = "/dev/null"\n' \
-            "$1" "$3" $((i / 100)) "$OUT/body.json"
+            "$1" "$3" $((i / TASK_EVERY)) "$OUT/body.json"
     done >"$OUT/$3.curl"
     curl -sf -K "$OUT/$3.curl"
 }
@@ -101,7 +105,7 @@ providers:
   - name: chaos
     kind: openai
     base_url: "http://127.0.0.1:$CP/v1"
-    default_model: "ok:tokens=16"
+    default_model: "$MODEL"
 EOF
 RUST_LOG=warn measure hale "$HP" "$HALE" serve --config "$OUT/hale.yaml"
 
