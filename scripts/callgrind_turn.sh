@@ -8,6 +8,15 @@
 #   STREAM=1 scripts/callgrind_turn.sh   # the same for streaming turns (SSE)
 #   MODEL='tool:name=edit_file:args=path=a.rs' TASK_EVERY=1 STREAM=1 scripts/callgrind_turn.sh
 #                                        # another chaos answer (here a tool call)
+#   DIALECT=anthropic STREAM=1 scripts/callgrind_turn.sh
+#                                        # Anthropic Messages (/v1/messages) on both sides
+#
+# DIALECT=openai (the default) posts Chat Completions bodies to
+# /v1/chat/completions and gives hale a `kind: openai` provider;
+# DIALECT=anthropic posts Messages bodies (max_tokens 256, the system prompt
+# as `system`, `anthropic-version: 2023-06-01`) to /v1/messages and gives hale
+# a `kind: anthropic` provider. Either way `hale chaos` answers in the same
+# dialect, so hale does not translate; the bare proxy forwards the path as is.
 #
 # For each server: start it under valgrind, send WARM requests (caches, pools,
 # lazily built tables), zero the counters (callgrind_control -z), send N
@@ -31,44 +40,56 @@ TOP=${TOP:-15}
 STREAM=${STREAM:-0} # 1: streaming requests
 MODEL=${MODEL:-ok:tokens=16} # the chaos answer asked for
 TASK_EVERY=${TASK_EVERY:-100} # a new task every this many requests (1 for tool calls: no loop guard)
+DIALECT=${DIALECT:-openai} # openai | anthropic: the wire dialect of the requests and of hale's provider
+case "$DIALECT" in
+openai)
+    API=/v1/chat/completions
+    BASE_URL=/v1 # hale's openai endpoint is {base_url}/chat/completions
+    HEADER=
+    ;;
+anthropic)
+    API=/v1/messages
+    BASE_URL= # hale's anthropic endpoint is {base_url}/v1/messages
+    HEADER='header = "anthropic-version: 2023-06-01"\n'
+    ;;
+*)
+    echo "DIALECT must be openai or anthropic, not $DIALECT" >&2
+    exit 2
+    ;;
+esac
 rm -rf "$OUT" && mkdir -p "$OUT"
 
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-wait_ok() { # URL SECONDS
-    for _ in $(seq 1 $(($2 * 10))); do
-        curl -fs -o /dev/null "$1" && return 0
-        sleep 0.1
-    done
-    echo "no answer from $1" >&2
-    return 1
-}
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh # port, wait_ok, PIDS (killed at exit)
 
 CP=$(port)
 "$BIN/hale" chaos --listen "127.0.0.1:$CP" 2>"$OUT/chaos.log" &
 PIDS+=($!)
 wait_ok "http://127.0.0.1:$CP/v1/models" 30
 
-python3 - "$OUT/body.json" "$STREAM" "$MODEL" <<'EOF'
+python3 - "$OUT/body.json" "$STREAM" "$MODEL" "$DIALECT" <<'EOF'
 import json, sys
 words = ["lorem ", "ipsum ", "dolor ", "sit ", "amet "]
 s = ""
 i = 0
 while len(s) < 1000:
     s += words[i % 5]; i += 1
-json.dump({"model": sys.argv[3], "stream": sys.argv[2] == "1", "messages": [
-    {"role": "system", "content": "You are a helpful assistant."},
-    {"role": "user", "content": s[:1000]}]}, open(sys.argv[1], "w"))
+if sys.argv[4] == "anthropic":
+    json.dump({"model": sys.argv[3], "max_tokens": 256, "system": "You are a helpful assistant.",
+               "messages": [{"role": "user", "content": s[:1000]}],
+               "stream": sys.argv[2] == "1"}, open(sys.argv[1], "w"))
+else:
+    json.dump({"model": sys.argv[3], "stream": sys.argv[2] == "1", "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": s[:1000]}]}, open(sys.argv[1], "w"))
 EOF
 
 # A curl config of COUNT requests on one connection, a new task every TASK_EVERY.
 requests() { # URL COUNT TAG
     for i in $(seq 1 "$2"); do
         [ "$i" -gt 1 ] && echo next
-        printf 'url = "%s"\nrequest = "POST"\nheader = "content-type: application/json"\nheader = "x-hale-agent: cg"\nheader = "x-hale-task: %s-%d"\ndata-binary = "@%s"\noutput = "/dev/null"\n' \
-            "$1" "$3" $((i / TASK_EVERY)) "$OUT/body.json"
+        printf 'url = "%s"\nrequest = "POST"\nheader = "content-type: application/json"\n%bheader = "x-hale-agent: cg"\nheader = "x-hale-task: %s-%d"\ndata-binary = "@%s"\noutput = "/dev/null"\n' \
+            "$1" "$HEADER" "$3" $((i / TASK_EVERY)) "$OUT/body.json"
     done >"$OUT/$3.curl"
     curl -sf -K "$OUT/$3.curl"
 }
@@ -80,9 +101,9 @@ measure() { # NAME PORT CMD...
     local pid=$!
     PIDS+=($pid)
     wait_ok "http://127.0.0.1:$p/ready" 300
-    requests "http://127.0.0.1:$p/v1/chat/completions" "$WARM" "$name-warm"
+    requests "http://127.0.0.1:$p$API" "$WARM" "$name-warm"
     callgrind_control -z "$pid" >/dev/null
-    requests "http://127.0.0.1:$p/v1/chat/completions" "$N" "$name-run"
+    requests "http://127.0.0.1:$p$API" "$N" "$name-run"
     sleep 1 # the journal's group commit of the last turns
     callgrind_control -d "$pid" >/dev/null
     kill "$pid"
@@ -103,8 +124,8 @@ listen: 127.0.0.1:$HP
 data_dir: "$OUT/data"
 providers:
   - name: chaos
-    kind: openai
-    base_url: "http://127.0.0.1:$CP/v1"
+    kind: $DIALECT
+    base_url: "http://127.0.0.1:$CP$BASE_URL"
     default_model: "$MODEL"
 EOF
 RUST_LOG=warn measure hale "$HP" "$HALE" serve --config "$OUT/hale.yaml"

@@ -13,7 +13,9 @@ use futures::{Stream, StreamExt};
 use hale_core::class::ErrorClass;
 use hale_core::classify::{self, Classified, Observation, Transport};
 use hale_core::config::{ProviderConfig, ProviderKind};
+use std::future::Future;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 /// The Anthropic API version hale speaks.
@@ -297,65 +299,210 @@ fn redact(e: &reqwest::Error) -> String {
 
 /// Decodes an upstream SSE body into canonical events, with the idle timeout.
 fn event_stream(resp: reqwest::Response, kind: ProviderKind, idle: Duration) -> EventStream {
-    enum Decoder {
-        OpenAi(proto::openai::StreamDecoder),
-        Anthropic(proto::anthropic::StreamDecoder),
-    }
     let decoder = match kind {
         ProviderKind::OpenAi => Decoder::OpenAi(proto::openai::StreamDecoder::new()),
         ProviderKind::Anthropic => Decoder::Anthropic(proto::anthropic::StreamDecoder::new()),
     };
-    let sse = sse_stream::SseByteStream::new(resp.bytes_stream());
-    let state = (Box::pin(sse), decoder, false);
-    Box::pin(futures::stream::unfold(
-        state,
-        move |(mut sse, mut dec, ended)| async move {
-            if ended {
-                return None;
-            }
-            let item = match tokio::time::timeout(idle, sse.next()).await {
-                Err(_) => Err(Failure::transport(
+    Box::pin(Events {
+        sse: Box::pin(sse_stream::SseByteStream::new(resp.bytes_stream())),
+        decoder,
+        idle,
+        stall: Box::pin(tokio::time::sleep(idle)),
+        armed: false,
+        ended: false,
+    })
+}
+
+/// The decoder of the provider's dialect.
+enum Decoder {
+    OpenAi(proto::openai::StreamDecoder),
+    Anthropic(proto::anthropic::StreamDecoder),
+}
+
+/// An upstream event stream being decoded: one item per SSE event.
+///
+/// The idle timeout is one timer for the stream's life, moved to `idle`
+/// after each request for the next event. A `tokio::time::timeout` per
+/// event, as before, set a timer in the wheel and took it out again for
+/// every token; moving a pending timer later is one atomic store.
+struct Events<S> {
+    sse: Pin<Box<S>>,
+    decoder: Decoder,
+    idle: Duration,
+    stall: Pin<Box<tokio::time::Sleep>>,
+    /// `stall` is set for the event being waited for.
+    armed: bool,
+    ended: bool,
+}
+
+impl<S> Stream for Events<S>
+where
+    S: Stream<Item = Result<sse_stream::Sse, sse_stream::Error>>,
+{
+    type Item = Result<Option<Vec<StreamEvent>>, Failure>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        if !this.armed {
+            let deadline = tokio::time::Instant::now() + this.idle;
+            this.stall.as_mut().reset(deadline);
+            this.armed = true;
+        }
+        let next = match this.sse.as_mut().poll_next(cx) {
+            Poll::Ready(next) => next,
+            Poll::Pending => {
+                if this.stall.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.ended = true;
+                return Poll::Ready(Some(Err(Failure::transport(
                     Transport::StreamStalled,
                     "stream stalled past the idle timeout",
-                )),
-                Ok(None) => return None,
-                Ok(Some(Err(e))) => Err(Failure::transport(
-                    Transport::StreamCut,
-                    &format!("stream cut: {e}"),
-                )),
-                Ok(Some(Ok(ev))) => {
-                    let Some(data) = ev.data.as_deref() else {
-                        return Some((Ok(Some(Vec::new())), (sse, dec, false)));
-                    };
-                    let decoded = match &mut dec {
-                        Decoder::OpenAi(d) => d.decode(ev.event.as_deref(), data),
-                        Decoder::Anthropic(d) => d.decode(ev.event.as_deref(), data),
-                    };
-                    match decoded {
-                        Ok(evs) => Ok(Some(evs)),
-                        Err(e) if ev.event.as_deref() == Some("error") => {
-                            let c = classify::classify(&Observation {
-                                status: None,
-                                retry_after: None,
-                                body: Some(data),
-                                transport: None,
-                                now_wall: SystemTime::now(),
-                            });
-                            let mut f = Failure::from_classified(c, None);
-                            if f.class == ErrorClass::Unknown {
-                                f.class = ErrorClass::StreamBroken;
-                            }
-                            if f.message.is_empty() {
-                                f.message = e.to_string();
-                            }
-                            Err(f)
-                        }
-                        Err(_) => Ok(None),
-                    }
+                ))));
+            }
+        };
+        this.armed = false;
+        let item = match next {
+            None => {
+                this.ended = true;
+                return Poll::Ready(None);
+            }
+            Some(Err(e)) => Err(Failure::transport(
+                Transport::StreamCut,
+                &format!("stream cut: {e}"),
+            )),
+            Some(Ok(ev)) => this.decoder.decode(&ev),
+        };
+        this.ended = item.is_err();
+        Poll::Ready(Some(item))
+    }
+}
+
+impl Decoder {
+    /// One SSE event: its canonical events, `Ok(None)` for a malformed one
+    /// (the relay counts and skips it), `Err` for an upstream error event.
+    fn decode(&mut self, ev: &sse_stream::Sse) -> Result<Option<Vec<StreamEvent>>, Failure> {
+        let Some(data) = ev.data.as_deref() else {
+            return Ok(Some(Vec::new()));
+        };
+        let decoded = match self {
+            Decoder::OpenAi(d) => d.decode(ev.event.as_deref(), data),
+            Decoder::Anthropic(d) => d.decode(ev.event.as_deref(), data),
+        };
+        match decoded {
+            Ok(evs) => Ok(Some(evs)),
+            Err(e) if ev.event.as_deref() == Some("error") => {
+                let c = classify::classify(&Observation {
+                    status: None,
+                    retry_after: None,
+                    body: Some(data),
+                    transport: None,
+                    now_wall: SystemTime::now(),
+                });
+                let mut f = Failure::from_classified(c, None);
+                if f.class == ErrorClass::Unknown {
+                    f.class = ErrorClass::StreamBroken;
                 }
-            };
-            let end = item.is_err();
-            Some((item, (sse, dec, end)))
-        },
-    ))
+                if f.message.is_empty() {
+                    f.message = e.to_string();
+                }
+                Err(f)
+            }
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use tokio::time::{Instant, sleep};
+
+    const IDLE: Duration = Duration::from_secs(10);
+
+    /// An upstream that sends one text chunk after each of `gaps`, then ends.
+    fn upstream(
+        gaps: Vec<Duration>,
+    ) -> impl Stream<Item = Result<sse_stream::Sse, sse_stream::Error>> {
+        futures::stream::unfold(gaps.into_iter(), |mut gaps| async move {
+            let gap = gaps.next()?;
+            sleep(gap).await;
+            let chunk = r#"{"choices":[{"index":0,"delta":{"content":"a"}}]}"#;
+            Some((Ok(sse_stream::Sse::default().data(chunk)), gaps))
+        })
+    }
+
+    fn events(gaps: Vec<Duration>) -> EventStream {
+        Box::pin(Events {
+            sse: Box::pin(upstream(gaps)),
+            decoder: Decoder::OpenAi(proto::openai::StreamDecoder::new()),
+            idle: IDLE,
+            stall: Box::pin(tokio::time::sleep(IDLE)),
+            armed: false,
+            ended: false,
+        })
+    }
+
+    fn texts(item: &Result<Option<Vec<StreamEvent>>, Failure>) -> usize {
+        match item {
+            Ok(Some(evs)) => evs
+                .iter()
+                .filter(|e| matches!(e, StreamEvent::TextDelta(_)))
+                .count(),
+            Ok(None) | Err(_) => 0,
+        }
+    }
+
+    /// A stream that runs far longer than the idle timeout, each gap under
+    /// it, is never called stalled: the one timer moves with every event.
+    #[tokio::test(start_paused = true)]
+    async fn a_long_stream_with_short_gaps_never_stalls() {
+        let gaps = vec![IDLE * 9 / 10; 100];
+        let start = Instant::now();
+        let items: Vec<_> = events(gaps).collect().await;
+        assert_eq!(items.len(), 100);
+        assert!(items.iter().all(|i| texts(i) == 1), "{:?}", items.last());
+        assert!(start.elapsed() >= IDLE * 90, "{:?}", start.elapsed());
+    }
+
+    /// A gap longer than the idle timeout ends the stream with a stall,
+    /// `idle` after the request for the next event, and nothing after it.
+    #[tokio::test(start_paused = true)]
+    async fn a_gap_past_the_idle_timeout_is_a_stall_at_the_timeout() {
+        let short = IDLE / 2;
+        let mut s = events(vec![short, short, short, IDLE * 3, short]);
+        for _ in 0..3 {
+            let item = s.next().await.expect("an event");
+            assert_eq!(texts(&item), 1);
+        }
+        let asked = Instant::now();
+        let item = s.next().await.expect("the stall");
+        let failure = item.expect_err("a stall");
+        assert_eq!(failure.class, ErrorClass::StreamBroken, "{failure:?}");
+        let waited = asked.elapsed();
+        assert!(
+            waited >= IDLE && waited < IDLE + Duration::from_millis(5),
+            "{waited:?}"
+        );
+        assert!(s.next().await.is_none(), "the stream ends at the stall");
+    }
+
+    /// The idle window opens when the next event is asked for: a caller
+    /// that reads slowly, with events waiting, is not taken for a stall.
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_reader_is_not_a_stalled_upstream() {
+        // Each event comes a moment after it is asked for, so the timer is
+        // looked at while waiting, well after the previous event.
+        let mut s = events(vec![IDLE / 100; 5]);
+        for _ in 0..5 {
+            let item = s.next().await.expect("an event");
+            assert_eq!(texts(&item), 1);
+            sleep(IDLE * 3).await;
+        }
+        assert!(s.next().await.is_none());
+    }
 }

@@ -17,8 +17,12 @@ pub mod openai;
 
 pub use fidelity::{Origin, Outgoing, render_for};
 
-use serde::{Deserialize, Serialize};
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
+use std::borrow::Cow;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// The wire dialect of a request, response or provider.
@@ -240,5 +244,77 @@ impl ProtoError {
             path: path.into(),
             message: message.into(),
         }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Typed reading of the per-token stream events of both dialects.
+// ---------------------------------------------------------------------------
+
+/// A JSON object read as `T`, and nothing else: serde's derived structs
+/// also accept an array (its fields by position), which the `Value` path
+/// refuses ("must be an object").
+pub(crate) struct Obj<T>(pub(crate) T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Only<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Only<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(Only(PhantomData)).map(Obj)
+    }
+}
+
+/// A JSON string, borrowed from the input when it holds no escape. serde
+/// borrows a `Cow<str>` field marked `#[serde(borrow)]` only when the
+/// `Cow` is the field's own type; inside an `Option` it always copies.
+pub(crate) struct Str<'a>(pub(crate) Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl<'de> Visitor<'de> for Text {
+            type Value = Cow<'de, str>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                s: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(Cow::Borrowed(s))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(s.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, s: String) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(s))
+            }
+        }
+        d.deserialize_str(Text).map(Str)
+    }
+}
+
+/// For the decoders' property tests: `pairs` written as a JSON object (a
+/// key may repeat), or with `as_array` as an array of the values — the
+/// shape serde's derived structs also accept and the `Value` paths refuse.
+#[cfg(test)]
+pub(crate) fn json_object(pairs: Vec<(&str, String)>, as_array: bool) -> String {
+    if as_array {
+        let vals: Vec<String> = pairs.into_iter().map(|(_, v)| v).collect();
+        format!("[{}]", vals.join(","))
+    } else {
+        let kv: Vec<String> = pairs
+            .into_iter()
+            .map(|(k, v)| format!("\"{k}\":{v}"))
+            .collect();
+        format!("{{{}}}", kv.join(","))
     }
 }

@@ -24,19 +24,16 @@
 //! - An unknown `finish_reason` string (`eos`, vendor-specific) ends the turn
 //!   normally ([`StopReason::EndTurn`]): the provider did declare it finished.
 
-use std::borrow::Cow;
-use std::marker::PhantomData;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::de::value::MapAccessDeserializer;
-use serde::de::{IgnoredAny, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::fidelity::Trace;
 use super::{
-    ChatRequest, ChatResponse, Dialect, Message, Part, ProtoError, Role, StopReason, StreamEvent,
-    Tool, Usage,
+    ChatRequest, ChatResponse, Dialect, Message, Obj, Part, ProtoError, Role, StopReason, Str,
+    StreamEvent, Tool, Usage,
 };
 
 /// Request fields this codec models; every other top-level field goes to `extra`.
@@ -989,29 +986,8 @@ impl SseFrame {
     }
 }
 
-/// A JSON object read as `T`, and nothing else: serde's derived structs
-/// also accept an array (its fields by position), which the `Value` path
-/// refuses ("must be an object").
-struct Obj<T>(T);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Only<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for Only<T> {
-            type Value = T;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-                T::deserialize(MapAccessDeserializer::new(map))
-            }
-        }
-        d.deserialize_map(Only(PhantomData)).map(Obj)
-    }
-}
-
 /// An upstream chunk of the common shape — text, a finish, usage — read
-/// straight from the data line, strings borrowed, without a `Value` tree:
+/// straight from the data line, strings borrowed ([`Str`]), without a `Value` tree:
 /// a stream has one per token, and the tree with its paths for error
 /// messages was most of the cost of decoding one (callgrind, BENCHMARKS).
 ///
@@ -1020,17 +996,17 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
 /// anything else — a field of another type, a duplicate field, a tool call,
 /// an array where an object belongs — goes through the `Value` path, which
 /// says what is wrong. The one difference: fields hale does not read are
-/// skipped here without checking a number's range or an escape's
-/// surrogates, so a chunk the `Value` path calls malformed for such a field
-/// alone still delivers its text (tests
+/// skipped here without checking a number's range, an escape's surrogates
+/// or the nesting depth (serde_json's limit of 128), so a chunk the `Value`
+/// path calls malformed for such a field alone still delivers its text (tests
 /// `a_plain_chunk_decodes_as_the_value_path_does`,
 /// `an_unread_field_out_of_range_does_not_lose_the_text`).
 #[derive(Deserialize)]
 struct PlainChunk<'a> {
     #[serde(borrow)]
-    id: Option<Cow<'a, str>>,
+    id: Option<Str<'a>>,
     #[serde(borrow)]
-    model: Option<Cow<'a, str>>,
+    model: Option<Str<'a>>,
     #[serde(borrow)]
     choices: Option<Vec<Obj<PlainChoice<'a>>>>,
     usage: Option<Obj<PlainUsage>>,
@@ -1054,13 +1030,13 @@ struct PlainChoice<'a> {
     #[serde(borrow)]
     delta: Option<Obj<PlainDelta<'a>>>,
     #[serde(borrow)]
-    finish_reason: Option<Cow<'a, str>>,
+    finish_reason: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]
 struct PlainDelta<'a> {
     #[serde(borrow)]
-    content: Option<Cow<'a, str>>,
+    content: Option<Str<'a>>,
     tool_calls: Option<IgnoredAny>,
 }
 
@@ -1128,8 +1104,8 @@ impl StreamDecoder {
         if !self.started {
             self.started = true;
             out.push(StreamEvent::Start {
-                id: chunk.id.unwrap_or_default().into_owned(),
-                model: chunk.model.unwrap_or_default().into_owned(),
+                id: chunk.id.map(|Str(s)| s.into_owned()).unwrap_or_default(),
+                model: chunk.model.map(|Str(s)| s.into_owned()).unwrap_or_default(),
             });
         }
         for (ci, Obj(c)) in chunk.choices.unwrap_or_default().into_iter().enumerate() {
@@ -1137,12 +1113,12 @@ impl StreamDecoder {
                 continue;
             }
             if let Some(Obj(d)) = c.delta
-                && let Some(text) = d.content
+                && let Some(Str(text)) = d.content
                 && !text.is_empty()
             {
                 out.push(StreamEvent::TextDelta(text.into_owned()));
             }
-            if let Some(reason) = c.finish_reason {
+            if let Some(Str(reason)) = c.finish_reason {
                 self.flush_unnamed(&mut out);
                 out.push(StreamEvent::Finish(parse_finish_reason(&reason)));
             }
@@ -1613,18 +1589,7 @@ mod tests {
         let n = fields.len();
         let pair = (0..n).prop_flat_map(move |i| (Just(fields[i].0), fields[i].1.clone()));
         (proptest::collection::vec(pair, 0..6), 0..10u8)
-            .prop_map(|(pairs, shape)| {
-                if shape == 0 {
-                    let vals: Vec<String> = pairs.into_iter().map(|(_, v)| v).collect();
-                    format!("[{}]", vals.join(","))
-                } else {
-                    let kv: Vec<String> = pairs
-                        .into_iter()
-                        .map(|(k, v)| format!("\"{k}\":{v}"))
-                        .collect();
-                    format!("{{{}}}", kv.join(","))
-                }
-            })
+            .prop_map(|(pairs, shape)| crate::proto::json_object(pairs, shape == 0))
             .boxed()
     }
 
