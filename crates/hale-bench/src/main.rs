@@ -264,6 +264,7 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 fn main() -> anyhow::Result<()> {
     // As hale does, before any thread exists.
     hale_alloc::purge_at_once();
+    hale_alloc::no_huge_pages();
     // `hale-bench soak …`: the overlapping-faults soak (soak.rs).
     if std::env::args().nth(1).as_deref() == Some("soak") {
         let args = soak::SoakArgs::parse_from(std::env::args().skip(1));

@@ -20,6 +20,7 @@ static GLOBAL: hale_alloc::Alloc = hale_alloc::ALLOC;
 fn main() -> std::process::ExitCode {
     // Before any thread exists (mimalloc's option setter is not thread safe).
     hale_alloc::purge_at_once();
+    hale_alloc::no_huge_pages();
     // First, before any command can build an HTTP client (DESIGN §10).
     cli::install_crypto();
     let cli = cli::Cli::parse();
