@@ -16,7 +16,8 @@
 //!
 //! Transparent huge pages made each 2 MiB of heap resident whole and kept
 //! it so: mimalloc is built without asking for them (`no_thp`), and
-//! [`no_huge_pages`] turns them off for the process.
+//! [`no_huge_pages`] turns them off for the process; a program hale starts
+//! gets them back ([`child_keeps_huge_pages`]).
 //!
 //! This is the one crate of the workspace that holds `unsafe` code: the
 //! option API and `prctl` are C with no safe binding. Each call is sound as
@@ -89,24 +90,57 @@ pub const ALLOW_THP_ENV: &str = "MIMALLOC_ALLOW_THP";
 pub fn no_huge_pages() -> bool {
     #[cfg(target_os = "linux")]
     {
-        if std::env::var_os(ALLOW_THP_ENV).is_none() {
+        if std::env::var_os(ALLOW_THP_ENV).is_none() && !thp_disabled() {
             #[allow(unsafe_code)]
             // SAFETY: prctl with PR_SET_THP_DISABLE takes plain integers and
             // touches no memory of ours; a failure (an old kernel) leaves
             // huge pages as the kernel's setting says.
-            unsafe {
-                libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
-            }
+            let done = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } == 0;
+            SWITCHED_OFF.store(done, std::sync::atomic::Ordering::Relaxed);
         }
-        #[allow(unsafe_code)]
-        // SAFETY: as above; the call only reads the process's flag.
-        let off = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
-        off == 1
+        thp_disabled()
     }
     #[cfg(not(target_os = "linux"))]
     {
         false
     }
+}
+
+/// [`no_huge_pages`] turned huge pages off (they were not off already).
+#[cfg(target_os = "linux")]
+static SWITCHED_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The kernel's per-process flag: huge pages are off for this process.
+#[cfg(target_os = "linux")]
+fn thp_disabled() -> bool {
+    #[allow(unsafe_code)]
+    // SAFETY: the call takes plain integers and only reads the flag.
+    let off = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
+    off == 1
+}
+
+/// Gives a program hale starts (the agent of `hale run`) huge pages as
+/// hale found them: the kernel's switch is inherited across fork and
+/// exec, and how another program uses memory is not hale's to choose.
+/// Does nothing unless [`no_huge_pages`] turned them off.
+pub fn child_keeps_huge_pages(cmd: &mut std::process::Command) {
+    #[cfg(target_os = "linux")]
+    if SWITCHED_OFF.load(std::sync::atomic::Ordering::Relaxed) {
+        use std::os::unix::process::CommandExt;
+        #[allow(unsafe_code)]
+        // SAFETY: the closure runs in the child between fork and exec,
+        // where only async-signal-safe calls are allowed: it makes one
+        // system call with plain integers, allocates nothing and takes no
+        // lock.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0);
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
 }
 
 /// The purge delay in force, in milliseconds.
@@ -144,22 +178,36 @@ mod tests {
     }
 
     /// After `no_huge_pages`, the kernel reports huge pages off for the
-    /// process, unless the operator chose with the environment variable.
+    /// process, unless the operator chose with the environment variable;
+    /// a program started with `child_keeps_huge_pages` has them as the
+    /// process had them before. One test: the flag is process-wide.
     #[cfg(target_os = "linux")]
     #[test]
-    fn huge_pages_are_off_unless_the_operator_chose() {
-        let status = || std::fs::read_to_string("/proc/self/status").expect("status");
+    fn huge_pages_are_off_unless_the_operator_chose_and_children_keep_theirs() {
+        let thp = |status: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("THP_enabled:"))
+                .map(|v| v.trim().to_owned())
+        };
+        let child = |keep: bool| {
+            let mut cmd = std::process::Command::new("cat");
+            cmd.arg("/proc/self/status");
+            if keep {
+                child_keeps_huge_pages(&mut cmd);
+            }
+            let out = cmd.output().expect("cat runs");
+            thp(&String::from_utf8_lossy(&out.stdout))
+        };
+        let before = child(false);
         let off = no_huge_pages();
-        if std::env::var_os(ALLOW_THP_ENV).is_some() {
-            return;
+        if std::env::var_os(ALLOW_THP_ENV).is_some() || before.as_deref() == Some("0") {
+            return; // the operator's or the parent's choice, left alone
         }
         assert!(off, "PR_GET_THP_DISABLE reads 0");
-        assert!(
-            status()
-                .lines()
-                .any(|l| l.split_whitespace().eq(["THP_enabled:", "0"])),
-            "{}",
-            status()
-        );
+        let status = std::fs::read_to_string("/proc/self/status").expect("status");
+        assert_eq!(thp(&status).as_deref(), Some("0"), "{status}");
+        assert_eq!(child(false).as_deref(), Some("0"), "inherited by a child");
+        assert_eq!(child(true), before, "a program hale runs has them back");
     }
 }

@@ -411,6 +411,7 @@ async fn run_once(
         bail!("no command to run");
     };
     let mut cmd = tokio::process::Command::new(prog);
+    hale_alloc::child_keeps_huge_pages(cmd.as_std_mut());
     cmd.args(rest)
         .env("OPENAI_BASE_URL", format!("{url}/v1"))
         .env("ANTHROPIC_BASE_URL", url)
