@@ -750,6 +750,49 @@ fn run_against_an_unreachable_url_fails_before_starting_the_child() {
     assert!(!marker.exists(), "the child was started");
 }
 
+/// Issue 13: hale turns transparent huge pages off for itself, a switch
+/// the kernel hands down to children; the agent `hale run` starts gets
+/// them as hale found them. Both sides are read from the kernel
+/// (`THP_enabled` in `/proc/PID/status`).
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_gives_the_agent_huge_pages_as_hale_found_them() {
+    let thp = |status: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("THP_enabled:"))
+            .map(|v| v.trim().to_owned())
+    };
+    let ours = thp(&std::fs::read_to_string("/proc/self/status").expect("status"));
+    if ours.as_deref() != Some("1") {
+        return; // off already where this test runs: nothing to hand back
+    }
+    let gw = Gw::start(false, "").await;
+    let seen = gw.dir.path().join("agent-status");
+    let runs = gw.dir.path().join("runs");
+    // The gateway hale serves from has them off (the flag is read live).
+    let serve = gw.serve.as_ref().expect("serving").child.id();
+    let served = std::fs::read_to_string(format!("/proc/{serve}/status")).expect("status");
+    assert_eq!(thp(&served).as_deref(), Some("0"), "{served}");
+    hale_async(&[
+        "run",
+        "--agent",
+        AGENT,
+        "--url",
+        &gw.url,
+        "--log-dir",
+        &runs.to_string_lossy(),
+        "--",
+        "sh",
+        "-c",
+        &format!("cat /proc/self/status > '{}'", seen.display()),
+    ])
+    .await
+    .ok();
+    let agent = std::fs::read_to_string(&seen).expect("the agent ran");
+    assert_eq!(thp(&agent), ours, "{agent}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_with_a_bad_token_fails_before_starting_the_child() {
     let gw = Gw::start(true, "").await;
