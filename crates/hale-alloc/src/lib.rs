@@ -82,8 +82,8 @@ pub const ALLOW_THP_ENV: &str = "MIMALLOC_ALLOW_THP";
 /// On a kernel whose THP setting is `madvise` (Debian's default), mimalloc
 /// asked for huge pages on its arena, so every 2 MiB the heap touched
 /// became resident whole and was given back only whole: `hale serve` held
-/// 17.7 MiB of anonymous memory right after start for a heap of 1.4 MB
-/// (heaptrack), and 4.0 MiB without huge pages (BENCHMARKS.md, "Memory at
+/// 17,660 kB of anonymous memory right after start for a heap of 1.4 MB
+/// (heaptrack), and 3,960 kB without huge pages (BENCHMARKS.md, "Memory at
 /// start"). The crate is built with mimalloc's `no_thp`, so it never asks
 /// (that covers the arena mapped by Rust's start-up before `main`); this
 /// switch covers a kernel set to `always`, which gives huge pages unasked.
