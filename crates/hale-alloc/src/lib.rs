@@ -201,8 +201,14 @@ mod tests {
         };
         let before = child(false);
         let off = no_huge_pages();
-        if std::env::var_os(ALLOW_THP_ENV).is_some() || before.as_deref() == Some("0") {
-            return; // the operator's or the parent's choice, left alone
+        if std::env::var_os(ALLOW_THP_ENV).is_some() || before.as_deref() != Some("1") {
+            // The operator's or the parent's choice, left alone: nothing
+            // to check, so loud under CI, where the test must run.
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI=true and huge pages are the operator's or already off ({before:?})"
+            );
+            return;
         }
         assert!(off, "PR_GET_THP_DISABLE reads 0");
         let status = std::fs::read_to_string("/proc/self/status").expect("status");
