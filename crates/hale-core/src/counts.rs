@@ -224,6 +224,13 @@ impl<C: Countable> Tally<C> {
         while self.pending.front().is_some_and(|(m, _)| *m <= n) {
             self.pending.pop_front();
         }
+        if self.pending.is_empty() {
+            // Every agent and task held has a tally, and most sit confirmed
+            // between turns: an empty queue gives its buffer back rather
+            // than hold a few hundred bytes per agent (the next count
+            // allocates one again).
+            self.pending = VecDeque::new();
+        }
         self.known = totals;
     }
 
@@ -404,6 +411,24 @@ mod tests {
         assert_eq!(t.view(), later);
         t.confirm(99, Counters::default()); // never given out
         assert_eq!(t.view(), later);
+    }
+
+    #[test]
+    fn a_confirmed_tally_holds_no_buffer_and_counts_on() {
+        let mut t = Tally::new(Counters::default());
+        assert_eq!(t.pending.capacity(), 0);
+        let a = t.count(ok());
+        let b = t.count(ok());
+        assert!(t.pending.capacity() > 0);
+        t.confirm(a, Counters::default());
+        assert!(t.pending.capacity() > 0, "b is still pending");
+        t.confirm(b, Counters::default());
+        assert_eq!(t.pending.capacity(), 0, "drained: the buffer is given back");
+        let c = t.count(fail());
+        assert_eq!(t.pending(), 1);
+        assert_eq!(t.view().failed_turns, 1);
+        t.confirm(c, Counters::default());
+        assert_eq!(t.pending(), 0);
     }
 
     #[test]

@@ -4,14 +4,21 @@
 //! Everything the gateway holds per agent and per task is also in the store
 //! (counters are counted there, `hale_core::counts`; pauses and terminated
 //! tasks are in the agent's row), so memory is a cache of the active set.
-//! An agent or a task idle for at least [`SHED_AFTER_IDLE`] may leave it:
-//! memory holds every agent and task active in the last minute, plus at
-//! most `memory.idle_agents` / `memory.idle_tasks` idle ones, the most
-//! recently seen first. A shed agent is read back from its row before its
-//! next turn or admin call; a shed task takes its stored totals back with
-//! its next count.
+//! An agent with no turn in flight may leave it once idle for
+//! [`shed_after`] its own pace: a hundred of its usual gaps between turns,
+//! never less than [`SHED_AFTER_IDLE_MIN`] and never more than
+//! [`SHED_AFTER_IDLE`]. An agent that talks to a model every few seconds
+//! stays a minute after its last turn, as before; one that ran a hundred
+//! turns at machine speed (an eval, a batch job) and stopped is done after
+//! a few seconds, instead of holding a minute's worth of finished agents.
+//! Beyond those, memory holds at most `memory.idle_agents` /
+//! `memory.idle_tasks` idle ones, the most recently seen first. A task
+//! leaves with its agent, or after [`SHED_AFTER_IDLE`] on its own. A shed
+//! agent is read back from its row before its next turn or admin call; a
+//! shed task takes its stored totals back with its next count.
 //!
-//! What is never shed, because memory is where it lives: a paused agent
+//! What is never shed, because memory is where it lives: an agent with a
+//! turn in flight (the turn holds it until it ends), a paused agent
 //! (its automatic resume is timed here), an agent the health monitor is
 //! acting on (stuck, failing, a nudge pending, an escalation waiting for an
 //! operator, a recovery under way), an agent never seen (named by the
@@ -23,9 +30,43 @@
 
 use std::time::Duration;
 
-/// An agent or a task idle for less than this is never shed: longer than a
-/// turn, so nothing a turn in flight will touch again leaves memory.
+/// The longest an agent or a task stays in memory after its last turn
+/// (beyond the idle bound): an agent idle this long is shed whatever its
+/// pace, and a task whose agent is still held is shed after this on its own.
 pub const SHED_AFTER_IDLE: Duration = Duration::from_secs(60);
+
+/// The shortest: an agent is never shed sooner after its last turn, however
+/// fast it ran (longer than the health monitor takes to judge that turn).
+pub const SHED_AFTER_IDLE_MIN: Duration = Duration::from_secs(5);
+
+/// An agent idle for this many of its usual gaps between turns has stopped
+/// (within [`SHED_AFTER_IDLE_MIN`] ..= [`SHED_AFTER_IDLE`]).
+pub const SHED_AFTER_GAPS: u64 = 100;
+
+/// How long after its last turn an agent whose usual gap between turns is
+/// `gap_ms` (`None`: not known yet, one turn or fewer) may be shed.
+pub fn shed_after(gap_ms: Option<u64>) -> Duration {
+    match gap_ms {
+        None => SHED_AFTER_IDLE,
+        Some(g) => Duration::from_millis(g.saturating_mul(SHED_AFTER_GAPS))
+            .clamp(SHED_AFTER_IDLE_MIN, SHED_AFTER_IDLE),
+    }
+}
+
+/// An agent's usual gap between turns after a turn at `now_ms`: the gap
+/// since its last turn (`last_ms`) averaged into `gap_ms` with weight ¼, so
+/// one long pause moves it but does not replace it. A clock that went back
+/// counts as no gap.
+pub fn next_gap(gap_ms: Option<u64>, last_ms: Option<u64>, now_ms: u64) -> Option<u64> {
+    let Some(last) = last_ms else {
+        return gap_ms;
+    };
+    let g = now_ms.saturating_sub(last);
+    Some(match gap_ms {
+        None => g,
+        Some(avg) => (avg.saturating_mul(3).saturating_add(g)) / 4,
+    })
+}
 
 /// Default `memory.idle_agents`.
 pub const DEFAULT_IDLE_AGENTS: usize = 1024;
@@ -33,11 +74,12 @@ pub const DEFAULT_IDLE_AGENTS: usize = 1024;
 pub const DEFAULT_IDLE_TASKS: usize = 1024;
 
 /// How often memory is swept: often enough that what is held stays near
-/// its bound (agents active within [`SHED_AFTER_IDLE`], plus the idle bound)
-/// instead of piling up between sweeps; a sweep walks only what is held.
+/// its bound (agents within [`shed_after`] of their last turn, plus the
+/// idle bound) instead of piling up between sweeps — as often as the
+/// shortest [`SHED_AFTER_IDLE_MIN`]; a sweep walks only what is held.
 /// (Measured: with a sweep a minute, what a busy gateway held swung by a
 /// minute's new agents, ~5,000 at 85 a second.)
-pub const SWEEP_EVERY: Duration = Duration::from_secs(10);
+pub const SWEEP_EVERY: Duration = SHED_AFTER_IDLE_MIN;
 
 /// How often the health monitor looks for agents that went silent while out
 /// of memory (a read of the agents' rows).
@@ -101,10 +143,11 @@ impl Default for MemoryConfig {
     }
 }
 
-/// Whether an entry last used at `last_used_ms` is idle enough to shed at
-/// `now_ms` (a clock that went back sheds nothing).
-pub fn idle_enough(last_used_ms: u64, now_ms: u64) -> bool {
-    let min = u64::try_from(SHED_AFTER_IDLE.as_millis()).unwrap_or(u64::MAX);
+/// Whether an agent last seen at `last_used_ms`, whose usual gap between
+/// turns is `gap_ms`, is idle enough to shed at `now_ms` ([`shed_after`];
+/// a clock that went back sheds nothing).
+pub fn idle_enough(last_used_ms: u64, now_ms: u64, gap_ms: Option<u64>) -> bool {
+    let min = u64::try_from(shed_after(gap_ms).as_millis()).unwrap_or(u64::MAX);
     now_ms.checked_sub(last_used_ms).is_some_and(|d| d >= min)
 }
 
@@ -166,13 +209,54 @@ mod tests {
     use super::*;
 
     #[test]
-    fn idle_enough_after_the_minute_and_never_backwards() {
+    fn idle_enough_after_its_own_pace_and_never_backwards() {
         let t = 10_000_000;
-        let min = SHED_AFTER_IDLE.as_millis() as u64;
-        assert!(!idle_enough(t, t));
-        assert!(!idle_enough(t, t + min - 1));
-        assert!(idle_enough(t, t + min));
-        assert!(!idle_enough(t, t - 1), "a clock that went back");
+        let ms = |d: Duration| d.as_millis() as u64;
+        // (usual gap, idle for, shed?)
+        let cases = [
+            // Pace unknown: the minute.
+            (None, ms(SHED_AFTER_IDLE) - 1, false),
+            (None, ms(SHED_AFTER_IDLE), true),
+            // A turn every 10 s: 100 gaps is far past the minute.
+            (Some(10_000), ms(SHED_AFTER_IDLE) - 1, false),
+            (Some(10_000), ms(SHED_AFTER_IDLE), true),
+            // A turn every 200 ms: 20 s.
+            (Some(200), 19_999, false),
+            (Some(200), 20_000, true),
+            // Machine speed: never before the floor.
+            (Some(0), 0, false),
+            (Some(1), ms(SHED_AFTER_IDLE_MIN) - 1, false),
+            (Some(1), ms(SHED_AFTER_IDLE_MIN), true),
+            (Some(u64::MAX), ms(SHED_AFTER_IDLE), true),
+        ];
+        for (gap, idle, want) in cases {
+            assert_eq!(idle_enough(t, t + idle, gap), want, "{gap:?} {idle}");
+        }
+        assert!(!idle_enough(t, t - 1, Some(1)), "a clock that went back");
+        assert!(!idle_enough(t, t - 1, None), "a clock that went back");
+    }
+
+    #[test]
+    fn the_usual_gap_follows_the_turns_and_one_pause_only_moves_it() {
+        assert_eq!(next_gap(None, None, 1_000), None, "a first turn");
+        assert_eq!(next_gap(None, Some(1_000), 1_400), Some(400));
+        assert_eq!(next_gap(Some(400), Some(1_400), 1_800), Some(400));
+        // One pause of a minute after turns every 400 ms.
+        let g = next_gap(Some(400), Some(2_000), 62_000);
+        assert_eq!(g, Some(15_300));
+        assert!(shed_after(g) == SHED_AFTER_IDLE);
+        // A clock that went back: no gap.
+        assert_eq!(next_gap(Some(400), Some(5_000), 4_000), Some(300));
+        // Turns at machine speed bring it down to the floor (~20 of them).
+        let mut g = Some(15_300);
+        for _ in 0..40 {
+            g = next_gap(g, Some(0), 1);
+        }
+        assert_eq!(shed_after(g), SHED_AFTER_IDLE_MIN);
+        assert_eq!(
+            next_gap(Some(u64::MAX), Some(0), u64::MAX),
+            Some(u64::MAX / 4)
+        );
     }
 
     /// (idle entries with their last use, how many to keep, the keys shed)

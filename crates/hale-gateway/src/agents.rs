@@ -108,7 +108,7 @@ pub fn after_turn(gw: &Gateway, f: Finished<'_>) -> AfterTurn {
     let ((paused, resumed, n), record) = gw.update_agent_rt(agent, |rt| {
         let n = rt.count(count);
         rt.named |= named;
-        rt.record.last_seen_ms = Some(now_ms);
+        rt.seen(now_ms);
         let mut paused = None;
         let mut resumed = None;
         match outcome {

@@ -113,17 +113,35 @@ impl Tasks {
             .retain(|_, rt| now.saturating_duration_since(rt.last_used) < IDLE_TASK_TTL);
     }
 
-    /// Sheds idle tasks beyond `keep` (`hale_core::memory`): tasks unused
-    /// for a minute or more, the least recently used first, except a task a
-    /// guard stopped (its stop lives here). A shed task's stored totals come
-    /// back with its next count (`TaskGuard::adopt_totals`); the guard events
-    /// of its last turn not yet written (they ride on the task's next count)
-    /// are dropped with it, so a shed task's stored event total may lag by
-    /// that one turn. Returns how many went.
-    pub fn shed(&self, now: Instant, keep: usize) -> usize {
+    /// Sheds idle tasks (`hale_core::memory`), except a task a guard
+    /// stopped (its stop lives here): the tasks of agents that just left
+    /// memory (`agents_gone`) once unused for
+    /// [`hale_core::memory::SHED_AFTER_IDLE_MIN`], and beyond `keep`, tasks
+    /// unused for [`hale_core::memory::SHED_AFTER_IDLE`], the least recently
+    /// used first. A shed task's stored totals come back with its next count
+    /// (`TaskGuard::adopt_totals`); the guard events of its last turn not
+    /// yet written (they ride on the task's next count) are dropped with it,
+    /// so a shed task's stored event total may lag by that one turn.
+    /// Returns how many went.
+    pub fn shed(
+        &self,
+        now: Instant,
+        keep: usize,
+        agents_gone: &std::collections::HashSet<String>,
+    ) -> usize {
         let mut map = self.map.lock().expect("tasks lock");
+        let before = map.len();
+        if !agents_gone.is_empty() {
+            let min = hale_core::memory::SHED_AFTER_IDLE_MIN;
+            map.retain(|(agent, _), rt| {
+                rt.guard.hit().is_some()
+                    || !agents_gone.contains(agent)
+                    || now.saturating_duration_since(rt.last_used) < min
+            });
+        }
         let min = hale_core::memory::SHED_AFTER_IDLE;
-        // Ordered by age: the oldest (largest age) sorts first.
+        // Keyed by last use, as an age from `now` turned around: the oldest
+        // (largest age) sorts first.
         let idle: Vec<(u64, &(String, String))> = map
             .iter()
             .filter(|(_, rt)| rt.guard.hit().is_none())
@@ -142,7 +160,7 @@ impl Tasks {
         for k in &gone {
             map.remove(k);
         }
-        gone.len()
+        before - map.len()
     }
 
     /// How many tasks are held.

@@ -90,6 +90,8 @@ pub async fn handle_chat(
     let task = conversation_task(explicit_task.as_deref(), &req);
     // An agent forgotten while idle is read back first (its counters, its pause).
     gw.load_agent(&agent).await;
+    // From here until the turn ends, the agent stays in memory.
+    let hold = gw.hold_turn(&agent);
     let admission = match agents::admit(&gw, &agent, wall_ms()) {
         Ok(a) => a,
         Err(e) => return e.into_response(dialect),
@@ -161,6 +163,7 @@ pub async fn handle_chat(
     let mut turn = Turn::new(&gw, turn_id, agent.clone(), Some(task.clone()), targets);
     turn.named = named;
     turn.admission = admission;
+    turn.hold = Some(hold);
     gw.metrics.turn_started();
     // One span per turn (the attempts are its children), exported over OTLP
     // when `telemetry.otlp_endpoint` is set.

@@ -29,6 +29,11 @@ pub struct AgentRt {
     tally: Tally<Counters>,
     /// Turns of this agent name it (it may be paused).
     pub named: bool,
+    /// Its turns under way ([`TurnHold`]): an agent with one is never shed.
+    in_flight: u32,
+    /// Its usual gap between turns, in ms (`hale_core::memory::next_gap`):
+    /// how soon after its last turn it may be shed.
+    gap_ms: Option<u64>,
 }
 
 /// The counters of a record.
@@ -99,7 +104,15 @@ impl AgentRt {
             pause,
             tally,
             named: false,
+            in_flight: 0,
+            gap_ms: None,
         }
+    }
+
+    /// A turn of this agent ended at `now_ms`: its last turn and its pace.
+    pub fn seen(&mut self, now_ms: u64) {
+        self.gap_ms = hale_core::memory::next_gap(self.gap_ms, self.record.last_seen_ms, now_ms);
+        self.record.last_seen_ms = Some(now_ms);
     }
 
     /// Sets (or clears) the pause, in the record too.
@@ -264,10 +277,11 @@ impl Gateway {
     }
 
     /// Sheds idle agents and tasks beyond `memory.idle_agents` /
-    /// `memory.idle_tasks` (`hale_core::memory`): an agent unseen for a
-    /// minute or more, not paused, with nothing under way in the health
-    /// runtime ([`crate::health::HealthRt::forget`]), the least recently
-    /// seen first. Their rows stay in the store; [`Gateway::load_agent`]
+    /// `memory.idle_tasks` (`hale_core::memory`): an agent with no turn in
+    /// flight ([`TurnHold`]), unseen for [`hale_core::memory::shed_after`]
+    /// its pace (5 s to a minute), not paused, with nothing under way in the
+    /// health runtime ([`crate::health::HealthRt::forget`]), the least
+    /// recently seen first; the tasks of the agents that left go with them. Their rows stay in the store; [`Gateway::load_agent`]
     /// reads one back before its next turn or admin call, and the health
     /// monitor reads back one that stays silent
     /// ([`crate::memory::watch_silent`]). Breakers at rest go too
@@ -281,10 +295,10 @@ impl Gateway {
             .lock()
             .expect("agents lock")
             .iter()
-            .filter(|(_, a)| a.pause.is_none() && !a.record.paused)
+            .filter(|(_, a)| a.pause.is_none() && !a.record.paused && a.in_flight == 0)
             .filter_map(|(id, a)| {
                 let t = a.record.last_seen_ms?;
-                hale_core::memory::idle_enough(t, now_ms).then(|| (t, id.clone()))
+                hale_core::memory::idle_enough(t, now_ms, a.gap_ms).then(|| (t, id.clone()))
             })
             .collect();
         let gone: Vec<(u64, String)> =
@@ -292,18 +306,18 @@ impl Gateway {
                 .into_iter()
                 .filter(|(_, id)| self.health.forget(id, now))
                 .collect();
-        let mut agents = 0;
+        let mut left = std::collections::HashSet::new();
         let mut stayed = Vec::new();
         {
             let mut map = self.agents.lock().expect("agents lock");
-            for (seen, id) in &gone {
-                let unchanged = map
-                    .get(id)
-                    .is_some_and(|a| a.pause.is_none() && a.record.last_seen_ms == Some(*seen));
+            for (seen, id) in gone {
+                let unchanged = map.get(&id).is_some_and(|a| {
+                    a.pause.is_none() && a.in_flight == 0 && a.record.last_seen_ms == Some(seen)
+                });
                 if unchanged {
-                    map.remove(id);
-                    agents += 1;
-                } else if let Some(a) = map.get(id) {
+                    map.remove(&id);
+                    left.insert(id);
+                } else if let Some(a) = map.get(&id) {
                     stayed.push((id.clone(), a.record.state.clone()));
                 }
             }
@@ -314,12 +328,34 @@ impl Gateway {
         for (id, state) in stayed {
             crate::health::adopt_terminated(self, &id, &state);
         }
-        let tasks = self.tasks.shed(now, self.cfg.memory.idle_tasks);
+        let tasks = self.tasks.shed(now, self.cfg.memory.idle_tasks, &left);
         let breakers = self.deployments.forget_resting_breakers(now);
         Shed {
-            agents,
+            agents: left.len(),
             tasks,
             breakers,
+        }
+    }
+
+    /// Holds `agent` in memory while the returned hold lives: a turn takes
+    /// one when it starts and drops it when it ends, whatever the way out
+    /// (an answer, an error, a client gone mid-stream), so the agent's state
+    /// a turn will touch again never leaves under it, however long the turn.
+    pub fn hold_turn(self: &Arc<Self>, agent: &str) -> TurnHold {
+        {
+            let mut map = self.agents.lock().expect("agents lock");
+            // Held already (read back or seen before): no key to allocate.
+            let rt = match map.get_mut(agent) {
+                Some(rt) => rt,
+                None => map
+                    .entry(agent.to_owned())
+                    .or_insert_with(|| Box::new(AgentRt::new(new_agent(agent)))),
+            };
+            rt.in_flight = rt.in_flight.saturating_add(1);
+        }
+        TurnHold {
+            gw: self.clone(),
+            agent: agent.to_owned(),
         }
     }
 
@@ -388,6 +424,28 @@ impl Gateway {
             .expect("agents lock")
             .get(agent)
             .and_then(|a| a.pause)
+    }
+}
+
+/// A turn under way for an agent ([`Gateway::hold_turn`]).
+pub struct TurnHold {
+    gw: Arc<Gateway>,
+    agent: String,
+}
+
+impl Drop for TurnHold {
+    fn drop(&mut self) {
+        self.gw.update_agent_if_held(&self.agent, |rt| {
+            rt.in_flight = rt.in_flight.saturating_sub(1);
+        });
+    }
+}
+
+impl std::fmt::Debug for TurnHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TurnHold")
+            .field("agent", &self.agent)
+            .finish()
     }
 }
 

@@ -96,6 +96,9 @@ pub struct Turn {
     /// failure (e.g. the `context_overflow` that exhausted the route), not
     /// about an empty route.
     pub last_failure: Option<Failure>,
+    /// Holds the agent in memory for as long as the turn lives (a stream's
+    /// turn lives until the stream ends); `None` for turns hale makes itself.
+    pub hold: Option<crate::state::TurnHold>,
 }
 
 /// A live stream after its first content: the events read so far and the rest.
@@ -138,6 +141,7 @@ impl Turn {
             prefilled: false,
             compact_on_overflow: false,
             overflow_at: None,
+            hold: None,
             last_failure: None,
         }
     }

@@ -360,6 +360,25 @@ async fn breakers_at_rest_leave_memory_with_the_idle_state() {
     assert_eq!(h.gw.deployments.breakers_held(), 1);
 }
 
+/// Waits (up to 2 s) until the store's row of `agent` counts `turns` turns:
+/// rows are group-committed, a little after the turn's answer.
+async fn wait_stored_turns(h: &Hale, agent: &str, turns: u64) {
+    let mut stored = 0;
+    for _ in 0..200 {
+        stored = h
+            .store
+            .agent(agent)
+            .await
+            .expect("store")
+            .map_or(0, |a| a.turns);
+        if stored == turns {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(stored, turns, "{agent}'s row");
+}
+
 /// Issue 13: an idle agent beyond `memory.idle_agents` leaves memory, and
 /// its row is read back before its next admin call or turn, so its counters
 /// go on from the store instead of restarting at zero.
@@ -377,20 +396,7 @@ async fn a_forgotten_agent_is_read_back_with_its_counters() {
             .assert_complete(&full());
     }
     // The turns' agent row is group-committed: wait until the store has it.
-    let mut stored = 0;
-    for _ in 0..200 {
-        stored = h
-            .store
-            .agent("idle-one")
-            .await
-            .expect("store")
-            .map_or(0, |a| a.turns);
-        if stored == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(stored, 2);
+    wait_stored_turns(&h, "idle-one", 2).await;
     let idle = hale_core::memory::SHED_AFTER_IDLE;
     let forget = |h: &Hale| {
         let later = hale_gateway::state::wall_ms() + idle.as_millis() as u64;
@@ -433,6 +439,97 @@ async fn a_forgotten_agent_is_read_back_with_its_counters() {
     h.stop().await;
 }
 
+/// Issue 13: an agent that ran turns at machine speed and stopped leaves
+/// memory seconds after its last turn, and its tasks with it; an agent
+/// whose pace is not known yet (one turn) stays the minute; and a turn in
+/// flight holds its agent however long it runs (here past the minute, on
+/// the sweep's clock), which leaves once the turn is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_agent_leaves_in_seconds_a_slow_one_in_a_minute_and_a_turn_in_flight_holds_its_agent()
+ {
+    use hale_core::memory::{SHED_AFTER_IDLE, SHED_AFTER_IDLE_MIN};
+    let c = chaos().await;
+    let slow = "slow-first-token:ms=1500";
+    let mut cfg = config(vec![openai("p", &c, "fine"), openai("s", &c, slow)]);
+    cfg.routes.insert(
+        "slow".into(),
+        vec![Target {
+            provider: "s".into(),
+            model: slow.into(),
+        }],
+    );
+    cfg.memory.idle_agents = 0;
+    cfg.memory.idle_tasks = 0;
+    let h = Hale::start(cfg).await;
+    for k in 0..30 {
+        h.openai(ROUTE)
+            .agent("fast")
+            .header("x-hale-task", "batch")
+            .user(&format!("item {k}"))
+            .send()
+            .await
+            .assert_complete(&full());
+    }
+    for agent in ["once", "busy"] {
+        h.openai(ROUTE)
+            .agent(agent)
+            .header("x-hale-task", "chat")
+            .send()
+            .await
+            .assert_complete(&full());
+    }
+    let held = |agent: &str| h.gw.agents.lock().expect("lock").contains_key(agent);
+    let slow_turn = h
+        .openai("slow")
+        .agent("busy")
+        .header("x-hale-task", "chat")
+        .user("a long one")
+        .send();
+    let sweeps = async {
+        // busy's second turn is under way (its answer takes 1.5 s); the
+        // fast agent's rows are group-committed meanwhile.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        wait_stored_turns(&h, "fast", 30).await;
+        let (now_ms, now) = (hale_gateway::state::wall_ms(), std::time::Instant::now());
+        let at = |d: Duration| (now_ms + d.as_millis() as u64, now + d);
+        let (ms, i) = at(SHED_AFTER_IDLE_MIN + Duration::from_secs(1));
+        let shed = h.gw.shed_idle(ms, i);
+        assert_eq!(shed.agents, 1, "{shed:?}");
+        assert!(!held("fast"), "a hundred of its gaps are long past");
+        assert!(
+            h.gw.tasks.of_agent("fast").is_empty(),
+            "its task left with it"
+        );
+        assert!(held("once") && held("busy"));
+        assert_eq!(h.gw.tasks.of_agent("once").len(), 1, "its agent is held");
+        let (ms, i) = at(SHED_AFTER_IDLE + Duration::from_secs(1));
+        let shed = h.gw.shed_idle(ms, i);
+        assert_eq!(shed.agents, 1, "{shed:?}");
+        assert!(!held("once"), "a minute without a turn");
+        assert!(held("busy"), "its turn is in flight");
+    };
+    let (reply, ()) = tokio::join!(slow_turn, sweeps);
+    reply.assert_complete(&full());
+    assert!(held("busy"));
+    let later = SHED_AFTER_IDLE + Duration::from_secs(1);
+    let shed = h.gw.shed_idle(
+        hale_gateway::state::wall_ms() + later.as_millis() as u64,
+        std::time::Instant::now() + later,
+    );
+    assert_eq!(shed.agents, 1, "{shed:?}");
+    assert!(!held("busy"), "the turn is over: nothing holds it");
+    // Read back on its next turn, counters whole.
+    h.openai(ROUTE)
+        .agent("fast")
+        .header("x-hale-task", "batch")
+        .send()
+        .await
+        .assert_complete(&full());
+    let (_, agent) = h.get_json("/agents/fast").await;
+    assert_eq!(agent["counters"]["turns"], 31, "{agent}");
+    h.stop().await;
+}
+
 /// Issue 13: idle tasks beyond `memory.idle_tasks` leave memory, the most
 /// recently used stay, and a task a guard stopped is kept (its stop lives
 /// there): after shedding, the stopped task is still refused and a shed
@@ -466,10 +563,14 @@ async fn idle_tasks_are_shed_beyond_the_bound_but_a_stopped_one_stays() {
     assert_eq!(h.gw.tasks.len(), 5);
     let idle = hale_core::memory::SHED_AFTER_IDLE;
     // Nothing idle for a minute yet: nothing goes.
-    assert_eq!(h.gw.tasks.shed(std::time::Instant::now(), 1), 0);
+    assert_eq!(
+        h.gw.tasks
+            .shed(std::time::Instant::now(), 1, &Default::default()),
+        0
+    );
     let later = std::time::Instant::now() + idle;
     assert_eq!(
-        h.gw.tasks.shed(later, 1),
+        h.gw.tasks.shed(later, 1, &Default::default()),
         3,
         "t1..t3 go; t4 and the stopped one stay"
     );

@@ -16,7 +16,11 @@
 //!   is under way for it; its slot goes on a free list and is reused by the
 //!   next new agent, so the slots are bounded by the agents held, not by
 //!   every agent ever seen. Heap entries of a freed slot are stale (they
-//!   no longer match its `scheduled`) and are skipped like any other.
+//!   no longer match its `scheduled`) and are skipped like any other; when
+//!   stale entries outnumber the live ones, the heap is rebuilt without
+//!   them ([`HealthRegistry::scheduled_entries`]), so it too is sized by the
+//!   agents held. Left lazy, it held every agent seen within `stale_after`
+//!   (10 minutes: ~66k entries at 110 new agents a second).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -31,6 +35,10 @@ use super::{
 };
 use crate::config::HealthConfig;
 use crate::memory::SHED_AFTER_IDLE;
+
+/// Stale heap entries tolerated beyond the live ones before a rebuild
+/// (a small registry is never rebuilt).
+pub const HEAP_SLACK: usize = 64;
 
 /// What `evaluate_all` reports for one agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -155,8 +163,9 @@ impl HealthRegistry {
     /// or terminated a minute ago or more (its final state is in its row,
     /// `SHED_AFTER_IDLE`); never stuck, failing
     /// or handed off. An evaluation still owed (dirty) is dropped with it:
-    /// the caller sheds only agents idle for a minute, whose last turn the
-    /// monitor, where it runs, has judged. Returns whether it is gone (an
+    /// the caller sheds only agents with no turn in flight, idle for at
+    /// least `SHED_AFTER_IDLE_MIN` (seconds; the monitor is woken by every
+    /// finished turn), whose last turn the monitor, where it runs, has judged. Returns whether it is gone (an
     /// unknown agent: true, there is nothing to keep).
     pub fn forget_if_quiet(&mut self, agent: &str, now: Instant) -> bool {
         let Some(&i) = self.index.get(agent) else {
@@ -179,7 +188,37 @@ impl HealthRegistry {
         }
         self.name_bytes = self.name_bytes.saturating_sub(agent.len());
         self.free.push(i);
+        self.drop_stale_entries();
         true
+    }
+
+    /// Heap entries, stale ones included (what the schedule's memory is
+    /// sized by): at most twice the live ones plus [`HEAP_SLACK`].
+    pub fn scheduled_entries(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// Rebuilds the heap without its stale entries (a freed slot's, or a
+    /// later duplicate of a slot's live deadline) once they outnumber the
+    /// live ones: O(entries), after at least as many entries went stale, so
+    /// O(1) per forgotten agent amortised.
+    fn drop_stale_entries(&mut self) {
+        let live = self.index.len();
+        if self.heap.len() <= 2 * live + HEAP_SLACK {
+            return;
+        }
+        let slots = &self.slots;
+        self.heap.retain(|&Reverse((t, i))| {
+            slots
+                .get(i as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|s| s.scheduled == Some(t))
+        });
+        // Capacity follows: a heap that once held a burst's entries gives
+        // the room back.
+        if self.heap.capacity() > 4 * self.heap.len() + HEAP_SLACK {
+            self.heap.shrink_to(2 * self.heap.len() + HEAP_SLACK);
+        }
     }
 
     fn mark_dirty(&mut self, i: u32) {
@@ -351,6 +390,7 @@ impl HealthRegistry {
             }
         }
         self.due = due;
+        self.drop_stale_entries();
     }
 
     /// Estimated bytes per agent: slot, map entry, name, heap and dirty

@@ -909,6 +909,43 @@ fn forgotten_slots_are_reused_and_stale_deadlines_never_reach_the_new_agent() {
 }
 
 #[test]
+fn the_schedule_is_sized_by_the_agents_held_not_by_every_agent_seen() {
+    use super::registry::HEAP_SLACK;
+    let t0 = Instant::now();
+    let mut r = HealthRegistry::new();
+    // 100 agents stay; 20,000 more come one a few milliseconds apart, are
+    // judged, and leave while their deadlines (stale_after) are still ahead.
+    for k in 0..100 {
+        r.heartbeat(&format!("stay{k}"), &progress("x"), t0);
+    }
+    let _ = outputs(&mut r, t0);
+    let mut most = 0;
+    for k in 0..20_000u64 {
+        let at = t0 + Duration::from_millis(5 * k);
+        let a = format!("a{k}");
+        r.heartbeat(&a, &progress("x"), at);
+        let _ = outputs(&mut r, at);
+        assert!(r.forget_if_quiet(&a, at));
+        most = most.max(r.scheduled_entries());
+    }
+    assert_eq!(r.len(), 100);
+    assert!(
+        most <= 2 * 101 + HEAP_SLACK + 1,
+        "{most} entries for at most 101 agents held"
+    );
+    // The agents that stayed are still judged at their deadline, once.
+    let out = outputs(&mut r, t0 + HealthConfig::default().stale_after);
+    let degraded = out
+        .iter()
+        .filter(|(a, o)| {
+            a.starts_with("stay")
+                && matches!(o, HealthOutput::StateChanged(c) if c.to == HealthState::Degraded)
+        })
+        .count();
+    assert_eq!(degraded, 100, "{out:?}");
+}
+
+#[test]
 fn an_agent_registered_as_silent_is_judged_from_its_last_turn() {
     let t0 = Instant::now();
     let mut r = HealthRegistry::new();
