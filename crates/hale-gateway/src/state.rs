@@ -341,21 +341,17 @@ impl Gateway {
     /// one when it starts and drops it when it ends, whatever the way out
     /// (an answer, an error, a client gone mid-stream), so the agent's state
     /// a turn will touch again never leaves under it, however long the turn.
+    /// An agent not in memory is not added: a new agent is held from its
+    /// first finished turn, and until then it has nothing to shed (a request
+    /// refused before its turn must not leave an entry behind).
     pub fn hold_turn(self: &Arc<Self>, agent: &str) -> TurnHold {
-        {
-            let mut map = self.agents.lock().expect("agents lock");
-            // Held already (read back or seen before): no key to allocate.
-            let rt = match map.get_mut(agent) {
-                Some(rt) => rt,
-                None => map
-                    .entry(agent.to_owned())
-                    .or_insert_with(|| Box::new(AgentRt::new(new_agent(agent)))),
-            };
+        let counted = self.update_agent_if_held(agent, |rt| {
             rt.in_flight = rt.in_flight.saturating_add(1);
-        }
+        });
         TurnHold {
             gw: self.clone(),
             agent: agent.to_owned(),
+            counted: counted.is_some(),
         }
     }
 
@@ -431,13 +427,17 @@ impl Gateway {
 pub struct TurnHold {
     gw: Arc<Gateway>,
     agent: String,
+    /// The agent was held when the turn began, and counts this turn.
+    counted: bool,
 }
 
 impl Drop for TurnHold {
     fn drop(&mut self) {
-        self.gw.update_agent_if_held(&self.agent, |rt| {
-            rt.in_flight = rt.in_flight.saturating_sub(1);
-        });
+        if self.counted {
+            self.gw.update_agent_if_held(&self.agent, |rt| {
+                rt.in_flight = rt.in_flight.saturating_sub(1);
+            });
+        }
     }
 }
 

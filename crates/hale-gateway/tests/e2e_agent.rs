@@ -360,6 +360,39 @@ async fn breakers_at_rest_leave_memory_with_the_idle_state() {
     assert_eq!(h.gw.deployments.breakers_held(), 1);
 }
 
+/// Issue 13: a request refused before its turn (here by a route whose
+/// provider is not configured) by an agent hale has never seen leaves
+/// nothing in memory: a flood of such requests under ever new agent names
+/// must not pile up entries that nothing sheds (an agent never seen is
+/// never shed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_of_a_new_agent_leaves_nothing_in_memory() {
+    let c = chaos().await;
+    let mut cfg = config(vec![openai("p", &c, "fine")]);
+    cfg.routes.insert(
+        "broken".into(),
+        vec![Target {
+            provider: "nowhere".into(),
+            model: "fine".into(),
+        }],
+    );
+    let h = Hale::start(cfg).await;
+    let before = h.gw.agents.lock().expect("lock").len();
+    for k in 0..20 {
+        let reply = h.openai("broken").agent(&format!("ghost-{k}")).send().await;
+        assert_eq!(reply.status, 400, "{}", reply.raw);
+    }
+    assert_eq!(h.gw.agents.lock().expect("lock").len(), before);
+    // A served turn holds the agent, as before.
+    h.openai(ROUTE)
+        .agent("ghost-0")
+        .send()
+        .await
+        .assert_complete(&full());
+    assert!(h.gw.agents.lock().expect("lock").contains_key("ghost-0"));
+    h.stop().await;
+}
+
 /// Waits (up to 2 s) until the store's row of `agent` counts `turns` turns:
 /// rows are group-committed, a little after the turn's answer.
 async fn wait_stored_turns(h: &Hale, agent: &str, turns: u64) {
