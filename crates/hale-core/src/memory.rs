@@ -151,6 +151,17 @@ pub fn idle_enough(last_used_ms: u64, now_ms: u64, gap_ms: Option<u64>) -> bool 
     now_ms.checked_sub(last_used_ms).is_some_and(|d| d >= min)
 }
 
+/// Whether a task unused for `idle` may leave memory (the idle bound then
+/// keeps the most recently used): after [`SHED_AFTER_IDLE_MIN`] once its
+/// agent has left memory (`agent_left`), else after [`SHED_AFTER_IDLE`].
+pub fn task_idle_enough(idle: Duration, agent_left: bool) -> bool {
+    idle >= if agent_left {
+        SHED_AFTER_IDLE_MIN
+    } else {
+        SHED_AFTER_IDLE
+    }
+}
+
 /// Which idle entries to shed: `idle` holds the sheddable entries (already
 /// idle enough, nothing holding them) with their last use; all but the
 /// `keep` most recently used are shed, returned with their last use. Ties
@@ -234,6 +245,25 @@ mod tests {
         }
         assert!(!idle_enough(t, t - 1, Some(1)), "a clock that went back");
         assert!(!idle_enough(t, t - 1, None), "a clock that went back");
+    }
+
+    #[test]
+    fn a_task_leaves_seconds_after_its_agent_or_a_minute_alone() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        // (unused for, its agent left, may leave?)
+        let cases = [
+            (s(0), true, false),
+            (SHED_AFTER_IDLE_MIN - ms(1), true, false),
+            (SHED_AFTER_IDLE_MIN, true, true),
+            (SHED_AFTER_IDLE_MIN, false, false),
+            (SHED_AFTER_IDLE - ms(1), false, false),
+            (SHED_AFTER_IDLE, false, true),
+            (s(3600), true, true),
+        ];
+        for (idle, left, want) in cases {
+            assert_eq!(task_idle_enough(idle, left), want, "{idle:?} {left}");
+        }
     }
 
     #[test]

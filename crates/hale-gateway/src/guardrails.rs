@@ -113,12 +113,11 @@ impl Tasks {
             .retain(|_, rt| now.saturating_duration_since(rt.last_used) < IDLE_TASK_TTL);
     }
 
-    /// Sheds idle tasks (`hale_core::memory`), except a task a guard
-    /// stopped (its stop lives here): the tasks of agents that just left
-    /// memory (`agents_gone`) once unused for
-    /// [`hale_core::memory::SHED_AFTER_IDLE_MIN`], and beyond `keep`, tasks
-    /// unused for [`hale_core::memory::SHED_AFTER_IDLE`], the least recently
-    /// used first. A shed task's stored totals come back with its next count
+    /// Sheds idle tasks beyond `keep` (`hale_core::memory::task_idle_enough`:
+    /// a task of an agent that just left memory, `agents_gone`, after a few
+    /// seconds; any other after a minute), the least recently used first,
+    /// except a task a guard stopped (its stop lives here). A shed task's
+    /// stored totals come back with its next count
     /// (`TaskGuard::adopt_totals`); the guard events of its last turn not
     /// yet written (they ride on the task's next count) are dropped with it,
     /// so a shed task's stored event total may lag by that one turn.
@@ -130,16 +129,6 @@ impl Tasks {
         agents_gone: &std::collections::HashSet<String>,
     ) -> usize {
         let mut map = self.map.lock().expect("tasks lock");
-        let before = map.len();
-        if !agents_gone.is_empty() {
-            let min = hale_core::memory::SHED_AFTER_IDLE_MIN;
-            map.retain(|(agent, _), rt| {
-                rt.guard.hit().is_some()
-                    || !agents_gone.contains(agent)
-                    || now.saturating_duration_since(rt.last_used) < min
-            });
-        }
-        let min = hale_core::memory::SHED_AFTER_IDLE;
         // Keyed by last use, as an age from `now` turned around: the oldest
         // (largest age) sorts first.
         let idle: Vec<(u64, &(String, String))> = map
@@ -147,7 +136,7 @@ impl Tasks {
             .filter(|(_, rt)| rt.guard.hit().is_none())
             .filter_map(|(k, rt)| {
                 let age = now.saturating_duration_since(rt.last_used);
-                (age >= min).then(|| {
+                hale_core::memory::task_idle_enough(age, agents_gone.contains(&k.0)).then(|| {
                     let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
                     (u64::MAX - age_ms, k)
                 })
@@ -160,7 +149,7 @@ impl Tasks {
         for k in &gone {
             map.remove(k);
         }
-        before - map.len()
+        gone.len()
     }
 
     /// How many tasks are held.

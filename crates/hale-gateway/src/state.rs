@@ -109,6 +109,12 @@ impl AgentRt {
         }
     }
 
+    /// Nothing in memory needs it: not paused (its resume is timed here)
+    /// and no turn of it under way.
+    fn may_leave(&self) -> bool {
+        self.pause.is_none() && !self.record.paused && self.in_flight == 0
+    }
+
     /// A turn of this agent ended at `now_ms`: its last turn and its pace.
     pub fn seen(&mut self, now_ms: u64) {
         self.gap_ms = hale_core::memory::next_gap(self.gap_ms, self.record.last_seen_ms, now_ms);
@@ -281,24 +287,24 @@ impl Gateway {
     /// flight ([`TurnHold`]), unseen for [`hale_core::memory::shed_after`]
     /// its pace (5 s to a minute), not paused, with nothing under way in the
     /// health runtime ([`crate::health::HealthRt::forget`]), the least
-    /// recently seen first; the tasks of the agents that left go with them. Their rows stay in the store; [`Gateway::load_agent`]
-    /// reads one back before its next turn or admin call, and the health
-    /// monitor reads back one that stays silent
-    /// ([`crate::memory::watch_silent`]). Breakers at rest go too
-    /// ([`crate::deployments::Deployments::forget_resting_breakers`]): one
-    /// per agent × deployment, they would otherwise pile up with agents
-    /// that came and went. Called every
-    /// [`hale_core::memory::SWEEP_EVERY`] by every instance ([`crate::memory::run`]).
+    /// recently seen first; the tasks of the agents that left go with them.
+    /// Their rows stay in the store; [`Gateway::load_agent`] reads one back
+    /// before its next turn or admin call, and the health monitor reads back
+    /// one that stays silent ([`crate::memory::watch_silent`]). Breakers at
+    /// rest go too ([`crate::deployments::Deployments::forget_resting_breakers`]):
+    /// one per agent × deployment, they would otherwise pile up with agents
+    /// that came and went. Called every [`hale_core::memory::SWEEP_EVERY`]
+    /// by every instance ([`crate::memory::run`]).
     pub fn shed_idle(&self, now_ms: u64, now: Instant) -> Shed {
         let idle: Vec<(u64, String)> = self
             .agents
             .lock()
             .expect("agents lock")
             .iter()
-            .filter(|(_, a)| a.pause.is_none() && !a.record.paused && a.in_flight == 0)
             .filter_map(|(id, a)| {
                 let t = a.record.last_seen_ms?;
-                hale_core::memory::idle_enough(t, now_ms, a.gap_ms).then(|| (t, id.clone()))
+                (a.may_leave() && hale_core::memory::idle_enough(t, now_ms, a.gap_ms))
+                    .then(|| (t, id.clone()))
             })
             .collect();
         let gone: Vec<(u64, String)> =
@@ -311,9 +317,9 @@ impl Gateway {
         {
             let mut map = self.agents.lock().expect("agents lock");
             for (seen, id) in gone {
-                let unchanged = map.get(&id).is_some_and(|a| {
-                    a.pause.is_none() && a.in_flight == 0 && a.record.last_seen_ms == Some(seen)
-                });
+                let unchanged = map
+                    .get(&id)
+                    .is_some_and(|a| a.may_leave() && a.record.last_seen_ms == Some(seen));
                 if unchanged {
                     map.remove(&id);
                     left.insert(id);

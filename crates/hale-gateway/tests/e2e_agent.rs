@@ -545,12 +545,21 @@ async fn a_fast_agent_leaves_in_seconds_a_slow_one_in_a_minute_and_a_turn_in_fli
     reply.assert_complete(&full());
     assert!(held("busy"));
     let later = SHED_AFTER_IDLE + Duration::from_secs(1);
-    let shed = h.gw.shed_idle(
-        hale_gateway::state::wall_ms() + later.as_millis() as u64,
-        std::time::Instant::now() + later,
-    );
+    let sweep = || {
+        h.gw.shed_idle(
+            hale_gateway::state::wall_ms() + later.as_millis() as u64,
+            std::time::Instant::now() + later,
+        )
+    };
+    // Two turns under way at once: the first to end does not free it.
+    let (first, second) = (h.gw.hold_turn("busy"), h.gw.hold_turn("busy"));
+    drop(first);
+    assert_eq!(sweep().agents, 0);
+    assert!(held("busy"), "one turn is still under way");
+    drop(second);
+    let shed = sweep();
     assert_eq!(shed.agents, 1, "{shed:?}");
-    assert!(!held("busy"), "the turn is over: nothing holds it");
+    assert!(!held("busy"), "the turns are over: nothing holds it");
     // Read back on its next turn, counters whole.
     h.openai(ROUTE)
         .agent("fast")
