@@ -666,11 +666,21 @@ impl Breaker {
     /// that is how a gateway seeing many short-lived agents keeps its
     /// breakers bounded.
     pub fn at_rest(&self, now: Instant) -> bool {
+        self.without_failures(now) && self.buckets.counts(now) == (0, 0)
+    }
+
+    /// Whether this breaker holds no evidence against its deployment at
+    /// `now`: closed, no failure in a row, no trial pending or failed, and
+    /// no failure in its window (successes may be). Such a breaker may
+    /// leave memory with its agent ([`crate::memory::breaker_may_leave`]):
+    /// the agent's next call starts a new one, as a new agent's would, and
+    /// all that is lost is the window's successes.
+    pub fn without_failures(&self, now: Instant) -> bool {
         self.phase == Phase::Closed
             && self.consecutive == 0
             && self.failed_trials == 0
             && self.trials.is_empty()
-            && self.buckets.counts(now) == (0, 0)
+            && self.buckets.counts(now).1 == 0
             && self
                 .recent_failures
                 .back()
@@ -769,6 +779,18 @@ impl SharedBreaker {
     /// See [`Breaker::at_rest`].
     pub fn at_rest(&self, now: Instant) -> bool {
         self.lock().at_rest(now)
+    }
+
+    /// See [`Breaker::without_failures`].
+    pub fn without_failures(&self, now: Instant) -> bool {
+        self.lock().without_failures(now)
+    }
+
+    /// Whether this breaker may leave memory at `now`, its agent having
+    /// left (`agent_left`) or not: [`crate::memory::breaker_may_leave`].
+    pub fn may_leave(&self, now: Instant, agent_left: bool) -> bool {
+        let b = self.lock();
+        crate::memory::breaker_may_leave(b.at_rest(now), b.without_failures(now), agent_left)
     }
 
     /// See [`Breaker::snapshot`].

@@ -13,7 +13,11 @@
 //! a few seconds, instead of holding a minute's worth of finished agents.
 //! Beyond those, memory holds at most `memory.idle_agents` /
 //! `memory.idle_tasks` idle ones, the most recently seen first. A task
-//! leaves with its agent, or after [`SHED_AFTER_IDLE`] on its own. A shed
+//! leaves [`SHED_AFTER_IDLE_MIN`] after its last use once its agent has
+//! left (the mark stays on the task until it is used again, so a task kept
+//! by the idle bound at its agent's sweep still goes at a later one), or
+//! after [`SHED_AFTER_IDLE`] on its own. A breaker leaves with its agent
+//! when it holds no failure ([`breaker_may_leave`]), else once at rest. A shed
 //! agent is read back from its row before its next turn or admin call; a
 //! shed task takes its stored totals back with its next count.
 //!
@@ -162,6 +166,18 @@ pub fn task_idle_enough(idle: Duration, agent_left: bool) -> bool {
     }
 }
 
+/// Whether a breaker (agent × deployment) may leave memory: once at rest
+/// (closed and quiet for its window: it decides as a new one would), or
+/// once its agent has left memory (`agent_left`) while it holds no evidence
+/// against its deployment (`without_failures`: closed, no failure in its
+/// window; only the window's successes go with it, and a returning agent
+/// is judged afresh, as a new agent would be). A breaker holding a failure
+/// stays until it rests, whatever its agent does, so no evidence toward an
+/// ejection is lost.
+pub fn breaker_may_leave(at_rest: bool, without_failures: bool, agent_left: bool) -> bool {
+    at_rest || (agent_left && without_failures)
+}
+
 /// Which idle entries to shed: `idle` holds the sheddable entries (already
 /// idle enough, nothing holding them) with their last use; all but the
 /// `keep` most recently used are shed, returned with their last use. Ties
@@ -263,6 +279,26 @@ mod tests {
         ];
         for (idle, left, want) in cases {
             assert_eq!(task_idle_enough(idle, left), want, "{idle:?} {left}");
+        }
+    }
+
+    #[test]
+    fn a_breaker_leaves_with_its_agent_only_without_failures() {
+        // (at rest, without failures, its agent left, may leave?)
+        let cases = [
+            (true, true, false, true),
+            (true, true, true, true),
+            (false, true, false, false),
+            (false, true, true, true),
+            (false, false, true, false),
+            (false, false, false, false),
+        ];
+        for (rest, clean, left, want) in cases {
+            assert_eq!(
+                breaker_may_leave(rest, clean, left),
+                want,
+                "{rest} {clean} {left}"
+            );
         }
     }
 

@@ -182,21 +182,28 @@ impl Deployments {
             .clone()
     }
 
-    /// Drops the breakers at rest ([`SharedBreaker::at_rest`]: closed, quiet
-    /// for their window) that no turn holds, and agents left with none.
-    /// Called with the rest of the idle state, every
-    /// [`hale_core::memory::SWEEP_EVERY`] ([`crate::state::Gateway::shed_idle`]),
-    /// never on a turn's path: the walk holds the write lock. The next call
-    /// of such an agent builds a new breaker, which decides as the dropped
-    /// one would have. Returns how many were dropped.
-    pub fn forget_resting_breakers(&self, now: Instant) -> usize {
+    /// Drops the breakers that may leave memory and that no turn holds, and
+    /// agents left with none: those at rest ([`SharedBreaker::at_rest`]:
+    /// closed, quiet for their window; the next call builds a new breaker,
+    /// which decides as the dropped one would have), and those of the agents
+    /// that just left memory (`agents_gone`) holding no failure
+    /// ([`hale_core::memory::breaker_may_leave`]). Called with the rest of
+    /// the idle state, every [`hale_core::memory::SWEEP_EVERY`]
+    /// ([`crate::state::Gateway::shed_idle`]), never on a turn's path: the
+    /// walk holds the write lock. Returns how many were dropped.
+    pub fn forget_resting_breakers(
+        &self,
+        now: Instant,
+        agents_gone: &std::collections::HashSet<String>,
+    ) -> usize {
         let mut map = self.breakers.write().unwrap_or_else(|e| e.into_inner());
         let mut dropped = 0;
-        map.retain(|_, per_agent| {
+        map.retain(|agent, per_agent| {
+            let left = agents_gone.contains(agent);
             per_agent.retain(|_, b| {
-                let rest = Arc::strong_count(b) == 1 && b.at_rest(now);
-                dropped += usize::from(rest);
-                !rest
+                let go = Arc::strong_count(b) == 1 && b.may_leave(now, left);
+                dropped += usize::from(go);
+                !go
             });
             !per_agent.is_empty()
         });
@@ -495,6 +502,7 @@ impl Deployments {
 mod tests {
     use super::*;
     use hale_core::config::{ProviderConfig, ProviderKind};
+    use std::collections::HashSet;
 
     fn deployments() -> Deployments {
         let cfg = Config::with_providers(vec![ProviderConfig::new(
@@ -530,13 +538,57 @@ mod tests {
         let held = d.breaker("held", &key(&t));
         let window = d.cfg.self_healing.circuit_breaker.window;
         let later = now + window * 2;
-        assert_eq!(d.forget_resting_breakers(later), 1);
+        assert_eq!(d.forget_resting_breakers(later, &HashSet::new()), 1);
         assert!(d.breakers_of("quiet").is_empty());
         assert_eq!(d.breakers_of("failing").len(), 1, "a failure in a row");
         assert_eq!(d.breakers_of("held").len(), 1, "a turn holds it");
         // Once no turn holds it, the next sweep drops it.
         drop(held);
-        assert_eq!(d.forget_resting_breakers(later), 1);
-        assert_eq!(d.forget_resting_breakers(later), 0);
+        assert_eq!(d.forget_resting_breakers(later, &HashSet::new()), 1);
+        assert_eq!(d.forget_resting_breakers(later, &HashSet::new()), 0);
+    }
+
+    /// Issue 13: an agent that left memory takes its breakers along, unless
+    /// one holds a failure (evidence toward an ejection) or a turn holds it.
+    #[test]
+    fn breakers_without_failures_leave_with_their_agent() {
+        let d = deployments();
+        let t = Target {
+            provider: "p".into(),
+            model: "m".into(),
+        };
+        let now = Instant::now();
+        let ms = Duration::from_millis(1);
+        for agent in ["done", "stays", "failed", "held"] {
+            d.on_success(agent, &t, false, ms, now);
+        }
+        d.on_failure(
+            "failed",
+            &t,
+            Failed {
+                class: ErrorClass::Overloaded,
+                retry_after: None,
+                connect_failed: false,
+                latency: ms,
+            },
+            now,
+        );
+        let held = d.breaker("held", &key(&t));
+        let gone: HashSet<String> = ["done", "failed", "held"].map(String::from).into();
+        let soon = now + Duration::from_secs(5);
+        assert_eq!(d.forget_resting_breakers(soon, &gone), 1);
+        assert!(d.breakers_of("done").is_empty(), "successes only: it left");
+        assert_eq!(d.breakers_of("stays").len(), 1, "its agent is held");
+        assert_eq!(d.breakers_of("failed").len(), 1, "a failure in its window");
+        assert_eq!(d.breakers_of("held").len(), 1, "a turn holds it");
+        drop(held);
+        // Past the window the others rest and go; the failed one's failure
+        // in a row stays its evidence until a call succeeds.
+        let window = d.cfg.self_healing.circuit_breaker.window;
+        assert_eq!(
+            d.forget_resting_breakers(now + window * 2, &HashSet::new()),
+            2
+        );
+        assert_eq!(d.breakers_of("failed").len(), 1);
     }
 }

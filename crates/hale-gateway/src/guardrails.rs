@@ -45,6 +45,11 @@ pub struct TaskRt {
     /// back and are adopted by the guard).
     unsent: (u64, u64),
     last_used: Instant,
+    /// Its agent left memory since the task was last used: it may leave
+    /// [`hale_core::memory::SHED_AFTER_IDLE_MIN`] after its last use. Kept
+    /// across sweeps, so a task the idle bound kept when its agent left
+    /// still goes at a later sweep; cleared by the task's next use.
+    agent_left: bool,
 }
 
 impl TaskRt {
@@ -92,9 +97,11 @@ impl Tasks {
                     spend: Tally::default(),
                     unsent: (0, 0),
                     last_used: now,
+                    agent_left: false,
                 })
             });
         rt.last_used = now;
+        rt.agent_left = false;
         f(rt)
     }
 
@@ -114,8 +121,9 @@ impl Tasks {
     }
 
     /// Sheds idle tasks beyond `keep` (`hale_core::memory::task_idle_enough`:
-    /// a task of an agent that just left memory, `agents_gone`, after a few
-    /// seconds; any other after a minute), the least recently used first,
+    /// a task whose agent left memory, `agents_gone` at this sweep or at an
+    /// earlier one since the task's last use, after a few seconds; any
+    /// other after a minute), the least recently used first,
     /// except a task a guard stopped (its stop lives here). A shed task's
     /// stored totals come back with its next count
     /// (`TaskGuard::adopt_totals`); the guard events of its last turn not
@@ -129,6 +137,11 @@ impl Tasks {
         agents_gone: &std::collections::HashSet<String>,
     ) -> usize {
         let mut map = self.map.lock().expect("tasks lock");
+        if !agents_gone.is_empty() {
+            for ((agent, _), rt) in map.iter_mut() {
+                rt.agent_left |= agents_gone.contains(agent);
+            }
+        }
         // Keyed by last use, as an age from `now` turned around: the oldest
         // (largest age) sorts first.
         let idle: Vec<(u64, &(String, String))> = map
@@ -136,7 +149,7 @@ impl Tasks {
             .filter(|(_, rt)| rt.guard.hit().is_none())
             .filter_map(|(k, rt)| {
                 let age = now.saturating_duration_since(rt.last_used);
-                hale_core::memory::task_idle_enough(age, agents_gone.contains(&k.0)).then(|| {
+                hale_core::memory::task_idle_enough(age, rt.agent_left).then(|| {
                     let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
                     (u64::MAX - age_ms, k)
                 })

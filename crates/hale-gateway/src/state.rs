@@ -290,10 +290,11 @@ impl Gateway {
     /// recently seen first; the tasks of the agents that left go with them.
     /// Their rows stay in the store; [`Gateway::load_agent`] reads one back
     /// before its next turn or admin call, and the health monitor reads back
-    /// one that stays silent ([`crate::memory::watch_silent`]). Breakers at
-    /// rest go too ([`crate::deployments::Deployments::forget_resting_breakers`]):
-    /// one per agent × deployment, they would otherwise pile up with agents
-    /// that came and went. Called every [`hale_core::memory::SWEEP_EVERY`]
+    /// one that stays silent ([`crate::memory::watch_silent`]). Breakers go
+    /// too ([`crate::deployments::Deployments::forget_resting_breakers`]):
+    /// those of the agents that left, unless one holds a failure, and any at
+    /// rest; one per agent × deployment, they would otherwise pile up with
+    /// agents that came and went. Called every [`hale_core::memory::SWEEP_EVERY`]
     /// by every instance ([`crate::memory::run`]).
     pub fn shed_idle(&self, now_ms: u64, now: Instant) -> Shed {
         let idle: Vec<(u64, String)> = self
@@ -335,7 +336,7 @@ impl Gateway {
             crate::health::adopt_terminated(self, &id, &state);
         }
         let tasks = self.tasks.shed(now, self.cfg.memory.idle_tasks, &left);
-        let breakers = self.deployments.forget_resting_breakers(now);
+        let breakers = self.deployments.forget_resting_breakers(now, &left);
         Shed {
             agents: left.len(),
             tasks,

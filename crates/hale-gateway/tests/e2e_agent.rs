@@ -622,6 +622,62 @@ async fn idle_tasks_are_shed_beyond_the_bound_but_a_stopped_one_stays() {
     h.stop().await;
 }
 
+/// Issue 13: a task whose agent left memory goes a few seconds after its
+/// last use, even when the idle bound kept it at the sweep its agent left
+/// in (the most recently used idle tasks are those of the agents that just
+/// left). Before, such a task lost its mark at the next sweep and stayed the
+/// minute: at a new agent every 100 turns, ~7,000 tasks held where ~2,000
+/// agents were. A task used again meanwhile loses the mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_kept_by_the_bound_when_its_agent_left_goes_at_a_later_sweep() {
+    let c = chaos().await;
+    let mut cfg = config(vec![openai("primary", &c, "fine")]);
+    cfg.memory.idle_tasks = 1;
+    let h = Hale::start(cfg).await;
+    let turn = |agent: &'static str, task: &'static str| {
+        h.openai(ROUTE)
+            .agent(agent)
+            .header("x-hale-task", task)
+            .send()
+    };
+    for task in ["t1", "t2", "t3"] {
+        turn("gone", task).await.assert_complete(&full());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    turn("back", "b1").await.assert_complete(&full());
+    assert_eq!(h.gw.tasks.len(), 4);
+    let min = hale_core::memory::SHED_AFTER_IDLE_MIN;
+    let now = std::time::Instant::now();
+    let left: std::collections::HashSet<String> = ["gone", "back"].map(String::from).into();
+    assert_eq!(
+        h.gw.tasks.shed(now + min, 1, &left),
+        3,
+        "the bound keeps the most recently used: b1"
+    );
+    assert_eq!(h.gw.tasks.len(), 1);
+    // Its agent left at the last sweep; this one names no agent.
+    assert_eq!(
+        h.gw.tasks.shed(now + min * 2, 0, &Default::default()),
+        1,
+        "b1 goes at a later sweep, not a minute after its last use"
+    );
+    assert!(h.gw.tasks.is_empty());
+    // A task used again after its agent left is its agent's again.
+    turn("back", "b2").await.assert_complete(&full());
+    turn("back", "b3").await.assert_complete(&full());
+    let now = std::time::Instant::now();
+    let back: std::collections::HashSet<String> = ["back"].map(String::from).into();
+    assert_eq!(h.gw.tasks.shed(now + min, 1, &back), 1, "b2 goes, b3 kept");
+    turn("back", "b3").await.assert_complete(&full());
+    assert_eq!(
+        h.gw.tasks.shed(now + min * 2, 0, &Default::default()),
+        0,
+        "b3 was used again: a minute on its own"
+    );
+    assert_eq!(h.gw.tasks.len(), 1);
+    h.stop().await;
+}
+
 /// Issue 13: the journal's backlog is bounded by slowing turns to the
 /// writer's pace, but a journal that cannot write (its database locked by
 /// another process) never stops turns: once the writer has been stuck for

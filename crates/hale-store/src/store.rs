@@ -30,6 +30,14 @@ use crate::writer::{self, Msg, Shared};
 pub const SQLITE_FILE: &str = "hale.db";
 /// Connections of the SQLite pool (readers; the writer borrows one per commit).
 pub const SQLITE_POOL_SIZE: u32 = 4;
+/// Each SQLite connection's page cache, in KiB (`PRAGMA cache_size = -N`).
+/// SQLite's default is 2,000 KiB per connection, and the writer borrows any
+/// of the pool's connections, so each came to cache the same hot pages of
+/// the journal's indexes: under a busy journal the four caches filled for
+/// more than ten minutes, the last of a gateway's memory still growing
+/// after warm-up (BENCHMARKS.md, "Memory over time", stop 23). 512 KiB
+/// (128 pages) still holds the upper levels of every index.
+pub const SQLITE_CACHE_KIB: u32 = 512;
 /// Released idempotency claims buffered per waiter before it counts as
 /// lagged (and re-reads the store).
 const RELEASED_BUFFER: usize = 1024;
@@ -170,7 +178,8 @@ impl Store {
             } else {
                 SqliteSynchronous::Normal
             })
-            .busy_timeout(SQLITE_BUSY_TIMEOUT);
+            .busy_timeout(SQLITE_BUSY_TIMEOUT)
+            .pragma("cache_size", format!("-{SQLITE_CACHE_KIB}"));
         let pool = SqlitePoolOptions::new()
             .max_connections(SQLITE_POOL_SIZE)
             .connect_with(connect)
@@ -720,4 +729,34 @@ pub(crate) async fn last_seq(pool: &Pool) -> Result<i64> {
             .map_err(StoreError::db("reading the last outbox seq"))?;
         Ok(v.unwrap_or(0))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every connection of the SQLite pool, whichever the writer borrows,
+    /// has the bounded page cache (SQLite's default is 2,000 KiB each).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_sqlite_connection_has_the_bounded_page_cache() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open_sqlite(dir.path(), StoreOptions::default())
+            .await
+            .expect("open");
+        let Pool::Sqlite(pool) = &store.inner.pool else {
+            panic!("a SQLite store has a SQLite pool");
+        };
+        let mut held = Vec::new();
+        for _ in 0..SQLITE_POOL_SIZE {
+            let mut conn = pool.acquire().await.expect("connection");
+            let kib: i64 = sqlx::query_scalar("PRAGMA cache_size")
+                .fetch_one(&mut *conn)
+                .await
+                .expect("pragma");
+            assert_eq!(kib, -i64::from(SQLITE_CACHE_KIB));
+            held.push(conn);
+        }
+        drop(held);
+        store.close().await;
+    }
 }

@@ -686,3 +686,30 @@ fn a_breaker_is_at_rest_only_when_closed_quiet_and_its_window_has_passed() {
     assert_eq!(open.state(t0), BreakerState::Open);
     assert!(!open.at_rest(t0 + w * 100));
 }
+
+#[test]
+fn a_breaker_holds_no_failure_after_successes_only_until_one_fails() {
+    let cfg = bare();
+    let w = cfg.window;
+    let t0 = Instant::now();
+    let mut b = Breaker::new(cfg);
+    assert!(b.without_failures(t0), "a new breaker");
+    record_n(&mut b, t0, 5, ok());
+    assert!(b.without_failures(t0), "successes are no evidence");
+    assert!(!b.at_rest(t0), "but the breaker is not at rest");
+    record_n(&mut b, t0, 1, fail());
+    assert!(!b.without_failures(t0), "one failure in a row");
+    record_n(&mut b, t0, 1, ok());
+    assert!(
+        !b.without_failures(t0),
+        "the failure is still in the window"
+    );
+    assert!(b.without_failures(t0 + w * 2), "the window has passed");
+    // Open: never, however long ago.
+    let mut open = Breaker::new(BreakerConfig {
+        consecutive_failures: Some(1),
+        ..bare()
+    });
+    record_n(&mut open, t0, 1, fail());
+    assert!(!open.without_failures(t0 + w * 100));
+}
