@@ -255,6 +255,9 @@ pub async fn handle_chat(
                 &task,
                 &guardrails::tool_calls(&answer.content),
             );
+            // A second copy only for an idempotency key: cloning the answer
+            // for every turn was ~15 allocations per turn.
+            let for_key = idem_key.as_ref().map(|_| stored.clone());
             finish_turn(
                 &gw,
                 &turn,
@@ -262,9 +265,9 @@ pub async fn handle_chat(
                 &request_hash,
                 Some(served),
                 None,
-                Some((stored.clone(), answer.usage)),
+                Some((stored, answer.usage)),
             );
-            if let Some(key) = &idem_key {
+            if let (Some(key), Some(stored)) = (&idem_key, for_key) {
                 let write = vec![Write::Idempotency {
                     key: key.clone(),
                     request_hash: request_hash.clone(),
@@ -300,15 +303,16 @@ pub async fn handle_chat(
             let pairs = evidence_pairs(&resp);
             let gw2 = gw.clone();
             tokio::spawn(async move {
-                let r = relay::relay(&gw2, &mut turn, &req, served, live, enc, tx).await;
+                let mut r = relay::relay(&gw2, &mut turn, &req, served, live, enc, tx).await;
                 gw2.metrics.stream_resumed(r.resumes);
                 guardrails::record_response(&gw2, &agent, &task, &r.tool_calls);
                 let stored = StoredResponse {
                     status: 200,
                     headers: pairs,
-                    body: r.body.clone(),
+                    body: std::mem::take(&mut r.body),
                     content_type: "text/event-stream".into(),
                 };
+                let for_key = (r.failure.is_none() && idem_key.is_some()).then(|| stored.clone());
                 finish_turn(
                     &gw2,
                     &turn,
@@ -316,11 +320,9 @@ pub async fn handle_chat(
                     &request_hash,
                     Some(r.served),
                     r.failure.as_ref(),
-                    Some((stored.clone(), r.usage)),
+                    Some((stored, r.usage)),
                 );
-                if r.failure.is_none()
-                    && let Some(key) = &idem_key
-                {
+                if let (Some(key), Some(stored)) = (&idem_key, for_key) {
                     gw2.store.submit(vec![Write::Idempotency {
                         key: key.clone(),
                         request_hash: request_hash.clone(),
