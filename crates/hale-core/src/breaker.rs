@@ -781,11 +781,6 @@ impl SharedBreaker {
         self.lock().at_rest(now)
     }
 
-    /// See [`Breaker::without_failures`].
-    pub fn without_failures(&self, now: Instant) -> bool {
-        self.lock().without_failures(now)
-    }
-
     /// Whether this breaker may leave memory at `now`, its agent having
     /// left (`agent_left`) or not: [`crate::memory::breaker_may_leave`].
     pub fn may_leave(&self, now: Instant, agent_left: bool) -> bool {

@@ -137,17 +137,15 @@ impl Tasks {
         agents_gone: &std::collections::HashSet<String>,
     ) -> usize {
         let mut map = self.map.lock().expect("tasks lock");
-        if !agents_gone.is_empty() {
-            for ((agent, _), rt) in map.iter_mut() {
-                rt.agent_left |= agents_gone.contains(agent);
-            }
-        }
         // Keyed by last use, as an age from `now` turned around: the oldest
         // (largest age) sorts first.
         let idle: Vec<(u64, &(String, String))> = map
-            .iter()
-            .filter(|(_, rt)| rt.guard.hit().is_none())
+            .iter_mut()
             .filter_map(|(k, rt)| {
+                rt.agent_left |= agents_gone.contains(&k.0);
+                if rt.guard.hit().is_some() {
+                    return None;
+                }
                 let age = now.saturating_duration_since(rt.last_used);
                 hale_core::memory::task_idle_enough(age, rt.agent_left).then(|| {
                     let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
