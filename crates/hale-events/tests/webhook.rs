@@ -314,14 +314,30 @@ async fn rejected_events_are_dead_lettered_then_replay_delivers_in_order() {
     );
     assert!(dlq.iter().all(|d| d.attempts == 3), "{dlq:?}");
     assert!(rx.inner.lock().unwrap().accepted.is_empty());
-    // Each dead letter was reported by a sink.dead_lettered event (submitted
-    // without waiting: flush first).
-    store.flush().await.unwrap();
+    // Each dead letter was reported by a sink.dead_lettered event. The
+    // report is submitted after its dead letter is stored, so the last one
+    // may not be queued yet when the rows are seen: wait for all four.
+    eventually(
+        Duration::from_secs(20),
+        "every dead letter reported",
+        || {
+            let s = store.clone();
+            async move {
+                s.flush().await.unwrap();
+                s.events_after(0, 100, Some(&[EventKind::SinkDeadLettered]))
+                    .await
+                    .unwrap()
+                    .len()
+                    == 4
+            }
+        },
+    )
+    .await;
     let reports = store
         .events_after(0, 100, Some(&[EventKind::SinkDeadLettered]))
         .await
         .unwrap();
-    assert_eq!(reports.len(), 4);
+    assert_eq!(reports.len(), 4, "and no more");
 
     assert_eq!(relays.stats().sinks[0].dead_letters, 4);
     // The receiver accepts them now; `hale dlq list` shows them, `replay --all` delivers.
