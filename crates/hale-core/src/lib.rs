@@ -28,6 +28,7 @@ pub mod ids;
 pub mod lease;
 pub mod memory;
 pub mod models;
+pub mod pages;
 pub mod pause;
 pub mod recovery;
 pub mod retry;

@@ -177,16 +177,27 @@ pub(crate) async fn follow_counts(
     }
 }
 
-/// Re-reads every agent row and applies it, retrying until it succeeds or
-/// `token` is cancelled.
+/// Re-reads every agent row and applies it, a page at a time (the store
+/// holds every agent ever seen), retrying a failed page until it succeeds
+/// or `token` is cancelled.
 async fn reread_all(gw: &Gateway, token: &CancellationToken) {
+    let mut after: Option<String> = None;
     loop {
-        match gw.store.agents().await {
+        match gw
+            .store
+            .agents_page(after.as_deref(), None, hale_core::pages::PAGE_MAX)
+            .await
+        {
             Ok(rows) => {
                 for row in &rows {
                     apply_control(gw, row);
                 }
-                return;
+                match rows.last() {
+                    Some(last) if rows.len() == hale_core::pages::PAGE_MAX => {
+                        after = Some(last.id.clone());
+                    }
+                    Some(_) | None => return,
+                }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "re-reading the agents failed; retrying");

@@ -472,6 +472,117 @@ async fn a_forgotten_agent_is_read_back_with_its_counters() {
     h.stop().await;
 }
 
+/// Issue 13: `GET /agents` answers a page, never the whole store (which
+/// holds every agent ever seen). 45 agents ran turns and all but 12 were
+/// shed to the store; one held agent is paused; one agent is only named by
+/// the config. Following `next` with a small page lists each of the 46
+/// once, in byte order, memory and store merged; `state=paused` lists only
+/// the paused one; a bad `limit`, `state` or parameter is a 400 in the
+/// API's error shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_list_comes_in_pages_each_agent_once_from_memory_and_store() {
+    let c = chaos().await;
+    let mut cfg = config(vec![openai("primary", &c, "fine")]);
+    cfg.memory.idle_agents = 0;
+    cfg.agents
+        .insert("cfg-only".into(), hale_core::config::AgentConfig::default());
+    let h = Hale::start(cfg).await;
+    let ids: Vec<String> = (0..45).map(|k| format!("pg-{k:02}")).collect();
+    for id in &ids {
+        h.openai(ROUTE)
+            .agent(id)
+            .send()
+            .await
+            .assert_complete(&full());
+    }
+    for id in &ids {
+        wait_stored_turns(&h, id, 1).await;
+    }
+    let idle = hale_core::memory::SHED_AFTER_IDLE;
+    let later = hale_gateway::state::wall_ms() + idle.as_millis() as u64;
+    let shed = h.gw.shed_idle(later, std::time::Instant::now() + idle);
+    assert_eq!(shed.agents, 45, "every agent left memory");
+    // A few come back (held again), one of them paused by an operator.
+    for id in ids.iter().step_by(4) {
+        h.openai(ROUTE)
+            .agent(id)
+            .send()
+            .await
+            .assert_complete(&full());
+    }
+    let (status, v) = h.post_json("/agents/pg-08/pause").await;
+    assert_eq!(status, 200, "{v}");
+
+    let mut want: Vec<String> = ids.clone();
+    want.push("cfg-only".into());
+    want.sort();
+    for limit in [1, 7, 100] {
+        let mut seen: Vec<String> = Vec::new();
+        let mut after: Option<String> = None;
+        for _ in 0..=want.len() {
+            let path = match &after {
+                Some(a) => format!("/agents?limit={limit}&after={a}"),
+                None => format!("/agents?limit={limit}"),
+            };
+            let (status, page) = h.get_json(&path).await;
+            assert_eq!(status, 200, "{page}");
+            let list = page["agents"].as_array().expect("agents");
+            assert!(list.len() <= limit, "{limit}: {}", list.len());
+            for a in list {
+                seen.push(a["id"].as_str().expect("id").to_owned());
+                // A shed agent shows its stored counters.
+                if a["id"] != "cfg-only" {
+                    assert!(a["counters"]["turns"].as_u64() >= Some(1), "{a}");
+                }
+            }
+            match page["next"].as_str() {
+                Some(n) => after = Some(n.to_owned()),
+                None => break,
+            }
+        }
+        assert_eq!(seen, want, "limit {limit}");
+    }
+    // Without a limit: the default page.
+    let (_, page) = h.get_json("/agents").await;
+    assert_eq!(
+        page["agents"].as_array().expect("agents").len(),
+        want.len().min(hale_core::pages::PAGE_DEFAULT)
+    );
+    let (_, paused) = h.get_json("/agents?state=paused").await;
+    let paused: Vec<&str> = paused["agents"]
+        .as_array()
+        .expect("agents")
+        .iter()
+        .map(|a| a["id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(paused, ["pg-08"]);
+    let (_, active) = h.get_json("/agents?state=active&limit=1000").await;
+    assert_eq!(
+        active["agents"].as_array().expect("agents").len(),
+        want.len() - 1
+    );
+    assert!(active["next"].is_null(), "{}", active["next"]);
+    // Listing brings no shed agent back into memory.
+    assert!(!h.gw.holds("pg-01"));
+    for bad in [
+        "limit=0",
+        "limit=1001",
+        "limit=ten",
+        "state=stuck",
+        "page=2",
+    ] {
+        let (status, v) = h.get_json(&format!("/agents?{bad}")).await;
+        assert_eq!(status, 400, "{bad}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{bad}: {v}"
+        );
+    }
+    h.stop().await;
+}
+
 /// Issue 13: an agent that ran turns at machine speed and stopped leaves
 /// memory seconds after its last turn, and its tasks with it; an agent
 /// whose pace is not known yet (one turn) stays the minute; and a turn in

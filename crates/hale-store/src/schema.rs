@@ -230,6 +230,9 @@ pub(crate) const POSTGRES: &[&str] = &[
         last_failure_ms BIGINT,
         last_seen_ms BIGINT,
         state TEXT NOT NULL)",
+    // Pages of `GET /agents` walk the ids in byte order (`Store::agents_page`),
+    // which the primary key's index serves only under the C collation.
+    "CREATE INDEX IF NOT EXISTS agents_by_bytes ON agents (id COLLATE \"C\")",
     "CREATE TABLE IF NOT EXISTS idempotency (
         key TEXT PRIMARY KEY,
         status BIGINT NOT NULL,

@@ -595,11 +595,49 @@ impl Store {
         })
     }
 
-    /// Every agent, by id.
-    pub async fn agents(&self) -> Result<Vec<AgentRecord>> {
+    /// At most `limit` agents with an id after `after` (all when `None`), in
+    /// the byte order of their ids (Rust's `str` order, whatever the
+    /// database's collation), only the paused or only the unpaused ones when
+    /// `paused` says so: one page of a walk over every agent, which after
+    /// hours of traffic may be millions of rows, never read at once.
+    pub async fn agents_page(
+        &self,
+        after: Option<&str>,
+        paused: Option<bool>,
+        limit: usize,
+    ) -> Result<Vec<AgentRecord>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        // PostgreSQL compares text by the database's collation unless told
+        // otherwise; `COLLATE "C"` is byte order, served by its own index
+        // (schema: `agents_by_bytes`). SQLite's default is byte order.
+        let id = match self.backend() {
+            Backend::Sqlite => "id",
+            Backend::Postgres => "id COLLATE \"C\"",
+        };
+        // Placeholders numbered in the order they are bound: $1 the limit,
+        // then the cursor and the state when given.
+        let mut filter = Vec::new();
+        if after.is_some() {
+            filter.push(format!("{id} > ${}", filter.len() + 2));
+        }
+        if paused.is_some() {
+            filter.push(format!("paused = ${}", filter.len() + 2));
+        }
+        let filter = if filter.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", filter.join(" AND "))
+        };
+        let sql = format!("SELECT {AGENT_COLS} FROM agents {filter} ORDER BY {id} LIMIT $1");
         on_pool!(&self.inner.pool, |p, _Db| {
-            let sql = format!("SELECT {AGENT_COLS} FROM agents ORDER BY id");
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(limit);
+            if let Some(after) = after {
+                q = q.bind(after);
+            }
+            if let Some(paused) = paused {
+                q = q.bind(paused);
+            }
+            let rows = q
                 .fetch_all(p)
                 .await
                 .map_err(StoreError::db("listing agents"))?;

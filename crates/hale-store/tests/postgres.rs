@@ -31,6 +31,7 @@ suite!(common::postgres;
     counts_of_one_commit_merge_per_run,
     many_submitted_counts_add_up_whatever_the_batching,
     agents_held_and_silent_walk,
+    agent_pages_walk_every_id_once_in_byte_order,
     lease_claims_follow_the_core_rule,
     leases_are_released_only_by_their_holder,
     concurrent_claims_have_one_winner,

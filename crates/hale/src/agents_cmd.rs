@@ -274,13 +274,15 @@ pub async fn agent(cmd: AgentCmd, remote: Remote) -> anyhow::Result<ExitCode> {
     let now = hale_gateway::state::wall_ms();
     match cmd {
         AgentCmd::List => {
-            let v = c.call(Method::GET, "/agents", None).await?;
-            let list = v["agents"].as_array().cloned().unwrap_or_default();
-            if list.is_empty() {
-                out!("no agents yet");
-            }
-            for a in &list {
+            let mut n = 0usize;
+            each_agent(&c, |a| {
+                n += 1;
                 out!("{}", describe(a, now).1);
+                Ok(())
+            })
+            .await?;
+            if n == 0 {
+                out!("no agents yet");
             }
         }
         AgentCmd::Show { name } => {
@@ -651,26 +653,55 @@ pub async fn doctor(remote: Remote) -> anyhow::Result<ExitCode> {
         }
     }
 
-    let v = c.call(Method::GET, "/agents", None).await?;
-    let list = v["agents"].as_array().cloned().unwrap_or_default();
-    let mut healthy = 0usize;
-    for a in &list {
+    let (mut healthy, mut listed) = (0usize, 0usize);
+    each_agent(&c, |a| {
+        listed += 1;
         let (ok, line) = describe(a, now);
         if ok && !line.contains(" ! ") {
             healthy += 1;
-            continue;
+            return Ok(());
         }
         if !ok {
             problems += 1;
         }
         out!("[agents] {line}");
-    }
-    out!("[agents] {healthy} of {} healthy", list.len());
+        Ok(())
+    })
+    .await?;
+    out!("[agents] {healthy} of {listed} healthy");
     Ok(if problems == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Calls `f` on every agent of `GET /agents`, a page at a time (the list
+/// of every agent ever seen may be long; one page is held at once). A
+/// gateway from before pages answers the whole list with no `next`.
+async fn each_agent(
+    c: &Client,
+    mut f: impl FnMut(&serde_json::Value) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut after: Option<String> = None;
+    loop {
+        let path = match &after {
+            Some(a) => format!(
+                "/agents?limit={}&after={}",
+                hale_core::pages::PAGE_MAX,
+                enc(a)
+            ),
+            None => format!("/agents?limit={}", hale_core::pages::PAGE_MAX),
+        };
+        let v = c.call(reqwest::Method::GET, &path, None).await?;
+        for a in v["agents"].as_array().into_iter().flatten() {
+            f(a)?;
+        }
+        match v["next"].as_str() {
+            Some(n) if after.as_deref() != Some(n) => after = Some(n.to_owned()),
+            Some(_) | None => return Ok(()),
+        }
+    }
 }
 
 /// The `[cluster]` lines of `hale doctor` from a `GET /cluster` body: one per

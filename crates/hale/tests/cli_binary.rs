@@ -458,6 +458,63 @@ async fn agent_commands_on_a_live_gateway_report_what_they_did() {
     assert_eq!(o.stdout.lines().count(), 1, "{}", o.show());
 }
 
+/// Issue 13: the gateway lists agents a page at a time, and `hale agent
+/// list` and `hale doctor` walk every page: 1,234 agents in the store (more
+/// than one page of the largest size) besides the configured one are each
+/// listed once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_list_and_doctor_walk_every_page_of_a_long_agent_list() {
+    let mut gw = Gw::start(false, "").await;
+    // The data directory is the running gateway's: stop it, write the rows,
+    // start it again on them.
+    drop(gw.serve.take());
+    let store = hale_store::Store::open_sqlite(
+        &gw.dir.path().join("data"),
+        hale_store::StoreOptions::default(),
+    )
+    .await
+    .expect("open the store");
+    let n = hale_core::pages::PAGE_MAX + 234;
+    let mut want: Vec<String> = (0..n).map(|k| format!("bulk-{k:04}")).collect();
+    let rows = want
+        .iter()
+        .map(|id| {
+            hale_store::Write::Agent(hale_store::AgentRecord {
+                id: id.clone(),
+                paused: false,
+                consecutive_failures: 0,
+                turns: 1,
+                failed_turns: 0,
+                tokens_in: 10,
+                tokens_out: 5,
+                cost_usd: 0.0,
+                last_failure_ms: None,
+                last_seen_ms: Some(1),
+                state: serde_json::json!({"health": "healthy"}),
+            })
+        })
+        .collect();
+    store.commit(rows).await.expect("rows written");
+    store.close().await;
+    gw.restart().await;
+    want.push(AGENT.to_owned());
+    want.sort();
+
+    let o = gw.cli(&["agent", "list"], None).await;
+    o.ok();
+    let listed: Vec<&str> = o
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
+    assert_eq!(listed, want, "{}", o.stderr);
+
+    let o = gw.cli(&["doctor"], None).await;
+    o.ok();
+    let total = format!("of {} healthy", want.len());
+    assert!(o.stdout.contains(&total), "{total}: {}", o.show());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_unknown_show_pause_resume_terminate_exit_1_and_create_nothing() {
     let gw = Gw::start(false, "").await;

@@ -363,3 +363,74 @@ async fn dashboard_asks_for_the_admin_token_when_keys_are_configured() {
     assert_eq!(stored, json!(TOKEN), "kept in session storage");
     c.close().await.expect("browser closed");
 }
+
+/// Issue 13: the dashboard reads the agents a page at a time (the store
+/// holds every agent ever seen), paused agents first whatever the page.
+/// 105 agents besides the two configured: the first page shows 100 by id
+/// and the paused agent from past its end; "next" shows the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_pages_through_many_agents_with_the_paused_first() {
+    if !browser_present() {
+        return;
+    }
+    let st = stack("", &[]).await;
+    let (http, base) = (&st.http, st.base.as_str());
+    for k in 0..105 {
+        let status = http
+            .post(format!("{base}/v1/chat/completions"))
+            .header("x-hale-agent", format!("zz-{k:03}"))
+            .json(&json!({"model": "m1", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .expect("chat")
+            .status();
+        assert_eq!(status, 200, "agent zz-{k:03}");
+    }
+    let status = http
+        .post(format!("{base}/agents/zz-104/pause"))
+        .send()
+        .await
+        .expect("pause")
+        .status();
+    assert_eq!(status, 200);
+
+    let (_driver, c) = start_browser().await;
+    c.goto(&format!("{base}/")).await.expect("page loads");
+    let limit = Duration::from_secs(20);
+    // Page 1: bot, default, zz-000 … zz-097, and the paused zz-104 first.
+    wait_for(
+        &c,
+        r#"tr[data-agent="zz-097"]"#,
+        "the first page's last agent",
+        limit,
+    )
+    .await;
+    wait_for(
+        &c,
+        r#"tr[data-agent="zz-104"] [data-state="paused"]"#,
+        "the paused agent from a later page",
+        limit,
+    )
+    .await;
+    assert!(
+        c.find(Locator::Css(r#"tr[data-agent="zz-098"]"#))
+            .await
+            .is_err(),
+        "zz-098 is on the next page"
+    );
+    c.find(Locator::Css("button.next-page"))
+        .await
+        .expect("a next-page button")
+        .click()
+        .await
+        .expect("click next");
+    wait_for(&c, r#"tr[data-agent="zz-098"]"#, "the second page", limit).await;
+    wait_for(&c, "button.first-page", "a first-page button", limit).await;
+    assert!(
+        c.find(Locator::Css(r#"tr[data-agent="zz-000"]"#))
+            .await
+            .is_err(),
+        "the first page's agents are gone from the second"
+    );
+    c.close().await.expect("browser closed");
+}

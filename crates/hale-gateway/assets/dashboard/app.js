@@ -10,10 +10,14 @@ const POLL_MS = 2000;
 const EVENTS_KEPT = 500;
 const SPARK_POINTS = 60;
 const REFRESH_DEBOUNCE_MS = 250;
+// `GET /agents` answers a page (the store holds every agent ever seen): the
+// paused agents come first whatever page is shown, then a page by id.
+const AGENTS_PAGE = 100;
+const PAUSED_SHOWN = 1000;
 
 const state = {
   needLogin: false, loginError: '', live: false, error: '',
-  agents: [], agentsAt: 0, deployments: [], nodes: null, sinks: [], dlq: [],
+  agents: [], agentsAt: 0, agentsAfter: null, agentsNext: null, pausedMore: false, deployments: [], nodes: null, sinks: [], dlq: [],
   history: null, events: [], filterKind: '', filterAgent: '',
   turn: null, turnId: '', busy: '', spark: {},
 };
@@ -63,11 +67,17 @@ async function refresh() {
 
 async function readViews() {
   try {
-    const [agents, deps, ready, dlq, nodes] = await Promise.all([
-      api('/agents'), api('/deployments'), api('/ready', { optional: true }),
-      api('/dlq', { optional: true }), api('/nodes', { optional: true }),
+    const pageUrl = `/agents?limit=${AGENTS_PAGE}`
+      + (state.agentsAfter ? `&after=${encodeURIComponent(state.agentsAfter)}` : '');
+    const [paused, agents, deps, ready, dlq, nodes] = await Promise.all([
+      api(`/agents?state=paused&limit=${PAUSED_SHOWN}`), api(pageUrl), api('/deployments'),
+      api('/ready', { optional: true }), api('/dlq', { optional: true }), api('/nodes', { optional: true }),
     ]);
-    state.agents = listOf(agents, 'agents');
+    const page = listOf(agents, 'agents');
+    const first = listOf(paused, 'agents').filter((a) => !page.some((b) => b.id === a.id));
+    state.agents = first.concat(page);
+    state.agentsNext = agents && agents.next ? agents.next : null;
+    state.pausedMore = !!(paused && paused.next);
     state.agentsAt = Date.now();
     state.deployments = listOf(deps, 'deployments');
     state.sinks = ready && ready.sinks ? listOf(ready.sinks, 'sinks') : [];
@@ -237,10 +247,21 @@ function Agents() {
         <button class="danger" onClick=${() => confirm(`Terminate ${a.id}'s current task?`) && act('terminate', agentPath(a.id, 'terminate'), {})}>terminate</button>
       </td></tr>`;
   });
+  const pager = state.agentsAfter || state.agentsNext || state.pausedMore ? html`<p class="pager muted">
+      paused agents first, then ${state.agentsAfter ? `the agents after ${state.agentsAfter}` : 'the first agents'} by id
+      ${state.agentsAfter ? html` <button class="first-page" onClick=${() => agentsPage(null)}>first page</button>` : ''}
+      ${state.agentsNext ? html` <button class="next-page" onClick=${() => agentsPage(state.agentsNext)}>next ${AGENTS_PAGE}</button>` : ''}
+      ${state.pausedMore ? html` <span class="warn">more than ${PAUSED_SHOWN} paused: <code>hale agent list</code> shows all</span>` : ''}
+    </p>` : '';
   return html`<section id="agents"><h2>Agents</h2>
     ${state.agents.length === 0 ? html`<p class="muted">no agents yet</p>` : html`<table>
       <tr><th>agent</th><th>state</th><th>failures in a row</th><th>turns</th><th>tokens / cap</th><th>intervention</th><th></th></tr>
-      ${rows}</table>`}</section>`;
+      ${rows}</table>`}${pager}</section>`;
+}
+
+function agentsPage(after) {
+  state.agentsAfter = after;
+  refresh();
 }
 
 function Spark({ values }) {

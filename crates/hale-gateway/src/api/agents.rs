@@ -11,7 +11,7 @@ use crate::http::admin_refusal;
 use crate::proto::Dialect;
 use crate::state::{Gateway, wall_ms};
 use axum::Router;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -70,6 +70,9 @@ fn view_of(gw: &Gateway, rec: hale_store::AgentRecord) -> Value {
     let now = Instant::now();
     let now_ms = wall_ms();
     let pause = gw.pause_of(id);
+    // A paused agent is never shed, but another instance may have paused
+    // one this instance does not hold: its row says so.
+    let paused = pause.is_some() || (rec.paused && !gw.holds(id));
     let breakers = gw.deployments.breakers_of(id);
     let deployments: Vec<Value> = breakers
         .iter()
@@ -88,7 +91,7 @@ fn view_of(gw: &Gateway, rec: hale_store::AgentRecord) -> Value {
         .collect();
     json!({
         "id": rec.id,
-        "state": if pause.is_some() { "paused" } else { "active" },
+        "state": if paused { "paused" } else { "active" },
         "pause": pause.map(|p| json!({
             "by": p.by,
             "since_ms": p.since_ms,
@@ -164,45 +167,98 @@ fn stopped_tasks(gw: &Gateway, id: &str, tasks: &[Task]) -> Vec<Value> {
     out
 }
 
+/// `GET /agents` query: a page of the list (`hale_core::pages`).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListParams {
+    /// Agents per page (default and maximum: `hale_core::pages`); a string,
+    /// so a bad value gets this API's error, not the extractor's.
+    limit: Option<String>,
+    /// The previous page's `next`.
+    after: Option<String>,
+    /// `paused` or `active`: only the agents in that state.
+    state: Option<String>,
+}
+
+/// A page of the agents, in the byte order of their ids: those held in
+/// memory, the ones the config names, and the stored rows of agents shed
+/// from memory (`hale_core::memory`). `next` is the cursor of the next page
+/// (`?after=`), `null` at the end. Never the whole list at once: the store
+/// holds every agent ever seen.
 async fn list(
     State(gw): State<Arc<Gateway>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
+    Query(p): Query<ListParams>,
 ) -> Response {
     if let Some(r) = admin_refusal(&gw, peer, &headers) {
         return r;
     }
-    // Every agent: those held in memory, the ones the config names, and the
-    // stored rows of agents shed from memory (hale_core::memory).
-    let mut ids: std::collections::BTreeSet<String> = gw
-        .agents
-        .lock()
-        .expect("agents lock")
-        .keys()
-        .cloned()
-        .collect();
-    ids.extend(gw.cfg.agents.keys().cloned());
-    let stored = match gw.store.agents().await {
-        Ok(rows) => rows,
-        Err(e) => {
-            tracing::warn!(error = %e, "listing stored agents failed; listing memory only");
-            Vec::new()
+    let limit = match hale_core::pages::page_limit(p.limit.as_deref()) {
+        Ok(n) => n,
+        Err(e) => return HaleError::bad_request(e).into_response(Dialect::OpenAi),
+    };
+    let paused = match p.state.as_deref() {
+        None => None,
+        Some("paused") => Some(true),
+        Some("active") => Some(false),
+        Some(other) => {
+            return HaleError::bad_request(format!(
+                "state must be paused or active, not {other:?}"
+            ))
+            .into_response(Dialect::OpenAi);
         }
     };
-    let mut shed: std::collections::BTreeMap<String, hale_store::AgentRecord> = stored
-        .into_iter()
-        .filter(|r| !ids.contains(&r.id))
-        .map(|r| (r.id.clone(), r))
-        .collect();
-    ids.extend(shed.keys().cloned());
-    let list: Vec<_> = ids
+    let after = p.after.as_deref().filter(|a| !a.is_empty());
+    // The store down: the agents in memory still list (fail open), and the
+    // answer says the rest is missing.
+    let (stored, store_error) = match gw.store.agents_page(after, paused, limit + 1).await {
+        Ok(rows) => (rows, None),
+        Err(e) => {
+            tracing::warn!(error = %e, "listing stored agents failed; listing memory only");
+            (Vec::new(), Some(e.to_string()))
+        }
+    };
+    // Memory decides for the agents it holds and those the config names
+    // (never paused until seen); the stored rows for the rest.
+    let memory: Vec<(String, bool)> = {
+        let held = gw.agents.lock().expect("agents lock");
+        let listed = |is_paused: bool| paused.is_none_or(|want| want == is_paused);
+        held.iter()
+            .map(|(id, a)| (id.clone(), listed(a.pause.is_some())))
+            .chain(
+                gw.cfg
+                    .agents
+                    .keys()
+                    .filter(|id| !held.contains_key(*id))
+                    .map(|id| (id.clone(), listed(false))),
+            )
+            .collect()
+    };
+    let stored_ids: Vec<&str> = stored.iter().map(|r| r.id.as_str()).collect();
+    let page = hale_core::pages::page(
+        memory.iter().map(|(id, listed)| (id.as_str(), *listed)),
+        &stored_ids,
+        after,
+        limit,
+    );
+    let decided: std::collections::HashSet<&str> =
+        memory.iter().map(|(id, _)| id.as_str()).collect();
+    let mut rows: std::collections::HashMap<&str, &hale_store::AgentRecord> =
+        stored.iter().map(|r| (r.id.as_str(), r)).collect();
+    let list: Vec<Value> = page
+        .ids
         .iter()
-        .map(|id| match shed.remove(id) {
-            Some(row) => view_of(&gw, row),
-            None => view(&gw, id),
+        .map(|id| match rows.remove(id) {
+            Some(row) if !decided.contains(id) => view_of(&gw, row.clone()),
+            Some(_) | None => view(&gw, id),
         })
         .collect();
-    axum::Json(json!({ "agents": list })).into_response()
+    let mut body = json!({ "agents": list, "next": page.next });
+    if let Some(e) = store_error {
+        body["store_error"] = json!(format!("only the agents in memory are listed: {e}"));
+    }
+    axum::Json(body).into_response()
 }
 
 async fn show(

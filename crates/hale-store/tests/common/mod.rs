@@ -256,7 +256,10 @@ pub async fn concurrent_commits_share_transactions(s: &Store) {
         t.await.expect("join").expect("commit");
     }
     let commits = s.commits() - before;
-    assert_eq!(s.agents().await.expect("agents").len(), 200);
+    assert_eq!(
+        s.agents_page(None, None, 1000).await.expect("agents").len(),
+        200
+    );
     assert_eq!(all_events(s).await.len(), 200);
     assert!(
         commits < 200,
@@ -341,7 +344,7 @@ pub async fn upserts_replace_by_id(s: &Store) {
         (now.last_seen_ms, now.last_failure_ms),
         (Some(100), Some(99))
     );
-    let all = s.agents().await.expect("agents");
+    let all = s.agents_page(None, None, 1000).await.expect("agents");
     assert_eq!(
         all.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(),
         ["a1", "b2"]
@@ -1316,4 +1319,54 @@ pub async fn agents_held_and_silent_walk(s: &Store) {
     let rows = s.agents_seen_between(&cur, 300, 10).await.expect("walk");
     let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(ids, ["s-b", "s-d"]);
+}
+
+/// Pages of agents walk every id once, in byte order (which PostgreSQL's
+/// default collation does not follow: "B" < "a" < "b" in bytes, not in
+/// en_US), and filter by pause.
+pub async fn agent_pages_walk_every_id_once_in_byte_order(s: &Store) {
+    let ids = ["p-b", "p-a", "p-B", "p-ä", "p-a-1", "p-_", "p-Z", "p-a0"];
+    let mut writes = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let mut a = agent(id);
+        a.paused = i % 3 == 0;
+        writes.push(Write::Agent(a));
+    }
+    s.commit(writes).await.expect("commit");
+    let mut want: Vec<&str> = ids.to_vec();
+    want.sort();
+    for limit in [1, 3, 8, 100] {
+        let mut after: Option<String> = None;
+        let mut seen = Vec::new();
+        loop {
+            let page = s
+                .agents_page(after.as_deref(), None, limit)
+                .await
+                .expect("page");
+            assert!(page.len() <= limit, "a page holds at most its limit");
+            let Some(last) = page.last() else { break };
+            after = Some(last.id.clone());
+            seen.extend(page.into_iter().map(|a| a.id));
+        }
+        assert_eq!(seen, want, "limit {limit}");
+    }
+    let paused: Vec<String> = s
+        .agents_page(None, Some(true), 100)
+        .await
+        .expect("paused")
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
+    let mut want_paused: Vec<&str> = ids.iter().step_by(3).copied().collect();
+    want_paused.sort();
+    assert_eq!(paused, want_paused);
+    let active: Vec<String> = s
+        .agents_page(Some("p-a"), Some(false), 100)
+        .await
+        .expect("active")
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
+    // After "p-a" come p-a-1, p-a0, p-b (paused) and p-ä (paused).
+    assert_eq!(active, ["p-a-1", "p-a0"]);
 }
