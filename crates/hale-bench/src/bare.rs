@@ -8,6 +8,11 @@
 //! pipeline, no parsing, no journal: the difference between direct and bare
 //! is the cost of an extra loopback hop through this stack, and the
 //! difference between bare and hale is what hale itself adds.
+//!
+//! With `--hyper` the upstream client is hyper-util's pooled client, plain
+//! HTTP only, without reqwest's layers (reqwest's redirect layer parses
+//! every request's URL again, whatever the redirect policy): what a lighter
+//! client would take off the floor, for hale and the bare proxy alike.
 
 use bytes::Bytes;
 use clap::Parser;
@@ -29,18 +34,45 @@ pub struct BareArgs {
     /// Upstream origin, e.g. `http://127.0.0.1:4001`; the request's path is appended.
     #[arg(long)]
     pub upstream: String,
+    /// hyper-util's pooled client (plain HTTP) instead of reqwest.
+    #[arg(long)]
+    pub hyper: bool,
 }
 
 type Body = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+type HyperClient = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    Full<Bytes>,
+>;
+
+/// The upstream client of the bare proxy.
+enum Client {
+    Reqwest(reqwest::Client),
+    Hyper(Box<HyperClient>),
+}
 
 /// Serves until killed.
 pub async fn run(args: BareArgs) -> anyhow::Result<()> {
     // The same TLS provider and client settings as hale's gateway (hale-gateway state.rs).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder()
-        .pool_idle_timeout(std::time::Duration::from_secs(90))
-        .tcp_nodelay(true)
-        .build()?;
+    let idle = std::time::Duration::from_secs(90);
+    let client = if args.hyper {
+        let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+        http.set_nodelay(true);
+        Client::Hyper(Box::new(
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .pool_idle_timeout(idle)
+                .build(http),
+        ))
+    } else {
+        Client::Reqwest(
+            reqwest::Client::builder()
+                .pool_idle_timeout(idle)
+                .tcp_nodelay(true)
+                .build()?,
+        )
+    };
     let ctx = Arc::new((client, args.upstream.trim_end_matches('/').to_owned()));
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     loop {
@@ -63,7 +95,7 @@ fn plain(status: StatusCode, text: String) -> Response<Body> {
 }
 
 async fn forward(
-    ctx: Arc<(reqwest::Client, String)>,
+    ctx: Arc<(Client, String)>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, std::convert::Infallible> {
     let (client, upstream) = &*ctx;
@@ -76,23 +108,49 @@ async fn forward(
         Err(e) => return Ok(plain(StatusCode::BAD_REQUEST, e.to_string())),
     };
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let mut up = client
-        .request(parts.method, format!("{upstream}{path}"))
-        .body(body);
-    if let Some(ct) = parts.headers.get(hyper::header::CONTENT_TYPE) {
-        up = up.header(hyper::header::CONTENT_TYPE, ct);
-    }
-    let resp = match up.send().await {
-        Ok(r) => r,
-        Err(e) => return Ok(plain(StatusCode::BAD_GATEWAY, e.to_string())),
+    let url = format!("{upstream}{path}");
+    let ct = parts.headers.get(hyper::header::CONTENT_TYPE).cloned();
+    let (status, ct, body) = match client {
+        Client::Reqwest(client) => {
+            let mut up = client.request(parts.method, url).body(body);
+            if let Some(ct) = ct {
+                up = up.header(hyper::header::CONTENT_TYPE, ct);
+            }
+            let resp = match up.send().await {
+                Ok(r) => r,
+                Err(e) => return Ok(plain(StatusCode::BAD_GATEWAY, e.to_string())),
+            };
+            let status = resp.status();
+            let ct = resp.headers().get(hyper::header::CONTENT_TYPE).cloned();
+            let frames = resp
+                .bytes_stream()
+                .map_ok(Frame::data)
+                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
+            (status, ct, BodyExt::boxed(StreamBody::new(frames)))
+        }
+        Client::Hyper(client) => {
+            let mut up = Request::new(Full::new(body));
+            *up.method_mut() = parts.method;
+            *up.uri_mut() = match url.parse() {
+                Ok(u) => u,
+                Err(e) => return Ok(plain(StatusCode::BAD_GATEWAY, format!("{e}"))),
+            };
+            if let Some(ct) = ct {
+                up.headers_mut().insert(hyper::header::CONTENT_TYPE, ct);
+            }
+            let resp = match client.request(up).await {
+                Ok(r) => r,
+                Err(e) => return Ok(plain(StatusCode::BAD_GATEWAY, e.to_string())),
+            };
+            let (rp, rb) = resp.into_parts();
+            let ct = rp.headers.get(hyper::header::CONTENT_TYPE).cloned();
+            let body = rb
+                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+                .boxed();
+            (rp.status, ct, body)
+        }
     };
-    let status = resp.status();
-    let ct = resp.headers().get(hyper::header::CONTENT_TYPE).cloned();
-    let frames = resp
-        .bytes_stream()
-        .map_ok(Frame::data)
-        .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
-    let mut out = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+    let mut out = Response::new(body);
     *out.status_mut() = status;
     if let Some(ct) = ct {
         out.headers_mut().insert(hyper::header::CONTENT_TYPE, ct);

@@ -86,6 +86,11 @@ struct Args {
     /// Skip the bare-proxy runs.
     #[arg(long)]
     no_bare: bool,
+    /// The bare proxy's upstream client: `reqwest` (hale's own client
+    /// stack, the floor of hale's stack) or `hyper` (hyper-util's pooled
+    /// client without reqwest's layers: what a lighter client would save).
+    #[arg(long, default_value = "reqwest", value_parser = ["reqwest", "hyper"])]
+    bare_client: String,
     /// hale's `storage` (e.g. `postgres://postgres@127.0.0.1:5432/db`);
     /// default: SQLite in the data dir.
     #[arg(long)]
@@ -341,7 +346,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let bare = if args.hale_only || args.no_bare {
         None
     } else {
-        Some(procs::start_bare(work.path(), chaos.addr).await?)
+        Some(procs::start_bare(work.path(), chaos.addr, args.bare_client == "hyper").await?)
     };
     let hale_pid = hale.child.id();
     let hale_start_rss_kib = procs::rss_kib(hale_pid).map(|(rss, _)| rss);

@@ -119,7 +119,8 @@ pub async fn start_chaos(bin: &Path, work: &Path) -> anyhow::Result<Proc> {
 }
 
 /// Starts this binary's `bare-proxy` (bare.rs) in front of `chaos` and waits until it answers.
-pub async fn start_bare(work: &Path, chaos: SocketAddr) -> anyhow::Result<Proc> {
+/// `hyper`: the bare proxy's hyper-util client instead of reqwest (`--bare-client`).
+pub async fn start_bare(work: &Path, chaos: SocketAddr, hyper: bool) -> anyhow::Result<Proc> {
     let me = std::env::current_exe().context("cannot find the hale-bench binary")?;
     let addr = free_port()?;
     let mut p = spawn(
@@ -131,7 +132,10 @@ pub async fn start_bare(work: &Path, chaos: SocketAddr) -> anyhow::Result<Proc> 
             addr.to_string(),
             "--upstream".into(),
             format!("http://{chaos}"),
-        ],
+        ]
+        .into_iter()
+        .chain(hyper.then(|| "--hyper".into()))
+        .collect::<Vec<_>>(),
         addr,
         work,
     )?;

@@ -545,7 +545,7 @@ async fn summarise(
     st.deadline = st.started + SUMMARIZER_DEADLINE.min(gw.cfg.retry.turn_deadline);
     match turn::run(gw, &mut st, &sreq, None, None).await {
         Ok((_, Served::Complete(r))) => {
-            let s = r.text();
+            let s = r.answer.text();
             (!s.trim().is_empty()).then_some(s)
         }
         Ok((_, Served::Stream(_))) | Err(_) => None,

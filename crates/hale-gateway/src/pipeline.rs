@@ -54,7 +54,7 @@ pub async fn handle_chat(
     body: Bytes,
 ) -> Response {
     // Parse.
-    let value: serde_json::Value = match serde_json::from_slice(&body) {
+    let sent = match proto::parse_sent(body.clone()) {
         Ok(v) => v,
         Err(e) => {
             return HaleError::bad_request(format!("request body is not valid JSON: {e}"))
@@ -62,7 +62,7 @@ pub async fn handle_chat(
         }
     };
     // The request keeps the client's JSON and provider-feature headers (same-dialect fidelity).
-    let mut req = match proto::parse_request(dialect, value, &headers) {
+    let mut req = match proto::parse_request_sent(dialect, sent, &headers) {
         Ok(r) => r,
         Err(e) => {
             return HaleError::bad_request(format!("invalid request: {e}")).into_response(dialect);
@@ -229,16 +229,27 @@ pub async fn handle_chat(
             finish_turn(&gw, &turn, &req, &request_hash, None, Some(&f), None);
             err.into_response(dialect)
         }
-        Ok((served, Served::Complete(mut answer))) => {
+        Ok((served, Served::Complete(reply))) => {
             let target = turn.targets[served].clone();
-            if answer.model.is_empty() {
-                answer.model = target.model.clone();
-            }
-            let rendered = match dialect {
-                Dialect::OpenAi => proto::openai::render_response(&answer),
-                Dialect::Anthropic => proto::anthropic::render_response(&answer),
+            let mut answer = reply.answer;
+            // The provider's own body when it speaks the caller's dialect
+            // and names the model that served; else hale's rendering.
+            let same_dialect = gw
+                .cfg
+                .provider(&target.provider)
+                .is_some_and(|p| crate::upstream::dialect_of(p.kind) == dialect);
+            let body: Bytes = if same_dialect && !answer.model.is_empty() {
+                reply.body
+            } else {
+                if answer.model.is_empty() {
+                    answer.model = target.model.clone();
+                }
+                let rendered = match dialect {
+                    Dialect::OpenAi => proto::openai::render_response(&answer),
+                    Dialect::Anthropic => proto::anthropic::render_response(&answer),
+                };
+                serde_json::to_vec(&rendered).unwrap_or_default().into()
             };
-            let body = serde_json::to_vec(&rendered).unwrap_or_default();
             let mut resp = Response::new(Body::from(body.clone()));
             resp.headers_mut()
                 .insert("content-type", HeaderValue::from_static("application/json"));
@@ -246,7 +257,7 @@ pub async fn handle_chat(
             let stored = StoredResponse {
                 status: 200,
                 headers: evidence_pairs(&resp),
-                body,
+                body: body.to_vec(),
                 content_type: "application/json".into(),
             };
             guardrails::record_response(

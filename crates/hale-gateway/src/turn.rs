@@ -110,7 +110,7 @@ pub struct Live {
 
 /// What a successful attempt loop returns.
 pub enum Served {
-    Complete(crate::proto::ChatResponse),
+    Complete(upstream::Reply),
     Stream(Live),
 }
 

@@ -73,8 +73,18 @@ pub type EventStream =
 
 /// What a successful attempt produced.
 pub enum Answer {
-    Complete(ChatResponse),
+    Complete(Reply),
     Stream(EventStream),
+}
+
+/// A complete answer: what hale reads of it, and the provider's body as it
+/// came, which a caller of the provider's own dialect is given as is
+/// (`pipeline`: every choice, `logprobs`, `system_fingerprint`, usage
+/// details and blocks hale does not model reach the caller).
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub answer: ChatResponse,
+    pub body: bytes::Bytes,
 }
 
 /// How long the attempt may take for headers (a probe uses a shorter timeout).
@@ -163,12 +173,18 @@ async fn attempt(
     stream: bool,
     limits: &AttemptLimits,
 ) -> Result<Answer, Failure> {
-    let mut rb = match endpoint(provider) {
+    let rb = match endpoint(provider) {
         Some(url) => http.post(url),
         // Not a URL: reqwest reports it as it always did.
         None => http.post(endpoint_str(provider)),
-    }
-    .json(&out.body);
+    };
+    let mut rb = match &out.raw {
+        // The client's own bytes: hale changed nothing in the body.
+        Some(raw) => rb
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(raw.clone()),
+        None => rb.json(&out.body),
+    };
     rb = match (provider.kind, &provider.api_key) {
         (ProviderKind::OpenAi, Some(k)) => rb.bearer_auth(k.expose()),
         (ProviderKind::Anthropic, Some(k)) => rb.header("x-api-key", k.expose()),
@@ -243,7 +259,10 @@ async fn attempt(
                 }
             });
         match parsed {
-            Ok(r) => Ok(Answer::Complete(r)),
+            Ok(answer) => Ok(Answer::Complete(Reply {
+                answer,
+                body: bytes,
+            })),
             Err(e) => Err(Failure::transport(
                 Transport::MalformedBody,
                 &format!("unparsable response body: {e}"),

@@ -27,6 +27,8 @@ const ANSWER: &str = "recorded answer";
 #[derive(Debug, Clone)]
 struct Seen {
     body: Value,
+    /// The body's bytes as they arrived.
+    raw: Bytes,
     headers: HeaderMap,
 }
 
@@ -35,6 +37,8 @@ struct RecState {
     seen: Mutex<Vec<Seen>>,
     /// Requests still to be answered with a 504.
     fail_504_next: AtomicU32,
+    /// A non-streaming answer's body, as is, instead of [`full_answer`].
+    canned: Mutex<Option<String>>,
 }
 
 /// A provider that records what it receives and answers [`ANSWER`].
@@ -97,6 +101,7 @@ async fn answer(
     let received: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     state.seen.lock().expect("seen lock").push(Seen {
         body: received.clone(),
+        raw: body.clone(),
         headers,
     });
     let anthropic = uri.path() == "/v1/messages";
@@ -117,7 +122,9 @@ async fn answer(
         );
         return r;
     }
-    let mut r = Response::new(Body::from(full_answer(anthropic, &model).to_string()));
+    let canned = state.canned.lock().expect("canned lock").clone();
+    let text = canned.unwrap_or_else(|| full_answer(anthropic, &model).to_string());
+    let mut r = Response::new(Body::from(text));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         "application/json".parse().expect("value"),
@@ -667,4 +674,111 @@ async fn a_non_streaming_body_cut_midway_is_retried_on_the_same_target() {
             "{tl:?}"
         );
     }
+}
+
+/// Issue 13: a turn in one dialect that hale changes nothing in passes
+/// bytes, not JSON re-encoded. The provider receives the very bytes the
+/// client sent (spacing, key order, `0.70`), and the client receives the
+/// very bytes the provider answered — with what hale's canonical answer
+/// does not hold: every choice, `logprobs`, `system_fingerprint`, usage
+/// details (OpenAI); thinking blocks, `stop_sequence`, cache usage
+/// (Anthropic). A patched request (the model) still gets the provider's
+/// own answer; a caller of the other dialect gets hale's rendering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untouched_turn_passes_the_clients_and_the_providers_bytes() {
+    let openai_answer = r#"{"id":"chatcmpl-9","object":"chat.completion","created":1700000000,
+ "model":"served-model","system_fingerprint":"fp_44709d6fcb","service_tier":"default",
+ "choices":[{"index":0,"message":{"role":"assistant","content":"recorded answer","refusal":null,
+   "annotations":[]},"logprobs":{"content":[{"token":"rec","logprob":-0.25,"bytes":[114,101,99],
+   "top_logprobs":[]}]},"finish_reason":"stop"},
+  {"index":1,"message":{"role":"assistant","content":"second choice"},"logprobs":null,
+   "finish_reason":"length"}],
+ "usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9,
+   "prompt_tokens_details":{"cached_tokens":4,"audio_tokens":0}}}"#;
+    let anthropic_answer = r#"{"id":"msg_9","type":"message","role":"assistant","model":"served-model",
+ "content":[{"type":"thinking","thinking":"Look first.","signature":"sig-abc"},
+  {"type":"text","text":"recorded answer","citations":null}],
+ "stop_reason":"stop_sequence","stop_sequence":"END",
+ "usage":{"input_tokens":7,"output_tokens":2,"cache_creation_input_tokens":3,"cache_read_input_tokens":4}}"#;
+    let openai_request = r#"{ "temperature": 0.70, "model": "served-model",
+   "messages": [ {"role": "user", "content": "hi"} ], "n": 2, "logprobs": true }"#;
+    let anthropic_request = r#"{ "max_tokens": 64, "model": "served-model",
+   "messages": [ {"role": "user", "content": [{"type": "text", "text": "hi"}]} ],
+   "thinking": {"type": "enabled", "budget_tokens": 1024}, "top_k": 40.0 }"#;
+    for (kind, path, request, answer) in [
+        (
+            ProviderKind::OpenAi,
+            "/v1/chat/completions",
+            openai_request,
+            openai_answer,
+        ),
+        (
+            ProviderKind::Anthropic,
+            "/v1/messages",
+            anthropic_request,
+            anthropic_answer,
+        ),
+    ] {
+        let rec = Recorder::start().await;
+        *rec.state.canned.lock().expect("canned lock") = Some(answer.to_owned());
+        let mut cfg = config(vec![rec.provider("p", kind, SERVED)]);
+        cfg.routes.insert(
+            SERVED.to_owned(),
+            vec![hale_core::config::Target {
+                provider: "p".into(),
+                model: SERVED.into(),
+            }],
+        );
+        let h = Hale::start(cfg).await;
+        let post = |body: String| {
+            h.http
+                .post(format!("{}{path}", h.base))
+                .header("content-type", "application/json")
+                .header("anthropic-version", "2023-06-01")
+                .body(body)
+                .send()
+        };
+        let r = post(request.to_owned()).await.expect("call");
+        assert_eq!(r.status(), 200, "{kind:?}");
+        assert_eq!(
+            r.headers()["x-hale-model"].to_str().expect("header"),
+            SERVED
+        );
+        let got = r.bytes().await.expect("body");
+        assert_eq!(
+            std::str::from_utf8(&got).expect("utf-8"),
+            answer,
+            "{kind:?}"
+        );
+        assert_eq!(
+            std::str::from_utf8(&rec.seen()[0].raw).expect("utf-8"),
+            request,
+            "{kind:?}"
+        );
+
+        // The model patched: the provider gets hale's JSON of the request,
+        // the caller still the provider's answer.
+        let patched = request.replace("\"served-model\"", &format!("\"{ROUTE}\""));
+        let r = post(patched.clone()).await.expect("call");
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.bytes().await.expect("body"), answer.as_bytes());
+        let seen = rec.seen();
+        assert_ne!(seen[1].raw, patched.as_bytes(), "{kind:?}");
+        let mut want: Value = serde_json::from_str(&patched).expect("json");
+        want["model"] = json!(SERVED);
+        assert_eq!(seen[1].body, want, "{kind:?}");
+    }
+
+    // Across dialects the caller gets hale's rendering of the answer.
+    let rec = Recorder::start().await;
+    *rec.state.canned.lock().expect("canned lock") = Some(anthropic_answer.to_owned());
+    let h = Hale::start(config(vec![rec.provider(
+        "p",
+        ProviderKind::Anthropic,
+        SERVED,
+    )]))
+    .await;
+    let r = h.openai(ROUTE).send().await;
+    r.assert_complete(ANSWER);
+    assert_eq!(r.json["object"], "chat.completion", "{:?}", r.json);
 }

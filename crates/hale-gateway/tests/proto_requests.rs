@@ -878,3 +878,235 @@ fn only_provider_feature_headers_are_kept_and_only_for_their_dialect() {
         to_openai.changes
     );
 }
+
+// ---------------------------------------------------------------------------
+// The client's own bytes (issue 13): sent as they are when hale changed
+// nothing in the body.
+// ---------------------------------------------------------------------------
+
+fn sent_request(dialect: Dialect, body: &Value) -> ChatRequest {
+    let raw = bytes::Bytes::from(serde_json::to_vec(body).unwrap());
+    let sent = hale_gateway::proto::parse_sent(raw).unwrap();
+    hale_gateway::proto::parse_request_sent(dialect, sent, &Default::default()).unwrap()
+}
+
+#[test]
+fn an_untouched_request_goes_out_as_the_clients_bytes() {
+    // Spaces and key order no re-serialisation would keep.
+    let text = r#"{ "stream": false, "model": "m",
+        "messages": [{"role": "user", "content": "hi"}], "temperature": 0.70 }"#;
+    let sent = hale_gateway::proto::parse_sent(bytes::Bytes::from(text)).unwrap();
+    let req = hale_gateway::proto::parse_request_sent(Dialect::OpenAi, sent, &Default::default())
+        .unwrap();
+    let out = hale_gateway::proto::render_for(Dialect::OpenAi, &req, "m", None);
+    assert_eq!(out.raw.as_deref(), Some(text.as_bytes()));
+    assert!(out.changes.is_empty(), "{:?}", out.changes);
+    // Another model, or a repeated key, or another dialect: hale's JSON.
+    let out = hale_gateway::proto::render_for(Dialect::OpenAi, &req, "other", None);
+    assert_eq!((out.raw, out.changes), (None, vec!["model".to_owned()]));
+    let out = hale_gateway::proto::render_for(Dialect::Anthropic, &req, "m", None);
+    assert_eq!(out.raw, None);
+    let twice = r#"{"model": "m", "model": "m", "messages": [{"role": "user", "content": "hi"}]}"#;
+    let sent = hale_gateway::proto::parse_sent(bytes::Bytes::from(twice)).unwrap();
+    let req = hale_gateway::proto::parse_request_sent(Dialect::OpenAi, sent, &Default::default())
+        .unwrap();
+    assert_eq!(
+        hale_gateway::proto::render_for(Dialect::OpenAi, &req, "m", None).raw,
+        None
+    );
+}
+
+mod raw_bodies {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        "[a-z ]{0,12}"
+    }
+
+    /// OpenAI content: a string, text blocks, or (assistant) null.
+    fn oa_content() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            text().prop_map(Value::from),
+            proptest::collection::vec(text(), 1..3).prop_map(|ts| {
+                Value::Array(
+                    ts.into_iter()
+                        .map(|t| json!({"type": "text", "text": t}))
+                        .collect(),
+                )
+            }),
+        ]
+    }
+
+    fn oa_message() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            oa_content().prop_map(|c| json!({"role": "user", "content": c})),
+            oa_content().prop_map(|c| json!({"role": "assistant", "content": c})),
+            (text(), any::<bool>()).prop_map(|(args, null)| json!({
+                "role": "assistant",
+                "content": if null { Value::Null } else { json!("") },
+                "tool_calls": [{"id": "c1", "type": "function",
+                                "function": {"name": "f", "arguments": format!("{{\"a\":\"{args}\"}}")}}]
+            })),
+            text().prop_map(|c| json!({"role": "tool", "tool_call_id": "c1", "content": c})),
+        ]
+    }
+
+    /// An OpenAI body, and whether hale must patch it even when nothing
+    /// changed (a stream without `include_usage`).
+    fn openai() -> impl Strategy<Value = (Value, bool)> {
+        (
+            proptest::collection::vec(
+                prop_oneof![Just("system"), Just("developer")].prop_map(|r| json!({"role": r, "content": "be brief"})),
+                0..3,
+            ),
+            proptest::collection::vec(oa_message(), 1..6),
+            (0..3u8, 0..3u8, proptest::option::of(1..500u32), any::<bool>()),
+            (proptest::option::of(0.0..2.0f64), any::<bool>(), any::<bool>()),
+        )
+            .prop_map(|(lead, msgs, (stream, usage, max, spelled_new), (temp, extra, tools))| {
+                let mut m = serde_json::Map::new();
+                m.insert("model".into(), json!("gpt-4o"));
+                m.insert("messages".into(), Value::Array(lead.into_iter().chain(msgs).collect()));
+                match stream {
+                    0 => {}
+                    1 => {
+                        m.insert("stream".into(), json!(false));
+                    }
+                    _ => {
+                        m.insert("stream".into(), json!(true));
+                    }
+                }
+                match usage {
+                    0 => {}
+                    1 => {
+                        m.insert("stream_options".into(), json!({"include_usage": true}));
+                    }
+                    _ => {
+                        m.insert("stream_options".into(), json!({"include_usage": false}));
+                    }
+                }
+                if let Some(n) = max {
+                    let key = if spelled_new { "max_completion_tokens" } else { "max_tokens" };
+                    m.insert(key.into(), json!(n));
+                }
+                if let Some(t) = temp {
+                    m.insert("temperature".into(), json!(t));
+                }
+                if extra {
+                    m.insert("seed".into(), json!(7));
+                    m.insert("logprobs".into(), json!(true));
+                }
+                if tools {
+                    m.insert("tools".into(), json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]));
+                    m.insert("tool_choice".into(), json!("auto"));
+                }
+                let streaming = stream == 2;
+                let patched = if streaming {
+                    usage != 1
+                } else {
+                    // Not streaming: `stream_options` alone is left as sent.
+                    false
+                };
+                (Value::Object(m), patched)
+            })
+    }
+
+    fn an_message() -> impl Strategy<Value = Value> {
+        let block = prop_oneof![
+            text().prop_map(|t| json!({"type": "text", "text": t})),
+            text().prop_map(
+                |t| json!({"type": "text", "text": t, "cache_control": {"type": "ephemeral"}})
+            ),
+        ];
+        prop_oneof![
+            text().prop_map(|c| json!({"role": "user", "content": c})),
+            text().prop_map(|c| json!({"role": "assistant", "content": c})),
+            proptest::collection::vec(block.clone(), 1..3).prop_map(|b| json!({"role": "user", "content": b})),
+            proptest::collection::vec(block, 1..3).prop_map(|b| json!({"role": "assistant", "content": b})),
+            Just(json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"q": 1}}]})),
+            text().prop_map(|c| json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": c}]})),
+        ]
+    }
+
+    /// An Anthropic body, and whether hale must patch it even when nothing
+    /// changed (no `max_tokens`, which Anthropic requires).
+    fn anthropic() -> impl Strategy<Value = (Value, bool)> {
+        (
+            proptest::collection::vec(an_message(), 1..6),
+            0..3u8,
+            proptest::option::of(1..500u32),
+            (any::<bool>(), proptest::option::of(0.0..1.0f64), any::<bool>()),
+        )
+            .prop_map(|(msgs, system, max, (stream, temp, thinking))| {
+                let mut m = serde_json::Map::new();
+                m.insert("model".into(), json!("claude-x"));
+                m.insert("messages".into(), Value::Array(msgs));
+                match system {
+                    0 => {}
+                    1 => {
+                        m.insert("system".into(), json!("be brief"));
+                    }
+                    _ => {
+                        m.insert("system".into(), json!([{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}]));
+                    }
+                }
+                if let Some(n) = max {
+                    m.insert("max_tokens".into(), json!(n));
+                }
+                if stream {
+                    m.insert("stream".into(), json!(true));
+                }
+                if let Some(t) = temp {
+                    m.insert("temperature".into(), json!(t));
+                }
+                if thinking {
+                    m.insert("thinking".into(), json!({"type": "enabled", "budget_tokens": 512}));
+                }
+                (Value::Object(m), max.is_none())
+            })
+    }
+
+    proptest! {
+        /// Whatever the request and whatever hale changes for an attempt,
+        /// the client's bytes go out only when they are, as JSON, exactly
+        /// the body hale would have sent; and they do go out whenever hale
+        /// changed nothing.
+        #[test]
+        fn a_raw_body_is_the_patched_body(
+            (dialect, (body, patched)) in prop_oneof![
+                openai().prop_map(|b| (Dialect::OpenAi, b)),
+                anthropic().prop_map(|b| (Dialect::Anthropic, b)),
+            ],
+            change in 0..7u8,
+        ) {
+            let mut req = sent_request(dialect, &body);
+            let mut model = body["model"].as_str().unwrap().to_owned();
+            let mut prefill = None;
+            match change {
+                0 => {}
+                1 => model.push_str("-other"),
+                2 => req.messages.push(Message::text(Role::System, "Nudge.")),
+                3 => req.max_tokens = Some(req.max_tokens.map_or(64, |n| n + 1)),
+                4 => prefill = Some("Partial answer"),
+                5 => req.stream = !req.stream,
+                _ => req.temperature = Some(req.temperature.map_or(1.5, |t| t + 0.25)),
+            }
+            let out = hale_gateway::proto::render_for(dialect, &req, &model, prefill);
+            if let Some(raw) = &out.raw {
+                let as_json: Value = serde_json::from_slice(raw).unwrap();
+                prop_assert_eq!(&as_json, &out.body);
+                prop_assert!(out.changes.is_empty(), "{:?}", out.changes);
+            }
+            prop_assert_eq!(
+                out.raw.is_some(),
+                change == 0 && !patched,
+                "change {} patched {} changes {:?}\n{}",
+                change,
+                patched,
+                out.changes,
+                body
+            );
+        }
+    }
+}

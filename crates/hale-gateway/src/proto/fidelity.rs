@@ -35,6 +35,7 @@
 //! and only to a provider of the kind they belong to.
 
 use super::{ChatRequest, Dialect, Message, anthropic, openai};
+use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
@@ -110,6 +111,10 @@ pub struct Origin {
     /// is fingerprinted to align the two (serialising and hashing every
     /// message twice per attempt was ~5 % of a turn's instructions).
     parsed: Vec<Message>,
+    /// The body's bytes as the client sent them, when known: a provider of
+    /// the client's dialect gets these very bytes when hale changed nothing
+    /// in the body ([`Outgoing::raw`]).
+    raw: Option<Bytes>,
 }
 
 /// Fingerprints of the canonical fields hale renders when they changed.
@@ -179,7 +184,14 @@ impl Origin {
             lifted: trace.lifted,
             groups,
             parsed: req.messages.clone(),
+            raw: None,
         }
+    }
+
+    /// The same origin, knowing the bytes `body` was parsed from.
+    pub fn with_raw(mut self, raw: Bytes) -> Self {
+        self.raw = Some(raw);
+        self
     }
 
     /// The client's value of a forwarded header.
@@ -232,6 +244,12 @@ pub fn feature_headers(h: &axum::http::HeaderMap) -> Vec<(&'static str, String)>
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outgoing {
     pub body: Value,
+    /// The client's own bytes of `body`, when hale changed nothing in it
+    /// (same dialect, no change of the body in `changes`): sent as they
+    /// are, so the provider gets exactly what the client wrote (key order,
+    /// number spelling) and the body is not serialised again per attempt.
+    /// Equal to `body` as JSON (`a_raw_body_is_the_patched_body`).
+    pub raw: Option<Bytes>,
     /// Headers to send besides hale's own (auth, content type).
     pub headers: Vec<(&'static str, String)>,
     /// What hale changed or dropped from what the client sent, for the timeline.
@@ -250,19 +268,27 @@ pub fn render_for(
     let Some(origin) = req.origin.as_deref() else {
         return Outgoing {
             body: canonical(target, req, model, prefill),
+            raw: None,
             headers: Vec::new(),
             changes: Vec::new(),
         };
     };
     let mut changes = Vec::new();
-    let body = if origin.dialect == target {
-        match target {
+    let (body, raw) = if origin.dialect == target {
+        let body = match target {
             Dialect::OpenAi => patch_openai(origin, req, model, prefill, &mut changes),
             Dialect::Anthropic => patch_anthropic(origin, req, model, prefill, &mut changes),
-        }
+        };
+        // Every patch names itself in `changes`: none named, none made.
+        let raw = if changes.is_empty() {
+            origin.raw.clone()
+        } else {
+            None
+        };
+        (body, raw)
     } else {
         crossing_changes(origin, req, target, model, prefill, &mut changes);
-        canonical(target, req, model, prefill)
+        (canonical(target, req, model, prefill), None)
     };
     let mut headers = Vec::new();
     for (name, value) in &origin.headers {
@@ -278,6 +304,7 @@ pub fn render_for(
     }
     Outgoing {
         body,
+        raw,
         headers,
         changes,
     }
