@@ -8,6 +8,11 @@
 //! what was delivered, skipping that prefix. If nothing can continue the
 //! answer, the stream ends with an in-band error event — never `[DONE]` or a
 //! finish after a cut, so a truncated answer is never presented as complete.
+//!
+//! Blocks hale does not model (an Anthropic thinking block with its
+//! signature, a server tool's call) are relayed as the provider sent them,
+//! from the first serving attempt only; a resumed answer is aligned on its
+//! text and tool calls, and its own thinking is not relayed.
 
 use crate::proto::{self, ChatRequest, Dialect, StopReason, StreamEvent, Usage};
 use crate::state::Gateway;
@@ -212,14 +217,7 @@ pub async fn relay(
                 }
             }
             StreamEvent::TextDelta(t) => {
-                if !started {
-                    started = true;
-                    let start = StreamEvent::Start {
-                        id: turn.id.clone(),
-                        model: model.clone(),
-                    };
-                    out.send(enc.encode(&start));
-                }
+                open_once(&mut started, &mut out, &mut enc, &turn.id, &model);
                 let rest = match align(&mut skip, &t) {
                     Some(rest) => rest,
                     None => {
@@ -241,14 +239,7 @@ pub async fn relay(
                         "the stream broke and the resumed answer did not match what was delivered",
                     ));
                 }
-                if !started {
-                    started = true;
-                    let start = StreamEvent::Start {
-                        id: turn.id.clone(),
-                        model: model.clone(),
-                    };
-                    out.send(enc.encode(&start));
-                }
+                open_once(&mut started, &mut out, &mut enc, &turn.id, &model);
                 tool_delivered = true;
                 match &ev {
                     StreamEvent::ToolCallStart { index, id, name } => {
@@ -268,8 +259,21 @@ pub async fn relay(
                     | StreamEvent::TextDelta(_)
                     | StreamEvent::Finish(_)
                     | StreamEvent::Usage(_)
-                    | StreamEvent::Done => {}
+                    | StreamEvent::Done
+                    | StreamEvent::OpaqueStart { .. }
+                    | StreamEvent::OpaqueDelta { .. } => {}
                 }
+                out.send(enc.encode(&ev));
+            }
+            // Blocks hale does not model (thinking, a server tool's call),
+            // as the provider sent them, from the first serving attempt
+            // only: after a resume, the continuation's own thinking would
+            // be a second, unrelated block inside the answer.
+            StreamEvent::OpaqueStart { .. } | StreamEvent::OpaqueDelta { .. } => {
+                if resumes > 0 {
+                    continue;
+                }
+                open_once(&mut started, &mut out, &mut enc, &turn.id, &model);
                 out.send(enc.encode(&ev));
             }
             StreamEvent::Finish(r) => {
@@ -324,6 +328,18 @@ pub async fn relay(
             tx: out.tx,
             bytes: tail,
         },
+    }
+}
+
+/// Sends the stream's opening (`Start`, with the turn's id and the serving
+/// model) before its first content, once.
+fn open_once(started: &mut bool, out: &mut Sink, enc: &mut Encoder, id: &str, model: &str) {
+    if !*started {
+        *started = true;
+        out.send(enc.encode(&StreamEvent::Start {
+            id: id.to_owned(),
+            model: model.to_owned(),
+        }));
     }
 }
 

@@ -470,10 +470,16 @@ async fn first_content(mut s: EventStream, by: Instant) -> Result<Live, Failure>
 pub fn is_content(ev: &StreamEvent) -> bool {
     match ev {
         StreamEvent::TextDelta(t) => !t.is_empty(),
-        StreamEvent::ToolCallStart { .. } | StreamEvent::Finish(_) | StreamEvent::Done => true,
-        StreamEvent::Start { .. } | StreamEvent::ToolCallDelta { .. } | StreamEvent::Usage(_) => {
-            false
-        }
+        // A thinking block is the model answering: a long think is not a
+        // silent provider (`first_token_timeout`).
+        StreamEvent::ToolCallStart { .. }
+        | StreamEvent::OpaqueStart { .. }
+        | StreamEvent::Finish(_)
+        | StreamEvent::Done => true,
+        StreamEvent::Start { .. }
+        | StreamEvent::ToolCallDelta { .. }
+        | StreamEvent::OpaqueDelta { .. }
+        | StreamEvent::Usage(_) => false,
     }
 }
 

@@ -14,6 +14,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::Response;
 use common::*;
+use futures::StreamExt;
 use hale_core::config::{ProviderConfig, ProviderKind};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -39,6 +40,9 @@ struct RecState {
     fail_504_next: AtomicU32,
     /// A non-streaming answer's body, as is, instead of [`full_answer`].
     canned: Mutex<Option<String>>,
+    /// A streaming answer, as is, instead of [`sse_answer`]: its events
+    /// (separated by a blank line) sent one at a time, this long apart.
+    canned_sse: Mutex<Option<(String, Duration)>>,
 }
 
 /// A provider that records what it receives and answers [`ANSWER`].
@@ -114,20 +118,34 @@ async fn answer(
         *r.status_mut() = StatusCode::GATEWAY_TIMEOUT;
         return r;
     }
-    if received["stream"] == json!(true) {
-        let mut r = Response::new(Body::from(sse_answer(anthropic, &model)));
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            "text/event-stream".parse().expect("value"),
-        );
-        return r;
+    let canned_sse = state.canned_sse.lock().expect("canned lock").clone();
+    match (received["stream"] == json!(true), canned_sse) {
+        (true, Some((text, gap))) => {
+            let events: Vec<String> = text.split_inclusive("\n\n").map(str::to_owned).collect();
+            let body = futures::stream::iter(events).then(move |e| async move {
+                tokio::time::sleep(gap).await;
+                Ok::<_, std::convert::Infallible>(e)
+            });
+            typed(Body::from_stream(body), "text/event-stream")
+        }
+        (true, None) => typed(
+            Body::from(sse_answer(anthropic, &model)),
+            "text/event-stream",
+        ),
+        (false, _) => {
+            let canned = state.canned.lock().expect("canned lock").clone();
+            let text = canned.unwrap_or_else(|| full_answer(anthropic, &model).to_string());
+            typed(Body::from(text), "application/json")
+        }
     }
-    let canned = state.canned.lock().expect("canned lock").clone();
-    let text = canned.unwrap_or_else(|| full_answer(anthropic, &model).to_string());
-    let mut r = Response::new(Body::from(text));
+}
+
+/// A 200 of `body` with its content type.
+fn typed(body: Body, content_type: &'static str) -> Response {
+    let mut r = Response::new(body);
     r.headers_mut().insert(
         header::CONTENT_TYPE,
-        "application/json".parse().expect("value"),
+        axum::http::HeaderValue::from_static(content_type),
     );
     r
 }
@@ -781,4 +799,133 @@ async fn an_untouched_turn_passes_the_clients_and_the_providers_bytes() {
     let r = h.openai(ROUTE).send().await;
     r.assert_complete(ANSWER);
     assert_eq!(r.json["object"], "chat.completion", "{:?}", r.json);
+}
+
+/// Extended thinking, streamed: a thinking block, then text, then a tool
+/// call (Claude with `thinking` and tools), each event `gap` apart.
+fn thinking_stream(thinking_deltas: usize) -> String {
+    let frame = |data: Value| {
+        format!(
+            "event: {}\ndata: {data}\n\n",
+            data["type"].as_str().expect("type")
+        )
+    };
+    let mut s = frame(
+        json!({"type": "message_start", "message": {"id": "msg_T", "type": "message",
+        "role": "assistant", "model": SERVED, "content": [], "stop_reason": null,
+        "stop_sequence": null, "usage": {"input_tokens": 9, "output_tokens": 1}}}),
+    );
+    s += &frame(json!({"type": "content_block_start", "index": 0,
+        "content_block": {"type": "thinking", "thinking": "", "signature": ""}}));
+    for k in 0..thinking_deltas {
+        s += &frame(json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "thinking_delta", "thinking": format!("step {k}. ")}}));
+    }
+    s += &frame(json!({"type": "content_block_delta", "index": 0,
+        "delta": {"type": "signature_delta", "signature": "sig-T-42"}}));
+    s += &frame(json!({"type": "content_block_stop", "index": 0}));
+    s += &frame(json!({"type": "content_block_start", "index": 1,
+        "content_block": {"type": "text", "text": ""}}));
+    s += &frame(json!({"type": "content_block_delta", "index": 1,
+        "delta": {"type": "text_delta", "text": ANSWER}}));
+    s += &frame(json!({"type": "content_block_stop", "index": 1}));
+    s += &frame(json!({"type": "content_block_start", "index": 2,
+        "content_block": {"type": "tool_use", "id": "toolu_T", "name": "look", "input": {}}}));
+    s += &frame(json!({"type": "content_block_delta", "index": 2,
+        "delta": {"type": "input_json_delta", "partial_json": "{\"zoom\": 2}"}}));
+    s += &frame(json!({"type": "content_block_stop", "index": 2}));
+    s += &frame(json!({"type": "message_delta",
+        "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 30}}));
+    s += &frame(json!({"type": "message_stop"}));
+    s
+}
+
+/// The thinking blocks of a streamed Anthropic answer reach an Anthropic
+/// caller as the provider sent them, signature included — the caller must
+/// send a thinking block back, signed, with the tool use it preceded, or
+/// its next request is refused — before the text and the tool call. A
+/// caller of Chat Completions gets the text and the tool call only. And a
+/// long think is the model answering, not a silent provider: thinking that
+/// streams for three times `first_token_timeout` before the first word of
+/// text is served by the first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_thinking_block_reaches_an_anthropic_caller_signed_and_a_long_think_is_not_a_timeout()
+ {
+    let rec = Recorder::start().await;
+    let mut p = rec.provider("p", ProviderKind::Anthropic, SERVED);
+    p.first_token_timeout = Duration::from_millis(400);
+    let h = Hale::start(config(vec![p])).await;
+
+    *rec.state.canned_sse.lock().expect("canned lock") = Some((thinking_stream(2), Duration::ZERO));
+    let mut call = h.anthropic(ROUTE);
+    call.body_mut()["stream"] = json!(true);
+    let r = call.send().await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+    assert!(r.done, "{}", r.raw);
+    assert_eq!(r.text, ANSWER, "{}", r.raw);
+    let events: Vec<Value> = r
+        .raw
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    let starts: Vec<(u64, String)> = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_start")
+        .map(|e| {
+            (
+                e["index"].as_u64().expect("index"),
+                e["content_block"]["type"]
+                    .as_str()
+                    .expect("type")
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        starts,
+        [
+            (0, "thinking".to_owned()),
+            (1, "text".to_owned()),
+            (2, "tool_use".to_owned())
+        ]
+    );
+    let thinking: String = events
+        .iter()
+        .filter(|e| e["index"] == 0 && e["delta"]["type"] == "thinking_delta")
+        .filter_map(|e| e["delta"]["thinking"].as_str())
+        .collect();
+    assert_eq!(thinking, "step 0. step 1. ");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["index"] == 0 && e["delta"]["signature"] == "sig-T-42"),
+        "the signature: {}",
+        r.raw
+    );
+
+    // A Chat Completions caller: the text and the tool call, no thinking.
+    let mut call = h.openai(ROUTE);
+    call.body_mut()["stream"] = json!(true);
+    let r = call.send().await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+    assert_eq!(r.text, ANSWER);
+    assert!(
+        !r.raw.contains("step 0") && !r.raw.contains("sig-T-42"),
+        "{}",
+        r.raw
+    );
+
+    // 12 thinking deltas 100 ms apart: 1.2 s of thinking before the text,
+    // three times the first-token timeout. One attempt serves it.
+    *rec.state.canned_sse.lock().expect("canned lock") =
+        Some((thinking_stream(12), Duration::from_millis(100)));
+    let mut call = h.anthropic(ROUTE);
+    call.body_mut()["stream"] = json!(true);
+    let r = call.send().await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+    assert!(r.done, "{}", r.raw);
+    assert_eq!(r.text, ANSWER);
+    assert_eq!(r.attempts, "1", "{}", r.raw);
+    assert_eq!(rec.seen().len(), 3, "no second attempt");
 }

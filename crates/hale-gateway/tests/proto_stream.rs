@@ -119,6 +119,8 @@ fn json_of(f: &SseFrame) -> Value {
 struct AnthropicMessage {
     text: String,
     tools: Vec<(String, String, Value)>,
+    /// Thinking blocks: (thinking, signature).
+    thinking: Vec<(String, String)>,
     stop_reason: String,
     usage: (u64, u64),
 }
@@ -163,6 +165,12 @@ fn validate_anthropic(frames: &[SseFrame]) -> AnthropicMessage {
                         Value::Null,
                     ));
                 }
+                if ty == "thinking" {
+                    msg.thinking.push((
+                        b["thinking"].as_str().unwrap().into(),
+                        b["signature"].as_str().unwrap_or("").into(),
+                    ));
+                }
                 open = Some((index, ty, String::new()));
             }
             "content_block_delta" => {
@@ -175,6 +183,18 @@ fn validate_anthropic(frames: &[SseFrame]) -> AnthropicMessage {
                     ("tool_use", "input_json_delta") => {
                         acc.push_str(v["delta"]["partial_json"].as_str().unwrap())
                     }
+                    ("thinking", "thinking_delta") => msg
+                        .thinking
+                        .last_mut()
+                        .unwrap()
+                        .0
+                        .push_str(v["delta"]["thinking"].as_str().unwrap()),
+                    ("thinking", "signature_delta") => msg
+                        .thinking
+                        .last_mut()
+                        .unwrap()
+                        .1
+                        .push_str(v["delta"]["signature"].as_str().unwrap()),
                     (b, d) => panic!("{d} inside a {b} block"),
                 }
             }
@@ -385,6 +405,7 @@ fn openai_stream_reencoded_as_anthropic_is_a_valid_message_stream() {
                     json!({"city": "Rome"})
                 ),
             ],
+            thinking: Vec::new(),
             stop_reason: "tool_use".into(),
             usage: (81, 47),
         }
@@ -944,5 +965,87 @@ fn per_token_frames_are_byte_for_byte_the_json_tree() {
         json!({"type": "content_block_delta", "index": 0,
                "delta": {"type": "text_delta", "text": text}})
         .to_string()
+    );
+}
+
+/// An Anthropic stream with extended thinking before a text and a tool call
+/// (the shape Claude sends with `thinking` enabled and tools).
+const ANTHROPIC_THINKING_FIXTURE: &str = r#"event: message_start
+data: {"type":"message_start","message":{"id":"msg_T1","type":"message","role":"assistant","model":"claude-sonnet-4","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":120,"output_tokens":1}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"The user wants"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":" the weather."}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxDyZp"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Checking."}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":1}
+
+event: content_block_start
+data: {"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_T","name":"get_weather","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"city\": \"Paris\"}"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":2}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":61}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+"#;
+
+/// Thinking blocks reach an Anthropic caller whole — the thinking and its
+/// signature, which the caller must send back with the tool use it
+/// preceded — in their place before the text and the tool call; a caller
+/// of Chat Completions, which has no form for them, gets the rest.
+#[test]
+fn thinking_blocks_reach_an_anthropic_caller_with_their_signature_and_no_other() {
+    let events = decode_anthropic(ANTHROPIC_THINKING_FIXTURE);
+    assert!(
+        matches!(&events[2], StreamEvent::OpaqueStart { block, .. } if block["type"] == "thinking"),
+        "{events:?}"
+    );
+    let a = validate_anthropic(&encode_all_anthropic(&events));
+    assert_eq!(
+        a.thinking,
+        [(
+            "The user wants the weather.".to_owned(),
+            "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxDyZp".to_owned()
+        )]
+    );
+    assert_eq!(a.text, "Checking.");
+    assert_eq!(a.tools.len(), 1);
+    assert_eq!(a.tools[0].2, json!({"city": "Paris"}));
+    assert_eq!(a.stop_reason, "tool_use");
+
+    let frames = encode_all_openai(&events, true);
+    let o = validate_openai(&frames, true, "chatcmpl-hale1");
+    assert_eq!(o.text, "Checking.");
+    assert_eq!(o.tools.len(), 1);
+    assert!(
+        frames
+            .iter()
+            .all(|f| !f.data.contains("The user wants") && !f.data.contains("signature")),
+        "no thinking in a Chat Completions stream"
     );
 }

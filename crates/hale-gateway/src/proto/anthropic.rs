@@ -908,6 +908,8 @@ pub struct StreamDecoder {
     /// Anthropic block index → canonical tool-call index.
     tools: Vec<(u64, u32)>,
     next_tool: u32,
+    /// Indexes of the blocks relayed as opaque ([`StreamEvent::OpaqueStart`]).
+    opaque: Vec<u64>,
 }
 
 impl StreamDecoder {
@@ -956,7 +958,8 @@ impl StreamDecoder {
                     out.push(StreamEvent::TextDelta(text.into_owned()));
                 }
             }
-            "input_json_delta" => {
+            // A delta of an opaque block is the `Value` path's to relay.
+            "input_json_delta" if !self.opaque.contains(&index) => {
                 let Str(piece) = d.partial_json?;
                 let &(_, tool) = self.tools.iter().rev().find(|(b, _)| *b == index)?;
                 if !piece.is_empty() {
@@ -1020,6 +1023,8 @@ impl StreamDecoder {
                     None => return Err(err("content_block", "missing `content_block`")),
                     Some(b) => as_object(b, "content_block")?,
                 };
+                // A block index names the block that started there last.
+                self.opaque.retain(|&i| i != index);
                 match b.get("type").and_then(Value::as_str) {
                     Some("text") => {
                         if let Some(t) = opt_str(b, "text", "content_block")?
@@ -1046,7 +1051,19 @@ impl StreamDecoder {
                             });
                         }
                     }
-                    Some(_) | None => {}
+                    // A block hale does not model (thinking, redacted
+                    // thinking, a server tool's call or result): relayed
+                    // as sent to an Anthropic caller. Dropping it broke
+                    // the caller's next request: a thinking block must be
+                    // sent back, signed, with the tool use it preceded.
+                    Some(_) => {
+                        self.opaque.push(index);
+                        out.push(StreamEvent::OpaqueStart {
+                            dialect: Dialect::Anthropic,
+                            block: Value::Object(b.clone()),
+                        });
+                    }
+                    None => {}
                 }
             }
             "content_block_delta" => {
@@ -1061,6 +1078,14 @@ impl StreamDecoder {
                         if !t.is_empty() {
                             out.push(StreamEvent::TextDelta(t.to_string()));
                         }
+                    }
+                    // Any other delta of an opaque block (a server tool's
+                    // input, a thinking block's text or signature), as sent.
+                    Some(_) if self.opaque.contains(&index) => {
+                        out.push(StreamEvent::OpaqueDelta {
+                            dialect: Dialect::Anthropic,
+                            delta: Value::Object(d.clone()),
+                        });
                     }
                     Some("input_json_delta") => {
                         let piece = req_str(d, "partial_json", "delta")?;
@@ -1125,6 +1150,8 @@ enum OpenBlock {
     Text,
     /// The tool call with this canonical index.
     Tool(u32),
+    /// A block relayed as the provider sent it ([`StreamEvent::OpaqueStart`]).
+    Opaque,
 }
 
 /// Encodes canonical events as an Anthropic Messages event stream.
@@ -1329,6 +1356,29 @@ impl StreamEncoder {
                 self.message_delta(&mut out);
                 out.push(Self::frame("message_stop", json!({"type": "message_stop"})));
                 self.closed = true;
+            }
+            StreamEvent::OpaqueStart { dialect, block } => {
+                if *dialect != Dialect::Anthropic {
+                    return out;
+                }
+                self.ensure_started(&mut out);
+                if self.finish.is_some() {
+                    return out;
+                }
+                self.open_block(OpenBlock::Opaque, block.clone(), &mut out);
+            }
+            StreamEvent::OpaqueDelta { dialect, delta } => {
+                if *dialect != Dialect::Anthropic
+                    || self.finish.is_some()
+                    || self.open != Some(OpenBlock::Opaque)
+                {
+                    return out;
+                }
+                out.push(Self::frame(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": self.current_index(),
+                           "delta": delta}),
+                ));
             }
         }
         out
@@ -1547,8 +1597,8 @@ mod tests {
         ])
     }
 
-    /// A `content_block_start` of a tool_use block (one time in five of a
-    /// text block): the decoder's state for `input_json_delta`.
+    /// A `content_block_start` of a tool_use block (else of a text or a
+    /// thinking block): the decoder's state for `input_json_delta`.
     fn block_start() -> BoxedStrategy<String> {
         let at = prop_oneof![5 => Just(0u8), 2 => Just(1u8), 1 => Just(2u8)];
         let tool = (at.clone(), 1..3u8, prop::bool::ANY).prop_map(|(i, id, input)| {
@@ -1557,12 +1607,18 @@ mod tests {
                 r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"tool_use","id":"toolu_{id}","name":"f","input":{input}}}}}"#
             )
         });
-        let text = at.prop_map(|i| {
+        let text = at.clone().prop_map(|i| {
             format!(
                 r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"text","text":""}}}}"#
             )
         });
-        prop_oneof![4 => tool, 1 => text].boxed()
+        // A block relayed as sent: its deltas are the `Value` path's.
+        let thinking = at.prop_map(|i| {
+            format!(
+                r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"thinking","thinking":"","signature":""}}}}"#
+            )
+        });
+        prop_oneof![4 => tool, 1 => text, 1 => thinking].boxed()
     }
 
     /// The events of a stream other than deltas.

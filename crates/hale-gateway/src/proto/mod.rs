@@ -349,6 +349,14 @@ pub enum StreamEvent {
     Usage(Usage),
     /// The end of the stream (OpenAI `[DONE]`, Anthropic `message_stop`).
     Done,
+    /// A content block hale does not model opened — Anthropic `thinking`,
+    /// `redacted_thinking`, server tool blocks — with its JSON as the
+    /// provider sent it: relayed to a caller of `dialect`, to no other
+    /// (the streaming counterpart of [`Part::Opaque`]).
+    OpaqueStart { dialect: Dialect, block: Value },
+    /// A delta of the open opaque block, as sent (`thinking_delta`,
+    /// `signature_delta`, …).
+    OpaqueDelta { dialect: Dialect, delta: Value },
 }
 
 /// A request or response that could not be understood, with what is wrong.

@@ -1472,6 +1472,9 @@ impl StreamEncoder {
                 }
             }
             StreamEvent::Usage(u) => self.usage = Some(*u),
+            // Chat Completions has no form for another dialect's blocks
+            // (a thinking block, a server tool's call).
+            StreamEvent::OpaqueStart { .. } | StreamEvent::OpaqueDelta { .. } => {}
             StreamEvent::Done => {
                 self.ensure_started(&mut out);
                 if !self.finished {
