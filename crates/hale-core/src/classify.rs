@@ -79,6 +79,10 @@ pub enum Transport {
     ConnectRefused,
     /// The host name did not resolve.
     Dns,
+    /// The TLS handshake failed: a certificate not trusted, expired or for
+    /// another name, or no protocol version in common. A failure to connect
+    /// (DESIGN §3: it marks the `base_url`), which waiting does not heal.
+    Tls,
     /// No response headers within the attempt timeout.
     HeadersTimeout,
     /// No first token within `first_token_timeout`.
@@ -109,6 +113,7 @@ impl Transport {
             Transport::ConnectReset => "connection reset",
             Transport::ConnectRefused => "connection refused",
             Transport::Dns => "dns error",
+            Transport::Tls => "tls handshake failed",
             Transport::HeadersTimeout => "no response headers within the timeout",
             Transport::FirstTokenTimeout => "no first token within the timeout",
             Transport::StreamCut => "stream cut",
@@ -126,6 +131,7 @@ impl Transport {
             Transport::ConnectReset
             | Transport::ConnectRefused
             | Transport::Dns
+            | Transport::Tls
             | Transport::BodyCut => Some(ErrorClass::Network),
             Transport::HeadersTimeout | Transport::FirstTokenTimeout => Some(ErrorClass::Timeout),
             Transport::StreamCut
@@ -776,6 +782,10 @@ fn redact_keys(msg: &str) -> String {
 /// messages ("dns error", "failed to lookup", "connection reset", "timed
 /// out", …), returning the [`Transport`] it implies. The outermost
 /// recognised level wins; nothing recognised is [`Transport::Other`].
+///
+/// At each level a TLS failure's message is read before the I/O kind: a
+/// TLS library hands its errors up inside an `io::Error` of kind
+/// `InvalidData`, which alone would read as a body hale could not parse.
 pub fn transport_of(err: &(dyn std::error::Error + 'static)) -> Transport {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
     let mut depth = 0;
@@ -783,13 +793,17 @@ pub fn transport_of(err: &(dyn std::error::Error + 'static)) -> Transport {
         if depth > MAX_SOURCE_DEPTH {
             break;
         }
+        let message = e.to_string().to_lowercase();
+        if is_tls_message(&message) {
+            return Transport::Tls;
+        }
         if let Some(t) = e
             .downcast_ref::<std::io::Error>()
             .and_then(|io| transport_of_io_kind(io.kind()))
         {
             return t;
         }
-        if let Some(t) = transport_of_message(&e.to_string().to_lowercase()) {
+        if let Some(t) = transport_of_message(&message) {
             return t;
         }
         cur = e.source();
@@ -815,6 +829,21 @@ fn transport_of_io_kind(kind: std::io::ErrorKind) -> Option<Transport> {
         // Other kinds say nothing about the transport: keep walking the chain.
         _ => None,
     }
+}
+
+/// A TLS handshake's failure as rustls (and the clients around it) word
+/// it: a certificate refused, a fatal alert, no version or suite in common.
+fn is_tls_message(m: &str) -> bool {
+    [
+        "invalid peer certificate",
+        "certificate verify failed",
+        "received fatal alert",
+        "peer is incompatible",
+        "peer misbehaved",
+        "tls handshake",
+    ]
+    .iter()
+    .any(|p| m.contains(p))
 }
 
 fn transport_of_message(m: &str) -> Option<Transport> {
@@ -1227,6 +1256,33 @@ mod tests {
         );
     }
 
+    /// A TLS failure reads as one whatever wraps it — rustls hands its
+    /// errors up inside an `io::Error` of kind `InvalidData`, which alone
+    /// would read as a malformed body — and it is a network failure.
+    #[test]
+    fn a_tls_handshake_failure_is_a_network_failure_not_a_bad_body() {
+        let cases = [
+            "invalid peer certificate: UnknownIssuer",
+            "invalid peer certificate: Expired",
+            "invalid peer certificate: NotValidForName",
+            "received fatal alert: HandshakeFailure",
+            "peer is incompatible: NoCipherSuitesInCommon",
+            "error:0A000086:SSL routines::certificate verify failed",
+        ];
+        for m in cases {
+            let io = std::io::Error::new(std::io::ErrorKind::InvalidData, m);
+            assert_eq!(
+                transport_of(&*wrapped(Box::new(io), 2)),
+                Transport::Tls,
+                "{m}"
+            );
+        }
+        assert_eq!(Transport::Tls.class(), Some(ErrorClass::Network));
+        // A body that is not JSON is still one.
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, "expected value at line 1");
+        assert_eq!(transport_of(&io), Transport::MalformedBody);
+    }
+
     #[test]
     fn connection_refused_text_is_not_a_safety_refusal() {
         let c = classify(&obs(
@@ -1297,10 +1353,10 @@ mod tests {
             status in proptest::option::of(0u16..1000),
             ra in proptest::option::of(".{0,40}"),
             body in proptest::option::of(".{0,300}"),
-            t in proptest::option::of(0usize..11),
+            t in proptest::option::of(0usize..12),
         ) {
             let transports = [
-                Transport::ConnectReset, Transport::ConnectRefused, Transport::Dns,
+                Transport::ConnectReset, Transport::ConnectRefused, Transport::Dns, Transport::Tls,
                 Transport::HeadersTimeout, Transport::FirstTokenTimeout, Transport::StreamCut,
                 Transport::BodyCut, Transport::StreamStalled, Transport::StreamEndedWithoutFinish,
                 Transport::MalformedBody, Transport::Other,

@@ -252,7 +252,7 @@ pub fn classify(obs: &ToolObservation) -> ToolError {
 
 fn of_transport(t: Transport) -> ToolError {
     match t {
-        Transport::ConnectReset | Transport::ConnectRefused | Transport::Dns => {
+        Transport::ConnectReset | Transport::ConnectRefused | Transport::Dns | Transport::Tls => {
             ToolError::NodeUnreachable
         }
         Transport::HeadersTimeout | Transport::FirstTokenTimeout | Transport::StreamStalled => {

@@ -57,9 +57,32 @@ impl Failure {
             now_wall: SystemTime::now(),
         });
         let mut f = Self::from_classified(c, None);
-        f.connect_failed = matches!(t, Transport::ConnectRefused | Transport::Dns);
-        if f.message.is_empty() {
-            f.message = detail.to_owned();
+        f.connect_failed = matches!(
+            t,
+            Transport::ConnectRefused | Transport::Dns | Transport::Tls
+        );
+        match t {
+            // The label alone does not say which certificate or what went
+            // wrong: the cause chain does (no URL in it).
+            Transport::Tls | Transport::Other if !detail.is_empty() => {
+                f.message = format!("{}: {detail}", f.message);
+            }
+            Transport::ConnectReset
+            | Transport::ConnectRefused
+            | Transport::Dns
+            | Transport::Tls
+            | Transport::HeadersTimeout
+            | Transport::FirstTokenTimeout
+            | Transport::StreamCut
+            | Transport::BodyCut
+            | Transport::StreamStalled
+            | Transport::StreamEndedWithoutFinish
+            | Transport::MalformedBody
+            | Transport::Other => {
+                if f.message.is_empty() {
+                    f.message = detail.to_owned();
+                }
+            }
         }
         f
     }
@@ -464,6 +487,24 @@ mod tests {
             armed: false,
             ended: false,
         })
+    }
+
+    /// A TLS handshake failure is a network failure to connect (it marks
+    /// the `base_url`, DESIGN §3) and keeps its reason: which certificate
+    /// check failed is what an operator needs.
+    #[test]
+    fn a_tls_failure_is_a_failure_to_connect_with_its_reason() {
+        let f = Failure::transport(Transport::Tls, "invalid peer certificate: UnknownIssuer");
+        assert_eq!(f.class, ErrorClass::Network);
+        assert!(f.connect_failed);
+        assert_eq!(
+            f.message,
+            "tls handshake failed: invalid peer certificate: UnknownIssuer"
+        );
+        // Other transports keep their label; a reset is not a failure to connect.
+        let f = Failure::transport(Transport::ConnectReset, "connection reset by peer");
+        assert_eq!(f.message, "connection reset");
+        assert!(!f.connect_failed);
     }
 
     fn texts(item: &Result<Option<Vec<StreamEvent>>, Failure>) -> usize {
