@@ -86,11 +86,9 @@ struct Args {
     /// Skip the bare-proxy runs.
     #[arg(long)]
     no_bare: bool,
-    /// The bare proxy's upstream client: `reqwest` (hale's own client
-    /// stack, the floor of hale's stack) or `hyper` (hyper-util's pooled
-    /// client without reqwest's layers: what a lighter client would save).
-    #[arg(long, default_value = "reqwest", value_parser = ["reqwest", "hyper"])]
-    bare_client: String,
+    /// The bare proxy's upstream client.
+    #[arg(long, value_enum, default_value_t = BareClient::Reqwest)]
+    bare_client: BareClient,
     /// hale's `storage` (e.g. `postgres://postgres@127.0.0.1:5432/db`);
     /// default: SQLite in the data dir.
     #[arg(long)]
@@ -154,6 +152,17 @@ async fn sample_rss(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     out
+}
+
+/// The bare proxy's upstream client (`--bare-client`).
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum BareClient {
+    /// reqwest, as hale uses it: the floor of hale's own stack.
+    Reqwest,
+    /// hyper-util's pooled client without reqwest's layers: what a lighter
+    /// client would take off the floor.
+    Hyper,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -346,7 +355,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let bare = if args.hale_only || args.no_bare {
         None
     } else {
-        Some(procs::start_bare(work.path(), chaos.addr, args.bare_client == "hyper").await?)
+        Some(
+            procs::start_bare(
+                work.path(),
+                chaos.addr,
+                args.bare_client == BareClient::Hyper,
+            )
+            .await?,
+        )
     };
     let hale_pid = hale.child.id();
     let hale_start_rss_kib = procs::rss_kib(hale_pid).map(|(rss, _)| rss);

@@ -81,7 +81,8 @@ pub enum Transport {
     Dns,
     /// The TLS handshake failed: a certificate not trusted, expired or for
     /// another name, or no protocol version in common. A failure to connect
-    /// (DESIGN §3: it marks the `base_url`), which waiting does not heal.
+    /// (DESIGN §3: it marks the `base_url`); retried as any network failure
+    /// is (behind one `base_url`, another node may present a good certificate).
     Tls,
     /// No response headers within the attempt timeout.
     HeadersTimeout,
@@ -122,6 +123,42 @@ impl Transport {
             Transport::StreamEndedWithoutFinish => "stream ended without finish",
             Transport::MalformedBody => "malformed body",
             Transport::Other => "transport error",
+        }
+    }
+
+    /// The connection could not be made at all: such a failure marks every
+    /// deployment on the same `base_url`, not only the one called (DESIGN §3).
+    pub fn failed_to_connect(self) -> bool {
+        match self {
+            Transport::ConnectRefused | Transport::Dns | Transport::Tls => true,
+            Transport::ConnectReset
+            | Transport::HeadersTimeout
+            | Transport::FirstTokenTimeout
+            | Transport::StreamCut
+            | Transport::BodyCut
+            | Transport::StreamStalled
+            | Transport::StreamEndedWithoutFinish
+            | Transport::MalformedBody
+            | Transport::Other => false,
+        }
+    }
+
+    /// Whether the label alone leaves out what an operator needs — which
+    /// certificate check failed, what the unrecognised error was — so the
+    /// failure's message adds the error's own cause chain.
+    pub fn needs_detail(self) -> bool {
+        match self {
+            Transport::Tls | Transport::Other => true,
+            Transport::ConnectReset
+            | Transport::ConnectRefused
+            | Transport::Dns
+            | Transport::HeadersTimeout
+            | Transport::FirstTokenTimeout
+            | Transport::StreamCut
+            | Transport::BodyCut
+            | Transport::StreamStalled
+            | Transport::StreamEndedWithoutFinish
+            | Transport::MalformedBody => false,
         }
     }
 
@@ -1278,9 +1315,36 @@ mod tests {
             );
         }
         assert_eq!(Transport::Tls.class(), Some(ErrorClass::Network));
+        assert!(Transport::Tls.failed_to_connect() && Transport::Tls.needs_detail());
         // A body that is not JSON is still one.
         let io = std::io::Error::new(std::io::ErrorKind::InvalidData, "expected value at line 1");
         assert_eq!(transport_of(&io), Transport::MalformedBody);
+    }
+
+    /// Which transports mark the `base_url` (a connection never made) and
+    /// which add their cause chain to the message.
+    #[test]
+    fn transports_that_failed_to_connect_and_that_need_their_detail() {
+        use Transport as T;
+        // (transport, failed to connect, needs detail)
+        let rows = [
+            (T::ConnectReset, false, false),
+            (T::ConnectRefused, true, false),
+            (T::Dns, true, false),
+            (T::Tls, true, true),
+            (T::HeadersTimeout, false, false),
+            (T::FirstTokenTimeout, false, false),
+            (T::StreamCut, false, false),
+            (T::BodyCut, false, false),
+            (T::StreamStalled, false, false),
+            (T::StreamEndedWithoutFinish, false, false),
+            (T::MalformedBody, false, false),
+            (T::Other, false, true),
+        ];
+        for (t, connect, detail) in rows {
+            assert_eq!(t.failed_to_connect(), connect, "{t:?}");
+            assert_eq!(t.needs_detail(), detail, "{t:?}");
+        }
     }
 
     #[test]

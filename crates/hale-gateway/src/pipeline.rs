@@ -229,27 +229,23 @@ pub async fn handle_chat(
             finish_turn(&gw, &turn, &req, &request_hash, None, Some(&f), None);
             err.into_response(dialect)
         }
-        Ok((served, Served::Complete(reply))) => {
+        Ok((served, Served::Complete(mut reply))) => {
             let target = turn.targets[served].clone();
-            let mut answer = reply.answer;
-            // The provider's own body when it speaks the caller's dialect
-            // and names the model that served; else hale's rendering.
-            let same_dialect = gw
-                .cfg
-                .provider(&target.provider)
-                .is_some_and(|p| crate::upstream::dialect_of(p.kind) == dialect);
-            let body: Bytes = if same_dialect && !answer.model.is_empty() {
-                reply.body
-            } else {
-                if answer.model.is_empty() {
-                    answer.model = target.model.clone();
+            let body: Bytes = match reply.body_for(dialect) {
+                Some(own) => own.clone(),
+                None => {
+                    let answer = &mut reply.answer;
+                    if answer.model.is_empty() {
+                        answer.model = target.model.clone();
+                    }
+                    let rendered = match dialect {
+                        Dialect::OpenAi => proto::openai::render_response(answer),
+                        Dialect::Anthropic => proto::anthropic::render_response(answer),
+                    };
+                    serde_json::to_vec(&rendered).unwrap_or_default().into()
                 }
-                let rendered = match dialect {
-                    Dialect::OpenAi => proto::openai::render_response(&answer),
-                    Dialect::Anthropic => proto::anthropic::render_response(&answer),
-                };
-                serde_json::to_vec(&rendered).unwrap_or_default().into()
             };
+            let answer = reply.answer;
             let mut resp = Response::new(Body::from(body.clone()));
             resp.headers_mut()
                 .insert("content-type", HeaderValue::from_static("application/json"));

@@ -57,32 +57,12 @@ impl Failure {
             now_wall: SystemTime::now(),
         });
         let mut f = Self::from_classified(c, None);
-        f.connect_failed = matches!(
-            t,
-            Transport::ConnectRefused | Transport::Dns | Transport::Tls
-        );
-        match t {
-            // The label alone does not say which certificate or what went
-            // wrong: the cause chain does (no URL in it).
-            Transport::Tls | Transport::Other if !detail.is_empty() => {
-                f.message = format!("{}: {detail}", f.message);
-            }
-            Transport::ConnectReset
-            | Transport::ConnectRefused
-            | Transport::Dns
-            | Transport::Tls
-            | Transport::HeadersTimeout
-            | Transport::FirstTokenTimeout
-            | Transport::StreamCut
-            | Transport::BodyCut
-            | Transport::StreamStalled
-            | Transport::StreamEndedWithoutFinish
-            | Transport::MalformedBody
-            | Transport::Other => {
-                if f.message.is_empty() {
-                    f.message = detail.to_owned();
-                }
-            }
+        f.connect_failed = t.failed_to_connect();
+        if t.needs_detail() && !detail.is_empty() {
+            // The cause chain (no URL in it): which certificate check failed.
+            f.message = format!("{}: {detail}", f.message);
+        } else if f.message.is_empty() {
+            f.message = detail.to_owned();
         }
         f
     }
@@ -101,13 +81,22 @@ pub enum Answer {
 }
 
 /// A complete answer: what hale reads of it, and the provider's body as it
-/// came, which a caller of the provider's own dialect is given as is
-/// (`pipeline`: every choice, `logprobs`, `system_fingerprint`, usage
-/// details and blocks hale does not model reach the caller).
+/// came, in the provider's dialect.
 #[derive(Debug, Clone)]
 pub struct Reply {
     pub answer: ChatResponse,
     pub body: bytes::Bytes,
+    pub dialect: Dialect,
+}
+
+impl Reply {
+    /// The provider's body, for a caller of its dialect when it names the
+    /// model that served: every choice, `logprobs`, `system_fingerprint`,
+    /// usage details and blocks hale does not model reach the caller as the
+    /// provider sent them. `None`: hale renders the answer.
+    pub fn body_for(&self, caller: Dialect) -> Option<&bytes::Bytes> {
+        (self.dialect == caller && !self.answer.model.is_empty()).then_some(&self.body)
+    }
 }
 
 /// How long the attempt may take for headers (a probe uses a shorter timeout).
@@ -285,6 +274,7 @@ async fn attempt(
             Ok(answer) => Ok(Answer::Complete(Reply {
                 answer,
                 body: bytes,
+                dialect: dialect_of(provider.kind),
             })),
             Err(e) => Err(Failure::transport(
                 Transport::MalformedBody,

@@ -144,63 +144,87 @@ async fn chat(http: &reqwest::Client, base: &str, stream: bool) -> (u16, String)
     (status, r.text().await.expect("body"))
 }
 
-/// With the test CA trusted, a turn reaches the HTTPS provider over HTTP/2
-/// (ALPN), streaming and not, and is served.
+/// A TLS provider and `hale serve` in front of it with `extra` config and
+/// `envs`; the provider's record of HTTP versions, and hale's base URL.
+async fn hale_over_tls(
+    dir: &Path,
+    http: &reqwest::Client,
+    extra: &str,
+    envs: &[(&str, &str)],
+) -> (Versions, common::Proc, String) {
+    let versions = Versions::default();
+    let port = tls_provider(versions.clone()).await;
+    let (hale, base) = start_serve(http, dir, &(config(port) + extra), envs).await;
+    (versions, hale, base)
+}
+
+/// Turns each way, over the same pooled connection.
+const TURNS: usize = 20;
+
+/// With the test CA trusted, turns reach the HTTPS provider over HTTP/2
+/// (ALPN), streaming and not, and are served — every one of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_over_tls_is_reached_over_http2_when_its_ca_is_trusted() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().expect("tempdir");
     let http = reqwest::Client::new();
-    let versions = Versions::default();
-    let port = tls_provider(versions.clone()).await;
     let ca = tls_dir().join("ca.pem");
-    let (hale, base) = start_serve(
-        &http,
+    let (versions, _hale, base) = hale_over_tls(
         dir.path(),
-        &config(port),
+        &http,
+        "",
         &[("SSL_CERT_FILE", ca.to_str().expect("path"))],
     )
     .await;
-    let (status, body) = chat(&http, &base, false).await;
-    assert_eq!(status, 200, "{body}");
-    let v: Value = serde_json::from_str(&body).expect("json");
-    assert_eq!(v["choices"][0]["message"]["content"], ANSWER, "{body}");
-    let (status, body) = chat(&http, &base, true).await;
-    assert_eq!(status, 200, "{body}");
-    assert!(body.contains(ANSWER) && body.contains("[DONE]"), "{body}");
-    assert_eq!(
-        *versions.lock().expect("versions"),
-        [Version::HTTP_2, Version::HTTP_2]
-    );
-    drop(hale);
+    for k in 0..TURNS {
+        let stream = k % 2 == 1;
+        let (status, body) = chat(&http, &base, stream).await;
+        assert_eq!(status, 200, "turn {k}: {body}");
+        if stream {
+            assert!(body.contains(ANSWER) && body.contains("[DONE]"), "{body}");
+        } else {
+            let v: Value = serde_json::from_str(&body).expect("json");
+            assert_eq!(v["choices"][0]["message"]["content"], ANSWER, "{body}");
+        }
+    }
+    let seen = versions.lock().expect("versions").clone();
+    assert_eq!(seen.len(), TURNS);
+    assert!(seen.iter().all(|v| *v == Version::HTTP_2), "{seen:?}");
 }
 
-/// A provider whose certificate is not trusted: no request reaches it, and
-/// the turn's failure is a `network` failure naming the certificate — a
-/// failure to connect, which marks the provider's `base_url`
-/// (`upstream::tests::a_tls_failure_is_a_failure_to_connect_with_its_reason`)
-/// — where it was an `unknown` "transport error" that said nothing of the
-/// certificate.
+/// A provider whose certificate is not trusted: no request ever reaches
+/// it. Each turn's attempts — retried on the same target, as network
+/// failures are — are `network` failures naming the certificate (a failure
+/// to connect, which marks the provider's `base_url`:
+/// `upstream::tests::a_tls_failure_is_a_failure_to_connect_with_its_reason`),
+/// where they were one `unknown` "transport error" that said nothing of the
+/// certificate. After the `base_url` is ejected (three failures in a row),
+/// later turns still call it (fail open) and say why they failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_untrusted_provider_certificate_is_a_network_failure_to_connect() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().expect("tempdir");
     let http = reqwest::Client::new();
-    let versions = Versions::default();
-    let port = tls_provider(versions.clone()).await;
-    let cfg = config(port) + "retry:\n  network: {max_attempts: 1}\n";
-    let (hale, base) = start_serve(&http, dir.path(), &cfg, &[]).await;
-    let (status, body) = chat(&http, &base, false).await;
-    assert_eq!(status, 503, "{body}");
-    let v: Value = serde_json::from_str(&body).expect("json");
-    let row = &v["error"]["hale"]["timeline"][0];
-    assert_eq!(row["class"], "network", "{body}");
-    assert!(
-        row["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("certificate")),
-        "{body}"
-    );
+    let retry = "retry:\n  network: {max_attempts: 3, initial_ms: 10, max_ms: 20}\n";
+    let (versions, _hale, base) = hale_over_tls(dir.path(), &http, retry, &[]).await;
+    for k in 0..5 {
+        let (status, body) = chat(&http, &base, k % 2 == 1).await;
+        assert_eq!(status, 503, "turn {k}: {body}");
+        let v: Value = serde_json::from_str(&body).expect("json");
+        let timeline = v["error"]["hale"]["timeline"].as_array().expect("timeline");
+        assert!(!timeline.is_empty(), "turn {k} called the provider: {body}");
+        for row in timeline {
+            assert_eq!(row["class"], "network", "turn {k}: {body}");
+            assert!(
+                row["message"].as_str().is_some_and(
+                    |m| m.contains("tls handshake failed") && m.contains("certificate")
+                ),
+                "turn {k}: {body}"
+            );
+        }
+        if k == 0 {
+            assert_eq!(timeline.len(), 3, "retried on the same target: {body}");
+        }
+    }
     assert!(versions.lock().expect("versions").is_empty());
-    drop(hale);
 }
