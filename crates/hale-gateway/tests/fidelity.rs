@@ -40,9 +40,10 @@ struct RecState {
     fail_504_next: AtomicU32,
     /// A non-streaming answer's body, as is, instead of [`full_answer`].
     canned: Mutex<Option<String>>,
-    /// A streaming answer, as is, instead of [`sse_answer`]: its events
+    /// Streaming answers, as they are, instead of [`sse_answer`], one per
+    /// request in order, the last one repeated: each one's events
     /// (separated by a blank line) sent one at a time, this long apart.
-    canned_sse: Mutex<Option<(String, Duration)>>,
+    canned_sse: Mutex<Vec<(String, Duration)>>,
 }
 
 /// A provider that records what it receives and answers [`ANSWER`].
@@ -118,7 +119,14 @@ async fn answer(
         *r.status_mut() = StatusCode::GATEWAY_TIMEOUT;
         return r;
     }
-    let canned_sse = state.canned_sse.lock().expect("canned lock").clone();
+    let canned_sse = {
+        let mut queue = state.canned_sse.lock().expect("canned lock");
+        match queue.len() {
+            0 => None,
+            1 => queue.first().cloned(),
+            _ => Some(queue.remove(0)),
+        }
+    };
     match (received["stream"] == json!(true), canned_sse) {
         (true, Some((text, gap))) => {
             let events: Vec<String> = text.split_inclusive("\n\n").map(str::to_owned).collect();
@@ -856,7 +864,7 @@ async fn a_streamed_thinking_block_reaches_an_anthropic_caller_signed_and_a_long
     p.first_token_timeout = Duration::from_millis(400);
     let h = Hale::start(config(vec![p])).await;
 
-    *rec.state.canned_sse.lock().expect("canned lock") = Some((thinking_stream(2), Duration::ZERO));
+    *rec.state.canned_sse.lock().expect("canned lock") = vec![(thinking_stream(2), Duration::ZERO)];
     let mut call = h.anthropic(ROUTE);
     call.body_mut()["stream"] = json!(true);
     let r = call.send().await;
@@ -919,7 +927,7 @@ async fn a_streamed_thinking_block_reaches_an_anthropic_caller_signed_and_a_long
     // 12 thinking deltas 100 ms apart: 1.2 s of thinking before the text,
     // three times the first-token timeout. One attempt serves it.
     *rec.state.canned_sse.lock().expect("canned lock") =
-        Some((thinking_stream(12), Duration::from_millis(100)));
+        vec![(thinking_stream(12), Duration::from_millis(100))];
     let mut call = h.anthropic(ROUTE);
     call.body_mut()["stream"] = json!(true);
     let r = call.send().await;
@@ -928,4 +936,86 @@ async fn a_streamed_thinking_block_reaches_an_anthropic_caller_signed_and_a_long
     assert_eq!(r.text, ANSWER);
     assert_eq!(r.attempts, "1", "{}", r.raw);
     assert_eq!(rec.seen().len(), 3, "no second attempt");
+}
+
+/// The events of an Anthropic SSE body, parsed.
+fn sse_events(raw: &str) -> Vec<Value> {
+    raw.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect()
+}
+
+/// Two faults at once: the stream breaks inside the thinking block (the
+/// provider's body ends after two thinking deltas, no signature, no
+/// text), and the answer is resumed by a second attempt that thinks again.
+/// The caller gets one well-formed message: the first attempt's thinking
+/// as far as it went, then the resumed answer's text and tool call — not
+/// the second attempt's thinking inside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_inside_a_thinking_block_is_resumed_with_one_thinking_block() {
+    let rec = Recorder::start().await;
+    let full = thinking_stream(2);
+    // Cut after the second thinking delta: no signature, no block stop.
+    let cut_at = full.find("step 1. ").expect("second delta");
+    let cut_at = cut_at + full[cut_at..].find("\n\n").expect("its end") + 2;
+    *rec.state.canned_sse.lock().expect("canned lock") = vec![
+        (full[..cut_at].to_owned(), Duration::ZERO),
+        (full.replace("step ", "again "), Duration::ZERO),
+    ];
+    let h = Hale::start(config(vec![rec.provider(
+        "p",
+        ProviderKind::Anthropic,
+        SERVED,
+    )]))
+    .await;
+    let mut call = h.anthropic(ROUTE);
+    call.body_mut()["stream"] = json!(true);
+    let r = call.send().await;
+    assert_eq!(r.status, 200, "{}", r.raw);
+    assert!(r.done, "{}", r.raw);
+    assert_eq!(r.text, ANSWER, "{}", r.raw);
+    let events = sse_events(&r.raw);
+    let blocks: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_start")
+        .filter_map(|e| e["content_block"]["type"].as_str())
+        .collect();
+    assert_eq!(blocks, ["thinking", "text", "tool_use"], "{}", r.raw);
+    assert!(
+        r.raw.contains("step 1. ") && !r.raw.contains("again "),
+        "{}",
+        r.raw
+    );
+    // Block indexes run 0, 1, 2 and each start is closed before the next.
+    let order: Vec<(String, u64)> = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e["type"].as_str(),
+                Some("content_block_start" | "content_block_stop")
+            )
+        })
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or("").to_owned(),
+                e["index"].as_u64().unwrap_or(99),
+            )
+        })
+        .collect();
+    let want: Vec<(String, u64)> = (0..3)
+        .flat_map(|i| {
+            [
+                ("content_block_start".to_owned(), i),
+                ("content_block_stop".to_owned(), i),
+            ]
+        })
+        .collect();
+    assert_eq!(order, want, "{}", r.raw);
+    // The evidence headers went out with the first attempt; the timeline
+    // says the turn was resumed.
+    assert_eq!(rec.seen().len(), 2);
+    let tl = h.timeline(&r.turn_id).await;
+    assert_eq!(tl.len(), 2, "{tl:?}");
+    assert_eq!(tl[0]["resume"], "broke mid-stream", "{tl:?}");
 }
