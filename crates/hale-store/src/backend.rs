@@ -13,6 +13,9 @@
 //! transaction-scoped advisory lock, so seqs become visible in order. SQLite
 //! has a single writer (this process's writer task; `BEGIN IMMEDIATE`), which
 //! gives the same order for free.
+//!
+//! Also the one read below the handle: [`last_seq`], which the store reads
+//! at open and the outbox listener after each notification.
 
 use std::collections::HashSet;
 
@@ -20,6 +23,7 @@ use sqlx::{PgPool, QueryBuilder, SqlitePool};
 
 use hale_core::counts::StreakChange;
 
+use crate::error::StoreError;
 use crate::rows::{CountRow, Encoded, EventRow};
 
 /// The pool of one backend.
@@ -536,4 +540,15 @@ pub(crate) async fn apply(pool: &Pool, jobs: &[&[Encoded]]) -> Result<Applied, s
             Ok(applied)
         }
     }
+}
+
+/// The highest seq in the outbox (0 when it is empty).
+pub(crate) async fn last_seq(pool: &Pool) -> Result<i64, StoreError> {
+    on_pool!(pool, |p, _Db| {
+        let v: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM events")
+            .fetch_one(p)
+            .await
+            .map_err(StoreError::db("reading the last outbox seq"))?;
+        Ok(v.unwrap_or(0))
+    })
 }

@@ -21,8 +21,10 @@ use hale_core::lease::{IDEMPOTENCY_CLAIM_TTL, INSTANCE_ALIVE_FOR};
 use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
 
-use crate::backend::{IDEM_CHANNEL, Pool};
+use crate::backend::{IDEM_CHANNEL, Pool, on_pool};
 use crate::error::{Result, StoreError};
+use crate::model::IdempotentResponse;
+use crate::rows::{IDEMPOTENCY_COLS, decode_idempotency};
 
 /// Who holds a key now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +74,33 @@ fn ms(d: Duration) -> i64 {
 }
 
 impl crate::Store {
+    /// The response stored for an idempotency key, with its request's hash.
+    pub async fn idempotent(&self, key: &str) -> Result<Option<IdempotentResponse>> {
+        on_pool!(&self.inner.pool, |p, _Db| {
+            let sql = format!("SELECT {IDEMPOTENCY_COLS} FROM idempotency WHERE key = $1");
+            let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(key)
+                .fetch_optional(p)
+                .await
+                .map_err(StoreError::db("reading an idempotency key"))?;
+            row.as_ref().map(decode_idempotency).transpose()
+        })
+    }
+
+    /// Deletes idempotency records stored before `before_ms`; returns how many.
+    pub async fn prune_idempotency(&self, before_ms: u64) -> Result<u64> {
+        let before = i64::try_from(before_ms).unwrap_or(i64::MAX);
+        let keys = on_pool!(&self.inner.pool, |p, _Db| {
+            let r = sqlx::query("DELETE FROM idempotency WHERE created_ms < $1")
+                .bind(before)
+                .execute(p)
+                .await
+                .map_err(StoreError::db("pruning idempotency keys"))?;
+            r.rows_affected()
+        });
+        Ok(keys + self.prune_claims(before).await?)
+    }
+
     /// Subscribes to released claims of `key`; make it before
     /// [`crate::Store::claim_idempotency`].
     pub fn idempotency_waiter(&self, key: &str) -> ClaimWaiter {
@@ -151,7 +180,7 @@ impl crate::Store {
 
     /// Claims older than `before_ms` left by instances that died (pruned
     /// with the idempotency keys).
-    pub(crate) async fn prune_claims(&self, before_ms: i64) -> Result<u64> {
+    async fn prune_claims(&self, before_ms: i64) -> Result<u64> {
         let Pool::Pg(p) = &self.inner.pool else {
             return Ok(0);
         };

@@ -18,25 +18,16 @@
 //!
 //! The audit log is append-only: one row per finished job (status, degraded,
 //! the evidence), read newest first.
+//!
+//! [`JobRecord`] itself is in `model.rs`, beside the `Write::Job` that
+//! carries it into a group commit.
 
 use serde::{Deserialize, Serialize};
 
 use crate::backend::on_pool;
 use crate::error::{Result, StoreError};
+use crate::model::JobRecord;
 use crate::store::Store;
-
-/// One job as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobRecord {
-    pub job_id: String,
-    /// `running`, `queued`, `completed`, `failed`, `expired`, `cancelled`.
-    pub status: String,
-    /// For a queued job: when the queue delivers it next.
-    pub next_attempt_ms: Option<u64>,
-    pub updated_ms: u64,
-    /// The job's state, owned by `hale-tools`.
-    pub body: serde_json::Value,
-}
 
 /// One row of the audit log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

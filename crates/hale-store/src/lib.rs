@@ -10,6 +10,14 @@
 //! OS before `commit()` returns; `fsync_always` makes it `FULL`, surviving
 //! power loss too).
 //!
+//! The files form layers, each importing only those below it:
+//! `error`, `schema` and `model` (plain records and [`Write`]) at the bottom;
+//! `rows` (records ⇄ rows), `backend` (the pools, applying a batch),
+//! `writer` (group commit) and `listen` (PostgreSQL notifications); `store`
+//! (the [`Store`] handle and opening it); then one file per concern, each
+//! adding an `impl Store` block: `commit` (the write path), `journal`,
+//! `agents`, `outbox`, `idem`, `jobs`, `history`, `cluster`.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), hale_store::StoreError> {
 //! use hale_store::{Store, StoreOptions, Write};
@@ -19,12 +27,15 @@
 //! # let _ = events; store.close().await; Ok(()) }
 //! ```
 
+mod agents;
 mod backend;
 mod cluster;
+mod commit;
 mod error;
 mod history;
 mod idem;
 mod jobs;
+mod journal;
 mod listen;
 mod model;
 mod outbox;
@@ -34,17 +45,16 @@ mod store;
 mod writer;
 
 pub use cluster::{InstanceRecord, LeaseRecord};
+pub use commit::Room;
 pub use error::{Result, StoreError};
 pub use history::{History, HistoryQuery, MAX_TRANSITIONS, TransitionRecord};
 pub use idem::{Claim, ClaimWaiter};
-pub use jobs::{AuditRecord, JobRecord};
+pub use jobs::AuditRecord;
 pub use listen::{AgentListener, Heard};
 pub use model::{
     AgentChange, AgentControl, AgentRecord, AuditEntry, CheckpointRecord, CountWrite, Counted,
-    DeadLetter, IdempotentResponse, SinkCursor, StoredEvent, StoredResponse, TaskCount,
+    DeadLetter, IdempotentResponse, JobRecord, SinkCursor, StoredEvent, StoredResponse, TaskCount,
     TaskCounted, TurnRecord, TurnStatus, Write,
 };
 pub use schema::SCHEMA_VERSION;
-pub use store::{
-    Backend, Room, SQLITE_BUSY_TIMEOUT, SQLITE_FILE, SQLITE_POOL_SIZE, Store, StoreOptions,
-};
+pub use store::{Backend, SQLITE_BUSY_TIMEOUT, SQLITE_FILE, SQLITE_POOL_SIZE, Store, StoreOptions};

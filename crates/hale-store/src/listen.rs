@@ -15,6 +15,9 @@
 //! leaving them to the relays' 1 s poll (which stays as a fallback). The
 //! same connection hears released idempotency claims (`hale_idem`,
 //! src/idem.rs) and hands them to the waiters.
+//!
+//! Below the handle: the store passes this file its pool and the state its
+//! writer shares (`Store::listen_agents` is in src/agents.rs).
 
 use std::time::Duration;
 
@@ -22,7 +25,7 @@ use sqlx::postgres::PgListener;
 
 use std::sync::Arc;
 
-use crate::backend::{AGENTS_CHANNEL, EVENTS_CHANNEL, IDEM_CHANNEL, Pool};
+use crate::backend::{AGENTS_CHANNEL, EVENTS_CHANNEL, IDEM_CHANNEL, Pool, last_seq};
 use crate::error::{Result, StoreError};
 use crate::model::AgentChange;
 use crate::writer::Shared;
@@ -56,12 +59,13 @@ impl std::fmt::Debug for AgentListener {
     }
 }
 
-impl crate::Store {
-    /// Starts listening for agent control changes (PostgreSQL); on SQLite a
-    /// listener that never yields.
-    pub async fn listen_agents(&self) -> Result<AgentListener> {
+impl AgentListener {
+    /// Connects the listener of `pool` (`Store::listen_agents`, src/agents.rs):
+    /// on PostgreSQL a `LISTEN hale_agents` connection, on SQLite a listener
+    /// that never yields.
+    pub(crate) async fn connect(pool: &Pool) -> Result<AgentListener> {
         let mut schema = None;
-        let pg = match &self.inner.pool {
+        let pg = match pool {
             Pool::Sqlite(_) => None,
             Pool::Pg(p) => {
                 schema = Some(
@@ -85,9 +89,7 @@ impl crate::Store {
             first: true,
         })
     }
-}
 
-impl AgentListener {
     /// The next change heard. Errors only when the store's pool was closed
     /// (shutdown); a lost connection is retried and reported as
     /// [`Heard::Reconnected`].
@@ -170,7 +172,7 @@ pub(crate) async fn follow_events(pool: sqlx::PgPool, shared: Arc<Shared>) {
                     }
                 }
                 if events {
-                    match crate::store::last_seq(&pool).await {
+                    match last_seq(&pool).await {
                         Ok(seq) => shared.seen_seq(seq),
                         Err(e) => {
                             tracing::warn!(error = %e, "outbox listener: reading the last seq failed")

@@ -4,10 +4,13 @@
 //! rows, the readers decode rows back. Numbers are `u64` here and `BIGINT` in
 //! the database; a value past `i64::MAX` is refused at `commit`/`submit`
 //! rather than wrapped.
+//!
+//! The bottom of the crate: this file imports no other module of it, so
+//! every layer above (rows, backend, writer, the handle, the concerns) can
+//! name these types.
 
 use hale_core::event::Event;
 
-use crate::jobs::JobRecord;
 use serde::{Deserialize, Serialize};
 
 /// One write, applied inside a group commit.
@@ -144,6 +147,19 @@ pub struct AuditEntry {
     pub time_ms: u64,
     pub status: String,
     pub degraded: bool,
+    pub body: serde_json::Value,
+}
+
+/// One job as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub job_id: String,
+    /// `running`, `queued`, `completed`, `failed`, `expired`, `cancelled`.
+    pub status: String,
+    /// For a queued job: when the queue delivers it next.
+    pub next_attempt_ms: Option<u64>,
+    pub updated_ms: u64,
+    /// The job's state, owned by `hale-tools`.
     pub body: serde_json::Value,
 }
 

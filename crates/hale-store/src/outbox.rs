@@ -24,11 +24,11 @@
 use hale_core::event::EventKind;
 use sqlx::QueryBuilder;
 
-use crate::backend::on_pool;
+use crate::backend::{last_seq, on_pool};
 use crate::error::{Result, StoreError};
 use crate::model::{DeadLetter, SinkCursor, StoredEvent};
 use crate::rows::{DLQ_COLS, decode_dead_letter, decode_event};
-use crate::store::{Store, last_seq, now_ms};
+use crate::store::{Store, now_ms};
 
 fn ms(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
