@@ -34,13 +34,16 @@
 //! [`FEATURE_HEADERS`] are ever forwarded — never credentials or cookies —
 //! and only to a provider of the kind they belong to.
 
-use super::{ChatRequest, Dialect, Message, anthropic, openai};
+use super::canonical::{ChatRequest, Dialect, Group, Knobs, Message, fingerprint};
+use super::{anthropic, openai};
 use bytes::Bytes;
-use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
-use std::hash::{DefaultHasher, Hasher};
 use std::ops::Range;
+
+/// What a request keeps of what its client sent, defined beside the
+/// [`ChatRequest`] that holds it.
+pub use super::canonical::{Origin, Trace};
 
 /// Anthropic's beta-feature header.
 pub const ANTHROPIC_BETA: &str = "anthropic-beta";
@@ -61,165 +64,6 @@ pub const FEATURE_HEADERS: &[(&str, Dialect)] = &[
 const MAX_NOTES: usize = 24;
 /// The most characters of a client-chosen name (a field, a block type) in a note.
 const MAX_NAME_CHARS: usize = 64;
-
-/// Which canonical messages each wire message of a request became, as the
-/// parsers of both dialects report it.
-#[derive(Debug, Default)]
-pub struct Trace {
-    /// For wire message `i`, the range of canonical messages it produced.
-    pub spans: Vec<Range<usize>>,
-    /// Leading wire messages lifted into the system prompt (OpenAI
-    /// `system`/`developer` messages before any other).
-    pub lifted: usize,
-}
-
-impl Trace {
-    pub fn with_capacity(n: usize) -> Self {
-        Self {
-            spans: Vec::with_capacity(n),
-            lifted: 0,
-        }
-    }
-}
-
-/// The canonical messages one wire message became: `wire` is the wire
-/// message's index, `msgs` the range of [`Origin::parsed`] it produced.
-#[derive(Debug, PartialEq, Eq)]
-struct Group {
-    wire: usize,
-    msgs: Range<usize>,
-}
-
-/// A request as the client sent it.
-#[derive(Debug, PartialEq)]
-pub struct Origin {
-    pub dialect: Dialect,
-    /// The client's body (a JSON object: the parser accepted it).
-    pub body: Map<String, Value>,
-    /// Provider-feature headers the client sent ([`FEATURE_HEADERS`]), lower-case names.
-    pub headers: Vec<(&'static str, String)>,
-    /// The canonical values as parsed, to tell what hale changed since.
-    model: String,
-    system: Option<String>,
-    max_tokens: Option<u32>,
-    stream: bool,
-    knobs: Knobs,
-    lifted: usize,
-    groups: Vec<Group>,
-    /// The canonical messages as parsed. A turn that changed none of them
-    /// (most turns) is told by one comparison; only a changed conversation
-    /// is fingerprinted to align the two (serialising and hashing every
-    /// message twice per attempt was ~5 % of a turn's instructions).
-    parsed: Vec<Message>,
-    /// The body's bytes as the client sent them, when known: a provider of
-    /// the client's dialect gets these very bytes when hale changed nothing
-    /// in the body ([`Outgoing::raw`]).
-    raw: Option<Bytes>,
-}
-
-/// Fingerprints of the canonical fields hale renders when they changed.
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
-struct Knobs {
-    temperature: u64,
-    top_p: u64,
-    stop: u64,
-    tools: u64,
-    tool_choice: u64,
-}
-
-impl Knobs {
-    fn of(req: &ChatRequest) -> Self {
-        Self {
-            temperature: fingerprint(&req.temperature),
-            top_p: fingerprint(&req.top_p),
-            stop: fingerprint(&req.stop),
-            tools: fingerprint(&req.tools),
-            tool_choice: fingerprint(&req.tool_choice),
-        }
-    }
-}
-
-impl Origin {
-    /// The origin of `req`, parsed from `body` with `trace`.
-    pub fn new(
-        dialect: Dialect,
-        body: Value,
-        headers: Vec<(&'static str, String)>,
-        req: &ChatRequest,
-        trace: Trace,
-    ) -> Self {
-        let body = match body {
-            Value::Object(m) => m,
-            Value::Null
-            | Value::Bool(_)
-            | Value::Number(_)
-            | Value::String(_)
-            | Value::Array(_) => Map::new(),
-        };
-        let n = req.messages.len();
-        let groups = trace
-            .spans
-            .into_iter()
-            .enumerate()
-            .skip(trace.lifted)
-            .map(|(wire, span)| Group {
-                wire,
-                // A span the parser reported beyond its messages holds none.
-                msgs: if span.start <= span.end && span.end <= n {
-                    span
-                } else {
-                    0..0
-                },
-            })
-            .collect();
-        Self {
-            dialect,
-            body,
-            headers,
-            model: req.model.clone(),
-            system: req.system.clone(),
-            max_tokens: req.max_tokens,
-            stream: req.stream,
-            knobs: Knobs::of(req),
-            lifted: trace.lifted,
-            groups,
-            parsed: req.messages.clone(),
-            raw: None,
-        }
-    }
-
-    /// The same origin, knowing the bytes `body` was parsed from.
-    pub fn with_raw(mut self, raw: Bytes) -> Self {
-        self.raw = Some(raw);
-        self
-    }
-
-    /// The client's value of a forwarded header.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The client's body without its messages (which are assembled apart:
-    /// cloning them twice would copy every image twice).
-    fn body_but_messages(&self) -> Map<String, Value> {
-        self.body
-            .iter()
-            .filter(|(k, _)| *k != "messages")
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    }
-
-    fn wire_messages(&self) -> &[Value] {
-        self.body
-            .get("messages")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
-    }
-}
 
 /// The provider-feature headers of [`FEATURE_HEADERS`] in a client's
 /// request; repeated headers are joined with `,` (as HTTP allows).
@@ -315,25 +159,6 @@ fn canonical(target: Dialect, req: &ChatRequest, model: &str, prefill: Option<&s
         Dialect::OpenAi => openai::render_request(req, model, prefill),
         Dialect::Anthropic => anthropic::render_request(req, model, prefill),
     }
-}
-
-/// A stable fingerprint of a value's JSON form (to tell whether hale
-/// changed a message or a field since it was parsed).
-fn fingerprint<T: Serialize + ?Sized>(v: &T) -> u64 {
-    struct Sink(DefaultHasher);
-    impl std::io::Write for Sink {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.write(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut s = Sink(DefaultHasher::new());
-    // Serialising canonical types into a hasher cannot fail.
-    let _ = serde_json::to_writer(&mut s, v);
-    s.0.finish()
 }
 
 /// A piece of the outgoing conversation.

@@ -1,0 +1,224 @@
+//! Small JSON readers shared by every dialect's codec.
+//!
+//! Each reads one field of a `serde_json` object and, when it is missing or
+//! of the wrong type, returns a [`ProtoError`] naming the field's JSON path
+//! (`messages[2].content`) and what is wrong; `null` reads as absent.
+//! Token counts ([`count`]) and a provider's error message
+//! ([`error_message`]) are read leniently: they never fail a response.
+
+use serde_json::{Map, Value, json};
+
+use super::canonical::ProtoError;
+
+pub(crate) fn err(path: impl Into<String>, message: impl Into<String>) -> ProtoError {
+    ProtoError::new(path, message)
+}
+
+/// `parent.key`, or `key` at the root.
+pub(crate) fn join(parent: &str, key: &str) -> String {
+    if parent.is_empty() {
+        key.to_string()
+    } else {
+        format!("{parent}.{key}")
+    }
+}
+
+/// `parent[i]`.
+pub(crate) fn at(parent: &str, i: usize) -> String {
+    format!("{parent}[{i}]")
+}
+
+/// What kind of JSON value this is, for error messages.
+pub(crate) fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The value as an object, or an error at `path` (`body` for the root).
+pub(crate) fn as_object<'a>(
+    v: &'a Value,
+    path: &str,
+) -> Result<&'a Map<String, Value>, ProtoError> {
+    v.as_object().ok_or_else(|| {
+        let p = if path.is_empty() { "body" } else { path };
+        err(p, format!("must be an object, got {}", kind_of(v)))
+    })
+}
+
+/// A field that is absent or `null` reads as `None`.
+pub(crate) fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    obj.get(key).filter(|v| !v.is_null())
+}
+
+pub(crate) fn req_str<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+    parent: &str,
+) -> Result<&'a str, ProtoError> {
+    match field(obj, key) {
+        None => Err(err(join(parent, key), format!("missing `{key}`"))),
+        Some(Value::String(s)) => Ok(s),
+        Some(v) => Err(err(
+            join(parent, key),
+            format!("must be a string, got {}", kind_of(v)),
+        )),
+    }
+}
+
+pub(crate) fn opt_str<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+    parent: &str,
+) -> Result<Option<&'a str>, ProtoError> {
+    match field(obj, key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(err(
+            join(parent, key),
+            format!("must be a string, got {}", kind_of(v)),
+        )),
+    }
+}
+
+pub(crate) fn req_array<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+    parent: &str,
+) -> Result<&'a Vec<Value>, ProtoError> {
+    match field(obj, key) {
+        None => Err(err(join(parent, key), format!("missing `{key}`"))),
+        Some(Value::Array(a)) => Ok(a),
+        Some(v) => Err(err(
+            join(parent, key),
+            format!("must be an array, got {}", kind_of(v)),
+        )),
+    }
+}
+
+pub(crate) fn opt_array<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+    parent: &str,
+) -> Result<Option<&'a Vec<Value>>, ProtoError> {
+    match field(obj, key) {
+        None => Ok(None),
+        Some(Value::Array(a)) => Ok(Some(a)),
+        Some(v) => Err(err(
+            join(parent, key),
+            format!("must be an array, got {}", kind_of(v)),
+        )),
+    }
+}
+
+pub(crate) fn opt_bool(
+    obj: &Map<String, Value>,
+    key: &str,
+    parent: &str,
+) -> Result<Option<bool>, ProtoError> {
+    match field(obj, key) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(v) => Err(err(
+            join(parent, key),
+            format!("must be a boolean, got {}", kind_of(v)),
+        )),
+    }
+}
+
+pub(crate) fn opt_f64(
+    obj: &Map<String, Value>,
+    key: &str,
+    parent: &str,
+) -> Result<Option<f64>, ProtoError> {
+    match field(obj, key) {
+        None => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| err(join(parent, key), "must be a finite number")),
+        Some(v) => Err(err(
+            join(parent, key),
+            format!("must be a number, got {}", kind_of(v)),
+        )),
+    }
+}
+
+pub(crate) fn opt_u32(
+    obj: &Map<String, Value>,
+    key: &str,
+    parent: &str,
+) -> Result<Option<u32>, ProtoError> {
+    match field(obj, key) {
+        None => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                err(
+                    join(parent, key),
+                    format!(
+                        "must be a non-negative integer below 2^32, got {}",
+                        kind_of(v)
+                    ),
+                )
+            }),
+    }
+}
+
+/// A token count; tolerant of absence and of junk (usage never fails a response).
+pub(crate) fn count(obj: Option<&Map<String, Value>>, key: &str) -> u64 {
+    obj.and_then(|o| o.get(key))
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+}
+
+/// The human-readable message of a provider's `error` value (object or string).
+pub(crate) fn error_message(e: &Value) -> String {
+    match e {
+        Value::String(s) => s.clone(),
+        Value::Object(o) => {
+            let msg = o.get("message").and_then(Value::as_str).unwrap_or("");
+            let kind = o
+                .get("type")
+                .or_else(|| o.get("code"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            match (kind.is_empty(), msg.is_empty()) {
+                (true, true) => e.to_string(),
+                (true, false) => msg.to_string(),
+                (false, true) => kind.to_string(),
+                (false, false) => format!("{kind}: {msg}"),
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::Array(_) => e.to_string(),
+    }
+}
+
+/// The default JSON schema of a tool that declares no parameters.
+pub(crate) fn empty_schema() -> Value {
+    json!({"type": "object", "properties": {}})
+}
+
+/// For the decoders' property tests: `pairs` written as a JSON object (a
+/// key may repeat), or with `as_array` as an array of the values — the
+/// shape serde's derived structs also accept and the `Value` paths refuse.
+#[cfg(test)]
+pub(crate) fn json_object(pairs: Vec<(&str, String)>, as_array: bool) -> String {
+    if as_array {
+        let vals: Vec<String> = pairs.into_iter().map(|(_, v)| v).collect();
+        format!("[{}]", vals.join(","))
+    } else {
+        let kv: Vec<String> = pairs
+            .into_iter()
+            .map(|(k, v)| format!("\"{k}\":{v}"))
+            .collect();
+        format!("{{{}}}", kv.join(","))
+    }
+}
