@@ -9,12 +9,15 @@
 //!
 //! Module map: [`fault`] parses the grammar, [`script`] the YAML scripts,
 //! `answer` builds the deterministic answers, `wire` renders both dialects,
-//! `state` keeps counters, `server` runs the accept loop and handlers.
+//! `state` keeps counters, `request` holds what the handlers share (the
+//! chaos headers, the connection kill switch), `server` runs the accept loop
+//! and handlers.
 //!
 #![doc = include_str!("../README.md")]
 
 mod answer;
 pub mod fault;
+mod request;
 pub mod script;
 mod server;
 mod state;
@@ -25,14 +28,14 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use fault::{Fault, FaultSpec, SpecError};
+pub use request::{APPLIED_HEADER, FAULT_HEADER};
 pub use script::{Script, Step, parse_script};
-pub use server::{APPLIED_HEADER, FAULT_HEADER, MAX_BODY_BYTES};
+pub use server::MAX_BODY_BYTES;
 pub use state::{MAX_KEPT_BODIES, Stats};
 
 /// How a chaos server is set up.
@@ -71,7 +74,7 @@ impl ChaosHandle {
     /// The last request bodies (at most [`MAX_KEPT_BODIES`]), oldest first;
     /// a body that is not JSON is given as a JSON string.
     pub fn last_requests(&self) -> Vec<serde_json::Value> {
-        parse_bodies(&self.shared.bodies())
+        state::parse_bodies(&self.shared.bodies())
     }
 
     /// Same as `POST /chaos/reset`: clears counters, timers and statistics,
@@ -109,17 +112,6 @@ impl Drop for ChaosHandle {
             let _ = stop.send(());
         }
     }
-}
-
-pub(crate) fn parse_bodies(bodies: &[Bytes]) -> Vec<serde_json::Value> {
-    bodies
-        .iter()
-        .map(|b| {
-            serde_json::from_slice(b).unwrap_or_else(|_| {
-                serde_json::Value::String(String::from_utf8_lossy(b).into_owned())
-            })
-        })
-        .collect()
 }
 
 /// Binds `addr` (port 0 picks a free port) and serves in a tokio task.

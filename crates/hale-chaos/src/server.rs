@@ -34,21 +34,12 @@ use tower::ServiceExt;
 
 use crate::answer::{self, Answer, ChatRequest};
 use crate::fault::{self, Fault, FaultSpec};
+use crate::request::{APPLIED_HEADER, ConnKill, FAULT_HEADER};
 use crate::state::Shared;
 use crate::wire::{self, Ctx, Dialect, ErrorKind};
 
 /// Largest request body accepted (long contexts are the point of some tests).
 pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
-
-/// The request header that overrides the model name as fault selector.
-pub const FAULT_HEADER: &str = "x-chaos-fault";
-
-/// The response header naming the fault that was applied.
-pub const APPLIED_HEADER: &str = "x-chaos-applied";
-
-/// A connection's kill switch, put in every request's extensions.
-#[derive(Clone)]
-pub(crate) struct ConnKill(pub(crate) Arc<Notify>);
 
 /// Accepts connections until `shutdown` resolves, then drops every open connection.
 pub(crate) async fn run(
@@ -138,7 +129,7 @@ async fn stats(State(s): State<Arc<Shared>>) -> Json<crate::Stats> {
 }
 
 async fn requests(State(s): State<Arc<Shared>>) -> Json<Vec<serde_json::Value>> {
-    Json(crate::parse_bodies(&s.bodies()))
+    Json(crate::state::parse_bodies(&s.bodies()))
 }
 
 async fn reset(State(s): State<Arc<Shared>>) -> StatusCode {

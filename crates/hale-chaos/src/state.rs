@@ -190,3 +190,15 @@ impl Shared {
         self.lock().bodies.iter().cloned().collect()
     }
 }
+
+/// Kept request bodies as JSON; a body that is not JSON becomes a JSON string.
+pub(crate) fn parse_bodies(bodies: &[Bytes]) -> Vec<serde_json::Value> {
+    bodies
+        .iter()
+        .map(|b| {
+            serde_json::from_slice(b).unwrap_or_else(|_| {
+                serde_json::Value::String(String::from_utf8_lossy(b).into_owned())
+            })
+        })
+        .collect()
+}
