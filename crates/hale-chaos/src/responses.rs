@@ -192,7 +192,7 @@ fn response_object(
 fn usage(ctx: &Ctx, a: &Answer) -> Value {
     json!({
         "input_tokens": ctx.input_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": a.output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": ctx.input_tokens + a.output_tokens,

@@ -119,6 +119,7 @@ async fn ok_non_stream_response_object() {
     let u = &v["usage"];
     assert!(u["input_tokens"].as_u64().unwrap() > 0);
     assert_eq!(u["input_tokens_details"]["cached_tokens"], 0);
+    assert_eq!(u["input_tokens_details"]["cache_write_tokens"], 0);
     assert_eq!(u["output_tokens"], 5);
     assert_eq!(u["output_tokens_details"]["reasoning_tokens"], 0);
     assert_eq!(
