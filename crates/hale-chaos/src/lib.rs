@@ -55,7 +55,8 @@ pub struct ChaosConfig {
 pub struct ChaosHandle {
     /// The bound address (the real port when 0 was asked for).
     pub addr: SocketAddr,
-    /// `http://addr/v1`: an OpenAI client's `base_url`.
+    /// `http://addr/v1`: an OpenAI client's `base_url` (chat completions
+    /// and the Responses API).
     pub base_url_openai: String,
     /// `http://addr`: an Anthropic client's `base_url`.
     pub base_url_anthropic: String,

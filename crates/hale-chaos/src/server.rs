@@ -293,6 +293,17 @@ async fn chat(
     };
 
     let fault = effective_fault(spec, &req, &shared, seen, now);
+    // A Responses request continuing a response this server does not hold is
+    // OpenAI's 404, where an answer would otherwise be (an error fault wins).
+    if dialect == Dialect::Responses
+        && answers(fault, dialect)
+        && let Some(prev) = echo.get("previous_response_id").and_then(|v| v.as_str())
+        && !shared.holds_response(prev)
+    {
+        const NOT_FOUND: &str = "previous-response-not-found";
+        shared.record_fault(NOT_FOUND);
+        return json_response(404, responses::not_found_body(prev), NOT_FOUND);
+    }
     let applied = fault.name();
     shared.record_fault(applied);
 
@@ -342,6 +353,38 @@ async fn chat(
         | Fault::StreamError { .. }
         | Fault::Tool { .. }
         | Fault::Summarize => answer(dialect, &shared, &req, echo, body.len(), spec.tokens, fault),
+    }
+}
+
+/// Whether `fault` answers (200, text or a tool call, however shaped) rather
+/// than failing before any answer.
+fn answers(fault: &Fault, dialect: Dialect) -> bool {
+    match fault {
+        Fault::Ok
+        | Fault::SlowFirstToken { .. }
+        | Fault::Cut { .. }
+        | Fault::Stall { .. }
+        | Fault::Malformed { .. }
+        | Fault::NoDone
+        | Fault::StreamError { .. }
+        | Fault::Tool { .. }
+        | Fault::Summarize => true,
+        Fault::NoPrefill => match dialect {
+            Dialect::Responses => true,
+            Dialect::OpenAi | Dialect::Anthropic => false,
+        },
+        Fault::RateLimit { .. }
+        | Fault::Error500
+        | Fault::Error503
+        | Fault::Error529
+        | Fault::Reset
+        | Fault::Hang
+        | Fault::ContextOverflow { .. }
+        | Fault::ContentFilter
+        | Fault::Auth
+        | Fault::Down { .. }
+        | Fault::DownUntilReset
+        | Fault::Flaky { .. } => false,
     }
 }
 
@@ -523,15 +566,6 @@ fn answer(
     tokens: usize,
     fault: &Fault,
 ) -> Response {
-    if let Some(prev) = echo.get("previous_response_id").and_then(|v| v.as_str())
-        && !shared.holds_response(prev)
-    {
-        return json_response(
-            404,
-            responses::not_found_body(prev),
-            "previous-response-not-found",
-        );
-    }
     let seq = shared.next_seq();
     // `no-prefill` only gets here on the Responses API: no continuation.
     let prefill = if matches!(fault, Fault::NoPrefill) {

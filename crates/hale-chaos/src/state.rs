@@ -25,7 +25,7 @@ pub const MAX_KEPT_BODIES: usize = 32;
 /// Counters the server exposes on `GET /chaos/stats`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
-    /// Chat requests received (both dialects) since start or the last reset.
+    /// Chat requests received (every dialect) since start or the last reset.
     pub requests_total: u64,
     /// Requests per requested model name.
     pub requests_per_model: BTreeMap<String, u64>,

@@ -746,6 +746,21 @@ async fn previous_response_id_must_be_one_this_server_stored() {
         assert_eq!(v["error"]["type"], "invalid_request_error");
     }
     // Another chaos server does not hold this one's responses, and issues other ids.
+    assert_eq!(
+        h.stats().requests_per_fault["previous-response-not-found"],
+        2
+    );
+    // An error fault fails the request first.
+    let (s, _) = rjson(
+        &h,
+        &rbody(
+            "error-503",
+            false,
+            json!({"previous_response_id": "resp_nope"}),
+        ),
+    )
+    .await;
+    assert_eq!(s, 503);
     let other = server().await;
     let (s, v) = rjson(
         &other,
