@@ -1,4 +1,5 @@
-//! hale-chaos: a fault-injecting OpenAI/Anthropic-compatible provider.
+//! hale-chaos: a fault-injecting OpenAI/Anthropic-compatible provider
+//! (chat completions, messages and the Responses API).
 //!
 //! It owns the fake provider that hale's tests, `hale demo` and users'
 //! chaos tests point at. The fault is chosen per request from the requested
@@ -8,16 +9,19 @@
 //! crate's README, pulled in so the two never drift.
 //!
 //! Module map: [`fault`] parses the grammar, [`script`] the YAML scripts,
-//! `answer` builds the deterministic answers, `wire` renders both dialects,
-//! `state` keeps counters, `request` holds what the handlers share (the
-//! chaos headers, the connection kill switch), `server` runs the accept loop
-//! and handlers.
+//! `answer` builds the deterministic answers, `wire` renders the three
+//! dialects (with `frame`'s shared pieces; `responses` reads and frames the
+//! Responses API), `state` keeps counters, `request` holds what the handlers
+//! share (the chaos headers, the connection kill switch), `server` runs the
+//! accept loop and handlers.
 //!
 #![doc = include_str!("../README.md")]
 
 mod answer;
 pub mod fault;
+mod frame;
 mod request;
+mod responses;
 pub mod script;
 mod server;
 mod state;
@@ -32,7 +36,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use fault::{Fault, FaultSpec, SpecError};
+pub use fault::{Fault, FaultSpec, InBand, SpecError};
 pub use request::{APPLIED_HEADER, FAULT_HEADER};
 pub use script::{Script, Step, parse_script};
 pub use server::MAX_BODY_BYTES;
@@ -51,7 +55,8 @@ pub struct ChaosConfig {
 pub struct ChaosHandle {
     /// The bound address (the real port when 0 was asked for).
     pub addr: SocketAddr,
-    /// `http://addr/v1`: an OpenAI client's `base_url`.
+    /// `http://addr/v1`: an OpenAI client's `base_url` (chat completions
+    /// and the Responses API).
     pub base_url_openai: String,
     /// `http://addr`: an Anthropic client's `base_url`.
     pub base_url_anthropic: String,
