@@ -174,8 +174,6 @@ impl Compaction {
         })
     }
 
-    /// The end (exclusive) of the messages a plan touches.
-
     /// Emits `agent.compacted` for a compaction.
     pub fn emit(&self, turn: &Turn, c: &Compacted) {
         let mut ev = self
@@ -405,6 +403,7 @@ pub fn window_known(provider: Option<&ProviderConfig>, model: &str) -> bool {
         || models::lookup(model).is_some()
 }
 
+/// The end (exclusive) of the messages a plan touches.
 fn region_end(plan: &Plan) -> usize {
     let mut end = 0;
     for &i in &plan.strip {

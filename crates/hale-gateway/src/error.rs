@@ -7,7 +7,7 @@
 //! limit, an extractor's rejection) are given the same shape by
 //! [`crate::api::edge`] through [`HaleError::from_status`].
 
-use crate::proto::{self, Dialect};
+use crate::proto::Dialect;
 use crate::upstream::Failure;
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode};
@@ -175,12 +175,7 @@ impl HaleError {
 
     /// Renders in the caller's dialect.
     pub fn into_response(self, dialect: Dialect) -> Response {
-        let body = match dialect {
-            Dialect::OpenAi => proto::openai::render_error(self.kind, &self.message, self.hale),
-            Dialect::Anthropic => {
-                proto::anthropic::render_error(self.kind, &self.message, self.hale)
-            }
-        };
+        let body = crate::wire::render_error(dialect, self.kind, &self.message, self.hale);
         let mut resp = Response::new(Body::from(serde_json::to_vec(&body).unwrap_or_default()));
         *resp.status_mut() = self.status;
         resp.headers_mut()

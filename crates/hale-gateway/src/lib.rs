@@ -12,12 +12,12 @@
 //!   composes components for a turn.
 //! - [`turn`] (the attempt loop), [`relay`] (streaming and mid-stream
 //!   recovery), [`compaction`] (which calls the attempt loop for summaries).
-//! - [`background`]: the loops that run beside the requests (memory sweep,
-//!   cross-instance sync, health-history flush).
+//! - [`background`]: the loops that run beside the requests and compose
+//!   components (memory sweep, cross-instance sync).
 //! - Components, each built from the config, an [`emit::Emitter`] and what
 //!   it owns: [`deployments`], [`agents`], [`health`], [`guard`],
-//!   [`idempotency`].
-//! - [`upstream`], [`proto`], [`error`], [`metrics`], [`emit`]: the leaves.
+//!   [`idempotency`], [`history`].
+//! - [`upstream`], [`proto`], [`wire`], [`error`], [`metrics`], [`emit`]: the leaves.
 //!
 //! [`Gateway`] is a plain struct of the components, built once at start.
 
@@ -30,6 +30,7 @@ pub mod emit;
 pub mod error;
 pub mod guard;
 pub mod health;
+pub mod history;
 pub mod idempotency;
 pub mod metrics;
 pub mod pipeline;
@@ -37,15 +38,16 @@ pub mod proto;
 pub mod relay;
 pub mod turn;
 pub mod upstream;
+pub mod wire;
 
 use crate::agents::Agents;
-use crate::background::history::HistoryRt;
 use crate::background::memory::Shed;
 use crate::compaction::Compaction;
 use crate::deployments::Deployments;
 use crate::emit::{Emitter, wall_ms};
 use crate::guard::Tasks;
 use crate::health::{HealthRt, Monitor};
+use crate::history::HistoryRt;
 use crate::idempotency::Idempotency;
 use crate::metrics::Metrics;
 use hale_core::config::Config;
@@ -287,11 +289,6 @@ pub mod http {
 /// Old path of [`guard`].
 pub mod guardrails {
     pub use crate::guard::{CallSeen, DEFAULT_TASK, Tasks, tool_calls};
-}
-
-/// Old path of [`background::history`].
-pub mod history {
-    pub use crate::background::history::{HistoryRt, run};
 }
 
 /// Old path of [`background::sync`].

@@ -14,8 +14,9 @@ use crate::error::HaleError;
 use crate::guard;
 use crate::idempotency::IdemStart;
 use crate::proto::{self, ChatRequest, Dialect};
-use crate::relay::{self, Encoder};
+use crate::relay;
 use crate::turn::{self, Served, Turn};
+use crate::wire::{self, Encoder};
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
@@ -245,10 +246,7 @@ pub async fn handle_chat(
                     if answer.model.is_empty() {
                         answer.model = target.model.clone();
                     }
-                    let rendered = match dialect {
-                        Dialect::OpenAi => proto::openai::render_response(answer),
-                        Dialect::Anthropic => proto::anthropic::render_response(answer),
-                    };
+                    let rendered = wire::render_answer(dialect, answer);
                     serde_json::to_vec(&rendered).unwrap_or_default().into()
                 }
             };

@@ -14,9 +14,10 @@
 //! from the first serving attempt only; a resumed answer is aligned on its
 //! text and tool calls, and its own thinking is not relayed.
 
-use crate::proto::{self, ChatRequest, Dialect, StopReason, StreamEvent, Usage};
+use crate::proto::{ChatRequest, StopReason, StreamEvent, Usage};
 use crate::turn::{self, Env, Served, Turn};
 use crate::upstream::{EventStream, Failure};
+use crate::wire::Encoder;
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 use hale_core::classify::Transport;
@@ -27,51 +28,6 @@ use tokio::sync::mpsc;
 
 /// How many times one turn may resume a broken stream.
 pub const MAX_RESUMES: u32 = 3;
-
-/// A dialect's stream encoder.
-pub enum Encoder {
-    OpenAi(proto::openai::StreamEncoder),
-    Anthropic(proto::anthropic::StreamEncoder),
-}
-
-impl Encoder {
-    pub fn new(dialect: Dialect, id: &str, model: &str, include_usage: bool) -> Self {
-        match dialect {
-            Dialect::OpenAi => {
-                Encoder::OpenAi(proto::openai::StreamEncoder::new(id, model, include_usage))
-            }
-            Dialect::Anthropic => Encoder::Anthropic(proto::anthropic::StreamEncoder::new(
-                id,
-                model,
-                include_usage,
-            )),
-        }
-    }
-
-    fn encode(&mut self, ev: &StreamEvent) -> Bytes {
-        let frames = match self {
-            Encoder::OpenAi(e) => e.encode(ev),
-            Encoder::Anthropic(e) => e.encode(ev),
-        };
-        frames_to_bytes(&frames)
-    }
-
-    fn error(&mut self, kind: &str, message: &str) -> Bytes {
-        let frames = match self {
-            Encoder::OpenAi(e) => e.error(kind, message),
-            Encoder::Anthropic(e) => e.error(kind, message),
-        };
-        frames_to_bytes(&frames)
-    }
-}
-
-fn frames_to_bytes(frames: &[proto::openai::SseFrame]) -> Bytes {
-    let mut wire = String::with_capacity(frames.iter().map(|f| f.wire_len()).sum());
-    for f in frames {
-        f.write_wire(&mut wire);
-    }
-    Bytes::from(wire)
-}
 
 /// How a relayed stream ended.
 pub struct Relayed {

@@ -12,11 +12,11 @@
 //! attempt succeeds only once the first content arrives, so a failure before
 //! that is invisible to the caller.
 
-use crate::background::history::HistoryRt;
 use crate::deployments::{Deployments, Effect};
 use crate::emit::Emitter;
 use crate::error::HaleError;
 use crate::health::HealthRt;
+use crate::history::HistoryRt;
 use crate::proto::{ChatRequest, StreamEvent};
 use crate::upstream::{self, Answer, AttemptLimits, EventStream, Failure};
 use futures::StreamExt;
@@ -252,7 +252,7 @@ pub async fn run(
             let upstream::Sent {
                 result: sent,
                 changes,
-            } = upstream::send(&env.http, provider, req, model, pf, &limits)
+            } = upstream::send(env.http, provider, req, model, pf, &limits)
                 .instrument(span.clone())
                 .await;
             let result = match sent {

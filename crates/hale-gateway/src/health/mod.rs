@@ -1,20 +1,23 @@
 //! The gateway's health runtime (DESIGN §5): heartbeats, the monitor, the
-//! interventions it acts on, checkpoints, recovery plans and replay.
+//! interventions it acts on, checkpoints, recovery plans and replay. The
+//! component is [`HealthRt`]; its routes are `crate::api::health` and
+//! `crate::api::checkpoints`, its loop [`monitor()`], checkpoints and plans
+//! [`recovery`].
 //!
 //! The rules are in `hale_core::health` (state machine, intervention planner,
 //! registry) and `hale_core::recovery` (limits, backoff, checkpoint chain).
 //! This module feeds them and carries out what they decide:
 //!
-//! - **Heartbeats.** Every turn is one ([`after_turn`]); agents may also
+//! - **Heartbeats.** Every turn is one ([`HealthRt::after_turn`]); agents may also
 //!   `POST /agents/{id}/heartbeat`. A heartbeat locks the registry for one
 //!   O(1) update; the body is parsed with borrowed strings, so a heartbeat of
 //!   a known agent allocates nothing beyond the request itself. Heartbeats are
 //!   not events; the state changes they cause are.
 //! - **The monitor** ([`monitor`]) evaluates on a schedule
 //!   (`health.evaluate_every`) and whenever a turn finished (a `Notify`), and
-//!   [`tick`] turns what the registry reports into events and actions:
+//!   [`Monitor::tick`] turns what the registry reports into events and actions:
 //!   `health.state_changed`; a nudge waits in the registry and is injected
-//!   into the agent's next request ([`take_nudge`], event `health.nudge_sent`
+//!   into the agent's next request ([`HealthRt::take_nudge`], event `health.nudge_sent`
 //!   at delivery, so the event means the agent really received it);
 //!   `health.escalated` (webhooks reach the operator, who answers with
 //!   `POST /agents/{id}/decide`); termination blocks the agent's current task
@@ -32,7 +35,7 @@
 //!   `agent.restarting`, `checkpoint.corrupt` and `health.escalated`. The
 //!   limits are the gateway's `recovery:` config, so one place holds them
 //!   whether the supervisor is embedded or remote.
-//! - **Replay instead of re-billing** ([`replay`]) is on only for tasks that
+//! - **Replay instead of re-billing** ([`HealthRt::replay`]) is on only for tasks that
 //!   were recovered at least once (DESIGN §5: "when a *recovered* agent
 //!   re-issues a request"). An agent that is not recovering and asks the same
 //!   question twice (polling, sampling) gets a fresh answer; a recovered one
@@ -356,12 +359,16 @@ impl HealthRt {
             };
             (nudge, attempt)
         };
+        let max_attempts = self.cfg.health.nudge_max_attempts;
         self.emit.emit(
-        self.emit.event(EventKind::HealthNudgeSent)
-            .agent(agent)
-            .task(task)
-            .payload(json!({"attempt": attempt, "max_attempts": self.cfg.health.nudge_max_attempts, "message": nudge})),
-    );
+            self.emit
+                .event(EventKind::HealthNudgeSent)
+                .agent(agent)
+                .task(task)
+                .payload(
+                    json!({"attempt": attempt, "max_attempts": max_attempts, "message": nudge}),
+                ),
+        );
         Some(nudge)
     }
 
