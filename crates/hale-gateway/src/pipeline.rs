@@ -1,6 +1,6 @@
 //! The turn pipeline of DESIGN §1, top to bottom, in one place.
 //!
-//! [`handle_chat`] is the whole turn: parse → agent gate → idempotency →
+//! [`handle`] is the whole turn of a parsed [`ChatCall`]: agent gate → idempotency →
 //! guard → plan targets → compaction → budget → attempt loop (with one
 //! compact-and-retry on a context overflow) → relay (stream) or render
 //! (complete) → evidence → journal, guard and spend accounting. Each step is a call into a module that owns it; this
@@ -48,29 +48,29 @@ pub struct Caller {
     pub agents: Option<Vec<String>>,
 }
 
-/// One chat call, in either dialect: the whole turn.
-pub async fn handle_chat(
-    gw: Arc<Gateway>,
-    dialect: Dialect,
-    caller: Caller,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    // Parse.
-    let sent = match proto::parse_sent(body.clone()) {
-        Ok(v) => v,
-        Err(e) => {
-            return HaleError::bad_request(format!("request body is not valid JSON: {e}"))
-                .into_response(dialect);
-        }
-    };
-    // The request keeps the client's JSON and provider-feature headers (same-dialect fidelity).
-    let mut req = match proto::parse_request_sent(dialect, sent, &headers) {
-        Ok(r) => r,
-        Err(e) => {
-            return HaleError::bad_request(format!("invalid request: {e}")).into_response(dialect);
-        }
-    };
+/// One chat call, parsed from its wire dialect (`crate::api::chat`): what
+/// the turn needs of a request in any dialect.
+pub struct ChatCall {
+    /// The caller's dialect: the answer and its errors are in it.
+    pub dialect: Dialect,
+    pub caller: Caller,
+    pub headers: HeaderMap,
+    /// The body as sent: its hash keys the journal and the idempotency key.
+    pub body: Bytes,
+    /// The canonical request; it keeps the client's JSON and provider-feature
+    /// headers (same-dialect fidelity).
+    pub req: ChatRequest,
+}
+
+/// One chat call, in any dialect: the whole turn.
+pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
+    let ChatCall {
+        dialect,
+        caller,
+        headers,
+        body,
+        mut req,
+    } = call;
 
     // Agent gate. Traffic with no identity (no header, no key default)
     // belongs to no agent loop and is never paused (DESIGN §5).

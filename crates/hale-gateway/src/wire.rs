@@ -1,13 +1,23 @@
 //! The gateway's one place per wire dialect: what a caller's dialect
 //! changes in hale's answers — a complete answer's body ([`render_answer`]),
 //! an error's body ([`render_error`]) and the SSE encoder of a stream
-//! ([`Encoder`]). Each is an exhaustive match on [`Dialect`], so a new
-//! dialect is a compile error here until it is handled; parsing a request
-//! is `crate::proto`'s.
+//! ([`Encoder`]), and the dialect of a path's errors ([`dialect_of`]). Each
+//! is an exhaustive match on [`Dialect`], so a new dialect is a compile
+//! error here until it is handled; parsing a request is `crate::proto`'s.
 
 use crate::proto::{self, ChatResponse, Dialect, StreamEvent};
 use bytes::Bytes;
 use serde_json::Value;
+
+/// The wire dialect of a path: its errors are in that dialect's shape
+/// (Anthropic's on `/v1/messages`, OpenAI's everywhere else).
+pub fn dialect_of(path: &str) -> Dialect {
+    if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+        Dialect::Anthropic
+    } else {
+        Dialect::OpenAi
+    }
+}
 
 /// A complete answer in the caller's dialect.
 pub fn render_answer(dialect: Dialect, answer: &ChatResponse) -> Value {

@@ -1,10 +1,12 @@
-//! The chat routes: a dialect's request in, the turn pipeline
-//! ([`crate::pipeline::handle_chat`]), a response or an SSE stream out. A
-//! handler per wire dialect; each authorizes at the edge first.
+//! The chat routes: a dialect's request in (auth at the edge, then the body
+//! parsed into the canonical [`ChatCall`]), the turn pipeline
+//! ([`crate::pipeline::handle`]), a response or an SSE stream out (rendered
+//! in the caller's dialect by `crate::wire`). A handler per wire dialect.
 
 use super::edge::authorize;
 use crate::Gateway;
-use crate::pipeline;
+use crate::error::HaleError;
+use crate::pipeline::{self, ChatCall};
 use crate::proto::{self, Dialect};
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, State};
@@ -33,6 +35,7 @@ pub(super) async fn anthropic(
     chat(gw, Dialect::Anthropic, peer, headers, body).await
 }
 
+/// Auth, then the request parsed from its dialect, then the turn.
 async fn chat(
     gw: Arc<Gateway>,
     dialect: Dialect,
@@ -40,10 +43,32 @@ async fn chat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    match authorize(&gw, peer, &headers, false) {
-        Ok(caller) => pipeline::handle_chat(gw, dialect, caller, headers, body).await,
-        Err(e) => e.into_response(dialect),
-    }
+    let caller = match authorize(&gw, peer, &headers, false) {
+        Ok(caller) => caller,
+        Err(e) => return e.into_response(dialect),
+    };
+    let sent = match proto::parse_sent(body.clone()) {
+        Ok(v) => v,
+        Err(e) => {
+            return HaleError::bad_request(format!("request body is not valid JSON: {e}"))
+                .into_response(dialect);
+        }
+    };
+    // The request keeps the client's JSON and provider-feature headers (same-dialect fidelity).
+    let req = match proto::parse_request_sent(dialect, sent, &headers) {
+        Ok(r) => r,
+        Err(e) => {
+            return HaleError::bad_request(format!("invalid request: {e}")).into_response(dialect);
+        }
+    };
+    let call = ChatCall {
+        dialect,
+        caller,
+        headers,
+        body,
+        req,
+    };
+    pipeline::handle(gw, call).await
 }
 
 /// `GET /v1/models`: the routes' names and the providers' models.

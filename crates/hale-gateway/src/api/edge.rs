@@ -18,6 +18,7 @@ use crate::Gateway;
 use crate::error::HaleError;
 use crate::pipeline::Caller;
 use crate::proto::Dialect;
+use crate::wire::dialect_of;
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -43,15 +44,6 @@ pub fn wrap(gw: Arc<Gateway>, routes: Router, admin_extra: Router, keyed_extra: 
         .layer(DefaultBodyLimit::max(
             usize::try_from(limit).unwrap_or(usize::MAX),
         ))
-}
-
-/// The wire dialect of a path: its errors are in that dialect's shape.
-fn dialect_of(path: &str) -> Dialect {
-    if path == "/v1/messages" || path.starts_with("/v1/messages/") {
-        Dialect::Anthropic
-    } else {
-        Dialect::OpenAi
-    }
 }
 
 /// 404 for a path no route serves.
