@@ -5,8 +5,7 @@
 //! (`checkpoint.corrupt`, once per checkpoint per process) and never served —
 //! listings mark it `valid: false`, a GET of it is 409.
 
-use super::edge::agent_refusal;
-use super::health::{bad, store_err};
+use super::edge::{agent_refusal, bad, store_err};
 use crate::Gateway;
 use crate::emit::wall_ms;
 use crate::error::HaleError;

@@ -22,7 +22,7 @@ use crate::wire::dialect_of;
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use hale_core::access::{self, Grant};
 use hale_core::config::KeyScope;
 use std::net::SocketAddr;
@@ -213,4 +213,18 @@ pub fn agent_refusal(
         );
     }
     None
+}
+
+/// 400 with `msg`.
+pub fn bad(msg: impl Into<String>) -> Response {
+    HaleError::bad_request(msg).into_response(Dialect::OpenAi)
+}
+
+/// 500 for a store error, as plain text (shaped by [`shape_errors`]).
+pub fn store_err(e: impl std::fmt::Display) -> Response {
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("store error: {e}"),
+    )
+        .into_response()
 }

@@ -8,7 +8,7 @@
 //! A heartbeat's body is parsed with borrowed strings, so a heartbeat of a
 //! known agent allocates nothing beyond the request itself.
 
-use super::edge::{admin_refusal, agent_refusal};
+use super::edge::{admin_refusal, agent_refusal, bad, store_err};
 use crate::Gateway;
 use crate::error::HaleError;
 use crate::proto::Dialect;
@@ -24,19 +24,6 @@ use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// 400 with `msg`.
-pub(super) fn bad(msg: impl Into<String>) -> Response {
-    HaleError::bad_request(msg).into_response(Dialect::OpenAi)
-}
-
-pub(super) fn store_err(e: impl std::fmt::Display) -> Response {
-    (
-        StatusCode::INTERNAL_SERVER_ERROR,
-        format!("store error: {e}"),
-    )
-        .into_response()
-}
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
