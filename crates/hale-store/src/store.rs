@@ -42,7 +42,7 @@ pub const SQLITE_POOL_SIZE: u32 = 4;
 /// of the pool's connections, so each came to cache the same hot pages of
 /// the journal's indexes: under a busy journal the four caches filled for
 /// more than ten minutes, the last of a gateway's memory still growing
-/// after warm-up (BENCHMARKS.md, "Memory over time", stop 23). 512 KiB is
+/// after warm-up (measured at stop 23; the run is in the git history of BENCHMARKS.md). 512 KiB is
 /// 128 pages of 4 KiB; a same-run A/B at c=64 showed no throughput change.
 pub const SQLITE_CACHE_KIB: u32 = 512;
 /// Released idempotency claims buffered per waiter before it counts as
