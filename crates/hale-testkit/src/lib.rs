@@ -1,8 +1,9 @@
 //! Helpers the workspace's integration tests share, kept once here instead of
 //! copied into each crate's `tests/common/mod.rs`: free loopback ports and
 //! servers on them, recording webhook receivers, polling until a condition
-//! holds, child processes killed when dropped, a `nats-server` of a test's
-//! own and the JetStream messages it stored, and the Python the SDK tests run.
+//! holds, GET as JSON or text, child processes killed when dropped, a
+//! `nats-server` of a test's own and the JetStream messages it stored, and
+//! the Python the SDK tests run.
 //!
 //! Generic by design: it depends on no hale crate, so every hale crate can
 //! take it as a dev-dependency. What a helper needs to know about one crate
@@ -22,7 +23,7 @@ pub use nats::{NatsServer, StreamMsg, jetstream_len, jetstream_messages, nats_se
 pub use net::{Served, Stoppable, free_addr, free_port, serve, serve_stoppable, wait_listening};
 pub use process::{Proc, Program, wait_exit, wait_ready};
 pub use python::{python, python_or_skip, workspace_root};
-pub use wait::{eventually, until};
+pub use wait::eventually;
 
 /// reqwest (rustls) needs a process-wide crypto provider; the binaries
 /// install ring at start, so the tests do too. Installing twice is harmless.

@@ -20,13 +20,3 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
-
-/// [`eventually`] for a condition that needs no `.await`: checks `f` every
-/// 20 ms, panics with "`what` within `within`" when it never holds.
-pub async fn until(within: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < within, "{what} within {within:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
