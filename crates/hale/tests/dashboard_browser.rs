@@ -257,7 +257,7 @@ async fn dashboard_shows_a_pause_live_resumes_on_click_and_opens_a_timeline() {
     )
     .await;
     let agent: serde_json::Value =
-        hale_testkit::get_json(&http, &format!("{base}/agents/bot")).await;
+        hale_testkit::get_json(http, &format!("{base}/agents/bot")).await;
     assert_eq!(
         agent["state"], "active",
         "the click resumed the agent in hale"
