@@ -344,14 +344,8 @@ async fn summarize_is_automatic_on_the_word_and_explicit_by_name() {
 #[tokio::test]
 async fn models_lists_faults_in_each_dialect() {
     let h = server().await;
-    let v: Value = client()
-        .get(format!("{}/models", h.base_url_openai))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value =
+        hale_testkit::get_json(&client(), &format!("{}/models", h.base_url_openai)).await;
     assert_eq!(v["object"], "list");
     assert!(
         v["data"]

@@ -207,10 +207,7 @@ async fn reset_closes_before_headers_then_ok_after_times() {
 async fn hang_never_answers() {
     let h = server().await;
     install_provider();
-    let c = reqwest::Client::builder()
-        .timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let c = hale_testkit::client(Duration::from_millis(300));
     let e = send_with(&c, &h, D::OpenAi, &body("hang", false, json!({})), None)
         .await
         .expect_err("hang");
@@ -459,14 +456,8 @@ async fn stats_count_models_faults_and_bodies_and_reset_clears() {
     post(&h, D::OpenAi, "rate-limit:times=1", false).await;
     post(&h, D::OpenAi, "rate-limit:times=1", false).await;
     post(&h, D::Anthropic, "gpt-4o", false).await;
-    let v: Value = client()
-        .get(format!("{}/chaos/stats", h.base_url_anthropic))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value =
+        hale_testkit::get_json(&client(), &format!("{}/chaos/stats", h.base_url_anthropic)).await;
     assert_eq!(v["requests_total"], 3);
     assert_eq!(v["requests_per_model"]["rate-limit:times=1"], 2);
     assert_eq!(v["requests_per_model"]["gpt-4o"], 1);
@@ -474,14 +465,11 @@ async fn stats_count_models_faults_and_bodies_and_reset_clears() {
     assert_eq!(v["requests_per_fault"]["ok"], 2);
     assert_eq!(v["last_request_bodies"], 3);
     assert_eq!(h.stats().requests_total, 3);
-    let reqs: Value = client()
-        .get(format!("{}/chaos/requests", h.base_url_anthropic))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let reqs: Value = hale_testkit::get_json(
+        &client(),
+        &format!("{}/chaos/requests", h.base_url_anthropic),
+    )
+    .await;
     assert_eq!(reqs[2]["model"], "gpt-4o");
     assert_eq!(h.last_requests().len(), 3);
     h.reset();

@@ -18,7 +18,7 @@ use hale_core::alert::Severity;
 use hale_core::config::{
     AlertChannel, AlertRoute, AlertTarget, AlertingConfig, EventsConfig, Secret,
 };
-use hale_core::delivery::{DownBackoff, SinkKind, SinkState};
+use hale_core::delivery::{SinkKind, SinkState};
 use hale_core::event::{Event, EventKind};
 use hale_events::relay::{RelayTuning, Relays};
 use hale_events::tasks::TaskSet;
@@ -91,15 +91,7 @@ fn app(rx: &Receiver, path: &str) -> axum::Router {
 }
 
 fn fast_tuning() -> RelayTuning {
-    RelayTuning {
-        retry_initial: Duration::from_millis(20),
-        retry_max: Duration::from_millis(100),
-        down_backoff: DownBackoff {
-            initial: Duration::from_millis(20),
-            max: Duration::from_millis(200),
-        },
-        ..RelayTuning::default()
-    }
+    fast_tuning_to(Duration::from_millis(200))
 }
 
 /// DESIGN §9's routes, with `agent.paused` also paging `oncall`.

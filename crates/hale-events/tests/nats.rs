@@ -8,15 +8,15 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, consumer};
+use async_nats::jetstream;
 use common::*;
-use futures::StreamExt;
 use hale_core::config::{EventsConfig, NatsConfig};
 use hale_core::delivery::{DownBackoff, SinkState};
 use hale_core::event::EventKind;
 use hale_events::relay::{RelayTuning, Relays};
 use hale_events::tasks::TaskSet;
 use hale_events::{cli, nats, sse};
+use hale_testkit::{jetstream_len, jetstream_messages};
 
 fn nats_cfg(port: u16) -> EventsConfig {
     EventsConfig {
@@ -31,45 +31,28 @@ fn nats_cfg(port: u16) -> EventsConfig {
 
 /// Every `Nats-Msg-Id` in the stream, in stream order.
 async fn read_stream_ids(port: u16, expect: usize) -> Vec<String> {
-    let client = async_nats::connect(format!("nats://127.0.0.1:{port}"))
-        .await
-        .unwrap();
-    let js = jetstream::new(client);
-    let stream = js.get_stream(NatsConfig::DEFAULT_STREAM).await.unwrap();
-    let c = stream
-        .create_consumer(consumer::pull::Config {
-            ack_policy: consumer::AckPolicy::None,
-            deliver_policy: consumer::DeliverPolicy::All,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let mut msgs = c.messages().await.unwrap();
+    let url = format!("nats://127.0.0.1:{port}");
+    let msgs = jetstream_messages(
+        &url,
+        NatsConfig::DEFAULT_STREAM,
+        Some(expect),
+        Duration::from_secs(5),
+    )
+    .await;
     let mut ids = Vec::with_capacity(expect);
-    while ids.len() < expect {
-        let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(5), msgs.next()).await else {
-            break;
-        };
-        let m = m.unwrap();
-        let id = m
-            .headers
-            .as_ref()
-            .and_then(|h| h.get("Nats-Msg-Id"))
-            .map(|v| v.as_str().to_string())
-            .unwrap_or_default();
+    for m in msgs {
         assert!(m.subject.starts_with("hale.events."), "{}", m.subject);
-        ids.push(id);
+        ids.push(m.id);
     }
     ids
 }
 
 async fn stream_len(port: u16) -> u64 {
-    let client = async_nats::connect(format!("nats://127.0.0.1:{port}"))
-        .await
-        .unwrap();
-    let js = jetstream::new(client);
-    let mut stream = js.get_stream(NatsConfig::DEFAULT_STREAM).await.unwrap();
-    stream.info().await.unwrap().state.messages
+    jetstream_len(
+        &format!("nats://127.0.0.1:{port}"),
+        NatsConfig::DEFAULT_STREAM,
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -137,15 +137,7 @@ async fn receive(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> 
 }
 
 fn fast_tuning() -> RelayTuning {
-    RelayTuning {
-        retry_initial: Duration::from_millis(20),
-        retry_max: Duration::from_millis(100),
-        down_backoff: DownBackoff {
-            initial: Duration::from_millis(20),
-            max: Duration::from_millis(100),
-        },
-        ..RelayTuning::default()
-    }
+    fast_tuning_to(Duration::from_millis(100))
 }
 
 fn cfg(url: &str, kinds: Vec<String>) -> EventsConfig {

@@ -50,7 +50,7 @@ struct RecState {
 struct Recorder {
     addr: String,
     state: Arc<RecState>,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    _served: hale_testkit::Served,
 }
 
 impl Recorder {
@@ -61,22 +61,11 @@ impl Recorder {
             .route("/v1/chat/completions", axum::routing::post(answer))
             .route("/v1/messages", axum::routing::post(answer))
             .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
+        let served = hale_testkit::serve_stoppable(app).await;
         Recorder {
-            addr,
+            addr: served.host(),
             state,
-            _stop: stop,
+            _served: served,
         }
     }
 
@@ -85,11 +74,7 @@ impl Recorder {
             ProviderKind::OpenAi => format!("http://{}/v1", self.addr),
             ProviderKind::Anthropic => format!("http://{}", self.addr),
         };
-        let mut p = ProviderConfig::new(name, kind, &base, model);
-        p.timeout = TEST_TIMEOUT;
-        p.first_token_timeout = TEST_TIMEOUT;
-        p.stream_idle_timeout = TEST_TIMEOUT;
-        p
+        with_test_timeouts(ProviderConfig::new(name, kind, &base, model))
     }
 
     fn seen(&self) -> Vec<Seen> {

@@ -371,15 +371,7 @@ async fn a_task_over_its_token_budget_gets_402_and_the_spend_is_visible() {
     );
     let ev = h.events(EventKind::BudgetExceeded).await;
     assert_eq!(ev.len(), 1);
-    let view: Value = h
-        .http
-        .get(format!("{}/agents/thrifty", h.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let view: Value = hale_testkit::get_json(&h.http, &format!("{}/agents/thrifty", h.base)).await;
     assert_eq!(view["budget"]["caps"]["max_tokens_per_task"], 100);
     // No X-Hale-Task: the task is the conversation (its root), the only one.
     let tasks = view["budget"]["tasks"].as_object().expect("tasks");

@@ -186,8 +186,6 @@ async fn tools_with_clashing_schemas_are_listed_per_node_and_called_on_that_node
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     // A plain HTTP node whose `echo` takes a different input schema.
-    let other = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let other_url = format!("http://{}", other.local_addr().unwrap());
     let app = axum::Router::new()
         .route(
             "/tools",
@@ -200,7 +198,7 @@ async fn tools_with_clashing_schemas_are_listed_per_node_and_called_on_that_node
             "/tools/echo",
             axum::routing::post(|| async { axum::Json(json!({"from": "other"})) }),
         );
-    tokio::spawn(async move { axum::serve(other, app).await });
+    let other_url = hale_testkit::serve(app).await;
     let dir = tempfile::tempdir().unwrap();
     let a = node().await;
     let h = hale(

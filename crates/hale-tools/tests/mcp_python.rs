@@ -8,48 +8,15 @@
 mod common;
 
 use common::*;
+use hale_testkit::python_or_skip;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::Command;
 
-fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-/// A Python that can import `mcp`, or why there is none.
-fn python() -> Result<PathBuf, String> {
-    let candidate = match std::env::var_os("HALE_PYTHON") {
-        Some(p) => PathBuf::from(p),
-        None => workspace_root().join(".venv/bin/python"),
-    };
-    let ok = Command::new(&candidate)
-        .args(["-c", "from mcp import Client"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if ok {
-        Ok(candidate)
-    } else {
-        Err(format!(
-            "no Python with the `mcp` SDK at {} (set HALE_PYTHON, or run scripts/test.sh, or \
-             `python3 -m venv .venv && .venv/bin/pip install mcp`)",
-            candidate.display()
-        ))
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_mcp_sdk_lists_and_calls_tools_through_a_failover() {
-    let py = match python() {
-        Ok(p) => p,
-        Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true and {why}"),
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some(py) = python_or_skip("from mcp import Client", "mcp") else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (node().await, node().await);

@@ -10,29 +10,19 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::http::StatusCode;
-use axum::routing::post;
 use common::{hale_bin, start_chaos, start_serve};
+use hale_testkit::hook;
 
 const ROUTING_KEY: &str = "pd-e2e-routing-key-7c7c";
 
 async fn start_pagerduty(got: Arc<Mutex<Vec<serde_json::Value>>>) -> String {
-    let app = Router::new().route(
-        "/v2/enqueue",
-        post(move |body: axum::body::Bytes| {
-            let got = got.clone();
-            async move {
-                let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-                got.lock().unwrap().push(v);
-                StatusCode::ACCEPTED
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v2/enqueue", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    url
+    hook("/v2/enqueue", move |_, body| {
+        let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        got.lock().unwrap().push(v);
+        StatusCode::ACCEPTED
+    })
+    .await
 }
 
 async fn chat(http: &reqwest::Client, base: &str, model: &str) -> reqwest::StatusCode {
@@ -52,10 +42,7 @@ async fn chat(http: &reqwest::Client, base: &str, model: &str) -> reqwest::Statu
 async fn an_agent_paused_then_resumed_pages_pagerduty_with_trigger_then_resolve() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let http = hale_testkit::client(Duration::from_secs(30));
     let got: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
     let pd_url = start_pagerduty(got.clone()).await;
 
@@ -146,28 +133,14 @@ alerting:
     );
 
     // The channel in /ready, /metrics and hale doctor, by name only.
-    let ready: serde_json::Value = http
-        .get(format!("{base}/ready"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ready: serde_json::Value = hale_testkit::get_json(&http, &format!("{base}/ready")).await;
     let sink = ready["sinks"]
         .as_array()
         .and_then(|s| s.iter().find(|s| s["name"] == "pagerduty:oncall"))
         .unwrap_or_else(|| panic!("no pagerduty:oncall in /ready: {ready}"));
     assert_eq!(sink["kind"], "pagerduty");
     assert_eq!(sink["dead_letters"], 0);
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = hale_testkit::get_text(&http, &format!("{base}/metrics")).await;
     assert!(metrics.contains("pagerduty:oncall"), "{metrics}");
     let doctor = std::process::Command::new(hale_bin())
         .args(["doctor", "--url", &base])

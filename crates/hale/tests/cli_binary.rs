@@ -94,18 +94,11 @@ async fn hale_async(args: &[&str]) -> Out {
 
 /// Starts `hale ARGS` with extra environment; killed when dropped.
 fn spawn_env(args: &[&str], envs: &[(&str, &str)], dir: &Path, name: &str) -> Proc {
-    let stderr_path = dir.join(format!("{name}.stderr"));
-    let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
-    let child = Command::new(hale_bin())
-        .args(args)
+    let mut cmd = Command::new(hale_bin());
+    cmd.args(args)
         .envs(envs.iter().copied())
-        .env_remove("HALE_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .expect("hale starts");
-    Proc { child, stderr_path }
+        .env_remove("HALE_TOKEN");
+    Proc::start(cmd, dir, name)
 }
 
 /// A `hale chaos` and a `hale serve` in front of it. Route `r` has two
@@ -124,21 +117,8 @@ impl Gw {
     async fn start(with_keys: bool, extra_yaml: &str) -> Gw {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("tempdir");
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .expect("client");
-        let cport = free_port();
-        let chaos_listen = format!("127.0.0.1:{cport}");
-        let mut chaos = Proc::spawn(&["chaos", "--listen", &chaos_listen], dir.path(), "chaos");
-        let chaos_url = format!("http://{chaos_listen}");
-        wait_ready(
-            &http,
-            &format!("{chaos_url}/chaos/stats"),
-            &mut chaos,
-            Duration::from_secs(20),
-        )
-        .await;
+        let http = hale_testkit::client(Duration::from_secs(30));
+        let (chaos, chaos_url) = start_chaos(&http, dir.path()).await;
         let port = free_port();
         let keys = if with_keys {
             format!("auth:\n  keys:\n    - {{name: ops, token_env: {TOKEN_ENV}, scope: admin}}\n")
@@ -712,31 +692,20 @@ async fn dlq_list_and_replay_with_nothing_dead_lettered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_lettered_event_is_delivered_by_dlq_replay_once_the_receiver_accepts_it() {
-    use axum::routing::post;
     // A webhook receiver that rejects (400) until told to accept.
     let accept = Arc::new(AtomicBool::new(false));
     let received: Arc<Mutex<Vec<Value>>> = Arc::default();
     let (a, r) = (accept.clone(), received.clone());
-    let app = axum::Router::new().route(
-        "/hook",
-        post(move |body: axum::body::Bytes| {
-            let (a, r) = (a.clone(), r.clone());
-            async move {
-                if !a.load(Ordering::SeqCst) {
-                    return axum::http::StatusCode::BAD_REQUEST;
-                }
-                if let Ok(v) = serde_json::from_slice::<Value>(&body) {
-                    r.lock().expect("received").push(v);
-                }
-                axum::http::StatusCode::OK
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let hook = format!("http://{}/hook", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let hook = hale_testkit::hook("/hook", move |_, body| {
+        if !a.load(Ordering::SeqCst) {
+            return axum::http::StatusCode::BAD_REQUEST;
+        }
+        if let Ok(v) = serde_json::from_slice::<Value>(body) {
+            r.lock().expect("received").push(v);
+        }
+        axum::http::StatusCode::OK
+    })
+    .await;
 
     let gw = Gw::start(
         false,
@@ -897,32 +866,24 @@ async fn run_restarts_a_crashing_child_even_when_the_gateway_blips() {
         gate = gate.display()
     );
     let runs_arg = runs.to_string_lossy().into_owned();
-    let run_err = dir.join("run.stderr");
-    let mut run = Proc {
-        child: Command::new(hale_bin())
-            .args([
-                "run",
-                "--agent",
-                AGENT,
-                "--task",
-                "job",
-                "--url",
-                &gw.url,
-                "--log-dir",
-                &runs_arg,
-                "--",
-                "sh",
-                "-c",
-                &script,
-            ])
-            .env_remove("HALE_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&run_err).expect("file"))
-            .spawn()
-            .expect("hale run starts"),
-        stderr_path: run_err,
-    };
+    let mut cmd = Command::new(hale_bin());
+    cmd.args([
+        "run",
+        "--agent",
+        AGENT,
+        "--task",
+        "job",
+        "--url",
+        &gw.url,
+        "--log-dir",
+        &runs_arg,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .env_remove("HALE_TOKEN");
+    let mut run = Proc::start(cmd, &dir, "run");
     let log = runs.join(format!("{AGENT}.job.log"));
     let wait_for = |what: &str, cond: &dyn Fn() -> bool, run: &mut Proc| {
         let t0 = Instant::now();

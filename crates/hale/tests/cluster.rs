@@ -14,10 +14,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::http::StatusCode;
-use axum::routing::post;
 use common::{Proc, free_port, wait_ready};
+use hale_testkit::{hook, jetstream_messages};
 
 /// The leases every `hale serve` asks for (with one webhook configured).
 const SINGLETONS: [&str; 4] = [
@@ -29,22 +28,15 @@ const SINGLETONS: [&str; 4] = [
 
 /// A webhook receiver recording each event's (kind, agent) in arrival order.
 async fn start_receiver(got: Arc<Mutex<Vec<(String, String)>>>) -> (String, String) {
-    let app = Router::new().route(
-        "/hook",
-        post(move |body: axum::body::Bytes| {
-            let got = got.clone();
-            async move {
-                let ev: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-                let s = |k: &str| ev[k].as_str().unwrap_or_default().to_owned();
-                got.lock().unwrap().push((s("kind"), s("agent")));
-                StatusCode::OK
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let host = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{host}/hook"), host)
+    let url = hook("/hook", move |_, body| {
+        let ev: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        let s = |k: &str| ev[k].as_str().unwrap_or_default().to_owned();
+        got.lock().unwrap().push((s("kind"), s("agent")));
+        StatusCode::OK
+    })
+    .await;
+    let host = url["http://".len()..url.len() - "/hook".len()].to_owned();
+    (url, host)
 }
 
 /// A `hale serve` on `storage` with its own port and data directory.
@@ -85,13 +77,7 @@ events:
 }
 
 async fn cluster(http: &reqwest::Client, base: &str) -> serde_json::Value {
-    http.get(format!("{base}/cluster"))
-        .send()
-        .await
-        .expect("GET /cluster")
-        .json()
-        .await
-        .expect("cluster json")
+    hale_testkit::get_json(http, &format!("{base}/cluster")).await
 }
 
 /// Lease name → holder, of the leases not expired.
@@ -158,10 +144,7 @@ async fn issue11_lease_holder_killed_survivor_takes_monitor_and_relay_within_15s
     };
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let http = hale_testkit::client(Duration::from_secs(30));
     let got = Arc::new(Mutex::new(Vec::new()));
     let (hook, hook_host) = start_receiver(got.clone()).await;
 
@@ -311,22 +294,11 @@ async fn issue11_pause_on_b_refuses_the_agent_on_a_within_1s() {
     };
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let http = hale_testkit::client(Duration::from_secs(30));
     let got = Arc::new(Mutex::new(Vec::new()));
     let (hook, _) = start_receiver(got).await;
-    let chaos_listen = format!("127.0.0.1:{}", free_port());
-    let mut chaos = Proc::spawn(&["chaos", "--listen", &chaos_listen], dir.path(), "chaos");
-    wait_ready(
-        &http,
-        &format!("http://{chaos_listen}/chaos/stats"),
-        &mut chaos,
-        Duration::from_secs(30),
-    )
-    .await;
-    let provider = format!("http://{chaos_listen}/v1");
+    let (chaos, chaos_base) = common::start_chaos(&http, dir.path()).await;
+    let provider = format!("{chaos_base}/v1");
     let (mut a, base_a) = serve_with(dir.path(), "a", &pg.url, &hook, &provider);
     let (mut b, base_b) = serve_with(dir.path(), "b", &pg.url, &hook, &provider);
     for (p, base) in [(&mut a, &base_a), (&mut b, &base_b)] {
@@ -374,32 +346,15 @@ async fn issue11_idempotency_key_answered_by_a_is_replayed_by_b_without_upstream
     };
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let http = hale_testkit::client(Duration::from_secs(30));
     let (hook, _) = start_receiver(Arc::new(Mutex::new(Vec::new()))).await;
-    let chaos_listen = format!("127.0.0.1:{}", free_port());
-    let mut chaos = Proc::spawn(&["chaos", "--listen", &chaos_listen], dir.path(), "chaos");
-    wait_ready(
-        &http,
-        &format!("http://{chaos_listen}/chaos/stats"),
-        &mut chaos,
-        Duration::from_secs(30),
-    )
-    .await;
+    let (chaos, chaos_base) = common::start_chaos(&http, dir.path()).await;
     let upstream_calls = || async {
-        let v: serde_json::Value = http
-            .get(format!("http://{chaos_listen}/chaos/stats"))
-            .send()
-            .await
-            .expect("stats")
-            .json()
-            .await
-            .expect("stats json");
+        let v: serde_json::Value =
+            hale_testkit::get_json(&http, &format!("{chaos_base}/chaos/stats")).await;
         v["requests_per_model"]["ok"].as_u64().unwrap_or(0)
     };
-    let provider = format!("http://{chaos_listen}/v1");
+    let provider = format!("{chaos_base}/v1");
     let (mut a, base_a) = serve_with(dir.path(), "a", &pg.url, &hook, &provider);
     let (mut b, base_b) = serve_with(dir.path(), "b", &pg.url, &hook, &provider);
     for (p, base) in [(&mut a, &base_a), (&mut b, &base_b)] {
@@ -454,10 +409,7 @@ impl Pair {
         let pg = store_common::pg_scratch().await?;
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .unwrap();
+        let http = hale_testkit::client(Duration::from_secs(30));
         let (chaos, chaos_base) = common::start_chaos(&http, dir.path()).await;
         let config = format!(
             "storage: \"{}\"
@@ -724,14 +676,8 @@ async fn issue11_concurrent_duplicate_on_b_waits_for_a_and_calls_upstream_once()
         "B replays A's answer: {body_b}"
     );
     assert_eq!(body_b, body_a, "the same answer");
-    let stats: serde_json::Value = http
-        .get(format!("{chaos_base}/chaos/stats"))
-        .send()
-        .await
-        .expect("stats")
-        .json()
-        .await
-        .expect("stats json");
+    let stats: serde_json::Value =
+        hale_testkit::get_json(&http, &format!("{chaos_base}/chaos/stats")).await;
     assert_eq!(
         stats["requests_per_model"]["m1"].as_u64(),
         Some(1),
@@ -762,37 +708,17 @@ async fn nats_or_skip() -> Option<String> {
 
 /// The `Nats-Msg-Id`s and (kind, agent) of every message in `stream`.
 async fn stream_messages(url: &str, stream: &str) -> Vec<(String, String)> {
-    use async_nats::jetstream::{self, consumer};
-    use futures::StreamExt;
-    let js = jetstream::new(async_nats::connect(url).await.expect("nats"));
-    let mut s = js.get_stream(stream).await.expect("stream");
-    let total = s.info().await.expect("info").state.messages as usize;
-    let c = s
-        .create_consumer(consumer::pull::Config {
-            ack_policy: consumer::AckPolicy::None,
-            deliver_policy: consumer::DeliverPolicy::All,
-            ..Default::default()
-        })
+    let out = jetstream_messages(url, stream, None, Duration::from_secs(5))
         .await
-        .expect("consumer");
-    let mut msgs = c.messages().await.expect("messages");
-    let mut out = Vec::with_capacity(total);
-    while out.len() < total {
-        let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_secs(5), msgs.next()).await
-        else {
-            break;
-        };
-        let id = m
-            .headers
-            .as_ref()
-            .and_then(|h| h.get("Nats-Msg-Id"))
-            .map(|v| v.as_str().to_owned())
-            .unwrap_or_default();
-        let ev: serde_json::Value = serde_json::from_slice(&m.payload).unwrap_or_default();
-        let kind = ev["kind"].as_str().unwrap_or_default();
-        let agent = ev["agent"].as_str().unwrap_or_default();
-        out.push((id, format!("{kind} {agent}")));
-    }
+        .into_iter()
+        .map(|m| {
+            let ev = m.json();
+            let kind = ev["kind"].as_str().unwrap_or_default();
+            let agent = ev["agent"].as_str().unwrap_or_default();
+            (m.id.clone(), format!("{kind} {agent}"))
+        })
+        .collect();
+    let js = async_nats::jetstream::new(async_nats::connect(url).await.expect("nats"));
     let _ = js.delete_stream(stream).await;
     out
 }
@@ -813,10 +739,7 @@ async fn issue11_three_instances_nats_relay_holder_killed_every_event_reaches_je
     };
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let http = hale_testkit::client(Duration::from_secs(30));
     let tag = format!("{}_{}", std::process::id(), free_port());
     let stream = format!("HALE_TEST_{tag}");
     let (_chaos, chaos_base) = common::start_chaos(&http, dir.path()).await;

@@ -120,10 +120,7 @@ struct Stack {
 async fn stack(extra: &str, envs: &[(&str, &str)]) -> Stack {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().expect("tempdir");
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("client");
+    let http = hale_testkit::client(Duration::from_secs(30));
 
     let (chaos, chaos_base) = start_chaos(&http, dir.path()).await;
     let config = format!(
@@ -259,14 +256,8 @@ async fn dashboard_shows_a_pause_live_resumes_on_click_and_opens_a_timeline() {
         limit,
     )
     .await;
-    let agent: serde_json::Value = http
-        .get(format!("{base}/agents/bot"))
-        .send()
-        .await
-        .expect("agent")
-        .json()
-        .await
-        .expect("json");
+    let agent: serde_json::Value =
+        hale_testkit::get_json(http, &format!("{base}/agents/bot")).await;
     assert_eq!(
         agent["state"], "active",
         "the click resumed the agent in hale"

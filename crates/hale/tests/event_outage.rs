@@ -9,75 +9,13 @@
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, consumer};
-use axum::Router;
 use axum::http::StatusCode;
-use axum::routing::post;
-use common::{Proc, free_port, wait_ready};
-use futures::StreamExt;
-
-/// `nats-server` on PATH (or /usr/sbin), or None after saying why the test is
-/// skipped (a failure under CI=true).
-fn nats_server_bin() -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    dirs.push("/usr/sbin".into());
-    let found = dirs
-        .into_iter()
-        .map(|d| d.join("nats-server"))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "nats-server is not installed; CI must install it"
-        );
-        eprintln!("SKIP: nats-server is not installed");
-    }
-    found
-}
-
-/// `nats-server -js` on `port` storing in `dir`; killed (-9) on drop.
-struct Nats(Child);
-
-impl Nats {
-    fn start(bin: &Path, port: u16, dir: &Path) -> Nats {
-        let child = Command::new(bin)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nats-server starts");
-        let t0 = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "nats-server did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Nats(child)
-    }
-
-    /// SIGKILL and reap.
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+use common::{Proc, free_port, start_chaos, wait_ready};
+use hale_testkit::{NatsServer, hook, jetstream_messages, nats_server_bin};
 
 /// A webhook receiver: 503 while `down`, else records each event id in
 /// arrival order.
@@ -89,25 +27,16 @@ struct Receiver {
 }
 
 async fn start_receiver(rx: Receiver) -> String {
-    let app = Router::new().route(
-        "/hook",
-        post(move |body: axum::body::Bytes| {
-            let rx = rx.clone();
-            async move {
-                if rx.down.load(Ordering::SeqCst) {
-                    rx.refused.fetch_add(1, Ordering::SeqCst);
-                    return StatusCode::SERVICE_UNAVAILABLE;
-                }
-                let ev: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-                rx.got.lock().unwrap().push(ident(&ev));
-                StatusCode::OK
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    url
+    hook("/hook", move |_, body| {
+        if rx.down.load(Ordering::SeqCst) {
+            rx.refused.fetch_add(1, Ordering::SeqCst);
+            return StatusCode::SERVICE_UNAVAILABLE;
+        }
+        let ev: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        rx.got.lock().unwrap().push(ident(&ev));
+        StatusCode::OK
+    })
+    .await
 }
 
 /// (id, agent, kind) of an event's JSON.
@@ -118,47 +47,16 @@ fn ident(ev: &serde_json::Value) -> (String, String, String) {
 
 /// Every message of the stream, in stream order: (Nats-Msg-Id, event).
 async fn read_stream(port: u16) -> Vec<(String, (String, String, String))> {
-    let client = async_nats::connect(format!("nats://127.0.0.1:{port}"))
+    let url = format!("nats://127.0.0.1:{port}");
+    jetstream_messages(&url, "HALE_EVENTS", None, Duration::from_secs(10))
         .await
-        .unwrap();
-    let js = jetstream::new(client);
-    let mut stream = js.get_stream("HALE_EVENTS").await.unwrap();
-    let n = stream.info().await.unwrap().state.messages as usize;
-    let c = stream
-        .create_consumer(consumer::pull::Config {
-            ack_policy: consumer::AckPolicy::None,
-            deliver_policy: consumer::DeliverPolicy::All,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let mut msgs = c.messages().await.unwrap();
-    let mut out = Vec::with_capacity(n);
-    while out.len() < n {
-        let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(10), msgs.next()).await else {
-            break;
-        };
-        let m = m.unwrap();
-        let id = m
-            .headers
-            .as_ref()
-            .and_then(|h| h.get("Nats-Msg-Id"))
-            .map(|v| v.as_str().to_string())
-            .unwrap_or_default();
-        let ev: serde_json::Value = serde_json::from_slice(&m.payload).unwrap_or_default();
-        out.push((id, ident(&ev)));
-    }
-    out
+        .into_iter()
+        .map(|m| (m.id.clone(), ident(&m.json())))
+        .collect()
 }
 
 async fn ready(http: &reqwest::Client, base: &str) -> serde_json::Value {
-    http.get(format!("{base}/ready"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    hale_testkit::get_json(http, &format!("{base}/ready")).await
 }
 
 fn sink<'a>(ready: &'a serde_json::Value, kind: &str) -> &'a serde_json::Value {
@@ -183,25 +81,14 @@ async fn nats_killed_and_webhook_503_for_a_minute_lose_nothing_and_dead_letter_n
             .unwrap_or(60),
     );
     let dir = tempfile::tempdir().unwrap();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let http = hale_testkit::client(Duration::from_secs(30));
     let nats_port = free_port();
     let nats_dir = dir.path().join("nats");
-    let mut nats = Nats::start(&nats_bin, nats_port, &nats_dir);
+    let mut nats = NatsServer::start(&nats_bin, nats_port, &nats_dir);
     let rx = Receiver::default();
     let hook = start_receiver(rx.clone()).await;
 
-    let chaos_listen = format!("127.0.0.1:{}", free_port());
-    let mut chaos = Proc::spawn(&["chaos", "--listen", &chaos_listen], dir.path(), "chaos");
-    wait_ready(
-        &http,
-        &format!("http://{chaos_listen}/chaos/stats"),
-        &mut chaos,
-        Duration::from_secs(20),
-    )
-    .await;
+    let (_chaos, chaos_base) = start_chaos(&http, dir.path()).await;
     let port = free_port();
     let cfg = dir.path().join("hale.yaml");
     std::fs::write(
@@ -213,7 +100,7 @@ data_dir: {data}
 providers:
   - name: p
     kind: openai
-    base_url: http://{chaos_listen}/v1
+    base_url: {chaos_base}/v1
     default_model: ok
 agents:
   default: {{provider: p}}
@@ -326,14 +213,7 @@ events:
         seen_down.0 && seen_down.1,
         "both sinks seen down with a backlog: {during}"
     );
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = hale_testkit::get_text(&http, &format!("{base}/metrics")).await;
     assert!(
         metrics
             .lines()
@@ -342,7 +222,7 @@ events:
     );
 
     // NATS restarts on the same port and store; the webhook accepts again.
-    let nats = Nats::start(&nats_bin, nats_port, &nats_dir);
+    let nats = NatsServer::start(&nats_bin, nats_port, &nats_dir);
     rx.down.store(false, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, Ordering::SeqCst);
@@ -375,14 +255,7 @@ events:
         .map(|e| &e.0)
         .filter(|i| seen.insert(*i))
         .collect();
-    let dlq: serde_json::Value = http
-        .get(format!("{base}/dlq"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let dlq: serde_json::Value = hale_testkit::get_json(&http, &format!("{base}/dlq")).await;
     let acked = acked.lock().unwrap().clone();
     let acked_total: u64 = acked.values().sum();
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();

@@ -88,14 +88,7 @@ tool_nodes:
     .await;
     // Capabilities are listed at start; wait until both nodes show tools.
     for i in 0.. {
-        let v: Value = http
-            .get(format!("{base}/nodes"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v: Value = hale_testkit::get_json(&http, &format!("{base}/nodes")).await;
         let ready = v["nodes"].as_array().is_some_and(|n| {
             n.len() == 2 && n.iter().all(|n| !n["tools"].as_array().unwrap().is_empty())
         });
@@ -132,14 +125,7 @@ tool_nodes:
     );
 
     // The same figures as Prometheus gauges, labelled by node and by tool.
-    let text = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = hale_testkit::get_text(&http, &format!("{base}/metrics")).await;
     let gauge = |prefix: &str| -> f64 {
         text.lines()
             .find_map(|l| l.strip_prefix(prefix))

@@ -17,10 +17,7 @@ use std::time::Duration;
 async fn turn_and_attempt_spans_reach_the_otlp_collector_with_the_turn_id() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().expect("tempdir");
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("client");
+    let http = hale_testkit::client(Duration::from_secs(30));
 
     // The collector: keeps (path, content-type, body) of each request.
     type Seen = Arc<Mutex<Vec<(String, String, Vec<u8>)>>>;
@@ -43,11 +40,7 @@ async fn turn_and_attempt_spans_reach_the_otlp_collector_with_the_turn_id() {
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let collector = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let collector = hale_testkit::serve(app).await;
 
     let (_chaos, chaos_base) = start_chaos(&http, dir.path()).await;
     let config = format!(

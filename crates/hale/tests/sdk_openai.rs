@@ -11,41 +11,14 @@
 mod common;
 
 use common::*;
+use hale_testkit::python_or_skip;
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::Command;
-
-/// A Python that can import `openai`, or why there is none.
-fn python() -> Result<PathBuf, String> {
-    let candidate = match std::env::var_os("HALE_PYTHON") {
-        Some(p) => PathBuf::from(p),
-        None => workspace_root().join(".venv/bin/python"),
-    };
-    let ok = Command::new(&candidate)
-        .args(["-c", "import openai"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if ok {
-        Ok(candidate)
-    } else {
-        Err(format!(
-            "no Python with the `openai` SDK at {} (set HALE_PYTHON, or run scripts/test.sh, or \
-             `python3 -m venv .venv && .venv/bin/pip install openai`)",
-            candidate.display()
-        ))
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_python_sdk_gets_complete_answers_through_failover() {
-    let py = match python() {
-        Ok(p) => p,
-        Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("CI=true and {why}"),
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some(py) = python_or_skip("import openai", "openai") else {
+        return;
     };
     let s = Stack::start().await;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/openai_client.py");

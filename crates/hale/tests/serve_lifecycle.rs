@@ -6,10 +6,9 @@
 
 mod common;
 
-use axum::Router;
-use axum::http::HeaderMap;
-use axum::routing::post;
+use axum::http::StatusCode;
 use common::{Proc, free_port, wait_ready};
+use hale_testkit::{hook, wait_exit};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -25,21 +24,6 @@ fn write_config(dir: &Path, port: u16, extra: &str) -> String {
     let path = dir.join(format!("hale-{port}.yaml"));
     std::fs::write(&path, yaml).unwrap();
     path.to_string_lossy().into_owned()
-}
-
-async fn wait_exit(p: &mut Proc, limit: Duration) -> std::process::ExitStatus {
-    let t0 = Instant::now();
-    loop {
-        if let Some(s) = p.child.try_wait().unwrap() {
-            return s;
-        }
-        assert!(
-            t0.elapsed() < limit,
-            "process still running after {limit:?}:\n{}",
-            p.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn sigterm(p: &Proc) {
@@ -118,29 +102,21 @@ struct Received(Arc<Mutex<ByAgentKind<HashSet<String>>>>);
 async fn start_receiver() -> (String, Received) {
     let got = Received::default();
     let g = got.clone();
-    let app = Router::new().route(
-        "/hook",
-        post(move |headers: HeaderMap, body: axum::body::Bytes| {
-            let g = g.clone();
-            async move {
-                let ev: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-                let id = headers
-                    .get("x-hale-event-id")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default()
-                    .to_owned();
-                let key = (
-                    ev["agent"].as_str().unwrap_or_default().to_owned(),
-                    ev["kind"].as_str().unwrap_or_default().to_owned(),
-                );
-                g.0.lock().unwrap().entry(key).or_default().insert(id);
-                "ok"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = hook("/hook", move |headers, body| {
+        let ev: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        let id = headers
+            .get("x-hale-event-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let key = (
+            ev["agent"].as_str().unwrap_or_default().to_owned(),
+            ev["kind"].as_str().unwrap_or_default().to_owned(),
+        );
+        g.0.lock().unwrap().entry(key).or_default().insert(id);
+        StatusCode::OK
+    })
+    .await;
     (url, got)
 }
 
@@ -243,14 +219,7 @@ async fn kill_9_loses_no_acknowledged_event_and_they_are_delivered_after_restart
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The relays' figures are in /metrics.
-    let metrics = http
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = hale_testkit::get_text(&http, &format!("{base}/metrics")).await;
     let line = metrics
         .lines()
         .find(|l| l.starts_with("hale_sink_delivered{") && l.contains("webhook:"))

@@ -14,34 +14,11 @@
 //! `CI=true`, where that is a failure.
 
 use hale_core::event::{Event, EventKind};
+use hale_testkit::{python, workspace_root};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn python() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("HALE_PYTHON").map(PathBuf::from),
-        Some(workspace().join(".venv/bin/python")),
-    ];
-    for p in candidates.into_iter().flatten() {
-        let ok = Command::new(&p)
-            .args(["-c", "import openai"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Some(p);
-        }
-    }
-    None
-}
 
 /// Kills the child when the test ends, however it ends.
 struct Proc(Child);
@@ -83,18 +60,12 @@ fn start_hale(args: &[&str], marker: &str) -> (Proc, String) {
 }
 
 async fn get(http: &reqwest::Client, url: &str) -> Value {
-    http.get(url)
-        .send()
-        .await
-        .expect("GET")
-        .json()
-        .await
-        .expect("json")
+    hale_testkit::get_json(http, url).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn crashing_agent_is_restarted_from_its_last_valid_checkpoint_then_stays_down() {
-    let Some(py) = python() else {
+    let Some(py) = python("import openai", "openai").ok() else {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             panic!("CI=true but no python with the openai SDK (set HALE_PYTHON or create .venv)");
         }
@@ -126,7 +97,7 @@ async fn crashing_agent_is_restarted_from_its_last_valid_checkpoint_then_stays_d
     let cfg = cfg_path.to_str().expect("utf-8 path");
     let (mut serve, url) = start_hale(&["serve", "--config", cfg], "listening on ");
 
-    let script = workspace().join("crates/hale/tests/agents/crashy_agent.py");
+    let script = workspace_root().join("crates/hale/tests/agents/crashy_agent.py");
     let mut run = Proc(
         Command::new(env!("CARGO_BIN_EXE_hale"))
             .args([

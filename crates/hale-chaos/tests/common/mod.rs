@@ -23,10 +23,7 @@ pub fn install_provider() {
 
 pub fn client() -> reqwest::Client {
     install_provider();
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
+    hale_testkit::client(Duration::from_secs(20))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,12 +182,9 @@ pub fn full_text(d: D, v: &Value) -> String {
     }
 }
 
-pub fn words(n: usize) -> String {
-    (0..n)
-        .map(|i| format!("w{i}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+/// The chaos deterministic answer of `n` words: `w0 w1 … w{n-1}`.
+#[allow(unused_imports)]
+pub use hale_testkit::words;
 
 /// The error type of an error body in either dialect.
 pub fn error_type(d: D, v: &Value) -> String {

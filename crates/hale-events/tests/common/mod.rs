@@ -1,10 +1,8 @@
 //! Shared test helpers: a store in a tempdir, events, free ports, servers.
 #![allow(dead_code)]
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
 use hale_core::event::{Event, EventKind};
 use hale_store::{Store, StoreOptions, Write};
@@ -37,147 +35,12 @@ pub async fn commit_all(store: &Store, evs: &[Event]) {
     }
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-/// Serves `app` on a free loopback port; returns its base URL.
-pub async fn serve(app: axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr: SocketAddr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    format!("http://{addr}")
-}
-
-pub fn install_crypto() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// Polls `f` every 20 ms until it returns true or `within` passes.
-pub async fn eventually<F, Fut>(within: Duration, what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if f().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// `nats-server` on PATH, or None after printing why the test is skipped
-/// (panics instead when CI=true).
-pub fn nats_server_bin() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("nats-server"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("nats-server is not on PATH; CI must install it (apt-get install nats-server)");
-        }
-        eprintln!("SKIP: nats-server is not on PATH");
-    }
-    found
-}
-
-/// A `nats-server -js` child on `port` storing in `dir`; killed on drop.
-pub struct NatsServer {
-    pub child: Child,
-    pub port: u16,
-}
-
-impl NatsServer {
-    pub fn start(bin: &Path, port: u16, dir: &Path) -> NatsServer {
-        let child = Command::new(bin)
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nats-server");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "nats-server did not listen on {port}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        NatsServer { child, port }
-    }
-
-    /// SIGKILL and reap.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// An HTTP server on a fixed loopback port that can be stopped (its port
-/// then refuses connections) and started again on the same port.
-pub struct Stoppable {
-    pub port: u16,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Stoppable {
-    pub async fn start(app: axum::Router, port: u16) -> Stoppable {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let listener = loop {
-            match tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
-                Ok(l) => break l,
-                Err(e) => {
-                    assert!(Instant::now() < deadline, "cannot bind {port} again: {e}");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = rx.await;
-                })
-                .await;
-        });
-        Stoppable {
-            port,
-            stop: Some(tx),
-            task: Some(task),
-        }
-    }
-
-    /// Stops accepting, closes the open connections and frees the port.
-    pub async fn stop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
-        }
-    }
-}
+// Ports, servers, polling and a nats-server of the test's own: the
+// workspace's shared test kit.
+#[allow(unused_imports)]
+pub use hale_testkit::{
+    NatsServer, Stoppable, eventually, free_port, install_crypto, nats_server_bin, serve,
+};
 
 /// Commits one event every few milliseconds until `stop`; returns the ids in
 /// commit (= outbox) order.
@@ -225,3 +88,17 @@ pub fn min_outage() -> Duration {
 /// Failed trials of a down sink an outage test waits for: many more than
 /// the attempts that would dead-letter an event.
 pub const OUTAGE_TRIALS: u64 = 20;
+
+/// Relay tuning for outage tests: retries from 20 ms to 100 ms, a down sink
+/// probed from 20 ms up to `down_max`, so a test's outage takes seconds.
+pub fn fast_tuning_to(down_max: Duration) -> hale_events::relay::RelayTuning {
+    hale_events::relay::RelayTuning {
+        retry_initial: Duration::from_millis(20),
+        retry_max: Duration::from_millis(100),
+        down_backoff: hale_core::delivery::DownBackoff {
+            initial: Duration::from_millis(20),
+            max: down_max,
+        },
+        ..hale_events::relay::RelayTuning::default()
+    }
+}

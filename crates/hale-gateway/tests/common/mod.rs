@@ -19,12 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The chaos deterministic answer of `n` words: `w0 w1 … w{n-1}`.
-pub fn words(n: usize) -> String {
-    (0..n)
-        .map(|i| format!("w{i}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+#[allow(unused_imports)]
+pub use hale_testkit::words;
 
 /// The default chaos answer (60 words).
 pub fn full() -> String {
@@ -33,9 +29,8 @@ pub fn full() -> String {
 
 /// reqwest (rustls) needs a process-wide crypto provider; the binary installs
 /// it at start, so the tests do too.
-pub fn install_crypto() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
+#[allow(unused_imports)]
+pub use hale_testkit::install_crypto;
 
 /// A chaos server of its own.
 pub async fn chaos() -> ChaosHandle {
@@ -62,7 +57,8 @@ pub async fn chaos_script(yaml: &str) -> ChaosHandle {
 /// fails a test in seconds rather than minutes, long enough for a loaded CI box.
 pub const TEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn with_test_timeouts(mut p: ProviderConfig) -> ProviderConfig {
+/// `p` with every timeout [`TEST_TIMEOUT`].
+pub fn with_test_timeouts(mut p: ProviderConfig) -> ProviderConfig {
     p.timeout = TEST_TIMEOUT;
     p.first_token_timeout = TEST_TIMEOUT;
     p.stream_idle_timeout = TEST_TIMEOUT;
@@ -151,10 +147,7 @@ impl Hale {
         let server = tokio::spawn(hale_gateway::http::serve(gw.clone(), listener, async {
             let _ = stopped.await;
         }));
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(120))
-            .build()
-            .expect("client");
+        let http = hale_testkit::client(Duration::from_secs(120));
         Hale {
             base,
             http,
@@ -627,7 +620,7 @@ pub struct Stub {
     pub hits: Arc<AtomicU64>,
     /// Every request body received, in order.
     pub bodies: Arc<std::sync::Mutex<Vec<Value>>>,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    _served: hale_testkit::Served,
 }
 
 impl Stub {
@@ -654,23 +647,12 @@ impl Stub {
         let app = axum::Router::new()
             .route("/v1/chat/completions", axum::routing::post(handler.clone()))
             .route("/v1/messages", axum::routing::post(handler));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
+        let served = hale_testkit::serve_stoppable(app).await;
         Stub {
-            base_url: format!("http://{addr}/v1"),
+            base_url: format!("http://{}/v1", served.addr),
             hits,
             bodies,
-            _stop: stop,
+            _served: served,
         }
     }
 

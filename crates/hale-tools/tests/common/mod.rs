@@ -58,10 +58,8 @@ impl Node {
 }
 
 /// A loopback address nothing listens on (yet).
-pub fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
+#[allow(unused_imports)]
+pub use hale_testkit::free_addr;
 
 pub fn http_node(name: &str, url: &str) -> ToolNodeConfig {
     ToolNodeConfig {

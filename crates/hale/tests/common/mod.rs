@@ -4,87 +4,28 @@
 //! waiting for a server to answer.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
+
+/// The binary under test, as the test kit's [`hale_testkit::Program`].
+pub struct HaleBin;
+
+impl hale_testkit::Program for HaleBin {
+    const PATH: &'static str = env!("CARGO_BIN_EXE_hale");
+}
+
+/// A `hale` child process, killed and reaped when dropped; its stderr in a
+/// file so a failing test can show it.
+pub type Proc = hale_testkit::Proc<HaleBin>;
+
+// Free ports, waiting for a server to answer, the workspace root: the
+// workspace's shared test kit.
+#[allow(unused_imports)]
+pub use hale_testkit::{free_port, wait_ready, workspace_root};
 
 /// The binary under test.
 pub fn hale_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_hale")
-}
-
-/// The workspace root (two levels above this crate).
-pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// A port that was free a moment ago (bound to 0, then released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// A child process, killed and reaped when dropped. Its stderr goes to a file
-/// so a failing test can show it.
-pub struct Proc {
-    pub child: Child,
-    pub stderr_path: PathBuf,
-}
-
-impl Proc {
-    pub fn spawn(args: &[&str], dir: &Path, name: &str) -> Proc {
-        Self::spawn_env(args, dir, name, &[])
-    }
-
-    /// [`Proc::spawn`] with extra environment variables.
-    pub fn spawn_env(args: &[&str], dir: &Path, name: &str, envs: &[(&str, &str)]) -> Proc {
-        let stderr_path = dir.join(format!("{name}.stderr"));
-        let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
-        let child = Command::new(hale_bin())
-            .args(args)
-            .envs(envs.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("hale starts");
-        Proc { child, stderr_path }
-    }
-
-    pub fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Polls `url` until it answers 200, or panics after `limit` with `proc`'s stderr.
-pub async fn wait_ready(http: &reqwest::Client, url: &str, proc: &mut Proc, limit: Duration) {
-    let t0 = Instant::now();
-    loop {
-        if let Ok(r) = http.get(url).send().await
-            && r.status().is_success()
-        {
-            return;
-        }
-        if let Ok(Some(status)) = proc.child.try_wait() {
-            panic!(
-                "{url}: the process exited with {status} before it was ready:\n{}",
-                proc.stderr()
-            );
-        }
-        if t0.elapsed() > limit {
-            panic!("{url} not ready after {limit:?}:\n{}", proc.stderr());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    <HaleBin as hale_testkit::Program>::PATH
 }
 
 /// A running `hale chaos` and a running `hale serve` in front of it, with
@@ -106,21 +47,8 @@ impl Stack {
     pub async fn start() -> Stack {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("tempdir");
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(60))
-            .build()
-            .expect("client");
-        let cport = free_port();
-        let chaos_listen = format!("127.0.0.1:{cport}");
-        let mut chaos = Proc::spawn(&["chaos", "--listen", &chaos_listen], dir.path(), "chaos");
-        let chaos_base = format!("http://{chaos_listen}");
-        wait_ready(
-            &http,
-            &format!("{chaos_base}/chaos/stats"),
-            &mut chaos,
-            Duration::from_secs(20),
-        )
-        .await;
+        let http = hale_testkit::client(Duration::from_secs(60));
+        let (chaos, chaos_base) = start_chaos(&http, dir.path()).await;
 
         let port = free_port();
         let data = dir.path().join("data");
@@ -168,29 +96,18 @@ retry:
 
     /// Chat requests chaos received for `model`.
     pub async fn chaos_requests(&self, model: &str) -> u64 {
-        let v: serde_json::Value = self
-            .http
-            .get(format!("{}/chaos/stats", self.chaos_base))
-            .send()
-            .await
-            .expect("stats")
-            .json()
-            .await
-            .expect("stats json");
+        let v =
+            hale_testkit::get_json(&self.http, &format!("{}/chaos/stats", self.chaos_base)).await;
         v["requests_per_model"][model].as_u64().unwrap_or(0)
     }
 }
 
-/// The chaos deterministic answer of `n` words.
-pub fn words(n: usize) -> String {
-    (0..n)
-        .map(|i| format!("w{i}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+/// The chaos deterministic answer of `n` words: `w0 w1 … w{n-1}`.
+#[allow(unused_imports)]
+pub use hale_testkit::words;
 
 /// Starts `hale chaos` on a free loopback port (stderr in `dir`) and waits
-/// until it answers; returns it and its base URL.
+/// (up to 30 s) until it answers; returns it and its base URL.
 pub async fn start_chaos(http: &reqwest::Client, dir: &Path) -> (Proc, String) {
     let listen = format!("127.0.0.1:{}", free_port());
     let mut chaos = Proc::spawn(&["chaos", "--listen", &listen], dir, "chaos");
@@ -199,7 +116,7 @@ pub async fn start_chaos(http: &reqwest::Client, dir: &Path) -> (Proc, String) {
         http,
         &format!("{base}/chaos/stats"),
         &mut chaos,
-        Duration::from_secs(20),
+        Duration::from_secs(30),
     )
     .await;
     (chaos, base)
