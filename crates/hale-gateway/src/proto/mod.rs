@@ -35,6 +35,7 @@ pub mod fidelity;
 mod json;
 pub mod openai;
 mod parse;
+pub mod responses;
 mod sse;
 
 pub use canonical::{
