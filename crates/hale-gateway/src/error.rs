@@ -175,6 +175,9 @@ impl HaleError {
             Dialect::Anthropic => {
                 proto::anthropic::render_error(self.kind, &self.message, self.hale)
             }
+            Dialect::Responses => {
+                proto::responses::render_error(self.kind, &self.message, self.hale)
+            }
         };
         let mut resp = Response::new(Body::from(serde_json::to_vec(&body).unwrap_or_default()));
         *resp.status_mut() = self.status;

@@ -241,6 +241,7 @@ pub async fn handle_chat(
                     let rendered = match dialect {
                         Dialect::OpenAi => proto::openai::render_response(answer),
                         Dialect::Anthropic => proto::anthropic::render_response(answer),
+                        Dialect::Responses => proto::responses::render_response(answer),
                     };
                     serde_json::to_vec(&rendered).unwrap_or_default().into()
                 }

@@ -33,6 +33,7 @@ pub const MAX_RESUMES: u32 = 3;
 pub enum Encoder {
     OpenAi(proto::openai::StreamEncoder),
     Anthropic(proto::anthropic::StreamEncoder),
+    Responses(proto::responses::StreamEncoder),
 }
 
 impl Encoder {
@@ -46,6 +47,11 @@ impl Encoder {
                 model,
                 include_usage,
             )),
+            Dialect::Responses => Encoder::Responses(proto::responses::StreamEncoder::new(
+                id,
+                model,
+                include_usage,
+            )),
         }
     }
 
@@ -53,6 +59,7 @@ impl Encoder {
         let frames = match self {
             Encoder::OpenAi(e) => e.encode(ev),
             Encoder::Anthropic(e) => e.encode(ev),
+            Encoder::Responses(e) => e.encode(ev),
         };
         frames_to_bytes(&frames)
     }
@@ -61,6 +68,7 @@ impl Encoder {
         let frames = match self {
             Encoder::OpenAi(e) => e.error(kind, message),
             Encoder::Anthropic(e) => e.error(kind, message),
+            Encoder::Responses(e) => e.error(kind, message),
         };
         frames_to_bytes(&frames)
     }

@@ -48,20 +48,16 @@ mod stream;
 use super::canonical::Dialect;
 
 /// The [`Dialect`] of this codec's requests and opaque parts.
-pub(crate) const DIALECT: Dialect = Dialect::OpenAi;
+pub(crate) const DIALECT: Dialect = Dialect::Responses;
 
 pub use super::sse::SseFrame;
-#[allow(unused_imports)] // until the fidelity module reads them
-pub(crate) use request::{
-    KNOWN_REQUEST_FIELDS, continues_run, image_from_other, parse_request_traced, render_message,
-    render_tool,
-};
 pub use request::{
     CUSTOM_TOOLS_KEY, HOSTED_TOOLS_KEY, arguments_to_custom_input, custom_input_to_arguments,
     custom_schema, custom_tools, parse_request, render_request,
 };
+pub(crate) use request::{continues_run, parse_request_traced, render_message};
 pub use response::{
-    parse_response, parse_status, render_error, render_response, render_response_with,
-    response_id, status,
+    parse_response, parse_status, render_error, render_response, render_response_with, response_id,
+    status,
 };
 pub use stream::{StreamDecoder, StreamEncoder, error_body};

@@ -570,7 +570,7 @@ pub fn render_request(req: &ChatRequest, model: &str, prefill: Option<&str>) -> 
 /// One canonical tool in Responses' form.
 pub(crate) fn render_tool(t: &Tool, custom: &[String]) -> Value {
     let mut o = Map::new();
-    if custom.iter().any(|c| *c == t.name) {
+    if custom.contains(&t.name) {
         o.insert("type".into(), json!("custom"));
         o.insert("name".into(), json!(t.name));
         if let Some(d) = &t.description {
@@ -622,7 +622,9 @@ pub(crate) fn image_from_other(dialect: Dialect, part: &Value) -> Option<Value> 
 /// One canonical message as Responses input items.
 pub(crate) fn render_message(m: &Message, custom: &[String], out: &mut Vec<Value>) {
     match m.role {
-        Role::System => out.push(json!({"type": "message", "role": "system", "content": m.joined_text()})),
+        Role::System => {
+            out.push(json!({"type": "message", "role": "system", "content": m.joined_text()}))
+        }
         Role::User | Role::Tool => {
             let mut parts: Vec<Value> = Vec::new();
             let mut results: Vec<Value> = Vec::new();
@@ -761,7 +763,9 @@ mod tests {
         let a = &req.messages[1];
         assert_eq!(a.role, Role::Assistant);
         assert_eq!(a.content.len(), 4);
-        assert!(matches!(&a.content[0], Part::Opaque { value, .. } if value["encrypted_content"] == "gAAA"));
+        assert!(
+            matches!(&a.content[0], Part::Opaque { value, .. } if value["encrypted_content"] == "gAAA")
+        );
         assert_eq!(
             a.content[1],
             Part::Text {
@@ -799,7 +803,10 @@ mod tests {
             Some(json!({"type": "function", "function": {"name": "f"}}))
         );
         let out = render_request(&req, "m2", None);
-        assert_eq!(out["tools"][1], json!({"type": "custom", "name": "apply_patch", "description": "patch"}));
+        assert_eq!(
+            out["tools"][1],
+            json!({"type": "custom", "name": "apply_patch", "description": "patch"})
+        );
         assert_eq!(out["tools"][2], json!({"type": "web_search"}));
         assert_eq!(out["tool_choice"], json!({"type": "function", "name": "f"}));
         assert!(out.get(CUSTOM_TOOLS_KEY).is_none() && out.get(HOSTED_TOOLS_KEY).is_none());
@@ -832,15 +839,42 @@ mod tests {
         let cases = [
             (json!({"input": "x"}), "model"),
             (json!({"model": "m", "input": 3}), "input"),
-            (json!({"model": "m", "input": [{"role": "robot", "content": "x"}]}), "input[0].role"),
-            (json!({"model": "m", "input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}), "input[0].call_id"),
-            (json!({"model": "m", "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {}}]}), "input[0].arguments"),
-            (json!({"model": "m", "input": [{"type": "function_call_output", "call_id": "c"}]}), "input[0].output"),
-            (json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_text"}]}]}), "input[0].content[0].text"),
-            (json!({"model": "m", "input": "x", "tools": [{"name": "f"}]}), "tools[0].type"),
-            (json!({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f", "strict": "yes"}]}), "tools[0].strict"),
-            (json!({"model": "m", "input": "x", "tool_choice": "maybe"}), "tool_choice"),
-            (json!({"model": "m", "input": "x", "max_output_tokens": -1}), "max_output_tokens"),
+            (
+                json!({"model": "m", "input": [{"role": "robot", "content": "x"}]}),
+                "input[0].role",
+            ),
+            (
+                json!({"model": "m", "input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}),
+                "input[0].call_id",
+            ),
+            (
+                json!({"model": "m", "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {}}]}),
+                "input[0].arguments",
+            ),
+            (
+                json!({"model": "m", "input": [{"type": "function_call_output", "call_id": "c"}]}),
+                "input[0].output",
+            ),
+            (
+                json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_text"}]}]}),
+                "input[0].content[0].text",
+            ),
+            (
+                json!({"model": "m", "input": "x", "tools": [{"name": "f"}]}),
+                "tools[0].type",
+            ),
+            (
+                json!({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f", "strict": "yes"}]}),
+                "tools[0].strict",
+            ),
+            (
+                json!({"model": "m", "input": "x", "tool_choice": "maybe"}),
+                "tool_choice",
+            ),
+            (
+                json!({"model": "m", "input": "x", "max_output_tokens": -1}),
+                "max_output_tokens",
+            ),
         ];
         for (body, path) in cases {
             let e = parse_request(&body).unwrap_err();
@@ -878,9 +912,30 @@ mod tests {
         assert_eq!(out["tools"][0]["strict"], json!(false));
     }
 
+    /// The round trip of the fuzz target `responses_request` on its seeds:
+    /// hale accepts its own rendering, and rendering settles.
+    #[test]
+    fn rendering_settles_on_the_fuzz_seeds() {
+        for seed in [
+            include_str!("../../../../../fuzz/corpus/responses_request/codex.json"),
+            include_str!("../../../../../fuzz/corpus/responses_request/structured.json"),
+            include_str!("../../../../../fuzz/corpus/responses_request/minimal.json"),
+        ] {
+            let req = parse_request(&serde_json::from_str(seed).unwrap()).unwrap();
+            let once = render_request(&req, &req.model, None);
+            let again = parse_request(&once).unwrap();
+            assert_eq!(again.tools, req.tools);
+            let twice = render_request(&again, &again.model, None);
+            let third = render_request(&parse_request(&twice).unwrap(), &req.model, None);
+            assert_eq!(third, twice);
+            assert_eq!(once, twice, "{seed}");
+        }
+    }
+
     #[test]
     fn images_of_other_dialects_become_input_images() {
-        let oa = json!({"type": "image_url", "image_url": {"url": "https://x/a.png", "detail": "high"}});
+        let oa =
+            json!({"type": "image_url", "image_url": {"url": "https://x/a.png", "detail": "high"}});
         assert_eq!(
             image_from_other(Dialect::OpenAi, &oa),
             Some(json!({"type": "input_image", "image_url": "https://x/a.png", "detail": "high"}))
@@ -888,8 +943,13 @@ mod tests {
         let an = json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAA"}});
         assert_eq!(
             image_from_other(Dialect::Anthropic, &an),
-            Some(json!({"type": "input_image", "image_url": "data:image/png;base64,AAA", "detail": "auto"}))
+            Some(
+                json!({"type": "input_image", "image_url": "data:image/png;base64,AAA", "detail": "auto"})
+            )
         );
-        assert_eq!(image_from_other(Dialect::OpenAi, &json!({"type": "input_audio"})), None);
+        assert_eq!(
+            image_from_other(Dialect::OpenAi, &json!({"type": "input_audio"})),
+            None
+        );
     }
 }

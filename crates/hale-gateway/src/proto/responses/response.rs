@@ -394,16 +394,24 @@ mod tests {
         assert_eq!(r.stop_reason, Some(StopReason::MaxTokens));
         let out = render_response(&r);
         assert_eq!(out["status"], "incomplete");
-        assert_eq!(out["incomplete_details"], json!({"reason": "max_output_tokens"}));
+        assert_eq!(
+            out["incomplete_details"],
+            json!({"reason": "max_output_tokens"})
+        );
 
         let failed = json!({"id": "resp_1", "status": "failed", "output": [],
             "error": {"code": "server_error", "message": "The server had an error"}});
         let e = parse_response(&failed).unwrap_err();
         assert_eq!(e.path, "error");
-        assert!(e.message.contains("server_error") && e.message.contains("The server had an error"));
+        assert!(
+            e.message.contains("server_error") && e.message.contains("The server had an error")
+        );
         let e = parse_response(&json!({"error": {"message": "Invalid", "type": "invalid_request_error", "param": "input", "code": null}})).unwrap_err();
         assert_eq!(e.message, "invalid_request_error: Invalid");
-        assert_eq!(parse_response(&json!({"id": "x"})).unwrap_err().path, "output");
+        assert_eq!(
+            parse_response(&json!({"id": "x"})).unwrap_err().path,
+            "output"
+        );
         assert_eq!(
             parse_response(&json!({"output": [{"type": "function_call", "name": "f"}]}))
                 .unwrap_err()

@@ -318,7 +318,11 @@ impl StreamDecoder {
     }
 
     fn slot(&self, at: u64) -> Option<&Slot> {
-        self.slots.iter().rev().find(|(i, _)| *i == at).map(|(_, s)| s)
+        self.slots
+            .iter()
+            .rev()
+            .find(|(i, _)| *i == at)
+            .map(|(_, s)| s)
     }
 
     fn slot_mut(&mut self, at: u64) -> Option<&mut Slot> {
@@ -1021,10 +1025,12 @@ mod tests {
         let mut usage = None;
         for ev in events {
             match ev {
-                StreamEvent::TextDelta(t) if finish.is_none() && !t.is_empty() => match segs.last_mut() {
-                    Some(Seg::Text(s)) => s.push_str(t),
-                    _ => segs.push(Seg::Text(t.clone())),
-                },
+                StreamEvent::TextDelta(t) if finish.is_none() && !t.is_empty() => {
+                    match segs.last_mut() {
+                        Some(Seg::Text(s)) => s.push_str(t),
+                        _ => segs.push(Seg::Text(t.clone())),
+                    }
+                }
                 StreamEvent::ToolCallStart { index, id, name } if finish.is_none() => {
                     tools.push((*index, segs.len()));
                     segs.push(Seg::Tool(id.clone(), name.clone(), String::new()));
@@ -1156,8 +1162,7 @@ mod tests {
         let mut enc = StreamEncoder::new("resp_x", "m", false).with_created(7);
         let wire = encode_all(&mut enc, &events);
         assert_eq!(check_well_formed(&wire), "response.completed");
-        let last: Value =
-            serde_json::from_str(&events_of(&wire).last().unwrap().1).unwrap();
+        let last: Value = serde_json::from_str(&events_of(&wire).last().unwrap().1).unwrap();
         assert_eq!(last["response"]["output"][0]["encrypted_content"], "gAAA");
         assert_eq!(last["response"]["output"][1]["content"][0]["text"], "Hello");
         assert_eq!(last["response"]["output"][2]["arguments"], "{\"a\":1}");
@@ -1257,8 +1262,8 @@ mod tests {
             args,
             &arguments_to_custom_input_json("*** Begin \"Patch\"\n*** End Patch")
         );
-        let mut enc = StreamEncoder::new("r", "m", false)
-            .with_custom_tools(vec!["apply_patch".to_string()]);
+        let mut enc =
+            StreamEncoder::new("r", "m", false).with_custom_tools(vec!["apply_patch".to_string()]);
         let mut all = vec![start()];
         all.extend(out);
         all.push(StreamEvent::Done);
