@@ -3,6 +3,7 @@
 //! stream for a caller (every event with its `sequence_number`, one output
 //! item per output, the full `response` at the end, no `[DONE]`).
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::DIALECT;
@@ -10,9 +11,29 @@ use super::response::{
     call_item, item_id, message_item, parse_status, parse_usage, response_id, response_object,
     unix_now,
 };
-use crate::proto::canonical::{ProtoError, StopReason, StreamEvent, Usage};
+use crate::proto::canonical::{Obj, ProtoError, StopReason, Str, StreamEvent, Usage};
 use crate::proto::json::{as_object, err, field, kind_of, opt_str, req_str};
 use crate::proto::sse::SseFrame;
+
+/// A `response.output_text.delta` event — the event a stream sends per
+/// token — read straight from the data line, strings borrowed ([`Str`]),
+/// without a `Value` tree (as the other dialects' decoders read theirs).
+///
+/// [`StreamDecoder::decode`] takes this path only once the stream started,
+/// when the SSE event is not `error` and the event's type (its `type`, or
+/// the SSE event name when `type` is absent or `null`) is
+/// `response.output_text.delta` with a string `delta`. Anything else — a
+/// field of another type, a duplicate field, another event — goes through
+/// the `Value` path, which says what is wrong. The one difference: fields
+/// hale does not read are skipped here without checking a number's range
+/// or an escape's surrogates (test `a_plain_delta_decodes_as_the_value_path_does`).
+#[derive(Deserialize)]
+struct PlainTextDelta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<Str<'a>>,
+    #[serde(borrow)]
+    delta: Option<Str<'a>>,
+}
 
 /// What an upstream output item is, by its `output_index`.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,6 +158,29 @@ impl StreamDecoder {
         if data.is_empty() || data == "[DONE]" {
             return Ok(Vec::new());
         }
+        if self.started
+            && event != Some("error")
+            && let Ok(Obj(e)) = serde_json::from_str::<Obj<PlainTextDelta>>(data)
+            && e.kind.as_ref().map(|Str(k)| k.as_ref()).or(event)
+                == Some("response.output_text.delta")
+            && let Some(Str(d)) = e.delta
+        {
+            return Ok(if d.is_empty() {
+                Vec::new()
+            } else {
+                vec![StreamEvent::TextDelta(d.into_owned())]
+            });
+        }
+        self.decode_tree(event, data)
+    }
+
+    /// [`StreamDecoder::decode`] of any event, through a `Value` tree: the
+    /// general path, and the one that names what is wrong.
+    fn decode_tree(
+        &mut self,
+        event: Option<&str>,
+        data: &str,
+    ) -> Result<Vec<StreamEvent>, ProtoError> {
         let v: Value = serde_json::from_str(data)
             .map_err(|e| err("data", format!("malformed event data: {e}")))?;
         let obj = v.as_object().ok_or_else(|| {
@@ -1366,6 +1410,75 @@ mod tests {
             Just(StopReason::MaxTokens),
             Just(StopReason::ContentFilter),
         ]
+    }
+
+    /// A `response.output_text.delta`, right or wrong in the fields hale
+    /// reads, with fields it does not read.
+    fn text_delta_event() -> BoxedStrategy<String> {
+        let ty = prop_oneof![
+            6 => Just("\"response.output_text.delta\""),
+            1 => Just("\"response.output_text\\u002edelta\""),
+            1 => Just("null"),
+            1 => Just("\"response.refusal.delta\""),
+            1 => Just("\"error\""),
+            1 => Just("3"),
+        ];
+        let delta = prop_oneof![
+            6 => Just("\"Hel\\\"lo \\u00e9\""),
+            2 => Just("\"\""),
+            1 => Just("null"),
+            1 => Just("5"),
+            1 => Just("[\"x\"]"),
+        ];
+        let other = prop_oneof![Just("0"), Just("\"msg_1\""), Just("[]"), Just("{\"a\":1}")];
+        let key = prop_oneof![
+            Just("type"),
+            Just("delta"),
+            Just("item_id"),
+            Just("output_index"),
+            Just("content_index"),
+            Just("sequence_number"),
+            Just("logprobs")
+        ];
+        (
+            proptest::collection::vec((key, ty, delta, other), 0..6),
+            0..10u8,
+        )
+            .prop_map(|(fields, shape)| {
+                let pairs: Vec<(&str, String)> = fields
+                    .into_iter()
+                    .map(|(k, t, d, o)| {
+                        let v = match k {
+                            "type" => t,
+                            "delta" => d,
+                            _ => o,
+                        };
+                        (k, v.to_string())
+                    })
+                    .collect();
+                crate::proto::json::json_object(pairs, shape == 0)
+            })
+            .boxed()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        /// After a stream's start, `decode` gives exactly what the `Value`
+        /// path gives for a text delta, right or wrong: the same events or
+        /// the same error.
+        #[test]
+        fn a_plain_delta_decodes_as_the_value_path_does(
+            data in text_delta_event(),
+            name in prop_oneof![Just(None), Just(Some("response.output_text.delta")), Just(Some("error"))],
+        ) {
+            let created = r#"{"type":"response.created","response":{"id":"resp_1","model":"m"}}"#;
+            let mut fast = StreamDecoder::new();
+            let mut tree = StreamDecoder::new();
+            fast.decode(None, created).unwrap();
+            tree.decode_tree(None, created).unwrap();
+            prop_assert_eq!(fast.decode(name, &data), tree.decode_tree(name, &data), "{}", data);
+        }
     }
 
     /// Any canonical event, in any order: what a relay may hand an encoder
