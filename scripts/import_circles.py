@@ -31,11 +31,6 @@ import sys
 # (crate dir, frozenset of files relative to the crate's src/) -> reason.
 ALLOWED = {}
 
-COMMENT_LINE = re.compile(r"//.*$", re.M)
-BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
-STRING = re.compile(r'"(?:\\.|[^"\\])*"')
-RAW_STRING = re.compile(r'r(#*)".*?"\1', re.S)
-CHAR = re.compile(r"'(?:\\.|[^'\\])'")
 MOD_DECL = re.compile(r"^\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*(;|\{)", re.M)
 PATH_ATTR = re.compile(r'#\[path\s*=\s*"([^"]+)"\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;')
 USE_STMT = re.compile(r"\b(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", re.S)
@@ -43,12 +38,48 @@ INLINE_PATH = re.compile(r"(?<![\w:])((?:crate|super|self)(?:\s*::\s*\w+)+)")
 
 
 def strip(src):
-    src = RAW_STRING.sub('""', src)
-    src = BLOCK_COMMENT.sub("", src)
-    src = STRING.sub('""', src)
-    src = COMMENT_LINE.sub("", src)
-    src = CHAR.sub("' '", src)
-    return src
+    """Code without comments and with every string and char literal emptied (one pass, as rustc lexes)."""
+    out, i, n = [], 0, len(src)
+    while i < n:
+        c = src[i]
+        if src.startswith("//", i):
+            j = src.find("\n", i)
+            i = n if j < 0 else j
+        elif src.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if src.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif src.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+            out.append(" ")
+        elif (c in "rb" and (i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_"))
+              and re.match(r'(?:br|r)#*"', src[i:i + 260])):
+            m = re.match(r'(?:br|r)(#*)"', src[i:])
+            close = '"' + m.group(1)
+            j = src.find(close, i + m.end())
+            i = n if j < 0 else j + len(close)
+            out.append('""')
+        elif c == '"' or (c == "b" and src.startswith('b"', i) and (i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_"))):
+            i += 2 if c == "b" else 1
+            while i < n and src[i] != '"':
+                i += 2 if src[i] == "\\" else 1
+            i += 1
+            out.append('""')
+        elif c == "'":
+            m = re.match(r"'(?:\\.[^']*|[^'\\])'", src[i:i + 12])
+            if m:
+                out.append("' '")
+                i += m.end()
+            else:  # a lifetime or label
+                out.append(c)
+                i += 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
 
 
 def expand_use(tree):

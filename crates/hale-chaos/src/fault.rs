@@ -61,8 +61,9 @@ pub enum Fault {
     Malformed { at: usize },
     /// A stream without `[DONE]` / `message_stop` and without usage.
     NoDone,
-    /// Send `after` words, then an in-band error event, then end.
-    StreamError { after: usize },
+    /// Send `after` words, then an in-band error event, then end. `event`
+    /// picks the Responses API's shape (the other dialects have one).
+    StreamError { after: usize, event: InBand },
     /// 400 context length exceeded (only over `max_chars` message characters, when given).
     ContextOverflow { max_chars: Option<usize> },
     /// 400 content policy.
@@ -82,6 +83,19 @@ pub enum Fault {
     Tool { name: String, arguments: String },
     /// A deterministic summary of the request's messages.
     Summarize,
+}
+
+/// Which in-band failure `stream-error` sends on the Responses API
+/// (`event=error|failed|both`); the other dialects have a single shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InBand {
+    /// `event: error` (`{"type": "error", "code", "message", "param"}`), then the end.
+    Error,
+    /// `event: response.failed` (the response with `status: "failed"` and its `error`).
+    Failed,
+    /// `event: error`, then `event: response.failed` (the default).
+    #[default]
+    Both,
 }
 
 /// Every fault name, in the order the docs list them.
@@ -297,7 +311,8 @@ fn own_params(head: &str) -> &'static [&'static str] {
     match head {
         "rate-limit" => &["retry_after"],
         "slow-first-token" => &["ms"],
-        "cut" | "stream-error" => &["after"],
+        "cut" => &["after"],
+        "stream-error" => &["after", "event"],
         "stall" => &["after", "ms"],
         "malformed" => &["at"],
         "context-overflow" => &["max_chars"],
@@ -386,6 +401,16 @@ fn parse_known(spec: &str, head: &str, rest: &str) -> Result<FaultSpec, SpecErro
         "no-done" => Fault::NoDone,
         "stream-error" => Fault::StreamError {
             after: usize_or("after", DEFAULT_STREAM_ERROR_AFTER)?,
+            event: match get("event") {
+                None | Some("both") => InBand::Both,
+                Some("error") => InBand::Error,
+                Some("failed") => InBand::Failed,
+                Some(other) => {
+                    return Err(err(format!(
+                        "parameter `event`: `{other}` is not error, failed or both"
+                    )));
+                }
+            },
         },
         "context-overflow" => Fault::ContextOverflow {
             max_chars: get("max_chars")

@@ -1,4 +1,5 @@
-//! hale-chaos: a fault-injecting OpenAI/Anthropic-compatible provider.
+//! hale-chaos: a fault-injecting OpenAI/Anthropic-compatible provider
+//! (chat completions, messages and the Responses API).
 //!
 //! It owns the fake provider that hale's tests, `hale demo` and users'
 //! chaos tests point at. The fault is chosen per request from the requested
@@ -8,13 +9,19 @@
 //! crate's README, pulled in so the two never drift.
 //!
 //! Module map: [`fault`] parses the grammar, [`script`] the YAML scripts,
-//! `answer` builds the deterministic answers, `wire` renders both dialects,
-//! `state` keeps counters, `server` runs the accept loop and handlers.
+//! `answer` builds the deterministic answers, `wire` renders the three
+//! dialects (with `frame`'s shared pieces; `responses` reads and frames the
+//! Responses API), `state` keeps counters, `request` holds what the handlers
+//! share (the chaos headers, the connection kill switch), `server` runs the
+//! accept loop and handlers.
 //!
 #![doc = include_str!("../README.md")]
 
 mod answer;
 pub mod fault;
+mod frame;
+mod request;
+mod responses;
 pub mod script;
 mod server;
 mod state;
@@ -25,14 +32,14 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use fault::{Fault, FaultSpec, SpecError};
+pub use fault::{Fault, FaultSpec, InBand, SpecError};
+pub use request::{APPLIED_HEADER, FAULT_HEADER};
 pub use script::{Script, Step, parse_script};
-pub use server::{APPLIED_HEADER, FAULT_HEADER, MAX_BODY_BYTES};
+pub use server::MAX_BODY_BYTES;
 pub use state::{MAX_KEPT_BODIES, Stats};
 
 /// How a chaos server is set up.
@@ -48,7 +55,8 @@ pub struct ChaosConfig {
 pub struct ChaosHandle {
     /// The bound address (the real port when 0 was asked for).
     pub addr: SocketAddr,
-    /// `http://addr/v1`: an OpenAI client's `base_url`.
+    /// `http://addr/v1`: an OpenAI client's `base_url` (chat completions
+    /// and the Responses API).
     pub base_url_openai: String,
     /// `http://addr`: an Anthropic client's `base_url`.
     pub base_url_anthropic: String,
@@ -71,7 +79,7 @@ impl ChaosHandle {
     /// The last request bodies (at most [`MAX_KEPT_BODIES`]), oldest first;
     /// a body that is not JSON is given as a JSON string.
     pub fn last_requests(&self) -> Vec<serde_json::Value> {
-        parse_bodies(&self.shared.bodies())
+        state::parse_bodies(&self.shared.bodies())
     }
 
     /// Same as `POST /chaos/reset`: clears counters, timers and statistics,
@@ -109,17 +117,6 @@ impl Drop for ChaosHandle {
             let _ = stop.send(());
         }
     }
-}
-
-pub(crate) fn parse_bodies(bodies: &[Bytes]) -> Vec<serde_json::Value> {
-    bodies
-        .iter()
-        .map(|b| {
-            serde_json::from_slice(b).unwrap_or_else(|_| {
-                serde_json::Value::String(String::from_utf8_lossy(b).into_owned())
-            })
-        })
-        .collect()
 }
 
 /// Binds `addr` (port 0 picks a free port) and serves in a tokio task.

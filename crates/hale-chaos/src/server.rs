@@ -33,22 +33,15 @@ use tokio::sync::{Notify, watch};
 use tower::ServiceExt;
 
 use crate::answer::{self, Answer, ChatRequest};
-use crate::fault::{self, Fault, FaultSpec};
+use crate::fault::{self, Fault, FaultSpec, InBand};
+use crate::frame::Ctx;
+use crate::request::{APPLIED_HEADER, ConnKill, FAULT_HEADER};
+use crate::responses;
 use crate::state::Shared;
-use crate::wire::{self, Ctx, Dialect, ErrorKind};
+use crate::wire::{self, Dialect, ErrorKind};
 
 /// Largest request body accepted (long contexts are the point of some tests).
 pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
-
-/// The request header that overrides the model name as fault selector.
-pub const FAULT_HEADER: &str = "x-chaos-fault";
-
-/// The response header naming the fault that was applied.
-pub const APPLIED_HEADER: &str = "x-chaos-applied";
-
-/// A connection's kill switch, put in every request's extensions.
-#[derive(Clone)]
-pub(crate) struct ConnKill(pub(crate) Arc<Notify>);
 
 /// Accepts connections until `shutdown` resolves, then drops every open connection.
 pub(crate) async fn run(
@@ -104,6 +97,8 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/chat/completions", post(openai_chat))
         .route("/chat/completions", post(openai_chat))
         .route("/v1/messages", post(anthropic_chat))
+        .route("/v1/responses", post(responses_create))
+        .route("/responses", post(responses_create))
         .route("/v1/models", get(models))
         .route("/chaos/stats", get(stats))
         .route("/chaos/requests", get(requests))
@@ -133,12 +128,21 @@ async fn anthropic_chat(
     chat(Dialect::Anthropic, s, kill, headers, body).await
 }
 
+async fn responses_create(
+    State(s): State<Arc<Shared>>,
+    kill: Option<Extension<ConnKill>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    chat(Dialect::Responses, s, kill, headers, body).await
+}
+
 async fn stats(State(s): State<Arc<Shared>>) -> Json<crate::Stats> {
     Json(s.stats())
 }
 
 async fn requests(State(s): State<Arc<Shared>>) -> Json<Vec<serde_json::Value>> {
-    Json(crate::parse_bodies(&s.bodies()))
+    Json(crate::state::parse_bodies(&s.bodies()))
 }
 
 async fn reset(State(s): State<Arc<Shared>>) -> StatusCode {
@@ -223,7 +227,13 @@ async fn chat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let req: ChatRequest = match serde_json::from_slice(&body) {
+    let read = match dialect {
+        Dialect::OpenAi | Dialect::Anthropic => serde_json::from_slice::<ChatRequest>(&body)
+            .map(|r| (r, serde_json::Map::new()))
+            .map_err(|e| e.to_string()),
+        Dialect::Responses => responses::read_request(&body),
+    };
+    let (req, echo) = match read {
         Ok(r) => r,
         Err(e) => {
             let msg = format!("hale-chaos: cannot read the request body: {e}");
@@ -283,6 +293,17 @@ async fn chat(
     };
 
     let fault = effective_fault(spec, &req, &shared, seen, now);
+    // A Responses request continuing a response this server does not hold is
+    // OpenAI's 404, where an answer would otherwise be (an error fault wins).
+    if dialect == Dialect::Responses
+        && answers(fault, dialect)
+        && let Some(prev) = echo.get("previous_response_id").and_then(|v| v.as_str())
+        && !shared.holds_response(prev)
+    {
+        const NOT_FOUND: &str = "previous-response-not-found";
+        shared.record_fault(NOT_FOUND);
+        return json_response(404, responses::not_found_body(prev), NOT_FOUND);
+    }
     let applied = fault.name();
     shared.record_fault(applied);
 
@@ -305,7 +326,16 @@ async fn chat(
         }
         Fault::ContentFilter => error_response(dialect, ErrorKind::ContentFilter, applied),
         Fault::Auth => error_response(dialect, ErrorKind::Auth, applied),
-        Fault::NoPrefill => error_response(dialect, ErrorKind::NoPrefill, applied),
+        Fault::NoPrefill => match dialect {
+            Dialect::OpenAi | Dialect::Anthropic => {
+                error_response(dialect, ErrorKind::NoPrefill, applied)
+            }
+            // The Responses API has no prefill: a trailing assistant message is
+            // no error, and the answer starts afresh (see `answer`).
+            Dialect::Responses => {
+                answer(dialect, &shared, &req, echo, body.len(), spec.tokens, fault)
+            }
+        },
         Fault::Reset => {
             if let Some(Extension(k)) = kill {
                 k.0.notify_one();
@@ -322,7 +352,39 @@ async fn chat(
         | Fault::NoDone
         | Fault::StreamError { .. }
         | Fault::Tool { .. }
-        | Fault::Summarize => answer(dialect, &shared, &req, body.len(), spec.tokens, fault),
+        | Fault::Summarize => answer(dialect, &shared, &req, echo, body.len(), spec.tokens, fault),
+    }
+}
+
+/// Whether `fault` answers (200, text or a tool call, however shaped) rather
+/// than failing before any answer.
+fn answers(fault: &Fault, dialect: Dialect) -> bool {
+    match fault {
+        Fault::Ok
+        | Fault::SlowFirstToken { .. }
+        | Fault::Cut { .. }
+        | Fault::Stall { .. }
+        | Fault::Malformed { .. }
+        | Fault::NoDone
+        | Fault::StreamError { .. }
+        | Fault::Tool { .. }
+        | Fault::Summarize => true,
+        Fault::NoPrefill => match dialect {
+            Dialect::Responses => true,
+            Dialect::OpenAi | Dialect::Anthropic => false,
+        },
+        Fault::RateLimit { .. }
+        | Fault::Error500
+        | Fault::Error503
+        | Fault::Error529
+        | Fault::Reset
+        | Fault::Hang
+        | Fault::ContextOverflow { .. }
+        | Fault::ContentFilter
+        | Fault::Auth
+        | Fault::Down { .. }
+        | Fault::DownUntilReset
+        | Fault::Flaky { .. } => false,
     }
 }
 
@@ -461,7 +523,7 @@ struct Shape {
     stall: Option<(usize, Duration)>,
     malformed: Option<usize>,
     no_done: bool,
-    stream_error: Option<usize>,
+    stream_error: Option<(usize, InBand)>,
 }
 
 impl Shape {
@@ -473,7 +535,7 @@ impl Shape {
             Fault::Stall { after, ms } => s.stall = Some((*after, Duration::from_millis(*ms))),
             Fault::Malformed { at } => s.malformed = Some(*at),
             Fault::NoDone => s.no_done = true,
-            Fault::StreamError { after } => s.stream_error = Some(*after),
+            Fault::StreamError { after, event } => s.stream_error = Some((*after, *event)),
             Fault::Ok
             | Fault::RateLimit { .. }
             | Fault::Error500
@@ -499,13 +561,20 @@ fn answer(
     dialect: Dialect,
     shared: &Shared,
     req: &ChatRequest,
+    echo: serde_json::Map<String, serde_json::Value>,
     body_len: usize,
     tokens: usize,
     fault: &Fault,
 ) -> Response {
     let seq = shared.next_seq();
-    let prefill = req.prefill();
+    // `no-prefill` only gets here on the Responses API: no continuation.
+    let prefill = if matches!(fault, Fault::NoPrefill) {
+        None
+    } else {
+        req.prefill()
+    };
     let prefill = prefill.as_deref().unwrap_or("");
+    let tag = &shared.tag;
     let answer = if matches!(fault, Fault::Summarize) || req.asks_for_summary() {
         let chunks = answer::text_chunks(&req.summary());
         Answer::text(answer::continue_after(chunks, prefill), req.max_output())
@@ -513,6 +582,7 @@ fn answer(
         let id = match dialect {
             Dialect::OpenAi => format!("call_chaos{seq}"),
             Dialect::Anthropic => format!("toolu_chaos{seq}"),
+            Dialect::Responses => format!("call_chaos_{tag}_{seq}"),
         };
         Answer::tool(id, name, arguments)
     } else {
@@ -523,6 +593,7 @@ fn answer(
         id: match dialect {
             Dialect::OpenAi => format!("chatcmpl-chaos{seq}"),
             Dialect::Anthropic => format!("msg_chaos{seq}"),
+            Dialect::Responses => format!("resp_chaos_{tag}_{seq}"),
         },
         model: req.model.clone().unwrap_or_default(),
         created: SystemTime::now()
@@ -530,7 +601,20 @@ fn answer(
             .map_or(0, |d| d.as_secs()),
         input_tokens: (body_len as u64 / 4).max(1),
         include_usage: req.include_usage(),
+        item_id: match (dialect, &answer.content) {
+            (Dialect::OpenAi | Dialect::Anthropic, _) => String::new(),
+            (Dialect::Responses, answer::Content::Text(_)) => format!("msg_chaos_{tag}_{seq}"),
+            (Dialect::Responses, answer::Content::Tool { .. }) => {
+                format!("fc_chaos_{tag}_{seq}")
+            }
+        },
+        echo,
     };
+    if dialect == Dialect::Responses
+        && ctx.echo.get("store") != Some(&serde_json::Value::Bool(false))
+    {
+        shared.store_response(&ctx.id);
+    }
     let shape = Shape::of(fault);
     let applied = fault.name();
     if req.is_stream() {
@@ -550,17 +634,19 @@ fn stream_response(
     let pieces = a.pieces();
     let len = pieces.len();
     let mut steps = Vec::with_capacity(len + 10);
+    // The Responses API's `sequence_number`, across every event of the stream.
+    let mut seq = 0u64;
     if let Some(d) = shape.delay {
         steps.push(Step::Sleep(d));
     }
     steps.extend(
-        wire::stream_head(dialect, ctx, a)
+        wire::stream_head(dialect, ctx, a, &mut seq)
             .into_iter()
             .map(Step::Frame),
     );
     let at = |x: Option<usize>| x.map(|x| x.min(len));
-    let (cut, malformed, stream_error) =
-        (at(shape.cut), at(shape.malformed), at(shape.stream_error));
+    let (cut, malformed) = (at(shape.cut), at(shape.malformed));
+    let stream_error = shape.stream_error.map(|(after, ev)| (after.min(len), ev));
     let stall = shape.stall.map(|(after, d)| (after.min(len), d));
     let framer = wire::PieceFramer::new(dialect, ctx, a);
     let mut ended = false;
@@ -574,8 +660,14 @@ fn stream_response(
             ended = true;
             break;
         }
-        if stream_error == Some(i) {
-            steps.push(Step::Frame(wire::error_frame(dialect)));
+        if let Some((after, which)) = stream_error
+            && after == i
+        {
+            steps.extend(
+                wire::error_frames(dialect, ctx, which, &mut seq)
+                    .into_iter()
+                    .map(Step::Frame),
+            );
             ended = true;
             break;
         }
@@ -585,12 +677,12 @@ fn stream_response(
             steps.push(Step::Sleep(d));
         }
         if let Some(p) = pieces.get(i) {
-            steps.push(Step::Frame(framer.frame(p)));
+            steps.push(Step::Frame(framer.frame(p, &mut seq)));
         }
     }
     if !ended {
         steps.extend(
-            wire::stream_finish(dialect, ctx, a, shape.no_done)
+            wire::stream_finish(dialect, ctx, a, shape.no_done, &mut seq)
                 .into_iter()
                 .map(Step::Frame),
         );

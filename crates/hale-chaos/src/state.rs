@@ -6,7 +6,7 @@
 //! and never across an `.await`, so the `ok` path stays cheap. Bodies are kept
 //! as `Bytes`, which are reference-counted: keeping them copies nothing.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
@@ -16,13 +16,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::script::Script;
 
+/// Response ids remembered for `previous_response_id` (the oldest are forgotten).
+pub const MAX_STORED_RESPONSES: usize = 65_536;
+
 /// Request bodies kept for `/chaos/requests` and [`crate::ChaosHandle::last_requests`].
 pub const MAX_KEPT_BODIES: usize = 32;
 
 /// Counters the server exposes on `GET /chaos/stats`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
-    /// Chat requests received (both dialects) since start or the last reset.
+    /// Chat requests received (every dialect) since start or the last reset.
     pub requests_total: u64,
     /// Requests per requested model name.
     pub requests_per_model: BTreeMap<String, u64>,
@@ -55,6 +58,13 @@ pub struct Shared {
     /// `down-until-reset` answers ok once this is set (by a reset).
     revived: AtomicBool,
     seq: AtomicU64,
+    /// Responses API ids this server answered with `store` not false, oldest
+    /// first; a reset keeps them (they are the provider's data, not counters).
+    stored: Mutex<(HashSet<String>, VecDeque<String>)>,
+    /// Eight hex digits unique to this server, in the Responses API's ids
+    /// (`resp_chaos_<tag>_<n>`), so two chaos deployments behind one hale
+    /// never issue the same response or call id.
+    pub tag: String,
 }
 
 /// What the counters say about one request.
@@ -73,6 +83,8 @@ impl Shared {
             inner: Mutex::new(Inner::default()),
             revived: AtomicBool::new(false),
             seq: AtomicU64::new(0),
+            stored: Mutex::new((HashSet::new(), VecDeque::new())),
+            tag: server_tag(),
         }
     }
 
@@ -186,7 +198,55 @@ impl Shared {
             .unwrap_or(0)
     }
 
+    /// Remembers a stored response's id.
+    pub fn store_response(&self, id: &str) {
+        let mut g = self.stored.lock().unwrap_or_else(|p| p.into_inner());
+        let (set, order) = &mut *g;
+        if order.len() >= MAX_STORED_RESPONSES
+            && let Some(old) = order.pop_front()
+        {
+            set.remove(&old);
+        }
+        if set.insert(id.to_owned()) {
+            order.push_back(id.to_owned());
+        }
+    }
+
+    /// Whether this server answered (and stored) the response `id`.
+    pub fn holds_response(&self, id: &str) -> bool {
+        self.stored
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .contains(id)
+    }
+
     pub fn bodies(&self) -> Vec<Bytes> {
         self.lock().bodies.iter().cloned().collect()
     }
+}
+
+/// A tag unlikely to repeat: this process's servers count up, and the clock
+/// separates processes.
+fn server_tag() -> String {
+    static SERVERS: AtomicU64 = AtomicU64::new(0);
+    let n = SERVERS.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mixed = (nanos ^ u64::from(std::process::id()).rotate_left(32))
+        .wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    format!("{:08x}", (mixed ^ (mixed >> 32)) as u32)
+}
+
+/// Kept request bodies as JSON; a body that is not JSON becomes a JSON string.
+pub(crate) fn parse_bodies(bodies: &[Bytes]) -> Vec<serde_json::Value> {
+    bodies
+        .iter()
+        .map(|b| {
+            serde_json::from_slice(b).unwrap_or_else(|_| {
+                serde_json::Value::String(String::from_utf8_lossy(b).into_owned())
+            })
+        })
+        .collect()
 }

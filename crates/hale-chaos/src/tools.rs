@@ -36,7 +36,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::fault::{self, Fault};
-use crate::server::{ConnKill, FAULT_HEADER};
+use crate::request::{ConnKill, FAULT_HEADER};
 
 /// Longest sleep `slow` accepts.
 pub const MAX_SLOW_MS: u64 = 60_000;

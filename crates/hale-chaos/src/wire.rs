@@ -1,13 +1,20 @@
-//! The two wire dialects: OpenAI chat completions and Anthropic messages —
-//! bodies, SSE frames and error shapes, as the real APIs send them.
+//! The three wire dialects: OpenAI chat completions, Anthropic messages and
+//! the OpenAI Responses API — bodies, SSE frames and error shapes, as the
+//! real APIs send them. Chat completions and messages are framed here; the
+//! Responses API's own frames live in `responses`, which this dispatches to.
 //!
 //! Everything here is a pure function from an [`Answer`] (or an error kind)
-//! to bytes, so the server only decides *when* to send which frame.
+//! to bytes, so the server only decides *when* to send which frame. Streamed
+//! frames take the stream's event counter: the Responses API numbers every
+//! event (`sequence_number`), the other two dialects leave it untouched.
 
 use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::answer::{Answer, Content, Finish};
+use crate::fault::InBand;
+use crate::frame::{Ctx, sse_data, sse_event};
+use crate::responses;
 
 /// Which API a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,16 +23,8 @@ pub enum Dialect {
     OpenAi,
     /// `POST /v1/messages`.
     Anthropic,
-}
-
-/// Per-response facts shared by every frame.
-#[derive(Debug, Clone)]
-pub struct Ctx {
-    pub id: String,
-    pub model: String,
-    pub created: u64,
-    pub input_tokens: u64,
-    pub include_usage: bool,
+    /// `POST /v1/responses`.
+    Responses,
 }
 
 /// The error answers the faults produce.
@@ -58,7 +57,7 @@ impl ErrorKind {
 /// The error body of `kind` in `dialect`.
 pub fn error_body(dialect: Dialect, kind: ErrorKind) -> String {
     match dialect {
-        Dialect::OpenAi => {
+        Dialect::OpenAi | Dialect::Responses => {
             let (message, ty, code): (&str, &str, Value) = match kind {
                 ErrorKind::RateLimit => (
                     "Rate limit reached for requests. Please try again later.",
@@ -77,7 +76,14 @@ pub fn error_body(dialect: Dialect, kind: ErrorKind) -> String {
                 ),
                 ErrorKind::Overloaded529 => ("Overloaded", "overloaded_error", json!("overloaded")),
                 ErrorKind::ContextOverflow => (
-                    "This model's maximum context length is 8192 tokens. However, your messages resulted in 250000 tokens. Please reduce the length of the messages.",
+                    match dialect {
+                        Dialect::Responses => {
+                            "Your input exceeds the context window of this model. Please adjust your input and try again."
+                        }
+                        Dialect::OpenAi | Dialect::Anthropic => {
+                            "This model's maximum context length is 8192 tokens. However, your messages resulted in 250000 tokens. Please reduce the length of the messages."
+                        }
+                    },
                     "invalid_request_error",
                     json!("context_length_exceeded"),
                 ),
@@ -98,7 +104,10 @@ pub fn error_body(dialect: Dialect, kind: ErrorKind) -> String {
                 ),
             };
             let param = match kind {
-                ErrorKind::ContextOverflow => json!("messages"),
+                ErrorKind::ContextOverflow => match dialect {
+                    Dialect::Responses => json!("input"),
+                    Dialect::OpenAi | Dialect::Anthropic => json!("messages"),
+                },
                 ErrorKind::RateLimit
                 | ErrorKind::Server500
                 | ErrorKind::Unavailable503
@@ -141,7 +150,7 @@ pub fn error_body(dialect: Dialect, kind: ErrorKind) -> String {
 /// A 400 for a request the chaos server cannot read (or a bad fault spec).
 pub fn bad_request_body(dialect: Dialect, message: &str) -> String {
     match dialect {
-        Dialect::OpenAi => json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": null}}).to_string(),
+        Dialect::OpenAi | Dialect::Responses => json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": null}}).to_string(),
         Dialect::Anthropic => anthropic_error("invalid_request_error", message),
     }
 }
@@ -227,15 +236,8 @@ pub fn full_body(dialect: Dialect, ctx: &Ctx, a: &Answer) -> String {
             })
             .to_string()
         }
+        Dialect::Responses => responses::full_body(ctx, a),
     }
-}
-
-fn sse_data(v: &Value) -> Bytes {
-    Bytes::from(format!("data: {v}\n\n"))
-}
-
-fn sse_event(event: &str, v: &Value) -> Bytes {
-    Bytes::from(format!("event: {event}\ndata: {v}\n\n"))
 }
 
 fn openai_chunk(ctx: &Ctx, delta: Value, finish: Option<&str>) -> Bytes {
@@ -253,7 +255,7 @@ fn openai_chunk(ctx: &Ctx, delta: Value, finish: Option<&str>) -> Bytes {
 }
 
 /// The frames before the first piece of content.
-pub fn stream_head(dialect: Dialect, ctx: &Ctx, a: &Answer) -> Vec<Bytes> {
+pub fn stream_head(dialect: Dialect, ctx: &Ctx, a: &Answer, seq: &mut u64) -> Vec<Bytes> {
     match dialect {
         Dialect::OpenAi => {
             let delta = match &a.content {
@@ -290,6 +292,7 @@ pub fn stream_head(dialect: Dialect, ctx: &Ctx, a: &Answer) -> Vec<Bytes> {
                 sse_event("ping", &json!({"type": "ping"})),
             ]
         }
+        Dialect::Responses => responses::stream_head(ctx, a, seq),
     }
 }
 
@@ -298,6 +301,8 @@ pub fn stream_head(dialect: Dialect, ctx: &Ctx, a: &Answer) -> Vec<Bytes> {
 /// string copies, not N JSON trees.
 pub struct PieceFramer {
     prefix: String,
+    /// Written after the piece, then the event's number (Responses only).
+    numbered: Option<&'static str>,
     suffix: String,
 }
 
@@ -327,6 +332,7 @@ impl PieceFramer {
                 };
                 PieceFramer {
                     prefix: format!("{head}{open}"),
+                    numbered: None,
                     suffix: format!(
                         "{close},\"logprobs\":null,\"finish_reason\":null}}]{usage}}}\n\n"
                     ),
@@ -341,26 +347,43 @@ impl PieceFramer {
                     prefix: format!(
                         "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"{ty}\",\"{field}\":"
                     ),
+                    numbered: None,
                     suffix: "}}\n\n".to_owned(),
                 }
             }
+            Dialect::Responses => PieceFramer {
+                prefix: responses::piece_prefix(ctx, a),
+                numbered: Some(responses::PIECE_SEQ),
+                suffix: "}\n\n".to_owned(),
+            },
         }
     }
 
-    /// The frame carrying one piece.
-    pub fn frame(&self, piece: &str) -> Bytes {
-        let mut out = Vec::with_capacity(self.prefix.len() + piece.len() + self.suffix.len() + 8);
+    /// The frame carrying one piece (numbered `seq` on the Responses API).
+    pub fn frame(&self, piece: &str, seq: &mut u64) -> Bytes {
+        let mut out = Vec::with_capacity(self.prefix.len() + piece.len() + self.suffix.len() + 32);
         out.extend_from_slice(self.prefix.as_bytes());
         // Writing a &str into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut out, piece);
+        if let Some(mid) = self.numbered {
+            out.extend_from_slice(mid.as_bytes());
+            out.extend_from_slice(seq.to_string().as_bytes());
+            *seq += 1;
+        }
         out.extend_from_slice(self.suffix.as_bytes());
         Bytes::from(out)
     }
 }
 
 /// The frames after the content. `no_done` leaves out `[DONE]` /
-/// `message_stop` and every usage report.
-pub fn stream_finish(dialect: Dialect, ctx: &Ctx, a: &Answer, no_done: bool) -> Vec<Bytes> {
+/// `message_stop` / `response.completed` and every usage report.
+pub fn stream_finish(
+    dialect: Dialect,
+    ctx: &Ctx,
+    a: &Answer,
+    no_done: bool,
+    seq: &mut u64,
+) -> Vec<Bytes> {
     match dialect {
         Dialect::OpenAi => {
             let mut out = vec![openai_chunk(ctx, json!({}), Some(openai_finish(a.finish)))];
@@ -399,6 +422,7 @@ pub fn stream_finish(dialect: Dialect, ctx: &Ctx, a: &Answer, no_done: bool) -> 
             }
             out
         }
+        Dialect::Responses => responses::stream_finish(ctx, a, no_done, seq),
     }
 }
 
@@ -409,6 +433,7 @@ pub fn malformed_frame(dialect: Dialect) -> Bytes {
         Dialect::Anthropic => {
             Bytes::from_static(b"event: content_block_delta\ndata: {not json\n\n")
         }
+        Dialect::Responses => Bytes::from_static(responses::MALFORMED_FRAME),
     }
 }
 
@@ -417,19 +442,22 @@ pub fn malformed_body(dialect: Dialect) -> &'static str {
     match dialect {
         Dialect::OpenAi => "{\"id\":\"chatcmpl-chaos\",\"object\":\"chat.completion\", not json",
         Dialect::Anthropic => "{\"id\":\"msg_chaos\",\"type\":\"message\", not json",
+        Dialect::Responses => responses::MALFORMED_BODY,
     }
 }
 
-/// The in-band error a provider sends when it fails mid-stream.
-pub fn error_frame(dialect: Dialect) -> Bytes {
+/// The in-band error a provider sends when it fails mid-stream (`which`
+/// picks the Responses API's shape; the other dialects have one).
+pub fn error_frames(dialect: Dialect, ctx: &Ctx, which: InBand, seq: &mut u64) -> Vec<Bytes> {
     match dialect {
-        Dialect::OpenAi => sse_data(&json!({"error": {
+        Dialect::OpenAi => vec![sse_data(&json!({"error": {
             "message": "The server had an error while processing your request. Sorry about that!",
             "type": "server_error", "param": null, "code": null,
-        }})),
-        Dialect::Anthropic => sse_event(
+        }}))],
+        Dialect::Anthropic => vec![sse_event(
             "error",
             &json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
-        ),
+        )],
+        Dialect::Responses => responses::error_frames(ctx, which, seq),
     }
 }

@@ -31,49 +31,7 @@ use serde_json::{Value, json};
 
 use crate::config::{AlertRoute, AlertingConfig};
 use crate::event::{Event, EventKind};
-
-/// How bad an alert is: PagerDuty's four severities, also shown in Slack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    Info,
-    Warning,
-    Error,
-    Critical,
-}
-
-impl Severity {
-    /// Every severity, lowest first.
-    pub const ALL: [Severity; 4] = [
-        Severity::Info,
-        Severity::Warning,
-        Severity::Error,
-        Severity::Critical,
-    ];
-
-    /// The name in config and on the wire (PagerDuty's `payload.severity`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Error => "error",
-            Severity::Critical => "critical",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Severity::ALL.into_iter().find(|v| v.as_str() == s)
-    }
-
-    fn emoji(self) -> &'static str {
-        match self {
-            Severity::Info => ":information_source:",
-            Severity::Warning => ":warning:",
-            Severity::Error => ":x:",
-            Severity::Critical => ":rotating_light:",
-        }
-    }
-}
+pub use crate::severity::Severity;
 
 /// What an alert is about, for the dedup key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -743,7 +743,7 @@ pub enum AlertTarget {
 pub struct AlertRoute {
     pub kinds: Vec<crate::event::EventKind>,
     pub channels: Vec<String>,
-    pub severity: crate::alert::Severity,
+    pub severity: crate::severity::Severity,
 }
 
 /// The NATS JetStream sink.

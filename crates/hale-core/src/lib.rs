@@ -33,4 +33,5 @@ pub mod pause;
 pub mod recovery;
 pub mod retry;
 pub mod select;
+pub mod severity;
 pub mod tools;

@@ -15,7 +15,7 @@
 
 use hale_core::config::{Config, ProviderConfig, ProviderKind};
 use hale_gateway::proto::openai;
-use hale_gateway::{compact, guardrails, turn::Turn};
+use hale_gateway::{compaction, turn::Turn};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -67,10 +67,11 @@ async fn main() -> anyhow::Result<()> {
         let mut r = req.clone();
         let task = format!("t{}", i / 1000);
         let t0 = Instant::now();
-        guardrails::check_request(&gw, "bench", &task, &r)
+        gw.tasks
+            .check_request("bench", &task, &r)
             .map_err(|e| anyhow::anyhow!(e.message))?;
         let turn = Turn::new(
-            &gw,
+            &gw.cfg,
             format!("turn{i}"),
             "bench".into(),
             Some(task.clone()),
@@ -81,9 +82,14 @@ async fn main() -> anyhow::Result<()> {
                 }]
             }),
         );
-        let window = compact::window_of(cfg.provider("p"), "gpt-4o");
-        let c = compact::compact(&gw, &turn, &mut r, "gpt-4o", window, false).await;
-        guardrails::check_budget(&gw, "bench", &task).map_err(|e| anyhow::anyhow!(e.message))?;
+        let window = compaction::window_of(cfg.provider("p"), "gpt-4o");
+        let c = gw
+            .compaction
+            .compact(gw.env(), &turn, &mut r, "gpt-4o", window, false)
+            .await;
+        gw.tasks
+            .check_budget("bench", &task, || gw.agent_record("bench"))
+            .map_err(|e| anyhow::anyhow!(e.message))?;
         let dt = t0.elapsed();
         assert!(
             c.is_none(),

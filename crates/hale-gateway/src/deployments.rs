@@ -189,7 +189,7 @@ impl Deployments {
     /// that just left memory (`agents_gone`) holding no failure
     /// ([`hale_core::memory::breaker_may_leave`]). Called with the rest of
     /// the idle state, every [`hale_core::memory::SWEEP_EVERY`]
-    /// ([`crate::state::Gateway::shed_idle`]), never on a turn's path: the
+    /// ([`crate::Gateway::shed_idle`]), never on a turn's path: the
     /// walk holds the write lock. Returns how many were dropped.
     pub fn forget_resting_breakers(
         &self,

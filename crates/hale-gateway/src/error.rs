@@ -5,10 +5,9 @@
 //! `{"error": {"type", "message", "hale": {turn_id, agent, timeline}}}`.
 //! Errors no handler made (an unknown route, a wrong method, a body over the
 //! limit, an extractor's rejection) are given the same shape by
-//! [`crate::http`] through [`HaleError::from_status`].
+//! [`crate::api::edge`] through [`HaleError::from_status`].
 
-use crate::proto::{self, Dialect};
-use crate::turn::Turn;
+use crate::proto::Dialect;
 use crate::upstream::Failure;
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode};
@@ -118,7 +117,13 @@ impl HaleError {
     }
 
     /// The response for a turn whose attempt loop gave up with `f`.
-    pub fn from_failure(turn: &Turn, f: &Failure) -> Self {
+    pub fn from_failure(
+        turn_id: &str,
+        agent: &str,
+        timeline: serde_json::Value,
+        attempts: usize,
+        f: &Failure,
+    ) -> Self {
         let (status, kind, message) = match f.class {
             ErrorClass::ContentPolicy => (
                 StatusCode::BAD_REQUEST,
@@ -158,27 +163,19 @@ impl HaleError {
         };
         let mut e = Self::new(status, kind, message);
         e.hale = serde_json::json!({
-            "turn_id": turn.id,
-            "agent": turn.agent,
+            "turn_id": turn_id,
+            "agent": agent,
             "class": f.class,
-            "timeline": turn.timeline,
+            "timeline": timeline,
         });
-        e.turn_id = Some(turn.id.clone());
-        e.attempts = Some(turn.timeline.len());
+        e.turn_id = Some(turn_id.to_owned());
+        e.attempts = Some(attempts);
         e
     }
 
     /// Renders in the caller's dialect.
     pub fn into_response(self, dialect: Dialect) -> Response {
-        let body = match dialect {
-            Dialect::OpenAi => proto::openai::render_error(self.kind, &self.message, self.hale),
-            Dialect::Anthropic => {
-                proto::anthropic::render_error(self.kind, &self.message, self.hale)
-            }
-            Dialect::Responses => {
-                proto::responses::render_error(self.kind, &self.message, self.hale)
-            }
-        };
+        let body = crate::wire::render_error(dialect, self.kind, &self.message, self.hale);
         let mut resp = Response::new(Body::from(serde_json::to_vec(&body).unwrap_or_default()));
         *resp.status_mut() = self.status;
         resp.headers_mut()

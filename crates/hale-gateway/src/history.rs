@@ -15,7 +15,7 @@ use hale_core::history::{MinuteAggregator, MinuteRow, prune_cutoff};
 use hale_store::{Store, Write};
 use tokio_util::sync::CancellationToken;
 
-use crate::state::wall_ms;
+use crate::emit::wall_ms;
 
 /// Minutes being counted.
 #[derive(Debug, Default)]

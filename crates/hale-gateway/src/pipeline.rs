@@ -1,19 +1,22 @@
 //! The turn pipeline of DESIGN §1, top to bottom, in one place.
 //!
-//! [`handle_chat`] is the whole turn: parse → agent gate → idempotency →
+//! [`handle`] is the whole turn of a parsed [`ChatCall`]: agent gate → idempotency →
 //! guard → plan targets → compaction → budget → attempt loop (with one
 //! compact-and-retry on a context overflow) → relay (stream) or render
 //! (complete) → evidence → journal, guard and spend accounting. Each step is a call into a module that owns it; this
 //! file only orders them, so the flow of a request reads top to bottom.
 
+use crate::Gateway;
 use crate::agents;
-use crate::compact;
+use crate::compaction;
+use crate::emit::wall_ms;
 use crate::error::HaleError;
-use crate::guardrails;
+use crate::guard;
+use crate::idempotency::IdemStart;
 use crate::proto::{self, ChatRequest, Dialect};
-use crate::relay::{self, Encoder};
-use crate::state::{Gateway, wall_ms};
+use crate::relay;
 use crate::turn::{self, Served, Turn};
+use crate::wire::{self, Encoder};
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
@@ -45,29 +48,29 @@ pub struct Caller {
     pub agents: Option<Vec<String>>,
 }
 
-/// One chat call, in either dialect: the whole turn.
-pub async fn handle_chat(
-    gw: Arc<Gateway>,
-    dialect: Dialect,
-    caller: Caller,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    // Parse.
-    let sent = match proto::parse_sent(body.clone()) {
-        Ok(v) => v,
-        Err(e) => {
-            return HaleError::bad_request(format!("request body is not valid JSON: {e}"))
-                .into_response(dialect);
-        }
-    };
-    // The request keeps the client's JSON and provider-feature headers (same-dialect fidelity).
-    let mut req = match proto::parse_request_sent(dialect, sent, &headers) {
-        Ok(r) => r,
-        Err(e) => {
-            return HaleError::bad_request(format!("invalid request: {e}")).into_response(dialect);
-        }
-    };
+/// One chat call, parsed from its wire dialect (`crate::api::chat`): what
+/// the turn needs of a request in any dialect.
+pub struct ChatCall {
+    /// The caller's dialect: the answer and its errors are in it.
+    pub dialect: Dialect,
+    pub caller: Caller,
+    pub headers: HeaderMap,
+    /// The body as sent: its hash keys the journal and the idempotency key.
+    pub body: Bytes,
+    /// The canonical request; it keeps the client's JSON and provider-feature
+    /// headers (same-dialect fidelity).
+    pub req: ChatRequest,
+}
+
+/// One chat call, in any dialect: the whole turn.
+pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
+    let ChatCall {
+        dialect,
+        caller,
+        headers,
+        body,
+        mut req,
+    } = call;
 
     // Agent gate. Traffic with no identity (no header, no key default)
     // belongs to no agent loop and is never paused (DESIGN §5).
@@ -92,11 +95,11 @@ pub async fn handle_chat(
     gw.load_agent(&agent).await;
     // From here until the turn ends, the agent stays in memory.
     let hold = gw.hold_turn(&agent);
-    let admission = match agents::admit(&gw, &agent, wall_ms()) {
+    let admission = match gw.agents.admit(&agent, wall_ms()) {
         Ok(a) => a,
         Err(e) => return e.into_response(dialect),
     };
-    if let Err(e) = crate::health::before_turn(&gw, &agent, &task) {
+    if let Err(e) = gw.health.before_turn(&agent, &task) {
         return e.into_response(dialect);
     }
     // The journal's backlog is held in memory: when the store's writer has
@@ -127,7 +130,7 @@ pub async fn handle_chat(
     let idem_key = header(&headers, "idempotency-key").map(|k| format!("{agent}\u{1f}{k}"));
     let _idem_guard = match &idem_key {
         None => None,
-        Some(key) => match idempotency_begin(&gw, key, &request_hash).await {
+        Some(key) => match gw.idempotency.begin(key, &request_hash).await {
             IdemStart::Stored(resp) => return stored_response(resp, IDEMPOTENT_REPLAY_HEADER),
             IdemStart::Reused => {
                 return HaleError::idempotency_key_reused().into_response(dialect);
@@ -145,12 +148,12 @@ pub async fn handle_chat(
     };
 
     // Replay: a recovered task's request that already completed is answered from the journal.
-    if let Some(resp) = crate::health::replay(&gw, &agent, &task, &request_hash).await {
-        return resp;
+    if let Some(stored) = gw.health.replay(&agent, &task, &request_hash).await {
+        return stored_response(stored, crate::health::REPLAYED_HEADER);
     }
 
     // Guard: the task's limits; a hit is final.
-    if let Err(e) = guardrails::check_request(&gw, &agent, &task, &req) {
+    if let Err(e) = gw.tasks.check_request(&agent, &task, &req) {
         return e.into_response(dialect);
     }
 
@@ -160,7 +163,7 @@ pub async fn handle_chat(
         Err(e) => return HaleError::bad_request(e.to_string()).into_response(dialect),
     };
     let turn_id = ulid::Ulid::from_parts(wall_ms(), rand::random::<u128>()).to_string();
-    let mut turn = Turn::new(&gw, turn_id, agent.clone(), Some(task.clone()), targets);
+    let mut turn = Turn::new(&gw.cfg, turn_id, agent.clone(), Some(task.clone()), targets);
     turn.named = named;
     turn.admission = admission;
     turn.hold = Some(hold);
@@ -178,28 +181,33 @@ pub async fn handle_chat(
 
     // Compaction against the first target's window.
     let first = turn.targets[0].clone();
-    let window = compact::window_of(gw.cfg.provider(&first.provider), &first.model);
-    if let Some(c) = compact::compact(&gw, &turn, &mut req, &first.model, window, false)
+    let window = compaction::window_of(gw.cfg.provider(&first.provider), &first.model);
+    if let Some(c) = gw
+        .compaction
+        .compact(gw.env(), &turn, &mut req, &first.model, window, false)
         .instrument(span.clone())
         .await
     {
         turn.compacted |= c.tier != hale_core::compaction::Tier::None || c.reused;
-        compact::emit(&gw, &turn, &c);
+        gw.compaction.emit(&turn, &c);
     }
     // Health: a pending nudge goes last, after compaction, so it is never compacted away.
-    if let Some(nudge) = crate::health::take_nudge(&gw, &agent, &task) {
+    if let Some(nudge) = gw.health.take_nudge(&agent, &task) {
         req.messages
             .push(proto::Message::text(proto::Role::System, nudge));
     }
 
     // Budget: the agent's and the task's caps.
-    if let Err(e) = guardrails::check_budget(&gw, &agent, &task) {
+    if let Err(e) = gw
+        .tasks
+        .check_budget(&agent, &task, || gw.agents.record(&agent))
+    {
         return e.into_response(dialect);
     }
 
     // Attempt loop; a context overflow is compacted and retried once.
     turn.compact_on_overflow = true;
-    let mut result = turn::run(&gw, &mut turn, &req, None, None)
+    let mut result = turn::run(gw.env(), &mut turn, &req, None, None)
         .instrument(span.clone())
         .await;
     if let Err(f) = &result
@@ -211,7 +219,7 @@ pub async fn handle_chat(
             .instrument(span.clone())
             .await
         {
-            result = turn::run(&gw, &mut turn, &req, None, None)
+            result = turn::run(gw.env(), &mut turn, &req, None, None)
                 .instrument(span.clone())
                 .await;
         }
@@ -225,7 +233,7 @@ pub async fn handle_chat(
     );
     let resp = match result {
         Err(f) => {
-            let err = HaleError::from_failure(&turn, &f);
+            let err = turn.error(&f);
             finish_turn(&gw, &turn, &req, &request_hash, None, Some(&f), None);
             err.into_response(dialect)
         }
@@ -238,11 +246,7 @@ pub async fn handle_chat(
                     if answer.model.is_empty() {
                         answer.model = target.model.clone();
                     }
-                    let rendered = match dialect {
-                        Dialect::OpenAi => proto::openai::render_response(answer),
-                        Dialect::Anthropic => proto::anthropic::render_response(answer),
-                        Dialect::Responses => proto::responses::render_response(answer),
-                    };
+                    let rendered = wire::render_answer(dialect, answer);
                     serde_json::to_vec(&rendered).unwrap_or_default().into()
                 }
             };
@@ -257,12 +261,8 @@ pub async fn handle_chat(
                 body: body.to_vec(),
                 content_type: "application/json".into(),
             };
-            guardrails::record_response(
-                &gw,
-                &agent,
-                &task,
-                &guardrails::tool_calls(&answer.content),
-            );
+            gw.tasks
+                .record_response(&agent, &task, &guard::tool_calls(&answer.content));
             // A second copy only for an idempotency key: cloning the answer
             // for every turn was ~15 allocations per turn.
             let for_key = idem_key.as_ref().map(|_| stored.clone());
@@ -311,9 +311,9 @@ pub async fn handle_chat(
             let pairs = evidence_pairs(&resp);
             let gw2 = gw.clone();
             tokio::spawn(async move {
-                let mut r = relay::relay(&gw2, &mut turn, &req, served, live, enc, tx).await;
+                let mut r = relay::relay(gw2.env(), &mut turn, &req, served, live, enc, tx).await;
                 gw2.metrics.stream_resumed(r.resumes);
-                guardrails::record_response(&gw2, &agent, &task, &r.tool_calls);
+                gw2.tasks.record_response(&agent, &task, &r.tool_calls);
                 let stored = StoredResponse {
                     status: 200,
                     headers: pairs,
@@ -359,12 +359,15 @@ async fn retry_after_overflow(
 ) -> bool {
     let t = turn.targets[idx].clone();
     let provider = gw.cfg.provider(&t.provider);
-    let window = compact::window_of(provider, &t.model);
-    if let Some(c) = compact::compact(gw, turn, req, &t.model, window, true).await
+    let window = compaction::window_of(provider, &t.model);
+    if let Some(c) = gw
+        .compaction
+        .compact(gw.env(), turn, req, &t.model, window, true)
+        .await
         && c.after_tokens < c.before_tokens
     {
         turn.compacted = true;
-        compact::emit(gw, turn, &c);
+        gw.compaction.emit(turn, &c);
         return true;
     }
     turn.exhausted[idx] = true;
@@ -374,7 +377,7 @@ async fn retry_after_overflow(
         .iter()
         .map(|tj| {
             let pj = gw.cfg.provider(&tj.provider);
-            compact::window_known(pj, &tj.model).then(|| compact::window_of(pj, &tj.model))
+            compaction::window_known(pj, &tj.model).then(|| compaction::window_of(pj, &tj.model))
         })
         .collect();
     for (j, smaller) in select::known_smaller_windows(&windows, window)
@@ -490,118 +493,6 @@ pub(crate) fn stored_response(s: StoredResponse, marker: &'static str) -> Respon
     resp
 }
 
-enum IdemStart {
-    Stored(StoredResponse),
-    /// The key answered (or is answering) a request with another body.
-    Reused,
-    Fresh(IdemGuard),
-    /// The store could not be read: calling anyway could run the request twice.
-    Unknown(String),
-}
-
-/// Attempts at reading an idempotency key before the call is refused.
-const IDEMPOTENCY_READS: u32 = 3;
-
-/// Removes an in-flight idempotency key and wakes its waiters when dropped.
-pub struct IdemGuard {
-    gw: Arc<Gateway>,
-    key: String,
-    done: tokio::sync::watch::Sender<bool>,
-}
-
-impl Drop for IdemGuard {
-    fn drop(&mut self) {
-        let gw = self.gw.clone();
-        let key = self.key.clone();
-        let done = self.done.clone();
-        // Wake waiters only once the stored response is committed; then
-        // release the key's claim, which wakes other instances' waiters.
-        tokio::spawn(async move {
-            let _ = gw.store.flush().await;
-            gw.inflight.lock().expect("inflight lock").remove(&key);
-            let _ = done.send(true);
-            if let Err(e) = gw.store.release_idempotency(&key).await {
-                tracing::warn!(error = %e, "releasing an idempotency claim failed; it expires");
-            }
-        });
-    }
-}
-
-/// Stripe's rule: a key names one request. The stored (or in-flight) request
-/// hash must be this one; a row stored before hashes were kept has none and
-/// is served as before.
-async fn idempotency_begin(gw: &Arc<Gateway>, key: &str, hash: &str) -> IdemStart {
-    // Order matters: the in-flight map first, then the store. A key leaves
-    // the map only after its answer is committed (`IdemGuard`), so a key not
-    // in the map is either new or readable in the store — checking the store
-    // first could miss a row committed just before the key left the map.
-    loop {
-        let waiter = {
-            let map = gw.inflight.lock().expect("inflight lock");
-            match map.get(key) {
-                Some((h, _)) if h != hash => return IdemStart::Reused,
-                Some((_, rx)) => Some(rx.clone()),
-                None => None,
-            }
-        };
-        if let Some(mut rx) = waiter {
-            let _ = rx.wait_for(|d| *d).await;
-            continue;
-        }
-        // A read error is not "absent": retried briefly, then the call is
-        // refused rather than possibly made twice.
-        let mut read = gw.store.idempotent(key).await;
-        for n in 1..IDEMPOTENCY_READS {
-            if read.is_ok() {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20 * u64::from(n))).await;
-            read = gw.store.idempotent(key).await;
-        }
-        match read {
-            Ok(Some(s)) => {
-                return match s.request_hash {
-                    Some(h) if h != hash => IdemStart::Reused,
-                    Some(_) | None => IdemStart::Stored(s.response),
-                };
-            }
-            Ok(None) => {}
-            Err(e) => return IdemStart::Unknown(e.to_string()),
-        }
-        let guard = {
-            let mut map = gw.inflight.lock().expect("inflight lock");
-            if map.contains_key(key) {
-                // Another request claimed the key meanwhile: wait for it.
-                continue;
-            }
-            let (tx, rx) = tokio::sync::watch::channel(false);
-            map.insert(key.to_owned(), (hash.to_owned(), rx));
-            IdemGuard {
-                gw: gw.clone(),
-                key: key.to_owned(),
-                done: tx,
-            }
-        };
-        // Across instances (PostgreSQL): claim the key; a duplicate being
-        // answered by another instance waits for its answer. Dropping the
-        // guard on the way out lets this instance's own duplicates go on.
-        let mut released = gw.store.idempotency_waiter(key);
-        match gw.store.claim_idempotency(key, hash, wall_ms()).await {
-            Ok(hale_store::Claim::Mine) => return IdemStart::Fresh(guard),
-            Ok(hale_store::Claim::Held { request_hash }) if request_hash != hash => {
-                return IdemStart::Reused;
-            }
-            Ok(hale_store::Claim::Held { .. }) => {
-                released
-                    .released(hale_core::lease::IDEMPOTENCY_RECHECK_EVERY)
-                    .await;
-                drop(guard);
-            }
-            Err(e) => return IdemStart::Unknown(e.to_string()),
-        }
-    }
-}
-
 /// Whether the journal keeps this successful turn's response body
 /// (`journal.bodies`, hale-core [`JournalBodies::keeps`]).
 fn keeps_body(gw: &Gateway, turn: &Turn) -> bool {
@@ -631,7 +522,7 @@ fn finish_turn(
     let target = served.map(|i| turn.targets[i].clone());
     let (cost, task_n) = match (&target, &turn.task) {
         (Some(t), Some(task)) => {
-            let (cost, count) = guardrails::record_spend(gw, &turn.agent, task, &t.model, usage);
+            let (cost, count) = gw.tasks.record_spend(&turn.agent, task, &t.model, usage);
             (cost, Some(count))
         }
         (Some(_), None) | (None, _) => (0.0, None),
@@ -666,8 +557,7 @@ fn finish_turn(
     // Content-policy and bad-request failures are the caller's input, not the agent failing.
     let counts = failure.is_some_and(|f| f.class.counts_as_turn_failure());
     let tokens = usage.input_tokens + usage.output_tokens;
-    crate::health::after_turn(
-        gw,
+    gw.health.after_turn(
         &turn.agent,
         turn.task.as_deref(),
         crate::health::fingerprint(req),
@@ -695,7 +585,7 @@ fn finish_turn(
         tokens_out: usage.output_tokens,
         cost_usd: cost,
     };
-    let after = agents::after_turn(gw, finished);
+    let after = gw.agents.after_turn(finished);
     let rec = after.record;
     // The count first: it creates the agent's row when new, so a whole
     // record written behind it never carries counters of its own.

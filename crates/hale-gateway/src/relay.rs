@@ -14,10 +14,10 @@
 //! from the first serving attempt only; a resumed answer is aligned on its
 //! text and tool calls, and its own thinking is not relayed.
 
-use crate::proto::{self, ChatRequest, Dialect, StopReason, StreamEvent, Usage};
-use crate::state::Gateway;
-use crate::turn::{self, Served, Turn};
+use crate::proto::{ChatRequest, StopReason, StreamEvent, Usage};
+use crate::turn::{self, Env, Served, Turn};
 use crate::upstream::{EventStream, Failure};
+use crate::wire::Encoder;
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 use hale_core::classify::Transport;
@@ -28,59 +28,6 @@ use tokio::sync::mpsc;
 
 /// How many times one turn may resume a broken stream.
 pub const MAX_RESUMES: u32 = 3;
-
-/// A dialect's stream encoder.
-pub enum Encoder {
-    OpenAi(proto::openai::StreamEncoder),
-    Anthropic(proto::anthropic::StreamEncoder),
-    Responses(proto::responses::StreamEncoder),
-}
-
-impl Encoder {
-    pub fn new(dialect: Dialect, id: &str, model: &str, include_usage: bool) -> Self {
-        match dialect {
-            Dialect::OpenAi => {
-                Encoder::OpenAi(proto::openai::StreamEncoder::new(id, model, include_usage))
-            }
-            Dialect::Anthropic => Encoder::Anthropic(proto::anthropic::StreamEncoder::new(
-                id,
-                model,
-                include_usage,
-            )),
-            Dialect::Responses => Encoder::Responses(proto::responses::StreamEncoder::new(
-                id,
-                model,
-                include_usage,
-            )),
-        }
-    }
-
-    fn encode(&mut self, ev: &StreamEvent) -> Bytes {
-        let frames = match self {
-            Encoder::OpenAi(e) => e.encode(ev),
-            Encoder::Anthropic(e) => e.encode(ev),
-            Encoder::Responses(e) => e.encode(ev),
-        };
-        frames_to_bytes(&frames)
-    }
-
-    fn error(&mut self, kind: &str, message: &str) -> Bytes {
-        let frames = match self {
-            Encoder::OpenAi(e) => e.error(kind, message),
-            Encoder::Anthropic(e) => e.error(kind, message),
-            Encoder::Responses(e) => e.error(kind, message),
-        };
-        frames_to_bytes(&frames)
-    }
-}
-
-fn frames_to_bytes(frames: &[proto::openai::SseFrame]) -> Bytes {
-    let mut wire = String::with_capacity(frames.iter().map(|f| f.wire_len()).sum());
-    for f in frames {
-        f.write_wire(&mut wire);
-    }
-    Bytes::from(wire)
-}
 
 /// How a relayed stream ended.
 pub struct Relayed {
@@ -93,14 +40,14 @@ pub struct Relayed {
     /// Every byte sent, kept for idempotent replays.
     pub body: Vec<u8>,
     /// The tool calls delivered (id, name, arguments), for the guard.
-    pub tool_calls: Vec<crate::guardrails::CallSeen>,
+    pub tool_calls: Vec<crate::guard::CallSeen>,
     /// The closing frames, not yet sent.
     pub tail: Closing,
 }
 
 /// Relays `live` to `tx`, resuming on failure. Returns when the stream ended.
 pub async fn relay(
-    gw: &Gateway,
+    env: Env<'_>,
     turn: &mut Turn,
     req: &ChatRequest,
     mut served: usize,
@@ -117,10 +64,10 @@ pub async fn relay(
     let mut pending: VecDeque<StreamEvent> = live.head.into();
     let mut stream: EventStream = live.rest;
     // Malformed chunks skipped before the first content count too.
-    gw.metrics.malformed_chunks(live.malformed);
+    env.emit.metrics.malformed_chunks(live.malformed);
     let mut delivered = String::new();
     let mut tool_delivered = false;
-    let mut tool_calls: Vec<crate::guardrails::CallSeen> = Vec::new();
+    let mut tool_calls: Vec<crate::guard::CallSeen> = Vec::new();
     let mut started = false;
     let mut finish: Option<StopReason> = None;
     let mut usage: Option<Usage> = None;
@@ -155,7 +102,7 @@ pub async fn relay(
                         continue;
                     }
                     Some(Ok(None)) => {
-                        gw.metrics.malformed_chunks(1);
+                        env.emit.metrics.malformed_chunks(1);
                         continue;
                     }
                     None if finish.is_some() => break 'relay None,
@@ -167,7 +114,7 @@ pub async fn relay(
                 };
                 // The stream broke mid-answer: resume it, or end with an in-band error.
                 let target = turn.targets[served].clone();
-                turn::on_failure(gw, turn, &target, &fault, attempt_start.elapsed());
+                turn::on_failure(env, turn, &target, &fault, attempt_start.elapsed());
                 // The attempt that was serving broke: its timeline row says so.
                 let label = target.to_string();
                 if let Some(row) = turn
@@ -183,7 +130,8 @@ pub async fn relay(
                         (turn.started.elapsed().as_millis() as u64).saturating_sub(row.start_ms);
                     row.resume = Some("broke mid-stream");
                 }
-                gw.metrics
+                env.emit
+                    .metrics
                     .attempt(&target, Some(fault.class), attempt_start.elapsed());
                 if tool_delivered || resumes >= MAX_RESUMES || out.gone {
                     break 'relay Some(fault);
@@ -197,7 +145,7 @@ pub async fn relay(
                 out.flush().await;
                 attempt_start = Instant::now();
                 let resumed =
-                    turn::run(gw, turn, req, Some(delivered.clone()), Some("resumed")).await;
+                    turn::run(env, turn, req, Some(delivered.clone()), Some("resumed")).await;
                 match resumed {
                     Ok((idx, Served::Stream(l))) => {
                         served = idx;
@@ -210,7 +158,7 @@ pub async fn relay(
                         usage = None;
                         pending = l.head.into();
                         stream = l.rest;
-                        gw.metrics.malformed_chunks(l.malformed);
+                        env.emit.metrics.malformed_chunks(l.malformed);
                         continue;
                     }
                     Ok((_, Served::Complete(_))) | Err(_) => break 'relay Some(fault),

@@ -12,15 +12,18 @@
 //! attempt succeeds only once the first content arrives, so a failure before
 //! that is invisible to the caller.
 
-use crate::deployments::Effect;
+use crate::deployments::{Deployments, Effect};
+use crate::emit::Emitter;
+use crate::error::HaleError;
+use crate::health::HealthRt;
+use crate::history::HistoryRt;
 use crate::proto::{ChatRequest, StreamEvent};
-use crate::state::Gateway;
 use crate::upstream::{self, Answer, AttemptLimits, EventStream, Failure};
 use futures::StreamExt;
 use hale_core::breaker::{Admission, BreakerState, Transition};
 use hale_core::class::ErrorClass;
 use hale_core::classify::{self, Transport};
-use hale_core::config::Target;
+use hale_core::config::{Config, Target};
 use hale_core::deployment::Gate;
 use hale_core::event::EventKind;
 use hale_core::retry::{self, AttemptFacts, RetryDecision};
@@ -28,6 +31,20 @@ use hale_core::select::{self, Candidate, Pick};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
+
+/// The components an attempt loop uses, lent by the pipeline for one turn:
+/// the deployments it picks from and feeds back, the per-minute history of
+/// outcomes, the health runtime (a `failing` signal when a breaker opens)
+/// and the emitter for its events.
+#[derive(Clone, Copy)]
+pub struct Env<'a> {
+    pub cfg: &'a Config,
+    pub http: &'a reqwest::Client,
+    pub emit: &'a Emitter,
+    pub deployments: &'a Deployments,
+    pub history: &'a HistoryRt,
+    pub health: &'a HealthRt,
+}
 
 /// How an attempt was admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -98,7 +115,7 @@ pub struct Turn {
     pub last_failure: Option<Failure>,
     /// Holds the agent in memory for as long as the turn lives (a stream's
     /// turn lives until the stream ends); `None` for turns hale makes itself.
-    pub hold: Option<crate::state::TurnHold>,
+    pub hold: Option<crate::agents::TurnHold>,
 }
 
 /// A live stream after its first content: the events read so far and the rest.
@@ -116,7 +133,7 @@ pub enum Served {
 
 impl Turn {
     pub fn new(
-        gw: &Gateway,
+        cfg: &Config,
         id: String,
         agent: String,
         task: Option<String>,
@@ -131,8 +148,8 @@ impl Turn {
             admission: crate::agents::Admission::Serve,
             task,
             started,
-            started_ms: crate::state::wall_ms(),
-            deadline: started + gw.cfg.retry.turn_deadline,
+            started_ms: crate::emit::wall_ms(),
+            deadline: started + cfg.retry.turn_deadline,
             targets,
             exhausted: vec![false; n],
             rate_limits: vec![0; n],
@@ -151,6 +168,18 @@ impl Turn {
         served != 0 || self.compacted
     }
 
+    /// The caller's error for a turn that failed with `f` (its timeline in
+    /// the error's `hale` object).
+    pub fn error(&self, f: &Failure) -> HaleError {
+        HaleError::from_failure(
+            &self.id,
+            &self.agent,
+            serde_json::to_value(&self.timeline).unwrap_or_default(),
+            self.timeline.len(),
+            f,
+        )
+    }
+
     fn since_start(&self, t: Instant) -> u64 {
         t.saturating_duration_since(self.started).as_millis() as u64
     }
@@ -159,7 +188,7 @@ impl Turn {
 /// Runs attempts until one serves or the loop gives up. `prefill` resumes a
 /// broken stream with the text already delivered; `resume` labels such attempts.
 pub async fn run(
-    gw: &Gateway,
+    env: Env<'_>,
     turn: &mut Turn,
     req: &ChatRequest,
     mut prefill: Option<String>,
@@ -171,7 +200,7 @@ pub async fn run(
         if now >= turn.deadline {
             return Err(last.unwrap_or_else(deadline_failure));
         }
-        let Some((idx, mode)) = choose(gw, turn, now) else {
+        let Some((idx, mode)) = choose(env, turn, now) else {
             return Err(last.unwrap_or_else(|| Failure {
                 class: ErrorClass::Unknown,
                 retry_after: None,
@@ -181,13 +210,13 @@ pub async fn run(
             }));
         };
         let target = turn.targets[idx].clone();
-        let Some(provider) = gw.cfg.provider(&target.provider) else {
+        let Some(provider) = env.cfg.provider(&target.provider) else {
             turn.exhausted[idx] = true;
             continue;
         };
         let deployment = crate::deployments::key(&target);
-        let breaker = gw.deployments.breaker(&turn.agent, &deployment);
-        let budget = gw.deployments.budget(&target.provider);
+        let breaker = env.deployments.breaker(&turn.agent, &deployment);
+        let budget = env.deployments.budget(&target.provider);
         if let Some(b) = budget {
             b.lock().expect("budget lock").on_request(now);
         }
@@ -201,7 +230,7 @@ pub async fn run(
             let start = Instant::now();
             let remaining = turn.deadline.saturating_duration_since(start);
             let headers = match mode {
-                Mode::Probe => gw.cfg.retry.probe_timeout.min(provider.timeout),
+                Mode::Probe => env.cfg.retry.probe_timeout.min(provider.timeout),
                 Mode::Normal | Mode::Trial | Mode::FailOpen => provider.timeout,
             }
             .min(remaining);
@@ -223,7 +252,7 @@ pub async fn run(
             let upstream::Sent {
                 result: sent,
                 changes,
-            } = upstream::send(&gw.http, provider, req, model, pf, &limits)
+            } = upstream::send(env.http, provider, req, model, pf, &limits)
                 .instrument(span.clone())
                 .await;
             let result = match sent {
@@ -241,7 +270,8 @@ pub async fn run(
                 "class",
                 result.as_ref().map_or_else(|f| f.class.as_str(), |_| "ok"),
             );
-            gw.metrics
+            env.emit
+                .metrics
                 .attempt(&target, result.as_ref().err().map(|f| f.class), elapsed);
             match result {
                 Ok(served) => {
@@ -256,7 +286,7 @@ pub async fn run(
                         resume,
                         changes,
                     });
-                    on_success(gw, turn, &target, mode, elapsed);
+                    on_success(env, turn, &target, mode, elapsed);
                     turn.prefilled = pf.is_some();
                     return Ok((idx, served));
                 }
@@ -284,11 +314,11 @@ pub async fn run(
                         turn.overflow_at = Some(idx);
                         return Err(f);
                     }
-                    on_failure(gw, turn, &target, &f, elapsed);
+                    on_failure(env, turn, &target, &f, elapsed);
                     if f.class == ErrorClass::RateLimit {
                         turn.rate_limits[idx] += 1;
                     }
-                    let others = others_left(gw, turn, idx, Instant::now());
+                    let others = others_left(env, turn, idx, Instant::now());
                     let (has_next, untried_left) = (others.left.healthy, others.any);
                     let probing = select::moves_on_at_once(
                         matches!(mode, Mode::Probe | Mode::Trial | Mode::FailOpen),
@@ -312,7 +342,7 @@ pub async fn run(
                         budget_ok,
                         probing,
                     };
-                    let decision = retry::decide(&gw.cfg.retry, &facts, &mut rand::rng());
+                    let decision = retry::decide(&env.cfg.retry, &facts, &mut rand::rng());
                     match decision {
                         RetryDecision::RetrySame { wait } => {
                             // The breaker may have opened on this very failure:
@@ -325,8 +355,9 @@ pub async fn run(
                                 last = Some(f);
                                 break;
                             }
-                            gw.emit(
-                                gw.event(EventKind::AgentRetry)
+                            env.emit.emit(
+                                env.emit
+                                    .event(EventKind::AgentRetry)
                                     .agent(&turn.agent)
                                     .turn(&turn.id)
                                     .payload(serde_json::json!({
@@ -375,23 +406,23 @@ struct Others {
     any: bool,
 }
 
-fn others_left(gw: &Gateway, turn: &Turn, idx: usize, now: Instant) -> Others {
+fn others_left(env: Env<'_>, turn: &Turn, idx: usize, now: Instant) -> Others {
     let mut o = Others {
         left: select::Left::default(),
         any: false,
     };
-    let ratio = |t: &Target| gw.deployments.success_ratio(t, now).unwrap_or(1.0);
+    let ratio = |t: &Target| env.deployments.success_ratio(t, now).unwrap_or(1.0);
     let mine = ratio(&turn.targets[idx]);
     for (j, t) in turn.targets.iter().enumerate() {
         if j == idx || turn.exhausted[j] {
             continue;
         }
-        match gw.deployments.gate(t, now) {
+        match env.deployments.gate(t, now) {
             Gate::Forced => continue,
             Gate::Ejected { .. } => {}
             Gate::Open | Gate::Probe => {
                 let state =
-                    gw.deployments
+                    env.deployments
                         .breaker_state(&turn.agent, &crate::deployments::key(t), now);
                 o.left.healthy |= !matches!(state, BreakerState::Open | BreakerState::ForcedOpen);
             }
@@ -406,11 +437,11 @@ fn others_left(gw: &Gateway, turn: &Turn, idx: usize, now: Instant) -> Others {
 /// breaker allows the call or whose probe is due, else fail open. Candidates
 /// are built in plan order and the building stops at the first usable one,
 /// so no later deployment's half-open trial is taken for nothing.
-fn choose(gw: &Gateway, turn: &Turn, now: Instant) -> Option<(usize, Mode)> {
+fn choose(env: Env<'_>, turn: &Turn, now: Instant) -> Option<(usize, Mode)> {
     let mut cands: Vec<Candidate> = Vec::with_capacity(turn.targets.len());
     for (i, t) in turn.targets.iter().enumerate() {
-        let tried = turn.exhausted[i] || gw.cfg.provider(&t.provider).is_none();
-        let c = gw.deployments.candidate(&turn.agent, t, tried, now);
+        let tried = turn.exhausted[i] || env.cfg.provider(&t.provider).is_none();
+        let c = env.deployments.candidate(&turn.agent, t, tried, now);
         let stop = select::usable(&c);
         cands.push(c);
         if stop {
@@ -425,7 +456,7 @@ fn choose(gw: &Gateway, turn: &Turn, now: Instant) -> Option<(usize, Mode)> {
         Pick::None => return None,
     };
     if picked.1 == Mode::Probe {
-        gw.deployments.take_probe(&turn.targets[picked.0], now);
+        env.deployments.take_probe(&turn.targets[picked.0], now);
     }
     Some(picked)
 }
@@ -484,45 +515,46 @@ pub fn is_content(ev: &StreamEvent) -> bool {
 }
 
 /// Feeds a success back to the deployment's health and breaker.
-pub fn on_success(gw: &Gateway, turn: &Turn, target: &Target, mode: Mode, latency: Duration) {
-    gw.history.record(target, true, latency);
-    let effects = gw.deployments.on_success(
+pub fn on_success(env: Env<'_>, turn: &Turn, target: &Target, mode: Mode, latency: Duration) {
+    env.history.record(target, true, latency);
+    let effects = env.deployments.on_success(
         &turn.agent,
         target,
         mode == Mode::Probe,
         latency,
         Instant::now(),
     );
-    report(gw, turn, target, effects, mode);
+    report(env, turn, target, effects, mode);
 }
 
 /// Feeds a failure back to the deployment's health and breaker.
-pub fn on_failure(gw: &Gateway, turn: &Turn, target: &Target, f: &Failure, latency: Duration) {
-    gw.history.record(target, false, latency);
+pub fn on_failure(env: Env<'_>, turn: &Turn, target: &Target, f: &Failure, latency: Duration) {
+    env.history.record(target, false, latency);
     let failed = crate::deployments::Failed {
         class: f.class,
         retry_after: f.retry_after,
         connect_failed: f.connect_failed,
         latency,
     };
-    let effects = gw
+    let effects = env
         .deployments
         .on_failure(&turn.agent, target, failed, Instant::now());
-    report(gw, turn, target, effects, Mode::Normal);
+    report(env, turn, target, effects, Mode::Normal);
 }
 
 /// Turns what changed into events (and the agent's breaker health signal).
-fn report(gw: &Gateway, turn: &Turn, target: &Target, effects: Vec<Effect>, mode: Mode) {
+fn report(env: Env<'_>, turn: &Turn, target: &Target, effects: Vec<Effect>, mode: Mode) {
     for e in effects {
         match e {
-            Effect::Breaker(t) => breaker_event(gw, turn, target, &t),
+            Effect::Breaker(t) => breaker_event(env, turn, target, &t),
             Effect::Ejected {
                 scope,
                 key,
                 class,
                 length,
-            } => gw.emit(
-                gw.event(EventKind::ProviderCooldown)
+            } => env.emit.emit(
+                env.emit
+                    .event(EventKind::ProviderCooldown)
                     .agent(&turn.agent)
                     .turn(&turn.id)
                     .payload(serde_json::json!({
@@ -533,8 +565,9 @@ fn report(gw: &Gateway, turn: &Turn, target: &Target, effects: Vec<Effect>, mode
                         "ejection_ms": length.as_millis() as u64,
                     })),
             ),
-            Effect::Recovered { scope, key } => gw.emit(
-                gw.event(EventKind::ProviderRecovered)
+            Effect::Recovered { scope, key } => env.emit.emit(
+                env.emit
+                    .event(EventKind::ProviderRecovered)
                     .agent(&turn.agent)
                     .turn(&turn.id)
                     .payload(serde_json::json!({
@@ -548,9 +581,10 @@ fn report(gw: &Gateway, turn: &Turn, target: &Target, effects: Vec<Effect>, mode
     }
 }
 
-fn breaker_event(gw: &Gateway, turn: &Turn, target: &Target, t: &Transition) {
-    gw.emit(
-        gw.event(EventKind::BreakerStateChanged)
+fn breaker_event(env: Env<'_>, turn: &Turn, target: &Target, t: &Transition) {
+    env.emit.emit(
+        env.emit
+            .event(EventKind::BreakerStateChanged)
             .agent(&turn.agent)
             .turn(&turn.id)
             .payload(serde_json::json!({
@@ -563,11 +597,11 @@ fn breaker_event(gw: &Gateway, turn: &Turn, target: &Target, t: &Transition) {
             })),
     );
     // Health: an agent with any breaker open is failing.
-    let any_open = gw.deployments.any_open(&turn.agent, Instant::now());
-    gw.health.set_breaker_open(&turn.agent, any_open);
+    let any_open = env.deployments.any_open(&turn.agent, Instant::now());
+    env.health.set_breaker_open(&turn.agent, any_open);
     if matches!(t.to, BreakerState::Open | BreakerState::ForcedOpen) {
-        gw.emit(
-            gw.event(EventKind::AgentCircuitOpen)
+        env.emit.emit(
+            env.emit.event(EventKind::AgentCircuitOpen)
                 .agent(&turn.agent)
                 .turn(&turn.id)
                 .payload(serde_json::json!({"deployment": target.to_string(), "provider": target.provider, "reason": t.reason})),

@@ -589,7 +589,7 @@ async fn an_agent_silent_while_shed_is_judged_from_the_store() {
     let stuck_after = cfg.health.stuck_after;
     let h = Hale::start(cfg).await;
     let start_ms = hale_gateway::state::wall_ms();
-    let mut cursor = hale_gateway::memory::silence_cursor(&h.gw, start_ms);
+    let mut cursor = health::silence_cursor(&h.gw.cfg, start_ms);
     assert_eq!(call(&h, "gone-quiet", "t", "hi").await.status, 200);
     assert_eq!(call(&h, "held", "t", "hi").await.status, 200);
     let (s, _) = post(&h, "/agents/held/pause", json!({})).await;
@@ -601,12 +601,12 @@ async fn an_agent_silent_while_shed_is_judged_from_the_store() {
     assert!(!h.gw.health.knows("gone-quiet"));
 
     // Before `stuck_after`: nothing to read back.
-    let n = hale_gateway::memory::watch_silent(&h.gw, &mut cursor, ms, at).await;
+    let n = h.gw.monitor().watch_silent(&mut cursor, ms, at).await;
     assert_eq!(n, 0);
     // Silent for `stuck_after`: read back and judged.
     let later = stuck_after + Duration::from_secs(2);
     let (ms, at) = (start_ms + later.as_millis() as u64, Instant::now() + later);
-    let n = hale_gateway::memory::watch_silent(&h.gw, &mut cursor, ms, at).await;
+    let n = h.gw.monitor().watch_silent(&mut cursor, ms, at).await;
     assert_eq!(n, 1);
     assert!(h.gw.health.knows("gone-quiet"));
     health::tick(&h.gw, at);
@@ -627,7 +627,7 @@ async fn an_agent_silent_while_shed_is_judged_from_the_store() {
     let evs = events(&h).await;
     assert_eq!(of_kind(&evs, EventKind::HealthNudgeSent).len(), 1);
     // The same silence is not read twice.
-    let n = hale_gateway::memory::watch_silent(&h.gw, &mut cursor, ms + 1, at).await;
+    let n = h.gw.monitor().watch_silent(&mut cursor, ms + 1, at).await;
     assert_eq!(n, 0);
     h.stop().await;
 }

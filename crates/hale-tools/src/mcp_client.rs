@@ -14,20 +14,20 @@
 //! kind). The idempotency key travels in the request's `_meta` as
 //! `hale/idempotencyKey`.
 
-use crate::nodes::{CallFailure, Node, ToolInfo, truncate};
+use crate::failure::{CallFailure, truncate};
+use crate::nodes::{Node, ToolInfo};
 use hale_core::classify::Transport;
 use hale_core::tools::ToolObservation;
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, ErrorCode, MetaObject, RequestMetaObject};
-use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::service::ServiceError;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// An open MCP session.
-pub type Session = RunningService<RoleClient, ()>;
+pub use crate::nodes::Session;
 
 /// The `_meta` key carrying a call's idempotency key.
 pub const IDEMPOTENCY_META_KEY: &str = "hale/idempotencyKey";

@@ -1,6 +1,7 @@
 //! Tool nodes: the registry (config nodes and `POST /nodes` registrations
 //! with leases), each node's live state (capabilities, breaker, in-flight
-//! calls), and the two ways of calling one — plain HTTP and MCP.
+//! calls and its MCP session), and calling plain HTTP nodes ([`http`]; MCP
+//! nodes are called by [`crate::mcp_client`]).
 //!
 //! A node's health is computed from three facts with
 //! [`hale_core::tools::node_health`]: whether it is online (its lease holds
@@ -10,9 +11,8 @@
 //! `std` locks that are never held across an `.await`.
 
 use hale_core::breaker::{Admission, BreakerState, CallOutcome, SharedBreaker};
-use hale_core::classify::{Transport, transport_of};
 use hale_core::config::{ToolNodeConfig, ToolNodeKind};
-use hale_core::tools::{MAX_TOOLS_PER_NODE, NodeHealth, ToolError, ToolObservation};
+use hale_core::tools::{MAX_TOOLS_PER_NODE, NodeHealth, ToolError};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+pub use crate::failure::{CallFailure, MAX_MESSAGE_CHARS, truncate};
+
 /// A node with a failure this recent is `degraded`.
 pub const DEGRADED_WINDOW_MS: u64 = 60_000;
-/// Longest error message kept from a node's answer.
-pub const MAX_MESSAGE_CHARS: usize = 300;
 
 /// One tool a node lists.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -46,113 +46,8 @@ pub enum Source {
     Registered,
 }
 
-/// How one call failed.
-#[derive(Debug, Clone)]
-pub struct CallFailure {
-    pub obs: ToolObservation,
-    /// The request reached the node (it may have run).
-    pub sent: bool,
-    pub retry_after: Option<Duration>,
-    pub message: String,
-}
-
-impl CallFailure {
-    pub(crate) fn transport(t: Transport, sent: bool, message: String) -> Self {
-        CallFailure {
-            obs: ToolObservation {
-                status: None,
-                transport: Some(t),
-                output_invalid: false,
-            },
-            sent,
-            retry_after: None,
-            message,
-        }
-    }
-
-    /// A failure with a status (HTTP, or an MCP error mapped onto one).
-    pub fn status(status: u16, message: String, retry_after: Option<Duration>) -> Self {
-        CallFailure {
-            obs: ToolObservation {
-                status: Some(status),
-                transport: None,
-                output_invalid: false,
-            },
-            sent: true,
-            retry_after,
-            message,
-        }
-    }
-
-    /// A 2xx whose output is not usable.
-    pub fn invalid_output(message: String) -> Self {
-        CallFailure {
-            obs: ToolObservation {
-                status: Some(200),
-                transport: None,
-                output_invalid: true,
-            },
-            sent: true,
-            retry_after: None,
-            message,
-        }
-    }
-
-    /// Classifies a client error (reqwest, rmcp) by walking its causes.
-    pub fn from_error(
-        e: &(dyn std::error::Error + 'static),
-        timed_out: bool,
-        connect: bool,
-    ) -> Self {
-        let t = if timed_out {
-            Transport::HeadersTimeout
-        } else if connect {
-            match transport_of(e) {
-                Transport::Dns => Transport::Dns,
-                _ => Transport::ConnectRefused,
-            }
-        } else {
-            transport_of(e)
-        };
-        CallFailure::transport(t, !connect, truncate(&error_chain(e)))
-    }
-
-    /// The attempt timed out locally.
-    pub fn timeout(after: Duration) -> Self {
-        CallFailure::transport(
-            Transport::HeadersTimeout,
-            true,
-            format!("no answer within {} ms", after.as_millis()),
-        )
-    }
-}
-
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    let mut depth = 0;
-    while let Some(c) = cur {
-        if depth >= 4 {
-            break;
-        }
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-        depth += 1;
-    }
-    s
-}
-
-/// Cuts a message to [`MAX_MESSAGE_CHARS`].
-pub fn truncate(s: &str) -> String {
-    if s.chars().count() <= MAX_MESSAGE_CHARS {
-        s.to_owned()
-    } else {
-        let mut t: String = s.chars().take(MAX_MESSAGE_CHARS).collect();
-        t.push('…');
-        t
-    }
-}
+/// An open MCP session of an `mcp` node (opened by [`crate::mcp_client`]).
+pub type Session = rmcp::service::RunningService<rmcp::service::RoleClient, ()>;
 
 /// One node's live state.
 pub struct Node {
@@ -170,7 +65,7 @@ pub struct Node {
     pub checks: AtomicU64,
     pub checks_failed: AtomicU64,
     /// The MCP session of an `mcp` node, opened on first use.
-    pub(crate) mcp: tokio::sync::Mutex<Option<Arc<crate::mcp_client::Session>>>,
+    pub(crate) mcp: tokio::sync::Mutex<Option<Arc<Session>>>,
 }
 
 impl std::fmt::Debug for Node {

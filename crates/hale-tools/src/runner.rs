@@ -10,8 +10,9 @@
 //! job's timeline and an entry of its `execution_path`.
 
 use crate::Tools;
+use crate::failure::CallFailure;
 use crate::model::{Attempt, Job, OfflineBehavior, StepOutcome, StepRequest, Target};
-use crate::nodes::{CallFailure, Node};
+use crate::nodes::Node;
 use hale_core::event::EventKind;
 use hale_core::tools::{
     self as rules, Candidate, FailedAttempt, StepDecision, StopReason, ToolError,
@@ -385,7 +386,7 @@ pub async fn run(tools: &Tools, job: &mut Job) -> RunEnd {
             if job.steps.len() < steps.len() {
                 // Progress between steps: a restart knows which step was
                 // running and never runs a finished one again.
-                if let Err(e) = tools.store.update_job(&crate::record(job, None)).await {
+                if let Err(e) = tools.store.update_job(&crate::row::record(job, None)).await {
                     tracing::warn!(job = job.job_id, error = %e, "storing a job's progress failed");
                 }
             }

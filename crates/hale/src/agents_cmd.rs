@@ -1,30 +1,17 @@
 //! `hale agent …`, `hale deployment …`, `hale doctor` and `hale checkpoints
 //! list`: thin HTTP clients of a running gateway's admin API (DESIGN §10).
-//! Every command takes `--url` (default [`DEFAULT_URL`]) and `--token`
-//! (default `$HALE_TOKEN`). The output is for people (`agent show` prints the
-//! API's JSON). Every failure is one line naming what failed and what to do:
+//! Every command takes `--url` (default
+//! [`DEFAULT_URL`](crate::remote::DEFAULT_URL)) and `--token` (default
+//! `$HALE_TOKEN`). The output is for people (`agent show` prints the API's
+//! JSON). Every failure is one line naming what failed and what to do:
 //! an unreachable gateway, a refused token, an unknown agent or deployment.
 //! What is printed is what the gateway reported, never more: `resume` names
 //! the tasks it did not clear instead of calling the agent healthy.
 
-use crate::run::enc;
+use crate::remote::{Remote, enc};
 use anyhow::bail;
 use serde_json::Value;
 use std::process::ExitCode;
-
-/// Where the commands look for a gateway by default: `hale serve`'s default
-/// listen address ([`hale_core::config::DEFAULT_LISTEN`]; a test keeps them equal).
-pub const DEFAULT_URL: &str = "http://127.0.0.1:3000";
-
-#[derive(clap::Args, Debug, Clone)]
-pub struct Remote {
-    /// The gateway's base URL.
-    #[arg(long, default_value = DEFAULT_URL, global = true)]
-    pub url: String,
-    /// Admin token (default $HALE_TOKEN).
-    #[arg(long, env = "HALE_TOKEN", hide_env_values = true, global = true)]
-    pub token: Option<String>,
-}
 
 #[derive(clap::Subcommand, Debug)]
 pub enum AgentCmd {
@@ -808,7 +795,7 @@ mod tests {
     #[test]
     fn the_default_url_is_the_default_listen_address() {
         assert_eq!(
-            super::DEFAULT_URL,
+            crate::remote::DEFAULT_URL,
             format!("http://{}", hale_core::config::DEFAULT_LISTEN)
         );
     }
@@ -881,7 +868,7 @@ mod tests {
             ("hf", "meta-llama/Llama-3")
         );
         assert_eq!(
-            crate::run::enc("meta-llama/Llama-3"),
+            crate::remote::enc("meta-llama/Llama-3"),
             "meta-llama%2FLlama-3"
         );
         for bad in ["gpt-4o", "/m", "p/", ""] {

@@ -4,7 +4,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use hale_core::config::{Config, raw};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -70,26 +70,26 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: crate::agents_cmd::AgentCmd,
         #[command(flatten)]
-        remote: crate::agents_cmd::Remote,
+        remote: crate::remote::Remote,
     },
     /// The deployments (provider/model) of a running gateway: health, and manual trip/reset.
     Deployment {
         #[command(subcommand)]
         cmd: crate::agents_cmd::DeploymentCmd,
         #[command(flatten)]
-        remote: crate::agents_cmd::Remote,
+        remote: crate::remote::Remote,
     },
     /// A health report of a running gateway: event sinks, deployments, paused, stuck and failing agents.
     Doctor {
         #[command(flatten)]
-        remote: crate::agents_cmd::Remote,
+        remote: crate::remote::Remote,
     },
     /// Agents' checkpoints.
     Checkpoints {
         #[command(subcommand)]
         cmd: crate::agents_cmd::CheckpointsCmd,
         #[command(flatten)]
-        remote: crate::agents_cmd::Remote,
+        remote: crate::remote::Remote,
     },
     /// Configuration tools.
     Config {
@@ -101,14 +101,14 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: crate::jobs_cmd::JobsCmd,
         #[command(flatten)]
-        remote: crate::agents_cmd::Remote,
+        remote: crate::remote::Remote,
     },
     /// Tool nodes of a running gateway.
     Nodes {
         #[command(subcommand)]
         cmd: crate::jobs_cmd::NodesCmd,
         #[command(flatten)]
-        remote: crate::agents_cmd::Remote,
+        remote: crate::remote::Remote,
     },
 }
 
@@ -116,7 +116,7 @@ pub enum Cmd {
 #[derive(clap::Args, Debug)]
 pub struct Remote {
     /// The gateway's URL.
-    #[arg(long, default_value = crate::agents_cmd::DEFAULT_URL)]
+    #[arg(long, default_value = crate::remote::DEFAULT_URL)]
     pub url: String,
     /// An admin token (default: $HALE_TOKEN).
     #[arg(long, env = "HALE_TOKEN", hide_env_values = true)]
@@ -165,21 +165,6 @@ pub enum ConfigCmd {
     Check { file: PathBuf },
 }
 
-/// Loads and validates a config file, with env lookups from the process.
-pub fn load_config(path: &Path) -> anyhow::Result<Config> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read config file {}", path.display()))?;
-    raw::load(&text, &|k| std::env::var(k).ok())
-        .map_err(|e| anyhow::anyhow!("invalid config {}:\n{e}", path.display()))
-}
-
-/// Installs the one TLS crypto provider (ring). `main` calls it once,
-/// before any command runs, so no code path builds a client without it.
-pub fn install_crypto() {
-    // An error only means a provider is already installed: that one serves.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
         Cmd::Demo { data_dir } => crate::demo::run(data_dir).await,
@@ -196,7 +181,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     raw::MINIMAL_EXAMPLE
                 );
             };
-            let mut cfg = load_config(&path)?;
+            let mut cfg = crate::setup::load_config(&path)?;
             if let Some(l) = listen {
                 cfg.listen = l;
             }
@@ -280,7 +265,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Nodes { cmd, remote } => crate::jobs_cmd::nodes(cmd, remote).await,
         Cmd::Config {
             cmd: ConfigCmd::Check { file },
-        } => match load_config(&file) {
+        } => match crate::setup::load_config(&file) {
             Ok(cfg) => {
                 use std::io::Write as _;
                 writeln!(

@@ -3,7 +3,7 @@
 //! or stdin (`-`) and prints the job's evidence; `audit` prints one JSON
 //! object per line, ready for `jq`.
 
-use crate::agents_cmd::Remote;
+use crate::remote::Remote;
 use anyhow::{Context, bail};
 use serde_json::Value;
 use std::io::Read;
@@ -41,7 +41,7 @@ async fn call(
     path: &str,
     body: Option<Value>,
 ) -> anyhow::Result<(u16, Value)> {
-    crate::cli::install_crypto();
+    crate::setup::install_crypto();
     let url = format!("{}{path}", r.url.trim_end_matches('/'));
     let mut rb = reqwest::Client::new().request(method, &url);
     if let Some(t) = &r.token {
@@ -110,7 +110,7 @@ pub async fn jobs(cmd: JobsCmd, r: Remote) -> anyhow::Result<ExitCode> {
             let (_, v) = call(
                 &r,
                 reqwest::Method::GET,
-                &format!("/jobs/{}", crate::run::enc(&id)),
+                &format!("/jobs/{}", crate::remote::enc(&id)),
                 None,
             )
             .await?;
@@ -119,7 +119,7 @@ pub async fn jobs(cmd: JobsCmd, r: Remote) -> anyhow::Result<ExitCode> {
         }
         JobsCmd::List { status } => {
             let path = match &status {
-                Some(s) => format!("/jobs?status={}", crate::run::enc(s)),
+                Some(s) => format!("/jobs?status={}", crate::remote::enc(s)),
                 None => "/jobs".to_owned(),
             };
             let (_, v) = call(&r, reqwest::Method::GET, &path, None).await?;

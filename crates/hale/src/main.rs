@@ -8,7 +8,9 @@ mod cli;
 mod demo;
 mod demo_tools;
 mod jobs_cmd;
+mod remote;
 mod run;
+mod setup;
 mod telemetry;
 
 use clap::Parser;
@@ -22,7 +24,7 @@ fn main() -> std::process::ExitCode {
     hale_alloc::purge_at_once();
     hale_alloc::no_huge_pages();
     // First, before any command can build an HTTP client (DESIGN §10).
-    cli::install_crypto();
+    setup::install_crypto();
     let cli = cli::Cli::parse();
     telemetry::init();
     let rt = match tokio::runtime::Builder::new_multi_thread()

@@ -32,6 +32,7 @@
 //! to [`RECOVER_PATIENCE`] before it gives up. A refusal (4xx: bad token,
 //! bad request) is final at once.
 
+use crate::remote::enc;
 use anyhow::{Context, bail};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -212,19 +213,6 @@ enum RecoverError {
     Final(anyhow::Error),
 }
 
-/// Percent-encodes a path segment (agent and task names are free text).
-pub fn enc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 fn file_safe(s: &str) -> String {
     s.chars()
         .map(|c| {
@@ -278,7 +266,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                     "`hale run` needs --url of a running gateway, or --config to start an embedded one"
                 );
             };
-            let cfg = crate::cli::load_config(path)?;
+            let cfg = crate::setup::load_config(path)?;
             let e = Embedded::start(cfg).await?;
             let u = e.url.clone();
             embedded = Some(e);

@@ -6,32 +6,21 @@
 //! what it cleared (the pause, the failure count, terminated tasks) and what
 //! it did not (tasks stopped by a guard limit: `reset-task` clears those).
 
+use super::edge::admin_refusal;
+use crate::Gateway;
+use crate::emit::wall_ms;
 use crate::error::HaleError;
-use crate::http::admin_refusal;
 use crate::proto::Dialect;
-use crate::state::{Gateway, wall_ms};
-use axum::Router;
 use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use hale_core::counts::Count;
 use hale_core::event::EventKind;
-use hale_core::pause::{Pause, PausedBy};
-use hale_store::{CountWrite, Write};
+use hale_core::pause::PausedBy;
+use hale_store::Write;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
-
-pub fn router() -> Router<Arc<Gateway>> {
-    Router::new()
-        .route("/agents", get(list))
-        .route("/agents/{id}", get(show))
-        .route("/agents/{id}/pause", post(pause))
-        .route("/agents/{id}/resume", post(resume))
-        .route("/agents/{id}/tasks/{task}/reset", post(reset_task))
-}
 
 /// 404 `agent_not_found` for an agent hale has never seen and the config does not name.
 fn not_found(id: &str) -> Response {
@@ -69,7 +58,7 @@ fn view_of(gw: &Gateway, rec: hale_store::AgentRecord) -> Value {
     let tasks = gw.tasks.of_agent(id);
     let now = Instant::now();
     let now_ms = wall_ms();
-    let pause = gw.pause_of(id);
+    let pause = gw.agents.pause_of(id);
     // A paused agent is never shed, but another instance may have paused
     // one this instance does not hold: its row says so.
     let paused = pause.is_some() || (rec.paused && !gw.holds(id));
@@ -170,7 +159,7 @@ fn stopped_tasks(gw: &Gateway, id: &str, tasks: &[Task]) -> Vec<Value> {
 /// `GET /agents` query: a page of the list (`hale_core::pages`).
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ListParams {
+pub(super) struct ListParams {
     /// Agents per page (default and maximum: `hale_core::pages`); a string,
     /// so a bad value gets this API's error, not the extractor's.
     limit: Option<String>,
@@ -185,7 +174,7 @@ struct ListParams {
 /// from memory (`hale_core::memory`). `next` is the cursor of the next page
 /// (`?after=`), `null` at the end. Never the whole list at once: the store
 /// holds every agent ever seen.
-async fn list(
+pub(super) async fn list(
     State(gw): State<Arc<Gateway>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
@@ -261,7 +250,7 @@ async fn list(
     axum::Json(body).into_response()
 }
 
-async fn show(
+pub(super) async fn show(
     State(gw): State<Arc<Gateway>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
@@ -274,7 +263,7 @@ async fn show(
     axum::Json(view(&gw, &id)).into_response()
 }
 
-async fn pause(
+pub(super) async fn pause(
     State(gw): State<Arc<Gateway>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
@@ -288,35 +277,17 @@ async fn pause(
 }
 
 /// An operator's pause (also a hand-off decision): held until an operator
-/// resumes; the change and its event commit together.
+/// resumes ([`crate::agents::Agents::pause`]); the change and its event
+/// commit together.
 pub async fn operator_pause(gw: &Gateway, id: &str, reason: &str) -> Response {
-    let now_ms = wall_ms();
-    let pause = Pause::operator(now_ms);
-    let ((), rec) = gw.update_agent_rt(id, |rt| rt.set_pause(Some(pause)));
-    let ev = gw
-        .event(EventKind::AgentPaused)
-        .agent(id)
-        .payload(json!({ "by": PausedBy::Operator, "reason": reason }));
-    gw.metrics.event(ev.kind);
-    if let Err(e) = gw
-        .store
-        .commit(vec![
-            Write::Agent(rec),
-            Write::Event(ev),
-            crate::sync::announce_control(
-                id,
-                None,
-                Some(hale_store::AgentControl::Paused { pause }),
-            ),
-        ])
-        .await
-    {
+    let writes = gw.agents.pause(id, reason, wall_ms());
+    if let Err(e) = gw.store.commit(writes).await {
         return store_error(e);
     }
     axum::Json(view(gw, id)).into_response()
 }
 
-async fn resume(
+pub(super) async fn resume(
     State(gw): State<Arc<Gateway>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
@@ -326,39 +297,13 @@ async fn resume(
     if let Some(r) = refusal(&gw, peer, &headers, &id) {
         return r;
     }
-    let ((was, cleared, n), rec) = gw.update_agent_rt(&id, |rt| {
-        let was = rt.pause;
-        let cleared = rt.record.consecutive_failures;
-        rt.set_pause(None);
-        let n = rt.count(Count::clear());
-        (was, cleared, n)
-    });
+    let resumed = gw.agents.resume(&id, wall_ms());
     let terminated = gw.health.terminated_tasks(&id);
-    crate::health::on_resume(&gw, &id);
-    let ev = gw.event(EventKind::AgentResumed).agent(&id).payload(json!({
-        "by": PausedBy::Operator,
-        "reason": "resumed by an operator",
-        "was_paused_by": was.map(|p| p.by),
-    }));
-    gw.metrics.event(ev.kind);
-    if let Err(e) = gw
-        .store
-        .commit(vec![
-            Write::Count(CountWrite {
-                agent: id.clone(),
-                n,
-                count: Count::clear(),
-                task: None,
-                now_ms: wall_ms(),
-            }),
-            Write::Agent(rec),
-            Write::Event(ev),
-            crate::sync::announce_control(&id, None, Some(hale_store::AgentControl::Active)),
-        ])
-        .await
-    {
+    gw.health.on_resume(&gw.agents, &id);
+    if let Err(e) = gw.store.commit(resumed.writes).await {
         return store_error(e);
     }
+    let (was, cleared) = (resumed.was, resumed.cleared);
     let mut v = view(&gw, &id);
     v["resume"] = json!({
         "was_paused": was.is_some(),
@@ -370,7 +315,7 @@ async fn resume(
     axum::Json(v).into_response()
 }
 
-async fn reset_task(
+pub(super) async fn reset_task(
     State(gw): State<Arc<Gateway>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
@@ -389,7 +334,7 @@ async fn reset_task(
         cleared.push("guard");
         cleared.push("spend");
     }
-    if crate::health::unblock(&gw, &id, &task) {
+    if gw.health.unblock(&gw.agents, &id, &task) {
         cleared.push("terminated");
     }
     let ev = gw
@@ -406,7 +351,7 @@ async fn reset_task(
                 task: task.clone(),
             },
             Write::Event(ev),
-            crate::sync::announce(&id, Some(&task)),
+            crate::agents::announce(&id, Some(&task)),
         ])
         .await
     {

@@ -14,13 +14,9 @@
 //! compiler or build step) and uPlot for the charts (51 KB), vendored from
 //! npm at the versions in `assets/dashboard/VENDOR.md`; `app.js` is ours.
 
-use crate::state::Gateway;
-use axum::Router;
 use axum::extract::Path;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use std::sync::Arc;
 
 /// One embedded file: its name under `/dashboard/`, media type and bytes.
 struct Asset {
@@ -59,19 +55,13 @@ const ASSETS: &[Asset] = &[
     },
 ];
 
-pub fn router() -> Router<Arc<Gateway>> {
-    Router::new()
-        .route("/", get(index))
-        .route("/dashboard/{file}", get(asset))
-}
-
 /// The page shell. `no-store`: a new binary's page is never mixed with an
 /// old cached script.
-async fn index() -> Response {
+pub(super) async fn index() -> Response {
     page(INDEX, "text/html; charset=utf-8")
 }
 
-async fn asset(Path(file): Path<String>) -> Response {
+pub(super) async fn asset(Path(file): Path<String>) -> Response {
     match ASSETS.iter().find(|a| a.name == file) {
         Some(a) => page(a.bytes, a.mime),
         None => crate::error::HaleError::not_found(format!("no dashboard asset {file}"))

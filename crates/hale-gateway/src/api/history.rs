@@ -7,15 +7,14 @@
 //!   "minutes": [{deployment, minute_ms, calls, failures, success_ratio, avg_ms}]}`,
 //! both oldest first.
 
+use super::edge::admin_refusal;
+use crate::Gateway;
+use crate::emit::wall_ms;
 use crate::error::HaleError;
-use crate::http::admin_refusal;
 use crate::proto::Dialect;
-use crate::state::{Gateway, wall_ms};
-use axum::Router;
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use hale_core::config::HISTORY_DEFAULT_WINDOW;
 use hale_core::history::MinutePoint;
 use hale_store::HistoryQuery;
@@ -24,20 +23,16 @@ use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub fn router() -> Router<Arc<Gateway>> {
-    Router::new().route("/history", get(history))
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Params {
+pub(super) struct Params {
     agent: Option<String>,
     deployment: Option<String>,
     from: Option<u64>,
     to: Option<u64>,
 }
 
-async fn history(
+pub(super) async fn history(
     State(gw): State<Arc<Gateway>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,

@@ -10,12 +10,12 @@
 //! [`hale_core::guard::IDLE_TASK_TTL`] are forgotten, so the map stays
 //! bounded however many conversations pass through.
 
+use crate::emit::Emitter;
 use crate::error::HaleError;
 use crate::proto::{ChatRequest, Part, Usage};
-use crate::state::Gateway;
 use axum::http::StatusCode;
 use hale_core::budget::{self, BudgetHit, Spend};
-use hale_core::config::BudgetConfig;
+use hale_core::config::{BudgetConfig, Config};
 use hale_core::counts::Tally;
 use hale_core::event::EventKind;
 use hale_core::guard::{
@@ -23,7 +23,7 @@ use hale_core::guard::{
 };
 use hale_core::models;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often idle tasks are swept.
@@ -65,8 +65,9 @@ impl TaskRt {
 }
 
 /// Every task's state, keyed by (agent, task).
-#[derive(Default)]
 pub struct Tasks {
+    cfg: Arc<Config>,
+    emit: Emitter,
     /// Boxed: the table's empty slots (hashbrown grows at 7/8 full, so
     /// just after a growth more than half are empty) then cost a pointer
     /// each, not a whole task's state.
@@ -85,6 +86,16 @@ pub struct Reset {
 }
 
 impl Tasks {
+    /// No task yet.
+    pub fn new(cfg: Arc<Config>, emit: Emitter) -> Self {
+        Self {
+            cfg,
+            emit,
+            map: Mutex::default(),
+            swept: Mutex::default(),
+        }
+    }
+
     fn with<R>(&self, agent: &str, task: &str, f: impl FnOnce(&mut TaskRt) -> R) -> R {
         let now = Instant::now();
         self.sweep(now);
@@ -244,129 +255,138 @@ pub fn tool_calls(parts: &[Part]) -> Vec<CallSeen> {
         .collect()
 }
 
-/// The budget that applies to `agent` (its own, else the default agent's).
-fn budget_cfg<'a>(gw: &'a Gateway, agent: &str) -> Option<&'a BudgetConfig> {
-    gw.cfg
-        .agents
-        .get(agent)
-        .or_else(|| gw.cfg.agents.get(hale_core::config::DEFAULT_AGENT))
-        .map(|a| &a.budget)
-}
-
 fn guard_error(hit: &GuardHit) -> HaleError {
     let mut e = HaleError::new(StatusCode::CONFLICT, "safety_limit", hit.message.clone());
     e.hale = serde_json::to_value(hit).unwrap_or_default();
     e
 }
 
-fn guard_event(gw: &Gateway, agent: &str, task: &str, hit: &GuardHit) {
-    gw.emit(
-        gw.event(EventKind::GuardLimitHit)
-            .agent(agent)
-            .task(task)
-            .payload(serde_json::to_value(hit).unwrap_or_default()),
-    );
-}
-
-/// Step 4: counts the request and its tool results; a hit (new or old) is final.
-pub fn check_request(
-    gw: &Gateway,
-    agent: &str,
-    task: &str,
-    req: &ChatRequest,
-) -> Result<(), HaleError> {
-    let results = tool_results(req);
-    let now = Instant::now();
-    let (res, new) = gw.tasks.with(agent, task, |rt| {
-        let before = rt.guard.hit().is_some();
-        let r = rt.guarded(|g| g.on_request(&gw.cfg.guard, &results, now));
-        (r, !before)
-    });
-    match res {
-        Ok(()) => Ok(()),
-        Err(hit) => {
-            if new {
-                guard_event(gw, agent, task, &hit);
-            }
-            Err(guard_error(&hit))
-        }
+impl Tasks {
+    /// The budget that applies to `agent` (its own, else the default agent's).
+    fn budget_cfg<'a>(&'a self, agent: &str) -> Option<&'a BudgetConfig> {
+        self.cfg
+            .agents
+            .get(agent)
+            .or_else(|| self.cfg.agents.get(hale_core::config::DEFAULT_AGENT))
+            .map(|a| &a.budget)
     }
-}
 
-/// After a response: records its tool calls. A hit stops the task's next request.
-pub fn record_response(gw: &Gateway, agent: &str, task: &str, calls: &[CallSeen]) {
-    let seen: Vec<ToolCallSeen<'_>> = calls
-        .iter()
-        .map(|(id, name, arguments)| ToolCallSeen {
-            id,
-            name,
-            arguments,
-        })
-        .collect();
-    let now = Instant::now();
-    let hit = gw.tasks.with(agent, task, |rt| {
-        let before = rt.guard.hit().is_some();
-        match rt.guarded(|g| g.on_response(&gw.cfg.guard, &seen, now)) {
-            Err(hit) if !before => Some(hit),
-            Err(_) | Ok(()) => None,
-        }
-    });
-    if let Some(hit) = hit {
-        guard_event(gw, agent, task, &hit);
-    }
-}
-
-/// Step 7: refuses the turn when the task or the agent is at a cap.
-pub fn check_budget(gw: &Gateway, agent: &str, task: &str) -> Result<(), HaleError> {
-    let Some(cfg) = budget_cfg(gw, agent) else {
-        return Ok(());
-    };
-    let rec = gw.agent_record(agent);
-    let agent_spend = Spend {
-        tokens: rec.tokens_in + rec.tokens_out,
-        cost_usd: rec.cost_usd,
-    };
-    let task_spend = gw.tasks.with(agent, task, |rt| rt.spend.view());
-    budget::check(cfg, &agent_spend, &task_spend).map_err(|hit: BudgetHit| {
-        gw.emit(
-            gw.event(EventKind::BudgetExceeded)
+    fn guard_event(&self, agent: &str, task: &str, hit: &GuardHit) {
+        self.emit.emit(
+            self.emit
+                .event(EventKind::GuardLimitHit)
                 .agent(agent)
                 .task(task)
-                .payload(serde_json::to_value(&hit).unwrap_or_default()),
+                .payload(serde_json::to_value(hit).unwrap_or_default()),
         );
-        let mut e = HaleError::new(
-            StatusCode::PAYMENT_REQUIRED,
-            "budget_exceeded",
-            hit.message.clone(),
-        );
-        e.hale = serde_json::to_value(&hit).unwrap_or_default();
-        e
-    })
-}
+    }
 
-/// Adds a served turn's usage to the task's spend; returns its cost in USD
-/// and the task's count to write with the turn's (its spend's number, the
-/// guard's events and tool calls not written yet).
-pub fn record_spend(
-    gw: &Gateway,
-    agent: &str,
-    task: &str,
-    model: &str,
-    usage: Usage,
-) -> (f64, hale_store::TaskCount) {
-    let cost = models::price(model, &gw.cfg.prices)
-        .map(|p| budget::cost(p, usage.input_tokens, usage.output_tokens))
-        .unwrap_or(0.0);
-    let count = gw.tasks.with(agent, task, |rt| {
-        let mut s = Spend::default();
-        s.add(usage.input_tokens + usage.output_tokens, cost);
-        let (events, tool_calls) = std::mem::take(&mut rt.unsent);
-        hale_store::TaskCount {
-            task: task.to_owned(),
-            n: rt.spend.count(s),
-            events,
-            tool_calls,
+    /// Step 4: counts the request and its tool results; a hit (new or old) is final.
+    pub fn check_request(
+        &self,
+        agent: &str,
+        task: &str,
+        req: &ChatRequest,
+    ) -> Result<(), HaleError> {
+        let results = tool_results(req);
+        let now = Instant::now();
+        let (res, new) = self.with(agent, task, |rt| {
+            let before = rt.guard.hit().is_some();
+            let r = rt.guarded(|g| g.on_request(&self.cfg.guard, &results, now));
+            (r, !before)
+        });
+        match res {
+            Ok(()) => Ok(()),
+            Err(hit) => {
+                if new {
+                    self.guard_event(agent, task, &hit);
+                }
+                Err(guard_error(&hit))
+            }
         }
-    });
-    (cost, count)
+    }
+
+    /// After a response: records its tool calls. A hit stops the task's next request.
+    pub fn record_response(&self, agent: &str, task: &str, calls: &[CallSeen]) {
+        let seen: Vec<ToolCallSeen<'_>> = calls
+            .iter()
+            .map(|(id, name, arguments)| ToolCallSeen {
+                id,
+                name,
+                arguments,
+            })
+            .collect();
+        let now = Instant::now();
+        let hit = self.with(agent, task, |rt| {
+            let before = rt.guard.hit().is_some();
+            match rt.guarded(|g| g.on_response(&self.cfg.guard, &seen, now)) {
+                Err(hit) if !before => Some(hit),
+                Err(_) | Ok(()) => None,
+            }
+        });
+        if let Some(hit) = hit {
+            self.guard_event(agent, task, &hit);
+        }
+    }
+
+    /// Step 7: refuses the turn when the task or the agent is at a cap.
+    pub fn check_budget(
+        &self,
+        agent: &str,
+        task: &str,
+        agent_record: impl FnOnce() -> hale_store::AgentRecord,
+    ) -> Result<(), HaleError> {
+        let Some(cfg) = self.budget_cfg(agent) else {
+            return Ok(());
+        };
+        let rec = agent_record();
+        let agent_spend = Spend {
+            tokens: rec.tokens_in + rec.tokens_out,
+            cost_usd: rec.cost_usd,
+        };
+        let task_spend = self.with(agent, task, |rt| rt.spend.view());
+        budget::check(cfg, &agent_spend, &task_spend).map_err(|hit: BudgetHit| {
+            self.emit.emit(
+                self.emit
+                    .event(EventKind::BudgetExceeded)
+                    .agent(agent)
+                    .task(task)
+                    .payload(serde_json::to_value(&hit).unwrap_or_default()),
+            );
+            let mut e = HaleError::new(
+                StatusCode::PAYMENT_REQUIRED,
+                "budget_exceeded",
+                hit.message.clone(),
+            );
+            e.hale = serde_json::to_value(&hit).unwrap_or_default();
+            e
+        })
+    }
+
+    /// Adds a served turn's usage to the task's spend; returns its cost in USD
+    /// and the task's count to write with the turn's (its spend's number, the
+    /// guard's events and tool calls not written yet).
+    pub fn record_spend(
+        &self,
+        agent: &str,
+        task: &str,
+        model: &str,
+        usage: Usage,
+    ) -> (f64, hale_store::TaskCount) {
+        let cost = models::price(model, &self.cfg.prices)
+            .map(|p| budget::cost(p, usage.input_tokens, usage.output_tokens))
+            .unwrap_or(0.0);
+        let count = self.with(agent, task, |rt| {
+            let mut s = Spend::default();
+            s.add(usage.input_tokens + usage.output_tokens, cost);
+            let (events, tool_calls) = std::mem::take(&mut rt.unsent);
+            hale_store::TaskCount {
+                task: task.to_owned(),
+                n: rt.spend.count(s),
+                events,
+                tool_calls,
+            }
+        });
+        (cost, count)
+    }
 }

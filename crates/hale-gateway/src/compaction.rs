@@ -10,18 +10,18 @@
 //! the stored replacement without a new summariser call, so a long session is
 //! summarised once per stretch, not every turn.
 
+use crate::emit::Emitter;
 use crate::proto::{ChatRequest, Dialect, Message, Part, Role};
-use crate::state::Gateway;
-use crate::turn::{self, Served, Turn};
+use crate::turn::{self, Env, Served, Turn};
 use hale_core::compaction::{self, MsgRole, MsgView, Plan, Pressure, Tier};
-use hale_core::config::ProviderConfig;
+use hale_core::config::{Config, ProviderConfig};
 use hale_core::event::EventKind;
 use hale_core::models;
 use hale_core::select;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Compactions remembered for reuse (oldest forgotten first).
@@ -47,6 +47,146 @@ pub struct Compacted {
     pub reused: bool,
     pub summarizer_calls: u32,
     pub window: u32,
+}
+
+/// Compaction's state: stored compactions by message prefix, token counts
+/// of texts already seen, and the tokenizers (each loaded on first use).
+pub struct Compaction {
+    cfg: Arc<Config>,
+    emit: Emitter,
+    /// Stored compactions by message prefix.
+    pub prefixes: PrefixCache,
+    /// Token counts of message texts already seen.
+    pub tokens: TokenCache,
+    pub tokenizer: hale_tokens::Tokenizer,
+}
+
+impl Compaction {
+    /// Nothing stored yet. No BPE table is loaded here: each loads on the
+    /// first request that may be near its compaction threshold in its
+    /// family (hale-tokens).
+    pub fn new(cfg: Arc<Config>, emit: Emitter) -> Self {
+        Self {
+            cfg,
+            emit,
+            prefixes: PrefixCache::default(),
+            tokens: TokenCache::default(),
+            tokenizer: hale_tokens::Tokenizer::new(),
+        }
+    }
+
+    /// Compacts `req` in place when it is over the threshold of `window`, or —
+    /// with `force` (the provider said the context overflowed) — below its current
+    /// size. Returns what was done, or `None` when nothing changed.
+    pub async fn compact(
+        &self,
+        env: Env<'_>,
+        turn: &Turn,
+        req: &mut ChatRequest,
+        model: &str,
+        window: u32,
+        force: bool,
+    ) -> Option<Compacted> {
+        let cfg = &self.cfg.compaction;
+        // Reuse the longest stored compaction of a prefix of this conversation
+        // (hashing every prefix costs a serialisation of the conversation: only
+        // when something is stored).
+        let hashes = if self.prefixes.is_empty() && !force {
+            Vec::new()
+        } else {
+            prefix_hashes(&req.messages)
+        };
+        let mut reused = false;
+        let mut before_reuse = None;
+        // (raw prefix length, its replacement's length) of a reused compaction.
+        let mut spliced = (0usize, 0usize);
+        for k in (1..hashes.len()).rev() {
+            if let Some((len, replacement)) = self.prefixes.get(hashes[k])
+                && len == k
+            {
+                before_reuse = Some(approx_tokens(req));
+                spliced = (k, replacement.len());
+                req.messages.splice(..k, replacement);
+                reused = true;
+                break;
+            }
+        }
+        if !force && !reused {
+            // Far from the threshold (even counting one token per byte) there is
+            // nothing to do, and no tokenizer is run or loaded.
+            if !compaction::needs_exact_count(token_upper_bound(req), window, cfg) {
+                return None;
+            }
+        }
+        let tool_names = tool_names(&req.messages);
+        let v = views(self, model, &req.messages, &tool_names);
+        let total = total_tokens(self, model, req, &v);
+        let plan_window = if force {
+            compaction::overflow_window(total, window, cfg)
+        } else {
+            window
+        };
+        let pressure = compaction::pressure(total, plan_window, cfg);
+        let compact_now = force || matches!(pressure, Pressure::Compact);
+        if !compact_now {
+            return reused.then(|| Compacted {
+                tier: Tier::None,
+                tier_number: 0,
+                before_tokens: before_reuse.unwrap_or(total),
+                after_tokens: total,
+                reused,
+                summarizer_calls: 0,
+                window,
+            });
+        }
+        let plan = compaction::plan(&v, plan_window, cfg);
+        if plan.tier == Tier::None {
+            return None;
+        }
+        let hashes = if hashes.is_empty() {
+            prefix_hashes(&req.messages)
+        } else {
+            hashes
+        };
+        let sent_len = req.messages.len();
+        let (new_msgs, calls, tier) = carry_out(env, turn, req, &plan, &v).await;
+        // Everything before `end` (in the messages as sent) was replaced; the rest is unchanged.
+        let end = region_end(&plan).max(spliced.1);
+        let replaced_len = new_msgs.len() - (sent_len - end);
+        req.messages = new_msgs;
+        // Remember it under the caller's own messages, so the next turn finds it.
+        let raw_len = spliced.0 + (end - spliced.1);
+        self.prefixes.put(
+            hashes[raw_len],
+            raw_len,
+            req.messages[..replaced_len].to_vec(),
+        );
+        let after_v = views(self, model, &req.messages, &tool_names);
+        let after = total_tokens(self, model, req, &after_v);
+        Some(Compacted {
+            tier,
+            tier_number: tier.number(),
+            before_tokens: before_reuse.unwrap_or(total).max(total),
+            after_tokens: after,
+            reused,
+            summarizer_calls: calls,
+            window,
+        })
+    }
+
+    /// Emits `agent.compacted` for a compaction.
+    pub fn emit(&self, turn: &Turn, c: &Compacted) {
+        let mut ev = self
+            .emit
+            .event(EventKind::AgentCompacted)
+            .agent(&turn.agent)
+            .turn(&turn.id)
+            .payload(serde_json::to_value(c).unwrap_or_default());
+        if let Some(t) = &turn.task {
+            ev = ev.task(t);
+        }
+        self.emit.emit(ev);
+    }
 }
 
 /// Token counts by (tokenizer family, text hash), bounded, oldest forgotten first.
@@ -149,12 +289,12 @@ fn role_of(m: &Message) -> MsgRole {
 }
 
 /// Counts one text for `model`: exact for OpenAI families, approximate otherwise.
-fn count(gw: &Gateway, model: &str, text: &str) -> u32 {
-    gw.token_counts.count(&gw.tokenizer, model, text)
+fn count(c: &Compaction, model: &str, text: &str) -> u32 {
+    c.tokens.count(&c.tokenizer, model, text)
 }
 
 fn views(
-    gw: &Gateway,
+    c: &Compaction,
     model: &str,
     msgs: &[Message],
     tool_names: &HashMap<String, String>,
@@ -169,7 +309,7 @@ fn views(
                 match p {
                     Part::ToolCall { id, arguments, .. } => {
                         tool_call_ids.push(id.clone());
-                        args_tokens += count(gw, model, arguments);
+                        args_tokens += count(c, model, arguments);
                     }
                     Part::ToolResult { tool_call_id, .. } => {
                         tool_result_for = Some(tool_call_id.clone())
@@ -182,7 +322,7 @@ fn views(
                 .and_then(|id| tool_names.get(id).cloned());
             MsgView {
                 role: role_of(m),
-                tokens: count(gw, model, &text) + args_tokens + hale_tokens::TOKENS_PER_MESSAGE,
+                tokens: count(c, model, &text) + args_tokens + hale_tokens::TOKENS_PER_MESSAGE,
                 chars: text.chars().count(),
                 tool_call_ids,
                 tool_result_for,
@@ -193,11 +333,11 @@ fn views(
 }
 
 /// Total tokens of a request for `model`.
-fn total_tokens(gw: &Gateway, model: &str, req: &ChatRequest, v: &[MsgView]) -> u64 {
+fn total_tokens(c: &Compaction, model: &str, req: &ChatRequest, v: &[MsgView]) -> u64 {
     let system = req
         .system
         .as_deref()
-        .map(|s| count(gw, model, s))
+        .map(|s| count(c, model, s))
         .unwrap_or(0);
     u64::from(system)
         + v.iter().map(|m| u64::from(m.tokens)).sum::<u64>()
@@ -263,104 +403,6 @@ pub fn window_known(provider: Option<&ProviderConfig>, model: &str) -> bool {
         || models::lookup(model).is_some()
 }
 
-/// Compacts `req` in place when it is over the threshold of `window`, or —
-/// with `force` (the provider said the context overflowed) — below its current
-/// size. Returns what was done, or `None` when nothing changed.
-pub async fn compact(
-    gw: &Gateway,
-    turn: &Turn,
-    req: &mut ChatRequest,
-    model: &str,
-    window: u32,
-    force: bool,
-) -> Option<Compacted> {
-    let cfg = &gw.cfg.compaction;
-    // Reuse the longest stored compaction of a prefix of this conversation
-    // (hashing every prefix costs a serialisation of the conversation: only
-    // when something is stored).
-    let hashes = if gw.compactions.is_empty() && !force {
-        Vec::new()
-    } else {
-        prefix_hashes(&req.messages)
-    };
-    let mut reused = false;
-    let mut before_reuse = None;
-    // (raw prefix length, its replacement's length) of a reused compaction.
-    let mut spliced = (0usize, 0usize);
-    for k in (1..hashes.len()).rev() {
-        if let Some((len, replacement)) = gw.compactions.get(hashes[k])
-            && len == k
-        {
-            before_reuse = Some(approx_tokens(req));
-            spliced = (k, replacement.len());
-            req.messages.splice(..k, replacement);
-            reused = true;
-            break;
-        }
-    }
-    if !force && !reused {
-        // Far from the threshold (even counting one token per byte) there is
-        // nothing to do, and no tokenizer is run or loaded.
-        if !compaction::needs_exact_count(token_upper_bound(req), window, cfg) {
-            return None;
-        }
-    }
-    let tool_names = tool_names(&req.messages);
-    let v = views(gw, model, &req.messages, &tool_names);
-    let total = total_tokens(gw, model, req, &v);
-    let plan_window = if force {
-        compaction::overflow_window(total, window, cfg)
-    } else {
-        window
-    };
-    let pressure = compaction::pressure(total, plan_window, cfg);
-    let compact_now = force || matches!(pressure, Pressure::Compact);
-    if !compact_now {
-        return reused.then(|| Compacted {
-            tier: Tier::None,
-            tier_number: 0,
-            before_tokens: before_reuse.unwrap_or(total),
-            after_tokens: total,
-            reused,
-            summarizer_calls: 0,
-            window,
-        });
-    }
-    let plan = compaction::plan(&v, plan_window, cfg);
-    if plan.tier == Tier::None {
-        return None;
-    }
-    let hashes = if hashes.is_empty() {
-        prefix_hashes(&req.messages)
-    } else {
-        hashes
-    };
-    let sent_len = req.messages.len();
-    let (new_msgs, calls, tier) = carry_out(gw, turn, req, &plan, &v).await;
-    // Everything before `end` (in the messages as sent) was replaced; the rest is unchanged.
-    let end = region_end(&plan).max(spliced.1);
-    let replaced_len = new_msgs.len() - (sent_len - end);
-    req.messages = new_msgs;
-    // Remember it under the caller's own messages, so the next turn finds it.
-    let raw_len = spliced.0 + (end - spliced.1);
-    gw.compactions.put(
-        hashes[raw_len],
-        raw_len,
-        req.messages[..replaced_len].to_vec(),
-    );
-    let after_v = views(gw, model, &req.messages, &tool_names);
-    let after = total_tokens(gw, model, req, &after_v);
-    Some(Compacted {
-        tier,
-        tier_number: tier.number(),
-        before_tokens: before_reuse.unwrap_or(total).max(total),
-        after_tokens: after,
-        reused,
-        summarizer_calls: calls,
-        window,
-    })
-}
-
 /// The end (exclusive) of the messages a plan touches.
 fn region_end(plan: &Plan) -> usize {
     let mut end = 0;
@@ -390,7 +432,7 @@ fn tool_names(msgs: &[Message]) -> HashMap<String, String> {
 
 /// Carries out a plan; returns the new messages, summariser calls made, and the tier used.
 async fn carry_out(
-    gw: &Gateway,
+    env: Env<'_>,
     turn: &Turn,
     req: &ChatRequest,
     plan: &Plan,
@@ -418,7 +460,7 @@ async fn carry_out(
             let mut summaries = Vec::new();
             for r in &plan.batches {
                 calls += 1;
-                match summarise(gw, turn, req, &msgs[r.clone()]).await {
+                match summarise(env, turn, req, &msgs[r.clone()]).await {
                     Some(s) => summaries.push(Message::text(
                         Role::System,
                         format!(
@@ -441,7 +483,7 @@ async fn carry_out(
                 return (msgs, calls, plan.tier);
             };
             calls += 1;
-            match summarise(gw, turn, req, &msgs[r.clone()]).await {
+            match summarise(env, turn, req, &msgs[r.clone()]).await {
                 Some(s) => {
                     let summary = Message::text(
                         Role::System,
@@ -493,7 +535,7 @@ fn digest_into(mut msgs: Vec<Message>, plan: &Plan) -> Vec<Message> {
 
 /// One summariser call through the attempt loop. `None` when it failed.
 async fn summarise(
-    gw: &Gateway,
+    env: Env<'_>,
     turn: &Turn,
     req: &ChatRequest,
     msgs: &[Message],
@@ -513,7 +555,7 @@ async fn summarise(
         let text: String = text.chars().take(TRANSCRIPT_MESSAGE_CHARS).collect();
         transcript.push_str(&format!("{role}: {text}\n"));
     }
-    let model = gw
+    let model = env
         .cfg
         .compaction
         .summarizer_model
@@ -529,7 +571,7 @@ async fn summarise(
         messages: vec![Message::text(Role::User, format!("Summarize these messages:\n\n{transcript}"))],
         tools: Vec::new(),
         tool_choice: None,
-        max_tokens: Some(gw.cfg.compaction.summarizer_max_tokens),
+        max_tokens: Some(env.cfg.compaction.summarizer_max_tokens),
         temperature: Some(0.0),
         top_p: None,
         stop: Vec::new(),
@@ -539,28 +581,15 @@ async fn summarise(
         dialect: Dialect::OpenAi,
         origin: None,
     };
-    let targets = select::plan(&gw.cfg, &turn.agent, &model).ok()?;
+    let targets = select::plan(env.cfg, &turn.agent, &model).ok()?;
     let id = format!("{}-summary", turn.id);
-    let mut st = Turn::new(gw, id, turn.agent.clone(), turn.task.clone(), targets);
-    st.deadline = st.started + SUMMARIZER_DEADLINE.min(gw.cfg.retry.turn_deadline);
-    match turn::run(gw, &mut st, &sreq, None, None).await {
+    let mut st = Turn::new(env.cfg, id, turn.agent.clone(), turn.task.clone(), targets);
+    st.deadline = st.started + SUMMARIZER_DEADLINE.min(env.cfg.retry.turn_deadline);
+    match turn::run(env, &mut st, &sreq, None, None).await {
         Ok((_, Served::Complete(r))) => {
             let s = r.answer.text();
             (!s.trim().is_empty()).then_some(s)
         }
         Ok((_, Served::Stream(_))) | Err(_) => None,
     }
-}
-
-/// Emits `agent.compacted` for a compaction.
-pub fn emit(gw: &Gateway, turn: &Turn, c: &Compacted) {
-    let mut ev = gw
-        .event(EventKind::AgentCompacted)
-        .agent(&turn.agent)
-        .turn(&turn.id)
-        .payload(serde_json::to_value(c).unwrap_or_default());
-    if let Some(t) = &turn.task {
-        ev = ev.task(t);
-    }
-    gw.emit(ev);
 }

@@ -1,0 +1,91 @@
+//! The chat routes: a dialect's request in (auth at the edge, then the body
+//! parsed into the canonical [`ChatCall`]), the turn pipeline
+//! ([`crate::pipeline::handle`]), a response or an SSE stream out (rendered
+//! in the caller's dialect by `crate::wire`). A handler per wire dialect.
+
+use super::edge::authorize;
+use crate::Gateway;
+use crate::error::HaleError;
+use crate::pipeline::{self, ChatCall};
+use crate::proto::{self, Dialect};
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// `POST /v1/chat/completions`: OpenAI's dialect.
+pub(super) async fn openai(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    chat(gw, Dialect::OpenAi, peer, headers, body).await
+}
+
+/// `POST /v1/messages`: Anthropic's dialect.
+pub(super) async fn anthropic(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    chat(gw, Dialect::Anthropic, peer, headers, body).await
+}
+
+/// Auth, then the request parsed from its dialect, then the turn.
+async fn chat(
+    gw: Arc<Gateway>,
+    dialect: Dialect,
+    peer: SocketAddr,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let caller = match authorize(&gw, peer, &headers, false) {
+        Ok(caller) => caller,
+        Err(e) => return e.into_response(dialect),
+    };
+    let sent = match proto::parse_sent(body.clone()) {
+        Ok(v) => v,
+        Err(e) => {
+            return HaleError::bad_request(format!("request body is not valid JSON: {e}"))
+                .into_response(dialect);
+        }
+    };
+    // The request keeps the client's JSON and provider-feature headers (same-dialect fidelity).
+    let req = match proto::parse_request_sent(dialect, sent, &headers) {
+        Ok(r) => r,
+        Err(e) => {
+            return HaleError::bad_request(format!("invalid request: {e}")).into_response(dialect);
+        }
+    };
+    let call = ChatCall {
+        dialect,
+        caller,
+        headers,
+        body,
+        req,
+    };
+    pipeline::handle(gw, call).await
+}
+
+/// `GET /v1/models`: the routes' names and the providers' models.
+pub(super) async fn models(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(e) = authorize(&gw, peer, &headers, false) {
+        return e.into_response(Dialect::OpenAi);
+    }
+    let mut ids: Vec<String> = gw.cfg.routes.keys().cloned().collect();
+    for p in &gw.cfg.providers {
+        ids.push(p.default_model.clone());
+        ids.extend(p.models.iter().cloned());
+    }
+    ids.sort();
+    ids.dedup();
+    axum::Json(proto::openai::render_models(&ids)).into_response()
+}
