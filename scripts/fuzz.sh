@@ -6,6 +6,12 @@
 #   scripts/fuzz.sh 120            # every target, 120 s each
 #   scripts/fuzz.sh 60 classify    # only the named targets
 #
+# The targets are the [[bin]]s of fuzz/Cargo.toml (`cargo fuzz list`):
+# openai_request, anthropic_request, responses_request (request parsers and
+# their render round trip), upstream_sse, responses_stream (upstream event
+# streams through the decoders and back through the encoders), classify,
+# config_yaml.
+#
 # The committed seeds in fuzz/corpus/TARGET are read; the corpus a run grows
 # is kept in fuzz/target/corpus/TARGET (gitignored), crashes in
 # fuzz/artifacts/TARGET (gitignored). Exit status 1 when any target crashed.

@@ -1,22 +1,23 @@
-//! What the two request targets share: the round trip a request hale accepted
-//! must survive, in either dialect.
+//! What the request targets share: the round trip a request hale accepted
+//! must survive, in any dialect.
 //!
 //! An accepted request is rendered in its own dialect (as for a same-dialect
 //! target) and must be accepted again by the same parser, keeping model, stream
 //! flag and tools; rendering settles (the second rendering parses and renders
 //! to itself: the first may still drop an empty message); the body must survive the wire
 //! (serialize, parse) as an equal value — numbers compared by value, because
-//! float formatting differs (`6E68` comes back as `6e68`). The other dialect's
-//! renderer, with and without a prefill, and its parser on that rendering must
+//! float formatting differs (`6E68` comes back as `6e68`). The other dialects'
+//! renderers, with and without a prefill, and their parsers on those renderings must
 //! not panic.
 
-use hale_gateway::proto::{ChatRequest, Dialect, ProtoError, anthropic, openai};
+use hale_gateway::proto::{ChatRequest, Dialect, ProtoError, anthropic, openai, responses};
 use serde_json::Value;
 
 fn parse(d: Dialect, body: &Value) -> Result<ChatRequest, ProtoError> {
     match d {
         Dialect::OpenAi => openai::parse_request(body),
         Dialect::Anthropic => anthropic::parse_request(body),
+        Dialect::Responses => responses::parse_request(body),
     }
 }
 
@@ -24,6 +25,7 @@ fn render(d: Dialect, req: &ChatRequest, prefill: Option<&str>) -> Value {
     match d {
         Dialect::OpenAi => openai::render_request(req, &req.model, prefill),
         Dialect::Anthropic => anthropic::render_request(req, &req.model, prefill),
+        Dialect::Responses => responses::render_request(req, &req.model, prefill),
     }
 }
 
@@ -87,12 +89,13 @@ pub fn request_round_trip(body: &Value, dialect: Dialect) {
         "body changed on the wire:\n{once}"
     );
 
-    let other = match dialect {
-        Dialect::OpenAi => Dialect::Anthropic,
-        Dialect::Anthropic => Dialect::OpenAi,
-    };
-    let crossed = render(other, &req, None);
-    let _ = parse(other, &crossed);
-    let _ = render(other, &req, Some("Continuing: "));
+    for other in [Dialect::OpenAi, Dialect::Anthropic, Dialect::Responses] {
+        if other == dialect {
+            continue;
+        }
+        let crossed = render(other, &req, None);
+        let _ = parse(other, &crossed);
+        let _ = render(other, &req, Some("Continuing: "));
+    }
     let _ = render(dialect, &req, Some(" "));
 }

@@ -24,6 +24,7 @@ pub fn render_answer(dialect: Dialect, answer: &ChatResponse) -> Value {
     match dialect {
         Dialect::OpenAi => proto::openai::render_response(answer),
         Dialect::Anthropic => proto::anthropic::render_response(answer),
+        Dialect::Responses => proto::responses::render_response(answer),
     }
 }
 
@@ -32,6 +33,7 @@ pub fn render_error(dialect: Dialect, kind: &str, message: &str, hale: Value) ->
     match dialect {
         Dialect::OpenAi => proto::openai::render_error(kind, message, hale),
         Dialect::Anthropic => proto::anthropic::render_error(kind, message, hale),
+        Dialect::Responses => proto::responses::render_error(kind, message, hale),
     }
 }
 
@@ -39,6 +41,7 @@ pub fn render_error(dialect: Dialect, kind: &str, message: &str, hale: Value) ->
 pub enum Encoder {
     OpenAi(proto::openai::StreamEncoder),
     Anthropic(proto::anthropic::StreamEncoder),
+    Responses(proto::responses::StreamEncoder),
 }
 
 impl Encoder {
@@ -52,6 +55,11 @@ impl Encoder {
                 model,
                 include_usage,
             )),
+            Dialect::Responses => Encoder::Responses(proto::responses::StreamEncoder::new(
+                id,
+                model,
+                include_usage,
+            )),
         }
     }
 
@@ -60,6 +68,7 @@ impl Encoder {
         let frames = match self {
             Encoder::OpenAi(e) => e.encode(ev),
             Encoder::Anthropic(e) => e.encode(ev),
+            Encoder::Responses(e) => e.encode(ev),
         };
         frames_to_bytes(&frames)
     }
@@ -69,6 +78,7 @@ impl Encoder {
         let frames = match self {
             Encoder::OpenAi(e) => e.error(kind, message),
             Encoder::Anthropic(e) => e.error(kind, message),
+            Encoder::Responses(e) => e.error(kind, message),
         };
         frames_to_bytes(&frames)
     }

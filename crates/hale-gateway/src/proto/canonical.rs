@@ -2,7 +2,8 @@
 //!
 //! Every request, response and stream event passes through these types on
 //! its way between a caller and a provider, so a chain can mix provider
-//! kinds: each dialect's codec ([`super::openai`], [`super::anthropic`])
+//! kinds: each dialect's codec ([`super::openai`], [`super::anthropic`],
+//! [`super::responses`])
 //! translates its wire shapes to and from them. A request also keeps what
 //! its client sent ([`Origin`]) and which canonical messages the parser made
 //! of each wire message ([`Trace`]); they live here, beside the
@@ -24,8 +25,22 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Dialect {
+    /// OpenAI Chat Completions (`/v1/chat/completions`).
     OpenAi,
+    /// Anthropic Messages (`/v1/messages`).
     Anthropic,
+    /// OpenAI Responses (`/v1/responses`).
+    Responses,
+}
+
+impl Dialect {
+    /// The key of a request body holding its conversation.
+    pub(super) fn conversation_key(self) -> &'static str {
+        match self {
+            Dialect::OpenAi | Dialect::Anthropic => "messages",
+            Dialect::Responses => "input",
+        }
+    }
 }
 
 /// Who said a message.
@@ -425,19 +440,23 @@ impl Origin {
             .map(|(_, v)| v.as_str())
     }
 
-    /// The client's body without its messages (which are assembled apart:
-    /// cloning them twice would copy every image twice).
+    /// The client's body without its messages (`input` for Responses),
+    /// which are assembled apart: cloning them twice would copy every
+    /// image twice.
     pub(super) fn body_but_messages(&self) -> Map<String, Value> {
+        let key = self.dialect.conversation_key();
         self.body
             .iter()
-            .filter(|(k, _)| *k != "messages")
+            .filter(|(k, _)| *k != key)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     }
 
+    /// The client's wire messages (Responses input items; none when the
+    /// input is a string).
     pub(super) fn wire_messages(&self) -> &[Value] {
         self.body
-            .get("messages")
+            .get(self.dialect.conversation_key())
             .and_then(Value::as_array)
             .map(Vec::as_slice)
             .unwrap_or(&[])

@@ -35,7 +35,7 @@
 //! and only to a provider of the kind they belong to.
 
 use super::canonical::{ChatRequest, Dialect, Group, Knobs, Message, fingerprint};
-use super::{anthropic, openai};
+use super::{anthropic, openai, responses};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
@@ -58,6 +58,7 @@ pub const FEATURE_HEADERS: &[(&str, Dialect)] = &[
     (ANTHROPIC_BETA, Dialect::Anthropic),
     (ANTHROPIC_VERSION, Dialect::Anthropic),
     (OPENAI_BETA, Dialect::OpenAi),
+    (OPENAI_BETA, Dialect::Responses),
 ];
 
 /// The most `dropped: …` notes one attempt lists (the rest are counted).
@@ -68,8 +69,11 @@ const MAX_NAME_CHARS: usize = 64;
 /// The provider-feature headers of [`FEATURE_HEADERS`] in a client's
 /// request; repeated headers are joined with `,` (as HTTP allows).
 pub fn feature_headers(h: &axum::http::HeaderMap) -> Vec<(&'static str, String)> {
-    let mut out = Vec::new();
+    let mut out: Vec<(&'static str, String)> = Vec::new();
     for (name, _) in FEATURE_HEADERS {
+        if out.iter().any(|(n, _)| n == name) {
+            continue;
+        }
         let values: Vec<&str> = h
             .get_all(*name)
             .iter()
@@ -122,6 +126,7 @@ pub fn render_for(
         let body = match target {
             Dialect::OpenAi => patch_openai(origin, req, model, prefill, &mut changes),
             Dialect::Anthropic => patch_anthropic(origin, req, model, prefill, &mut changes),
+            Dialect::Responses => patch_responses(origin, req, model, prefill, &mut changes),
         };
         // Every patch names itself in `changes`: none named, none made.
         let raw = if changes.is_empty() {
@@ -138,9 +143,8 @@ pub fn render_for(
     for (name, value) in &origin.headers {
         let belongs = FEATURE_HEADERS
             .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, d)| *d);
-        if belongs == Some(target) {
+            .any(|(n, d)| n == name && *d == target);
+        if belongs {
             headers.push((*name, value.clone()));
         } else {
             changes.push(format!("dropped: {name} header"));
@@ -158,6 +162,7 @@ fn canonical(target: Dialect, req: &ChatRequest, model: &str, prefill: Option<&s
     match target {
         Dialect::OpenAi => openai::render_request(req, model, prefill),
         Dialect::Anthropic => anthropic::render_request(req, model, prefill),
+        Dialect::Responses => responses::render_request(req, model, prefill),
     }
 }
 
@@ -507,6 +512,107 @@ fn patch_anthropic(
     Value::Object(body)
 }
 
+/// A Responses request for a Responses provider: the client's JSON, patched.
+///
+/// Input items are kept as sent where their canonical messages are
+/// unchanged; a run of assistant-side items folded into one canonical
+/// message is kept or re-rendered whole. A string `input` stays a string
+/// unless the conversation changed.
+fn patch_responses(
+    origin: &Origin,
+    req: &ChatRequest,
+    model: &str,
+    prefill: Option<&str>,
+    changes: &mut Vec<String>,
+) -> Value {
+    let mut body = origin.body_but_messages();
+    patch_model(origin, model, &mut body, changes);
+    let custom = responses::custom_tools(req);
+
+    let wire = origin.wire_messages();
+    let mut input: Vec<Value> = Vec::with_capacity(wire.len() + 1);
+    if req.system == origin.system {
+        input.extend(wire.iter().take(origin.lifted).cloned());
+    } else {
+        // The whole system prompt goes in `instructions` (leading
+        // developer messages it was read from are not sent again).
+        match req.system.as_deref().filter(|s| !s.is_empty()) {
+            Some(s) => body.insert("instructions".into(), json!(s)),
+            None => body.remove("instructions"),
+        };
+        changes.push("system".into());
+    }
+    let (pieces, changed) = align(origin, &req.messages);
+    let string_input = origin.body.get("input").filter(|v| v.is_string());
+    if let (Some(s), false) = (string_input, changed) {
+        if prefill.is_none_or(str::is_empty) {
+            body.insert("input".into(), s.clone());
+        } else {
+            input.push(json!({"type": "message", "role": "user", "content": s}));
+        }
+    } else if string_input.is_some() {
+        for m in &req.messages {
+            responses::render_message(m, &custom, &mut input);
+        }
+    } else {
+        for p in pieces {
+            match p {
+                Piece::Wire(i) => {
+                    if responses::continues_run(wire, i) {
+                        continue;
+                    }
+                    input.extend(wire.get(i).cloned());
+                    let mut j = i + 1;
+                    while j < wire.len() && responses::continues_run(wire, j) {
+                        input.push(wire[j].clone());
+                        j += 1;
+                    }
+                }
+                Piece::New(r) => {
+                    for m in &req.messages[r] {
+                        responses::render_message(m, &custom, &mut input);
+                    }
+                }
+            }
+        }
+    }
+    if changed {
+        changes.push("messages".into());
+    }
+    if let Some(p) = prefill.filter(|p| !p.is_empty()) {
+        input.push(json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": p, "annotations": []}]}));
+        changes.push("prefill".into());
+    }
+    if !body.contains_key("input") {
+        body.insert("input".into(), Value::Array(input));
+    }
+
+    if req.max_tokens != origin.max_tokens {
+        match req.max_tokens {
+            Some(n) => body.insert("max_output_tokens".into(), json!(n)),
+            None => body.remove("max_output_tokens"),
+        };
+        changes.push("max_tokens".into());
+    }
+    patch_knobs(
+        origin,
+        req,
+        ["temperature", "top_p", "stop", "tools", "tool_choice"],
+        || responses::render_request(req, model, None),
+        &mut body,
+        changes,
+    );
+    if req.stream != origin.stream || (req.stream && body.get("stream") != Some(&json!(true))) {
+        if req.stream {
+            body.insert("stream".into(), json!(true));
+        } else {
+            body.remove("stream");
+        }
+        changes.push("stream".into());
+    }
+    Value::Object(body)
+}
+
 /// What crossing dialects changes: hale's own changes (model, limits,
 /// messages, prefill) and what the client sent that the target's dialect
 /// cannot carry (`dropped: …`).
@@ -538,6 +644,11 @@ fn crossing_changes(
     match origin.dialect {
         Dialect::Anthropic => anthropic_losses(origin, &mut dropped),
         Dialect::OpenAi => openai_losses(origin, req, &mut dropped),
+        Dialect::Responses => responses_losses(origin, target, &mut dropped),
+    }
+    // The Responses API has no stop sequences.
+    if target == Dialect::Responses && !req.stop.is_empty() {
+        note(&mut dropped, "stop sequences");
     }
     let n = dropped.len();
     changes.extend(dropped.into_iter().take(MAX_NOTES));
@@ -710,5 +821,298 @@ fn openai_losses(origin: &Origin, req: &ChatRequest, dropped: &mut BTreeSet<Stri
                 other => note(dropped, &format!("{other} part")),
             }
         }
+    }
+}
+
+/// Top-level fields the canonical model carries across dialects.
+const RESPONSES_MAPPED: &[&str] = &[
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "stream",
+];
+
+/// What a Responses request loses on its way to a provider of another
+/// dialect: every field the canonical model does not carry
+/// (`previous_response_id`, `store`, `include`, `reasoning`, `text`,
+/// `metadata`, …), hosted tools, custom tools' grammars, and the input
+/// items and parts that have no form there (reasoning items with their
+/// encrypted content, hosted tools' calls and outputs, files).
+fn responses_losses(origin: &Origin, target: Dialect, dropped: &mut BTreeSet<String>) {
+    let b = &origin.body;
+    for k in b.keys() {
+        if !RESPONSES_MAPPED.contains(&k.as_str()) {
+            note(dropped, k);
+        }
+    }
+    if let Some(Value::Array(tools)) = b.get("tools") {
+        for t in tools {
+            let ty = t.get("type").and_then(Value::as_str).unwrap_or("");
+            match ty {
+                "function" => {
+                    if let Some(o) = t.as_object() {
+                        for k in o.keys() {
+                            if !["type", "name", "description", "parameters"].contains(&k.as_str())
+                            {
+                                note(dropped, &format!("tools[].{k}"));
+                            }
+                        }
+                    }
+                }
+                "custom" => {
+                    dropped.insert("changed: custom tools as functions taking `input`".into());
+                    if t.get("format").is_some() {
+                        note(dropped, "tools[].format");
+                    }
+                }
+                other => note(dropped, &format!("{other} tool")),
+            }
+        }
+    }
+    if let Some(Value::Object(tc)) = b.get("tool_choice")
+        && !matches!(
+            tc.get("type").and_then(Value::as_str),
+            Some("function" | "custom")
+        )
+    {
+        note(dropped, "tool_choice");
+    }
+    for item in origin.wire_messages() {
+        let ty = item
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("message");
+        match ty {
+            "message" => {
+                let Some(Value::Array(parts)) = item.get("content") else {
+                    continue;
+                };
+                for part in parts {
+                    let pt = part.get("type").and_then(Value::as_str).unwrap_or("");
+                    match pt {
+                        "input_text" | "output_text" | "text" | "refusal" => {}
+                        "input_image" => {
+                            let has_form = match target {
+                                Dialect::OpenAi => openai::image_from_responses(part).is_some(),
+                                Dialect::Anthropic => {
+                                    anthropic::image_from_responses(part).is_some()
+                                }
+                                Dialect::Responses => true,
+                            };
+                            if !has_form {
+                                note(dropped, "input_image part (without an image_url)");
+                            }
+                        }
+                        other => note(dropped, &format!("{other} part")),
+                    }
+                }
+            }
+            "reasoning" => {
+                note(dropped, "reasoning item");
+                if item.get("encrypted_content").is_some() {
+                    note(dropped, "reasoning.encrypted_content");
+                }
+            }
+            "function_call" | "custom_tool_call" | "function_call_output" => {}
+            "custom_tool_call_output" => {}
+            other => note(dropped, &format!("{other} item")),
+        }
+        if let Some(Value::Array(out)) = item.get("output") {
+            for part in out {
+                let pt = part.get("type").and_then(Value::as_str).unwrap_or("");
+                if !matches!(pt, "input_text" | "output_text" | "text") {
+                    note(dropped, &format!("{pt} part in a tool output"));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod responses_tests {
+    use super::*;
+    use crate::proto::canonical::{Part, Role};
+    use std::sync::Arc;
+
+    const CODEX: &str = r#"{"model":"gpt-5-codex","instructions":"You are Codex.","input":[
+        {"type":"message","role":"developer","content":[{"type":"input_text","text":"<permissions>"}]},
+        {"type":"message","role":"user","content":[{"type":"input_text","text":"list files"}]},
+        {"type":"reasoning","summary":[],"encrypted_content":"gAAAAABo"},
+        {"type":"function_call","name":"shell","arguments":"{\"command\":[\"ls\"]}","call_id":"call_1"},
+        {"type":"function_call_output","call_id":"call_1","output":"a\nb"},
+        {"type":"message","role":"user","content":[{"type":"input_text","text":"thanks"}]}],
+      "tools":[{"type":"function","name":"shell","strict":false,"parameters":{"type":"object","properties":{}}},{"type":"web_search"}],
+      "store":false,"stream":true,"include":["reasoning.encrypted_content"],"previous_response_id":"resp_0",
+      "reasoning":{"effort":"medium","summary":"auto"},"prompt_cache_key":"k"}"#;
+
+    /// `body` parsed as `parse::parse_request_sent` does (not called:
+    /// `parse.rs` imports this module).
+    fn parsed_as(
+        dialect: Dialect,
+        body: &str,
+        headers: Vec<(&'static str, String)>,
+    ) -> ChatRequest {
+        let v: Value = serde_json::from_str(body).unwrap();
+        let (mut req, trace) = match dialect {
+            Dialect::OpenAi => openai::parse_request_traced(&v),
+            Dialect::Anthropic => anthropic::parse_request_traced(&v),
+            Dialect::Responses => responses::parse_request_traced(&v),
+        }
+        .unwrap();
+        let origin =
+            Origin::new(dialect, v, headers, &req, trace).with_raw(Bytes::from(body.to_owned()));
+        req.origin = Some(Arc::new(origin));
+        req
+    }
+
+    fn parsed(body: &str, headers: Vec<(&'static str, String)>) -> ChatRequest {
+        parsed_as(Dialect::Responses, body, headers)
+    }
+
+    #[test]
+    fn an_unchanged_request_reaches_a_responses_provider_as_sent() {
+        let req = parsed(CODEX, vec![(OPENAI_BETA, "responses=v1".to_string())]);
+        let out = render_for(Dialect::Responses, &req, "gpt-5-codex", None);
+        assert_eq!(out.changes, Vec::<String>::new());
+        assert_eq!(out.raw.as_deref(), Some(CODEX.as_bytes()));
+        assert_eq!(out.body, serde_json::from_str::<Value>(CODEX).unwrap());
+        assert_eq!(out.headers, vec![(OPENAI_BETA, "responses=v1".to_string())]);
+        // Another model: only `model` patched, the items as sent.
+        let out = render_for(Dialect::Responses, &req, "gpt-5", None);
+        assert_eq!(out.changes, vec!["model".to_string()]);
+        assert_eq!(out.raw, None);
+        let want: Value = serde_json::from_str(CODEX).unwrap();
+        assert_eq!(out.body["input"], want["input"]);
+        assert_eq!(out.body["tools"], want["tools"]);
+        assert_eq!(out.body["model"], "gpt-5");
+    }
+
+    #[test]
+    fn a_changed_conversation_keeps_the_untouched_items_and_runs_whole() {
+        let mut req = parsed(CODEX, Vec::new());
+        // Compaction rewrote the last user message.
+        let n = req.messages.len();
+        req.messages[n - 1] = Message::text(Role::User, "thanks!");
+        let out = render_for(Dialect::Responses, &req, "gpt-5-codex", Some("Part"));
+        assert_eq!(
+            out.changes,
+            vec!["messages".to_string(), "prefill".to_string()]
+        );
+        let want: Value = serde_json::from_str(CODEX).unwrap();
+        let items = out.body["input"].as_array().unwrap();
+        // developer, user, reasoning + call (one run), output: as sent.
+        assert_eq!(&items[..5], &want["input"].as_array().unwrap()[..5]);
+        assert_eq!(items[5]["content"][0]["text"], "thanks!");
+        assert_eq!(items[6]["role"], "assistant");
+        assert_eq!(items.len(), 7);
+        assert_eq!(out.body["tools"], want["tools"]);
+    }
+
+    #[test]
+    fn a_string_input_stays_a_string() {
+        let body = r#"{"model":"m","input":"Hi","max_output_tokens":20}"#;
+        let mut req = parsed(body, Vec::new());
+        req.max_tokens = Some(40);
+        let out = render_for(Dialect::Responses, &req, "m", None);
+        assert_eq!(out.changes, vec!["max_tokens".to_string()]);
+        assert_eq!(out.body["input"], "Hi");
+        assert_eq!(out.body["max_output_tokens"], 40);
+    }
+
+    #[test]
+    fn crossing_names_what_the_other_dialects_cannot_carry() {
+        let req = parsed(CODEX, Vec::new());
+        for target in [Dialect::OpenAi, Dialect::Anthropic] {
+            let out = render_for(target, &req, "m", None);
+            for want in [
+                "dropped: previous_response_id",
+                "dropped: reasoning.encrypted_content",
+                "dropped: reasoning item",
+                "dropped: web_search tool",
+                "dropped: include",
+                "dropped: store",
+                "dropped: reasoning",
+                "dropped: tools[].strict",
+            ] {
+                assert!(
+                    out.changes.contains(&want.to_string()),
+                    "{target:?} {want} {:?}",
+                    out.changes
+                );
+            }
+            let text = out.body.to_string();
+            assert!(!text.contains("gAAAAABo"), "{text}");
+            assert!(!text.contains("web_search"), "{text}");
+        }
+        // Chat Completions gets the call in an assistant message, its output as a tool message.
+        let oa = render_for(Dialect::OpenAi, &req, "m", None).body;
+        let msgs = oa["messages"].as_array().unwrap();
+        assert_eq!(msgs[0]["content"], "You are Codex.\n\n<permissions>");
+        assert_eq!(msgs[2]["tool_calls"][0]["id"], "call_1");
+        assert_eq!(msgs[3]["role"], "tool");
+    }
+
+    #[test]
+    fn a_chat_request_crosses_to_a_responses_provider() {
+        let body = r#"{"model":"gpt-4o","messages":[{"role":"system","content":"S"},
+            {"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"https://x/a.png"}}]},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
+            {"role":"tool","tool_call_id":"c1","content":"ok"}],
+            "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{}}}}],
+            "stop":["END"],"max_tokens":50,"stream":true}"#;
+        let req = parsed_as(Dialect::OpenAi, body, Vec::new());
+        let out = render_for(Dialect::Responses, &req, "gpt-5", None);
+        assert!(
+            out.changes.contains(&"dropped: stop sequences".to_string()),
+            "{:?}",
+            out.changes
+        );
+        let b = &out.body;
+        assert_eq!(b["instructions"], "S");
+        assert_eq!(b["store"], false);
+        assert_eq!(b["max_output_tokens"], 50);
+        assert_eq!(b["stream"], true);
+        assert_eq!(b["tools"][0]["strict"], false);
+        assert_eq!(
+            b["input"][0]["content"][1],
+            json!({"type": "input_image", "image_url": "https://x/a.png", "detail": "auto"})
+        );
+        assert_eq!(b["input"][1]["type"], "function_call");
+        assert_eq!(
+            b["input"][2],
+            json!({"type": "function_call_output", "call_id": "c1", "output": "ok"})
+        );
+        // And it parses back as the same conversation.
+        let back = responses::parse_request(b).unwrap();
+        assert_eq!(back.messages.len(), req.messages.len());
+        assert!(matches!(
+            &back.messages[0].content[1],
+            Part::Opaque {
+                dialect: Dialect::Responses,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_responses_image_reaches_the_other_dialects() {
+        let body = r#"{"model":"m","input":[{"role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,AAA","detail":"low"},{"type":"input_file","file_id":"file_1"}]}]}"#;
+        let req = parsed(body, Vec::new());
+        let oa = render_for(Dialect::OpenAi, &req, "m", None);
+        assert_eq!(
+            oa.body["messages"][0]["content"][0],
+            json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA", "detail": "low"}})
+        );
+        assert!(oa.changes.contains(&"dropped: input_file part".to_string()));
+        let an = render_for(Dialect::Anthropic, &req, "m", None);
+        assert_eq!(
+            an.body["messages"][0]["content"][0],
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAA"}})
+        );
     }
 }

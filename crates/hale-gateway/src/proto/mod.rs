@@ -1,10 +1,12 @@
-//! One canonical chat model, and translation to and from the two wire dialects.
+//! One canonical chat model, and translation to and from the three wire dialects.
 //!
-//! Agents speak OpenAI (`/v1/chat/completions`) or Anthropic (`/v1/messages`);
-//! providers speak either too. Rather than translate dialect to dialect, every
+//! Agents speak OpenAI Chat Completions (`/v1/chat/completions`), Anthropic
+//! Messages (`/v1/messages`) or OpenAI Responses (`/v1/responses`);
+//! providers speak any of them too. Rather than translate dialect to dialect, every
 //! request, response and stream event passes through the canonical types here,
 //! so a chain can mix provider kinds and the agent sees its own dialect
-//! whoever served it. [`openai`] and [`anthropic`] hold the codecs.
+//! whoever served it. [`openai`], [`anthropic`] and [`responses`] hold the
+//! codecs.
 //!
 //! The canonical model is what hale reasons about, not what it sends when it
 //! need not translate: a request parsed by [`parse_request`] keeps the client's
@@ -19,12 +21,12 @@
 //! - `json.rs`: the small JSON readers every codec parses with (each error
 //!   names the JSON path of the offending field);
 //! - `sse.rs`: the server-sent event an encoder writes ([`openai::SseFrame`]);
-//! - [`openai`] and [`anthropic`]: one folder per wire dialect, each split
+//! - [`openai`], [`anthropic`] and [`responses`]: one folder per wire dialect, each split
 //!   into `request.rs` (parse and render requests), `response.rs` (parse and
 //!   render responses, stop reasons, error bodies) and `stream.rs` (decode a
 //!   provider's stream, encode a caller's). A dialect depends on the
 //!   canonical model and on `json.rs`, never on another dialect;
-//! - [`fidelity`]: rendering a request for a provider of either dialect,
+//! - [`fidelity`]: rendering a request for a provider of any dialect,
 //!   patching the client's JSON when the dialects match;
 //! - `parse.rs`: reading a client's request body in its dialect
 //!   ([`parse_request`], [`parse_sent`]).
@@ -35,6 +37,7 @@ pub mod fidelity;
 mod json;
 pub mod openai;
 mod parse;
+pub mod responses;
 mod sse;
 
 pub use canonical::{

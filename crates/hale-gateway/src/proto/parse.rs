@@ -11,7 +11,7 @@ use serde_json::Value;
 use std::sync::Arc;
 
 use super::canonical::{ChatRequest, Dialect, Origin, ProtoError};
-use super::{anthropic, fidelity, openai};
+use super::{anthropic, fidelity, openai, responses};
 
 /// Parses a client's request body of `dialect` and keeps what the client
 /// sent — the body itself and the provider-feature headers of
@@ -148,6 +148,7 @@ fn parse_with_origin(
     let (req, trace) = match dialect {
         Dialect::OpenAi => openai::parse_request_traced(&body)?,
         Dialect::Anthropic => anthropic::parse_request_traced(&body)?,
+        Dialect::Responses => responses::parse_request_traced(&body)?,
     };
     let origin = Origin::new(
         dialect,

@@ -53,6 +53,8 @@ pub use request::{
     DEFAULT_MAX_TOKENS, RAW_ARGUMENTS_KEY, arguments_to_input, effective_prefill,
     input_to_arguments, parse_request, render_request,
 };
-pub(crate) use request::{image_from_openai, parse_request_traced, text_block, turn_of};
+pub(crate) use request::{
+    image_from_openai, image_from_responses, parse_request_traced, text_block, turn_of,
+};
 pub use response::{parse_response, parse_stop_reason, render_error, render_response, stop_reason};
 pub use stream::{StreamDecoder, StreamEncoder};

@@ -100,6 +100,16 @@ pub(crate) fn image_from_openai(part: &Value) -> Option<Value> {
     }
 }
 
+/// A Responses `input_image` part as an Anthropic `image` block, when it
+/// has a URL (an image given by `file_id` has no Anthropic form).
+pub(crate) fn image_from_responses(part: &Value) -> Option<Value> {
+    if part.get("type").and_then(Value::as_str) != Some("input_image") {
+        return None;
+    }
+    let url = part.get("image_url").and_then(Value::as_str)?;
+    image_from_openai(&json!({"type": "image_url", "image_url": {"url": url}}))
+}
+
 /// Parses an incoming request body of this dialect.
 ///
 /// Errors name the JSON path (e.g. `messages[2].content[0].tool_use_id`) and
@@ -496,6 +506,16 @@ fn blocks_of(m: &Message) -> Vec<Value> {
                 // files) do not, and cannot be sent to this dialect.
                 if m.role != Role::Assistant {
                     out.extend(image_from_openai(value));
+                }
+            }
+            Part::Opaque {
+                dialect: Dialect::Responses,
+                value,
+            } => {
+                // Likewise for Responses: images only; reasoning items,
+                // hosted tools' items and files have no Anthropic form.
+                if m.role != Role::Assistant {
+                    out.extend(image_from_responses(value));
                 }
             }
             Part::ToolCall {

@@ -43,7 +43,9 @@ mod response;
 mod stream;
 
 pub use super::sse::SseFrame;
-pub(crate) use request::{image_from_anthropic, parse_request_traced, render_message};
+pub(crate) use request::{
+    image_from_anthropic, image_from_responses, parse_request_traced, render_message,
+};
 pub use request::{parse_request, render_request};
 pub use response::{
     finish_reason, parse_finish_reason, parse_response, render_error, render_models,

@@ -55,6 +55,21 @@ pub(crate) fn image_from_anthropic(block: &Value) -> Option<Value> {
     }
 }
 
+/// A Responses `input_image` part as an OpenAI `image_url` part, when it
+/// has a URL (an image given by `file_id` has no Chat Completions form).
+pub(crate) fn image_from_responses(part: &Value) -> Option<Value> {
+    if part.get("type").and_then(Value::as_str) != Some("input_image") {
+        return None;
+    }
+    let url = part.get("image_url").and_then(Value::as_str)?;
+    let mut image = Map::new();
+    image.insert("url".into(), json!(url));
+    if let Some(d) = part.get("detail").and_then(Value::as_str) {
+        image.insert("detail".into(), json!(d));
+    }
+    Some(json!({"type": "image_url", "image_url": image}))
+}
+
 /// Parses an incoming request body of this dialect.
 ///
 /// Errors name the JSON path (e.g. `messages[2].content`) and what is wrong:
@@ -512,6 +527,15 @@ fn render_user_like(parts: &[Part], out: &mut Vec<Value>) {
                 value,
             } => {
                 if let Some(img) = image_from_anthropic(value) {
+                    all_text = false;
+                    rest.push(img);
+                }
+            }
+            Part::Opaque {
+                dialect: Dialect::Responses,
+                value,
+            } => {
+                if let Some(img) = image_from_responses(value) {
                     all_text = false;
                     rest.push(img);
                 }
