@@ -83,6 +83,9 @@ struct Args {
     /// hale's `journal.bodies` (all | needed | off); default: hale's default.
     #[arg(long)]
     journal_bodies: Option<String>,
+    /// hale's `journal.durability` (durable | relaxed); default: hale's default.
+    #[arg(long)]
+    journal_durability: Option<String>,
     /// Skip the bare-proxy runs.
     #[arg(long)]
     no_bare: bool,
@@ -329,10 +332,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
         data_dir.display()
     );
     let chaos = procs::start_chaos(&bin, work.path()).await?;
-    let mut extra = args
-        .journal_bodies
-        .as_deref()
-        .map_or_else(String::new, |b| format!("journal: {{bodies: {b}}}\n"));
+    let journal: Vec<String> = [
+        ("bodies", &args.journal_bodies),
+        ("durability", &args.journal_durability),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}: {v}")))
+    .collect();
+    let mut extra = if journal.is_empty() {
+        String::new()
+    } else {
+        format!("journal: {{{}}}\n", journal.join(", "))
+    };
     if let Some(url) = &args.storage {
         extra.push_str(&format!(
             "storage: {}\n",

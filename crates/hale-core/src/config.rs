@@ -810,6 +810,8 @@ pub struct JournalConfig {
     pub retention: Duration,
     /// `journal.bodies`; default [`JournalBodies::Needed`].
     pub bodies: JournalBodies,
+    /// `journal.durability`; default [`JournalDurability::Durable`].
+    pub durability: JournalDurability,
 }
 
 impl Default for JournalConfig {
@@ -817,8 +819,26 @@ impl Default for JournalConfig {
         Self {
             retention: Duration::from_secs(7 * 24 * 3600),
             bodies: JournalBodies::default(),
+            durability: JournalDurability::default(),
         }
     }
+}
+
+/// `journal.durability`: whether an answer waits for its turn's commit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JournalDurability {
+    /// A non-streamed answer, and a stream's closing frame, are released
+    /// only once the turn's row, its counts and its events are committed
+    /// (group commit: the turns finishing together share one commit). A
+    /// stuck store is waited for at most
+    /// [`crate::memory::durable_release`]'s bounds.
+    #[default]
+    Durable,
+    /// Answers are released as soon as they are ready and the turn is
+    /// queued to the writer: a crash (`kill -9`, power loss) loses the turns
+    /// answered since the last group commit — their rows, counts and events.
+    Relaxed,
 }
 
 /// `journal.bodies`: which successful turns keep their response body in the

@@ -130,6 +130,51 @@ pub fn journal_wait(
     queued > limit && since_last_batch <= max_wait
 }
 
+/// The longest an answer is held back waiting for its turn's commit
+/// (`journal.durability: durable`) while the store's writer is working;
+/// then it is released all the same (a slow commit delays answers by at
+/// most this, it never loses one that was paid for).
+pub const DURABLE_ANSWER_MAX_WAIT: Duration = Duration::from_secs(5);
+
+/// What an answer waiting for its turn's commit does next
+/// ([`durable_release`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// Keep waiting, at most this long before asking again.
+    Wait(Duration),
+    /// Release it uncommitted: the writer finished no batch for
+    /// `stuck_after` (the store is down or locked) — the stuck-writer rule
+    /// of [`journal_wait`]: a stuck store never stops turns.
+    Stuck,
+    /// Release it uncommitted: it waited `max_wait` with the writer still
+    /// working (a store slower than that per batch).
+    TimedOut,
+}
+
+/// Whether an answer that has `waited` for its turn's commit keeps
+/// waiting, given how long ago the store's writer last finished a batch.
+/// The writer counts as silent only while this answer waits (an idle
+/// writer had nothing to do): silent for longer than `stuck_after`, it is
+/// stuck and the answer goes now. Otherwise it waits until `max_wait` in
+/// all, asking again when either bound could have been crossed.
+pub fn durable_release(
+    waited: Duration,
+    since_last_batch: Duration,
+    stuck_after: Duration,
+    max_wait: Duration,
+) -> Release {
+    let silent = since_last_batch.min(waited);
+    if silent > stuck_after {
+        return Release::Stuck;
+    }
+    if waited >= max_wait {
+        return Release::TimedOut;
+    }
+    // Just past the bound, so the next look sees it crossed.
+    let until_stuck = stuck_after - silent + Duration::from_millis(1);
+    Release::Wait((max_wait - waited).min(until_stuck))
+}
+
 /// `memory:` — how many idle agents and tasks stay in memory beyond the
 /// active ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -386,6 +431,67 @@ mod tests {
                 want,
                 "{q} {limit} {since:?}"
             );
+        }
+    }
+
+    #[test]
+    fn an_answer_waits_for_its_commit_unless_the_writer_is_stuck_or_the_wait_ran_out() {
+        let ms = Duration::from_millis;
+        let stuck = JOURNAL_BACKLOG_MAX_WAIT; // 1 s
+        let max = DURABLE_ANSWER_MAX_WAIT; // 5 s
+        // (waited, since the writer's last batch, what next)
+        let cases = [
+            (ms(0), ms(0), Release::Wait(ms(1001))),
+            (ms(500), ms(400), Release::Wait(ms(601))),
+            (ms(4500), ms(10), Release::Wait(ms(500))),
+            (ms(4999), ms(999), Release::Wait(ms(1))),
+            (stuck, stuck, Release::Wait(ms(1))),
+            // A writer idle before the answer queued is not stuck: only
+            // its silence during the wait counts.
+            (ms(0), ms(3_600_000), Release::Wait(ms(1001))),
+            (ms(300), ms(60_000), Release::Wait(ms(701))),
+            (stuck + ms(1), stuck + ms(1), Release::Stuck),
+            (ms(2000), ms(60_000), Release::Stuck),
+            // Stuck wins over a wait that also ran out.
+            (max, stuck + ms(1), Release::Stuck),
+            (max, ms(0), Release::TimedOut),
+            (max + ms(1), ms(5), Release::TimedOut),
+        ];
+        for (waited, since, want) in cases {
+            assert_eq!(
+                durable_release(waited, since, stuck, max),
+                want,
+                "{waited:?} {since:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_working_writer_is_waited_for_until_the_bound_and_never_past_it() {
+        // Under a fake clock: a writer finishing a batch every `every`, and
+        // an answer whose commit never comes — it is released at max_wait,
+        // never later, and never as "stuck" while batches keep finishing.
+        let ms = Duration::from_millis;
+        for every in [ms(1), ms(50), ms(999), ms(1000)] {
+            let mut now = Duration::ZERO;
+            let out = loop {
+                let since =
+                    Duration::from_nanos((now.as_nanos() % every.as_nanos()).try_into().unwrap());
+                match durable_release(
+                    now,
+                    since,
+                    JOURNAL_BACKLOG_MAX_WAIT,
+                    DURABLE_ANSWER_MAX_WAIT,
+                ) {
+                    Release::Wait(d) => {
+                        assert!(d > Duration::ZERO);
+                        now += d;
+                    }
+                    other => break other,
+                }
+            };
+            assert_eq!(out, Release::TimedOut, "{every:?}");
+            assert!(now <= DURABLE_ANSWER_MAX_WAIT + ms(1), "{every:?}: {now:?}");
         }
     }
 

@@ -182,6 +182,12 @@ fn probes() -> Vec<Probe> {
             is_enum: true,
             source: Source::Yaml("journal: {bodies: zz_undocumented}\n"),
         },
+        Probe {
+            ty: "JournalDurability",
+            section: "`journal`",
+            is_enum: true,
+            source: Source::Yaml("journal: {durability: zz_undocumented}\n"),
+        },
         key(
             "RawStoragePool",
             "`storage_pool`",

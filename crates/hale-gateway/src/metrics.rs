@@ -206,6 +206,12 @@ pub struct Metrics {
     pub journal_waits: Counter,
     pub journal_wait_timeouts: Counter,
     pub journal_writer_stuck: Counter,
+    /// Answers released before their turn was committed
+    /// (`journal.durability: durable`; `hale_core::memory::durable_release`):
+    /// the writer was stuck, the bounded wait ran out, or the commit failed.
+    pub answers_uncommitted_stuck: Counter,
+    pub answers_uncommitted_timeout: Counter,
+    pub answers_uncommitted_failed: Counter,
     /// Agents and tasks held in memory (`memory:` bounds the idle ones).
     pub agents_held: Gauge,
     pub tasks_held: Gauge,
@@ -357,6 +363,24 @@ impl Metrics {
             "Turns that went on without waiting: the journal's backlog was over its bound and its writer stuck",
             journal_writer_stuck.clone(),
         );
+        let answers_uncommitted_stuck = Counter::default();
+        registry.register(
+            "answers_uncommitted_stuck",
+            "Answers released before their turn was committed: the journal's writer was stuck",
+            answers_uncommitted_stuck.clone(),
+        );
+        let answers_uncommitted_timeout = Counter::default();
+        registry.register(
+            "answers_uncommitted_timeout",
+            "Answers released before their turn was committed: the longest wait for the commit ran out",
+            answers_uncommitted_timeout.clone(),
+        );
+        let answers_uncommitted_failed = Counter::default();
+        registry.register(
+            "answers_uncommitted_failed",
+            "Answers released although their turn's commit failed",
+            answers_uncommitted_failed.clone(),
+        );
         let agents_held = Gauge::default();
         registry.register(
             "agents_held",
@@ -474,6 +498,9 @@ impl Metrics {
             journal_waits,
             journal_wait_timeouts,
             journal_writer_stuck,
+            answers_uncommitted_stuck,
+            answers_uncommitted_timeout,
+            answers_uncommitted_failed,
             agents_held,
             breakers_held,
             tasks_held,

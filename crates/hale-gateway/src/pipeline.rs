@@ -22,7 +22,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use hale_core::class::ErrorClass;
-use hale_core::config::{DEFAULT_AGENT, JournalBodies};
+use hale_core::config::{DEFAULT_AGENT, JournalBodies, JournalDurability};
 use hale_core::event::EventKind;
 use hale_core::select;
 use hale_store::{CountWrite, StoredResponse, TurnRecord, TurnStatus, Write};
@@ -234,7 +234,8 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
     let resp = match result {
         Err(f) => {
             let err = turn.error(&f);
-            finish_turn(&gw, &turn, &req, &request_hash, None, Some(&f), None);
+            let pending = finish_turn(&gw, &turn, &req, &request_hash, None, Some(&f), None);
+            durable(&gw, pending).await;
             err.into_response(dialect)
         }
         Ok((served, Served::Complete(mut reply))) => {
@@ -266,7 +267,7 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
             // A second copy only for an idempotency key: cloning the answer
             // for every turn was ~15 allocations per turn.
             let for_key = idem_key.as_ref().map(|_| stored.clone());
-            finish_turn(
+            let pending = finish_turn(
                 &gw,
                 &turn,
                 &req,
@@ -294,6 +295,8 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
                     hale_store::Backend::Sqlite => gw.store.submit(write),
                 }
             }
+            // Released once the turn is committed (journal.durability).
+            durable(&gw, pending).await;
             resp
         }
         Ok((served, Served::Stream(live))) => {
@@ -321,7 +324,7 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
                     content_type: "text/event-stream".into(),
                 };
                 let for_key = (r.failure.is_none() && idem_key.is_some()).then(|| stored.clone());
-                finish_turn(
+                let pending = finish_turn(
                     &gw2,
                     &turn,
                     &req,
@@ -337,6 +340,8 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
                         response: stored,
                     }]);
                 }
+                // The closing frame goes once the turn is committed.
+                durable(&gw2, pending).await;
                 r.tail.send().await;
                 drop(_idem_guard);
             });
@@ -506,7 +511,49 @@ fn keeps_body(gw: &Gateway, turn: &Turn) -> bool {
     mode.keeps(may_recover)
 }
 
-/// Journals the turn and updates the agent's gate state.
+/// Waits for a finished turn's commit before its answer is released
+/// (`journal.durability: durable`; `pending` is `None` when relaxed): as
+/// long as `hale_core::memory::durable_release` says, then the answer goes
+/// all the same — the provider was paid for it — counted in a metric.
+async fn durable(gw: &Gateway, pending: Option<hale_store::Committing>) {
+    use hale_core::memory::{
+        DURABLE_ANSWER_MAX_WAIT, JOURNAL_BACKLOG_MAX_WAIT, Release, durable_release,
+    };
+    let Some(mut pending) = pending else { return };
+    let t0 = tokio::time::Instant::now();
+    loop {
+        let next = durable_release(
+            t0.elapsed(),
+            gw.store.since_last_batch(),
+            JOURNAL_BACKLOG_MAX_WAIT,
+            DURABLE_ANSWER_MAX_WAIT,
+        );
+        let wait = match next {
+            Release::Wait(d) => d,
+            Release::Stuck => {
+                gw.metrics.answers_uncommitted_stuck.inc();
+                return;
+            }
+            Release::TimedOut => {
+                gw.metrics.answers_uncommitted_timeout.inc();
+                return;
+            }
+        };
+        match tokio::time::timeout(wait, pending.committed()).await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "a turn's commit failed; its answer goes uncommitted");
+                gw.metrics.answers_uncommitted_failed.inc();
+                return;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// Journals the turn and updates the agent's gate state. With
+/// `journal.durability: durable` the writes are queued with a handle to wait
+/// for their commit ([`durable`]); relaxed, they are submitted (`None`).
 fn finish_turn(
     gw: &Gateway,
     turn: &Turn,
@@ -515,7 +562,7 @@ fn finish_turn(
     served: Option<usize>,
     failure: Option<&crate::upstream::Failure>,
     answer: Option<(StoredResponse, proto::Usage)>,
-) {
+) -> Option<hale_store::Committing> {
     let now_ms = wall_ms();
     let ok = failure.is_none();
     let usage = answer.as_ref().map(|(_, u)| *u).unwrap_or_default();
@@ -623,5 +670,11 @@ fn finish_turn(
         writes.push(Write::Agent(rec));
     }
     writes.extend(after.events.into_iter().map(Write::Event));
-    gw.store.submit(writes);
+    match gw.cfg.journal.durability {
+        JournalDurability::Durable => Some(gw.store.queue(writes)),
+        JournalDurability::Relaxed => {
+            gw.store.submit(writes);
+            None
+        }
+    }
 }

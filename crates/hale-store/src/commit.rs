@@ -30,6 +30,35 @@ pub enum Room {
     Stuck,
 }
 
+/// Writes queued by [`Store::queue`]: [`Committing::committed`] waits for
+/// their commit.
+pub struct Committing(Pending);
+
+enum Pending {
+    Ready(Result<()>),
+    Queued(oneshot::Receiver<Result<()>>),
+    Taken,
+}
+
+impl Committing {
+    /// Waits until the writes are committed (or failed). Cancel-safe: a
+    /// wait given up (a timeout around it) can be taken up again.
+    pub async fn committed(&mut self) -> Result<()> {
+        match &mut self.0 {
+            Pending::Queued(rx) => {
+                let r = rx.await.map_err(|_| StoreError::Closed).and_then(|r| r);
+                self.0 = Pending::Taken;
+                r
+            }
+            Pending::Ready(_) => match std::mem::replace(&mut self.0, Pending::Taken) {
+                Pending::Ready(r) => r,
+                Pending::Queued(_) | Pending::Taken => Ok(()),
+            },
+            Pending::Taken => Ok(()),
+        }
+    }
+}
+
 impl Store {
     fn encode(writes: Vec<Write>) -> Result<Vec<rows::Encoded>> {
         let now = now_ms();
@@ -57,6 +86,42 @@ impl Store {
             return Err(StoreError::Closed);
         }
         rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Queues writes into the next group commit now, like [`Store::submit`]
+    /// (in the caller's order with everything it submitted before), and
+    /// returns a handle to wait for that commit with: like
+    /// [`Store::commit`], but the caller decides how long to wait (a
+    /// durable answer waits bounded; `hale_core::memory::durable_release`).
+    /// The commit happens whether anyone waits or not.
+    pub fn queue(&self, writes: Vec<Write>) -> Committing {
+        if writes.is_empty() {
+            return Committing(Pending::Ready(Ok(())));
+        }
+        let rows = match Self::encode(writes) {
+            Ok(rows) => rows,
+            Err(e) => return Committing(Pending::Ready(Err(e))),
+        };
+        let n = rows.len() as u64;
+        let (done, rx) = oneshot::channel();
+        self.inner.shared.queued.fetch_add(n, Ordering::Relaxed);
+        let msg = Msg::Writes {
+            rows,
+            done: Some(done),
+            at: tokio::time::Instant::now(),
+        };
+        if self.inner.tx.send(msg).is_err() {
+            self.inner.shared.queued.fetch_sub(n, Ordering::Relaxed);
+            return Committing(Pending::Ready(Err(StoreError::Closed)));
+        }
+        Committing(Pending::Queued(rx))
+    }
+
+    /// How long ago the writer last finished a batch (since the store
+    /// opened, when it never has): over `hale_core::memory::
+    /// JOURNAL_BACKLOG_MAX_WAIT` with writes waiting, the writer is stuck.
+    pub fn since_last_batch(&self) -> std::time::Duration {
+        self.inner.shared.since_last_batch()
     }
 
     /// Queues writes into the next group commit without waiting (journal

@@ -45,7 +45,7 @@ mod store;
 mod writer;
 
 pub use cluster::{InstanceRecord, LeaseRecord};
-pub use commit::Room;
+pub use commit::{Committing, Room};
 pub use error::{Result, StoreError};
 pub use history::{History, HistoryQuery, MAX_TRANSITIONS, TransitionRecord};
 pub use idem::{Claim, ClaimWaiter};

@@ -564,6 +564,8 @@ struct RawJournal {
     retention_hours: Opt<u64>,
     #[serde(default)]
     bodies: Opt<crate::config::JournalBodies>,
+    #[serde(default)]
+    durability: Opt<crate::config::JournalDurability>,
 }
 
 #[derive(Debug, Default, Deserialize)]

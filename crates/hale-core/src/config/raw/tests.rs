@@ -1308,3 +1308,24 @@ fn memory_bounds_are_read_and_default_once() {
     let errs = load_err(&with_base("memory: {agents: 3}\n"));
     assert!(!errs.is_empty(), "an unknown key is refused");
 }
+
+#[test]
+fn journal_durability_defaults_to_durable_and_takes_durable_or_relaxed() {
+    use crate::config::JournalDurability;
+    assert_eq!(
+        load_ok(&with_base("")).journal.durability,
+        JournalDurability::Durable
+    );
+    for (yaml, want) in [
+        ("durable", JournalDurability::Durable),
+        ("relaxed", JournalDurability::Relaxed),
+    ] {
+        let cfg = load_ok(&with_base(&format!("journal: {{durability: {yaml}}}\n")));
+        assert_eq!(cfg.journal.durability, want, "{yaml}");
+    }
+    let errs = load_err(&with_base("journal: {durability: eventually}\n"));
+    assert!(
+        errs.iter().any(|e| e.to_string().contains("eventually")),
+        "{errs:?}"
+    );
+}

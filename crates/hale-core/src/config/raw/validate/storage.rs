@@ -59,5 +59,8 @@ impl Ctx<'_> {
         if let Some(b) = &r.bodies {
             journal.bodies = b.value;
         }
+        if let Some(d) = &r.durability {
+            journal.durability = d.value;
+        }
     }
 }
