@@ -1468,84 +1468,28 @@ mod tests {
         use ErrorClass as C;
         use Transport as T;
         let ms = Duration::from_millis;
+        #[rustfmt::skip]
         let rows: Vec<(T, Duration, Duration, T, C)> = vec![
             // The case: 15 s of silence, then a close (30 s first-token timeout).
-            (
-                T::ConnectReset,
-                ms(15_000),
-                ms(7_500),
-                T::SilentHangUp,
-                C::Timeout,
-            ),
-            (
-                T::StreamCut,
-                ms(15_000),
-                ms(7_500),
-                T::SilentHangUp,
-                C::Timeout,
-            ),
+            (T::ConnectReset, ms(15_000), ms(7_500), T::SilentHangUp, C::Timeout),
+            (T::StreamCut, ms(15_000), ms(7_500), T::SilentHangUp, C::Timeout),
             // A quick reset is a blip: retried on the same target.
-            (
-                T::ConnectReset,
-                ms(40),
-                ms(7_500),
-                T::ConnectReset,
-                C::Network,
-            ),
-            (
-                T::StreamCut,
-                ms(40),
-                ms(7_500),
-                T::StreamCut,
-                C::StreamBroken,
-            ),
+            (T::ConnectReset, ms(40), ms(7_500), T::ConnectReset, C::Network),
+            (T::StreamCut, ms(40), ms(7_500), T::StreamCut, C::StreamBroken),
             // Exactly the expectation is not longer than it.
-            (
-                T::ConnectReset,
-                ms(7_500),
-                ms(7_500),
-                T::ConnectReset,
-                C::Network,
-            ),
-            (
-                T::ConnectReset,
-                ms(7_501),
-                ms(7_500),
-                T::SilentHangUp,
-                C::Timeout,
-            ),
+            (T::ConnectReset, ms(7_500), ms(7_500), T::ConnectReset, C::Network),
+            (T::ConnectReset, ms(7_501), ms(7_500), T::SilentHangUp, C::Timeout),
             // Failures that are not a close keep their meaning whatever the time.
-            (
-                T::ConnectRefused,
-                ms(15_000),
-                ms(7_500),
-                T::ConnectRefused,
-                C::Network,
-            ),
+            (T::ConnectRefused, ms(15_000), ms(7_500), T::ConnectRefused, C::Network),
             (T::Dns, ms(15_000), ms(7_500), T::Dns, C::Network),
             (T::Tls, ms(15_000), ms(7_500), T::Tls, C::Network),
-            (
-                T::HeadersTimeout,
-                ms(15_000),
-                ms(7_500),
-                T::HeadersTimeout,
-                C::Timeout,
-            ),
+            (T::HeadersTimeout, ms(15_000), ms(7_500), T::HeadersTimeout, C::Timeout),
+            (T::FirstTokenTimeout, ms(15_000), ms(7_500), T::FirstTokenTimeout, C::Timeout),
             (T::BodyCut, ms(15_000), ms(7_500), T::BodyCut, C::Network),
-            (
-                T::MalformedBody,
-                ms(15_000),
-                ms(7_500),
-                T::MalformedBody,
-                C::Format,
-            ),
-            (
-                T::SilentHangUp,
-                ms(1),
-                ms(7_500),
-                T::SilentHangUp,
-                C::Timeout,
-            ),
+            (T::StreamStalled, ms(15_000), ms(7_500), T::StreamStalled, C::StreamBroken),
+            (T::StreamEndedWithoutFinish, ms(15_000), ms(7_500), T::StreamEndedWithoutFinish, C::StreamBroken),
+            (T::MalformedBody, ms(15_000), ms(7_500), T::MalformedBody, C::Format),
+            (T::SilentHangUp, ms(1), ms(7_500), T::SilentHangUp, C::Timeout),
         ];
         for (t, silent, expect, want, class) in rows {
             let got = t.after_silence(silent, expect);
