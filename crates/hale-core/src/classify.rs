@@ -8,7 +8,9 @@
 //! 1. **Transport** — when no error status arrived (no response at all, or a
 //!    2xx whose body or stream then failed), the transport failure decides:
 //!    reset/refused/DNS, or a complete body cut before hale read it all →
-//!    network, no headers or no first token → timeout,
+//!    network, no headers or no first token → timeout, a close after a
+//!    silence longer than the first-byte expectation → timeout
+//!    ([`Transport::after_silence`]),
 //!    stream cut/stalled/unfinished → stream_broken, malformed body → format.
 //!    An error status beats a transport failure: a 502 whose HTML body does
 //!    not parse is an overloaded upstream, not a format error.
@@ -88,6 +90,12 @@ pub enum Transport {
     HeadersTimeout,
     /// No first token within `first_token_timeout`.
     FirstTokenTimeout,
+    /// The upstream accepted the request, sent not one byte of a response
+    /// for longer than the first-byte expectation
+    /// ([`ProviderConfig::first_byte_expectation`](crate::config::ProviderConfig::first_byte_expectation))
+    /// and then closed the connection. A hung deployment, not a blip: a
+    /// timeout that came early ([`Transport::after_silence`] decides).
+    SilentHangUp,
     /// The stream was cut mid-way.
     StreamCut,
     /// A complete (non-streaming) response body broke off before its end,
@@ -117,6 +125,7 @@ impl Transport {
             Transport::Tls => "tls handshake failed",
             Transport::HeadersTimeout => "no response headers within the timeout",
             Transport::FirstTokenTimeout => "no first token within the timeout",
+            Transport::SilentHangUp => "connection closed after a silence, with no response",
             Transport::StreamCut => "stream cut",
             Transport::BodyCut => "response body cut before its end",
             Transport::StreamStalled => "stream stalled",
@@ -134,6 +143,7 @@ impl Transport {
             Transport::ConnectReset
             | Transport::HeadersTimeout
             | Transport::FirstTokenTimeout
+            | Transport::SilentHangUp
             | Transport::StreamCut
             | Transport::BodyCut
             | Transport::StreamStalled
@@ -154,6 +164,7 @@ impl Transport {
             | Transport::Dns
             | Transport::HeadersTimeout
             | Transport::FirstTokenTimeout
+            | Transport::SilentHangUp
             | Transport::StreamCut
             | Transport::BodyCut
             | Transport::StreamStalled
@@ -170,12 +181,50 @@ impl Transport {
             | Transport::Dns
             | Transport::Tls
             | Transport::BodyCut => Some(ErrorClass::Network),
-            Transport::HeadersTimeout | Transport::FirstTokenTimeout => Some(ErrorClass::Timeout),
+            Transport::HeadersTimeout | Transport::FirstTokenTimeout | Transport::SilentHangUp => {
+                Some(ErrorClass::Timeout)
+            }
             Transport::StreamCut
             | Transport::StreamStalled
             | Transport::StreamEndedWithoutFinish => Some(ErrorClass::StreamBroken),
             Transport::MalformedBody => Some(ErrorClass::Format),
             Transport::Other => None,
+        }
+    }
+
+    /// What a failure *before any response byte* was, given how long the
+    /// upstream was silent first (`silent_for`, from sending the request to
+    /// the failure) and how long a healthy upstream takes to start answering
+    /// (`expectation`, [`ProviderConfig::first_byte_expectation`](crate::config::ProviderConfig::first_byte_expectation)).
+    ///
+    /// A connection closed (reset, or an unexpected end) after a silence
+    /// *longer* than the expectation is [`Transport::SilentHangUp`]: the
+    /// upstream hung and something (the provider, a proxy's idle timer) hung
+    /// up on it, so asking the same deployment again costs another silence.
+    /// It is classified like the timeout it pre-empted (move on at once,
+    /// counted against the breaker and toward ejection). A close within the
+    /// expectation stays what it was: a blip, retried on the same target.
+    /// Every other failure is unchanged whatever the time.
+    pub fn after_silence(self, silent_for: Duration, expectation: Duration) -> Transport {
+        match self {
+            Transport::ConnectReset | Transport::StreamCut => {
+                if silent_for > expectation {
+                    Transport::SilentHangUp
+                } else {
+                    self
+                }
+            }
+            Transport::ConnectRefused
+            | Transport::Dns
+            | Transport::Tls
+            | Transport::HeadersTimeout
+            | Transport::FirstTokenTimeout
+            | Transport::SilentHangUp
+            | Transport::BodyCut
+            | Transport::StreamStalled
+            | Transport::StreamEndedWithoutFinish
+            | Transport::MalformedBody
+            | Transport::Other => self,
         }
     }
 }
@@ -1043,6 +1092,7 @@ mod tests {
             // timeout
             ("no headers in time", None, None, None, Some(T::HeadersTimeout), C::Timeout),
             ("no first token", Some(200), None, None, Some(T::FirstTokenTimeout), C::Timeout),
+            ("closed after a long silence, no response", None, None, None, Some(T::SilentHangUp), C::Timeout),
             ("408", Some(408), None, None, None, C::Timeout),
             // rate_limit
             ("429 bare", Some(429), None, None, None, C::RateLimit),
@@ -1411,17 +1461,62 @@ mod tests {
         }
     }
 
+    /// The silence rule, one row per case: (what failed, silent for,
+    /// expectation) → the transport, and so the class the turn acts on.
+    #[test]
+    fn a_close_after_a_long_silence_is_a_timeout_and_a_quick_one_a_blip() {
+        use ErrorClass as C;
+        use Transport as T;
+        let ms = Duration::from_millis;
+        #[rustfmt::skip]
+        let rows: Vec<(T, Duration, Duration, T, C)> = vec![
+            // The case: 15 s of silence, then a close (30 s first-token timeout).
+            (T::ConnectReset, ms(15_000), ms(7_500), T::SilentHangUp, C::Timeout),
+            (T::StreamCut, ms(15_000), ms(7_500), T::SilentHangUp, C::Timeout),
+            // A quick reset is a blip: retried on the same target.
+            (T::ConnectReset, ms(40), ms(7_500), T::ConnectReset, C::Network),
+            (T::StreamCut, ms(40), ms(7_500), T::StreamCut, C::StreamBroken),
+            // Exactly the expectation is not longer than it.
+            (T::ConnectReset, ms(7_500), ms(7_500), T::ConnectReset, C::Network),
+            (T::ConnectReset, ms(7_501), ms(7_500), T::SilentHangUp, C::Timeout),
+            // Failures that are not a close keep their meaning whatever the time.
+            (T::ConnectRefused, ms(15_000), ms(7_500), T::ConnectRefused, C::Network),
+            (T::Dns, ms(15_000), ms(7_500), T::Dns, C::Network),
+            (T::Tls, ms(15_000), ms(7_500), T::Tls, C::Network),
+            (T::HeadersTimeout, ms(15_000), ms(7_500), T::HeadersTimeout, C::Timeout),
+            (T::FirstTokenTimeout, ms(15_000), ms(7_500), T::FirstTokenTimeout, C::Timeout),
+            (T::BodyCut, ms(15_000), ms(7_500), T::BodyCut, C::Network),
+            (T::StreamStalled, ms(15_000), ms(7_500), T::StreamStalled, C::StreamBroken),
+            (T::StreamEndedWithoutFinish, ms(15_000), ms(7_500), T::StreamEndedWithoutFinish, C::StreamBroken),
+            (T::MalformedBody, ms(15_000), ms(7_500), T::MalformedBody, C::Format),
+            (T::SilentHangUp, ms(1), ms(7_500), T::SilentHangUp, C::Timeout),
+        ];
+        for (t, silent, expect, want, class) in rows {
+            let got = t.after_silence(silent, expect);
+            assert_eq!(got, want, "{t:?} after {silent:?} (expect {expect:?})");
+            let c = classify(&obs(None, None, None, Some(got)));
+            assert_eq!(c.class, class, "{t:?} after {silent:?}");
+        }
+        // What the turn does with it: a silent hang-up moves on at once,
+        // counted against the deployment; a blip is retried on the same target.
+        let hung = rule(C::Timeout);
+        assert!(!hung.retry_same_target && hung.counts_against_breaker);
+        assert_eq!(hung.move_on, MoveOn::AtOnce);
+        assert!(rule(C::Network).retry_same_target);
+        assert!(!T::SilentHangUp.failed_to_connect() && !T::SilentHangUp.needs_detail());
+    }
+
     proptest::proptest! {
         #[test]
         fn classify_never_panics(
             status in proptest::option::of(0u16..1000),
             ra in proptest::option::of(".{0,40}"),
             body in proptest::option::of(".{0,300}"),
-            t in proptest::option::of(0usize..12),
+            t in proptest::option::of(0usize..13),
         ) {
             let transports = [
                 Transport::ConnectReset, Transport::ConnectRefused, Transport::Dns, Transport::Tls,
-                Transport::HeadersTimeout, Transport::FirstTokenTimeout, Transport::StreamCut,
+                Transport::HeadersTimeout, Transport::FirstTokenTimeout, Transport::SilentHangUp, Transport::StreamCut,
                 Transport::BodyCut, Transport::StreamStalled, Transport::StreamEndedWithoutFinish,
                 Transport::MalformedBody, Transport::Other,
             ];

@@ -208,6 +208,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_FIRST_TOKEN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default: no chunk within this mid-stream → stream_broken.
 pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The first-byte expectation is `first_token_timeout` divided by this: an
+/// upstream silent for longer (no response byte) that then closes the
+/// connection hung, and is treated as a timeout, not retried as a blip
+/// ([`crate::classify::Transport::after_silence`]). 4: 7.5 s by default.
+pub const FIRST_BYTE_EXPECTATION_DIVISOR: u32 = 4;
 
 /// One upstream provider.
 #[derive(Debug, Clone)]
@@ -230,6 +235,14 @@ pub struct ProviderConfig {
 }
 
 impl ProviderConfig {
+    /// How long a healthy upstream takes, at most, to send the first byte of
+    /// its response: `first_token_timeout` / [`FIRST_BYTE_EXPECTATION_DIVISOR`].
+    /// A connection closed with no response after a longer silence is a
+    /// timeout ([`crate::classify::Transport::SilentHangUp`]).
+    pub fn first_byte_expectation(&self) -> Duration {
+        self.first_token_timeout / FIRST_BYTE_EXPECTATION_DIVISOR
+    }
+
     /// A provider with every optional field at its default.
     pub fn new(name: &str, kind: ProviderKind, base_url: &str, default_model: &str) -> Self {
         Self {

@@ -255,9 +255,10 @@ fn of_transport(t: Transport) -> ToolError {
         Transport::ConnectReset | Transport::ConnectRefused | Transport::Dns | Transport::Tls => {
             ToolError::NodeUnreachable
         }
-        Transport::HeadersTimeout | Transport::FirstTokenTimeout | Transport::StreamStalled => {
-            ToolError::NetworkTimeout
-        }
+        Transport::HeadersTimeout
+        | Transport::FirstTokenTimeout
+        | Transport::SilentHangUp
+        | Transport::StreamStalled => ToolError::NetworkTimeout,
         Transport::StreamCut | Transport::StreamEndedWithoutFinish | Transport::BodyCut => {
             ToolError::NodeUnreachable
         }

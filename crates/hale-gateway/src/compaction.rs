@@ -104,7 +104,11 @@ impl Compaction {
             if let Some((len, replacement)) = self.prefixes.get(hashes[k])
                 && len == k
             {
-                before_reuse = Some(approx_tokens(req));
+                // The request as the caller sent it, counted exactly as a
+                // fresh compaction counts it: one body, one number,
+                // whichever path the turn takes.
+                let raw_views = views(self, model, &req.messages, &tool_names(&req.messages));
+                before_reuse = Some(total_tokens(self, model, req, &raw_views));
                 spliced = (k, replacement.len());
                 req.messages.splice(..k, replacement);
                 reused = true;
@@ -373,21 +377,6 @@ fn token_upper_bound(req: &ChatRequest) -> u64 {
         u64::from(hale_tokens::TOKENS_PER_MESSAGE),
         u64::from(hale_tokens::TOKENS_PER_REPLY),
     )
-}
-
-fn approx_tokens(req: &ChatRequest) -> u64 {
-    let mut chars = req.system.as_deref().map(str::len).unwrap_or(0);
-    for m in &req.messages {
-        for p in &m.content {
-            chars += match p {
-                Part::Text { text } => text.len(),
-                Part::ToolCall { arguments, .. } => arguments.len(),
-                Part::ToolResult { content, .. } => content.len(),
-                Part::Opaque { .. } => 0,
-            };
-        }
-    }
-    (chars as f64 / hale_tokens::APPROX_CHARS_PER_TOKEN) as u64
 }
 
 /// The context window of `target` (provider overrides first).

@@ -212,6 +212,7 @@ async fn attempt(
     for (k, v) in &out.headers {
         rb = rb.header(*k, v);
     }
+    let sent_at = std::time::Instant::now();
     let resp = match tokio::time::timeout(limits.headers, rb.send()).await {
         Err(_) => {
             return Err(Failure::transport(
@@ -219,7 +220,13 @@ async fn attempt(
                 "no response headers in time",
             ));
         }
-        Ok(Err(e)) => return Err(Failure::transport(classify::transport_of(&e), &redact(&e))),
+        // No response byte came: how long the upstream was silent before the
+        // failure decides whether a close was a blip or a hang (hale-core).
+        Ok(Err(e)) => {
+            let t = classify::transport_of(&e)
+                .after_silence(sent_at.elapsed(), provider.first_byte_expectation());
+            return Err(Failure::transport(t, &redact(&e)));
+        }
         Ok(Ok(r)) => r,
     };
     let status = resp.status().as_u16();
