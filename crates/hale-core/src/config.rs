@@ -56,6 +56,10 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// `tool_nodes:` (DESIGN §7); more may register with `POST /nodes`.
     pub tool_nodes: Vec<ToolNodeConfig>,
+    /// `tool_jobs:` — the audit log file of tool jobs.
+    pub tool_jobs: ToolJobsConfig,
+    /// `workflows:` — named jobs submitted by `workflow_id` (seed 003).
+    pub workflows: BTreeMap<String, WorkflowConfig>,
     /// `alerting:` (DESIGN §8 Alerts); the rules are [`crate::alert`].
     pub alerting: AlertingConfig,
 }
@@ -89,6 +93,8 @@ impl Config {
             journal: JournalConfig::default(),
             telemetry: TelemetryConfig::default(),
             tool_nodes: Vec::new(),
+            tool_jobs: ToolJobsConfig::default(),
+            workflows: BTreeMap::new(),
             alerting: AlertingConfig::default(),
         }
     }
@@ -945,10 +951,40 @@ pub struct ToolNodeConfig {
     pub breaker: NodeBreakerConfig,
 }
 
+/// `tool_jobs:`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ToolJobsConfig {
+    /// `tool_jobs.audit_log`: finished jobs also appended to a file.
+    pub audit_log: Option<AuditLogConfig>,
+}
+
+/// Default size at which the audit log file is rotated.
+pub const DEFAULT_AUDIT_LOG_MAX_BYTES: u64 = 10 * 1024 * 1024;
+/// Default rotated audit log files kept besides the current one.
+pub const DEFAULT_AUDIT_LOG_KEEP: u32 = 5;
+
+/// `tool_jobs.audit_log`: one JSON line per finished job, appended to `path`;
+/// when the next line would take it past `max_bytes` the file becomes
+/// `path.1` (`path.1` becomes `path.2`, …) and at most `keep` old files stay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditLogConfig {
+    pub path: PathBuf,
+    pub max_bytes: u64,
+    pub keep: u32,
+}
+
+/// `workflows.<name>`: a named job's steps and tool declarations, as JSON
+/// in the shape of `POST /jobs` (checked by `hale-tools` at start).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct WorkflowConfig {
+    pub steps: Vec<serde_json::Value>,
+    pub tools: Vec<serde_json::Value>,
+}
+
 /// A tool node's own breaker numbers (`tool_nodes[].breaker`, or `breaker`
 /// of `POST /nodes`); an unset one keeps the default of
 /// [`crate::tools::node_breaker_config`], where the defaults live.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeBreakerConfig {
     /// Consecutive node faults that open the breaker (≥ 1).

@@ -315,6 +315,18 @@ pub struct StepRetry {
     pub retryable_errors: Vec<ToolError>,
     /// These errors stop the step at once: no retry, no failover.
     pub non_retryable_errors: Vec<ToolError>,
+    /// Seed 003's `retry.failover`: `false` keeps every attempt on the node
+    /// chosen first, `true` lets a failed attempt move to another node
+    /// offering the tool. Unset: the target decides ([`failover_allowed`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failover: Option<bool>,
+}
+
+/// Whether a failed attempt may move to another node: `retry.failover` when
+/// the step sets it, else the target's own `failover` (a `failover_chain`
+/// always moves on).
+pub fn failover_allowed(retry_failover: Option<bool>, target_failover: bool) -> bool {
+    retry_failover.unwrap_or(target_failover)
 }
 
 impl Default for StepRetry {
@@ -326,6 +338,7 @@ impl Default for StepRetry {
             max_backoff_ms: DEFAULT_MAX_BACKOFF_MS,
             retryable_errors: Vec::new(),
             non_retryable_errors: Vec::new(),
+            failover: None,
         }
     }
 }
@@ -772,13 +785,15 @@ pub fn node_breaker_config_for(
     b
 }
 
-/// Replaces references to earlier steps' results in a step's arguments: a
-/// string that is exactly `${steps.ID.result}` or `${steps.ID.result.a.b}`
-/// becomes that JSON value (an array index is a number segment). Anything
+/// Replaces references in a step's arguments: a string that is exactly
+/// `${steps.ID.result}` or `${steps.ID.result.a.b}` becomes that earlier
+/// step's JSON value, and `${input}` or `${input.a.b}` the job's `input` (a
+/// workflow's parameters); an array index is a number segment. Anything
 /// else is left as written. A reference to a step that has not run, or to a
 /// path that does not exist, is an error naming it.
 pub fn resolve_refs(
     args: &serde_json::Value,
+    input: &serde_json::Value,
     results: &dyn Fn(&str) -> Option<serde_json::Value>,
 ) -> Result<serde_json::Value, String> {
     use serde_json::Value;
@@ -788,36 +803,55 @@ pub fn resolve_refs(
                 return Ok(args.clone());
             };
             let mut parts = inner.split('.');
-            let (Some("steps"), Some(id), Some("result")) =
-                (parts.next(), parts.next(), parts.next())
-            else {
-                return Ok(args.clone());
+            let mut v = match (parts.next(), parts.next()) {
+                (Some("input"), first) => {
+                    let mut v = input.clone();
+                    for seg in first.into_iter().chain(parts.by_ref()) {
+                        v = descend(&v, seg)
+                            .ok_or_else(|| format!("`{s}`: no `{seg}` in the job's input"))?;
+                    }
+                    return Ok(v);
+                }
+                (Some("steps"), Some(id)) if parts.next() == Some("result") => {
+                    results(id).ok_or_else(|| format!("`{s}`: step `{id}` has no result"))?
+                }
+                _ => return Ok(args.clone()),
             };
-            let mut v = results(id).ok_or_else(|| format!("`{s}`: step `{id}` has no result"))?;
             for seg in parts {
-                let next = match &v {
-                    Value::Object(m) => m.get(seg).cloned(),
-                    Value::Array(a) => seg.parse::<usize>().ok().and_then(|i| a.get(i).cloned()),
-                    _ => None,
-                };
-                v = next.ok_or_else(|| format!("`{s}`: no `{seg}` in the result"))?;
+                v = descend(&v, seg).ok_or_else(|| format!("`{s}`: no `{seg}` in the result"))?;
             }
             Ok(v)
         }
         Value::Array(a) => a
             .iter()
-            .map(|x| resolve_refs(x, results))
+            .map(|x| resolve_refs(x, input, results))
             .collect::<Result<Vec<_>, _>>()
             .map(Value::Array),
         Value::Object(m) => {
             let mut out = serde_json::Map::new();
             for (k, x) in m {
-                out.insert(k.clone(), resolve_refs(x, results)?);
+                out.insert(k.clone(), resolve_refs(x, input, results)?);
             }
             Ok(Value::Object(out))
         }
         Value::Null | Value::Bool(_) | Value::Number(_) => Ok(args.clone()),
     }
+}
+
+/// One step down a JSON value: an object's key or an array's index.
+fn descend(v: &serde_json::Value, seg: &str) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => m.get(seg).cloned(),
+        Value::Array(a) => seg.parse::<usize>().ok().and_then(|i| a.get(i).cloned()),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => None,
+    }
+}
+
+/// The tool name of a seed-003 `tool_id` (`tool:unit_convert` →
+/// `unit_convert`); a plain name is itself.
+pub fn tool_of_id(tool_id: &str) -> &str {
+    tool_id.strip_prefix("tool:").unwrap_or(tool_id)
 }
 
 /// Checks a tool's output against its output schema: the subset of JSON

@@ -150,6 +150,21 @@ fn probes() -> Vec<Probe> {
             }),
         },
         key(
+            "RawToolJobs",
+            "`tool_jobs`",
+            "tool_jobs: {zz_undocumented: 1}\n",
+        ),
+        key(
+            "RawAuditLog",
+            "`tool_jobs.audit_log`",
+            "tool_jobs: {audit_log: {zz_undocumented: 1}}\n",
+        ),
+        key(
+            "RawWorkflow",
+            "`workflows.<name>`",
+            "workflows: {w: {zz_undocumented: 1}}\n",
+        ),
+        key(
             "RawAlerting",
             "`alerting`",
             "alerting: {zz_undocumented: 1}\n",

@@ -10,11 +10,12 @@
 //! `job_id` submitted twice runs once, across restarts and instances) and
 //! [`Store::claim_job`] (a compare-and-set on `status`: of several deliverers
 //! of a queued job — two loops, two instances, a restart — exactly one wins).
-//! Every change that an event reports (queued, finished: the row, its audit
-//! entry and the `job.*` event) goes through [`Store::commit`] as
-//! `Write::Job` / `Write::Audit` beside the `Write::Event`, in one
-//! transaction (DESIGN §6); [`Store::update_job`] stays for progress between
-//! steps, which no event reports.
+//! Every other write of a job's row (progress between steps, queued,
+//! finished: the row, its audit entry and the `job.*` events noted since the
+//! last write) goes through [`Store::commit`] as `Write::Job` /
+//! `Write::Audit` beside its `Write::Event`s, in one transaction (DESIGN
+//! §6), so a crash never keeps a row without the events that report it or
+//! the reverse; [`Store::update_job`] stays for callers outside jobs.
 //!
 //! The audit log is append-only: one row per finished job (status, degraded,
 //! the evidence), read newest first.

@@ -1,6 +1,10 @@
 //! The HTTP API of tool jobs (DESIGN §7): `POST /jobs`, `GET /jobs/{id}`,
 //! `GET /jobs?status=`, `DELETE /jobs/{id}`, `GET /jobs/audit?degraded=`,
-//! `GET /jobs/metrics`, `POST /nodes`, `GET /nodes`, and the MCP front at `/mcp`.
+//! `GET /jobs/metrics` (also at `GET /v1/metrics`, the path seed 003's
+//! monitoring reads), `POST /nodes`, `GET /nodes`, and the MCP front at `/mcp`.
+//!
+//! A job document may carry `//` and `/* */` comments (seed 003 writes its
+//! examples so); they are removed before the strict parse.
 //!
 //! Handlers only parse, call [`Tools`] and render. Errors keep hale's error
 //! shape (`{"error": {"type", "message", "hale": {...}}}`). No route checks
@@ -48,6 +52,7 @@ impl Tools {
             .route("/jobs", post(submit).get(list))
             .route("/jobs/audit", get(audit))
             .route("/jobs/metrics", get(metrics))
+            .route("/v1/metrics", get(metrics))
             .route("/jobs/{id}", get(show).delete(cancel))
             .route("/nodes", post(register).get(nodes))
             .with_state(self.clone())
@@ -73,7 +78,55 @@ fn store_error(e: hale_store::StoreError) -> Response {
     )
 }
 
+/// `body` without JSON comments: `// …` to the end of a line and `/* … */`,
+/// outside strings; everything else byte for byte.
+pub fn strip_comments(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len());
+    let mut i = 0;
+    let mut in_str = false;
+    while i < body.len() {
+        let c = body[i];
+        if in_str {
+            out.push(c);
+            if c == b'\\' && i + 1 < body.len() {
+                out.push(body[i + 1]);
+                i += 2;
+                continue;
+            }
+            in_str = c != b'"';
+            i += 1;
+            continue;
+        }
+        match (c, body.get(i + 1)) {
+            (b'"', _) => {
+                in_str = true;
+                out.push(c);
+                i += 1;
+            }
+            (b'/', Some(b'/')) => {
+                while i < body.len() && body[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            (b'/', Some(b'*')) => {
+                i += 2;
+                while i < body.len() && !(body[i] == b'*' && body.get(i + 1) == Some(&b'/')) {
+                    i += 1;
+                }
+                i += 2;
+                out.push(b' ');
+            }
+            _ => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 async fn submit(State(t): State<Arc<Tools>>, body: axum::body::Bytes) -> Response {
+    let body = strip_comments(&body);
     let req: JobRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
@@ -238,7 +291,7 @@ struct Registration {
     deterministic: Vec<String>,
     #[serde(default)]
     metadata: BTreeMap<String, String>,
-    #[serde(default)]
+    #[serde(default, alias = "circuit_breaker")]
     breaker: NodeBreakerConfig,
     lease_seconds: Option<u64>,
 }

@@ -1,7 +1,15 @@
-//! Job submission and the end of a run: validate a request, honour an
-//! existing `job_id` (a `job_id` submitted twice runs once), run it, then
-//! store the outcome — final (audit row and event in one transaction) or
-//! queued; reading and cancelling a job.
+//! Job submission and the end of a run: expand a named workflow, validate a
+//! request, honour an existing `job_id` (a `job_id` submitted twice runs
+//! once), run it, then store the outcome — final or queued; reading and
+//! cancelling a job.
+//!
+//! A job's `job.*` events are never written on their own: the run notes
+//! them on the job ([`Job::note`]) and every write of the job's row after
+//! the claim (progress between steps, queued, final) carries the events
+//! noted since, through the store's group-commit writer, in one
+//! transaction (DESIGN §6) — a single-step job is the claim and one commit
+//! of row, audit entry and every event. The final write is also appended
+//! to the audit log file when one is configured.
 
 use crate::model::{Job, JobRequest, QueueInfo};
 use crate::row::{decode, record};
@@ -11,6 +19,19 @@ use hale_core::event::{Event, EventKind};
 use hale_core::tools::{self as rules, JobStatus};
 use hale_store::{AuditEntry, Write};
 use serde_json::{Value, json};
+
+/// The audit log file's line of a finished job: its evidence (the body of
+/// `GET /jobs/{id}`) with `workflow_id` and `degraded_reason` always present
+/// (null when none: seed 003's alert script indexes both), and `time_ms`.
+fn audit_line(body: &Value, now_ms: u64) -> Value {
+    let mut line = body.clone();
+    if let Some(m) = line.as_object_mut() {
+        m.entry("workflow_id").or_insert(Value::Null);
+        m.entry("degraded_reason").or_insert(Value::Null);
+        m.insert("time_ms".into(), json!(now_ms));
+    }
+    line
+}
 
 /// Why a submission was refused.
 #[derive(Debug)]
@@ -40,10 +61,11 @@ impl Tools {
     /// [`Tools::submit`] on behalf of an agent and task (recorded on the job).
     pub async fn submit_as(
         &self,
-        req: JobRequest,
+        mut req: JobRequest,
         agent: Option<String>,
         task: Option<String>,
     ) -> Result<Submitted, SubmitError> {
+        self.expand_workflow(&mut req);
         let problems = req.problems();
         if !problems.is_empty() {
             return Err(SubmitError::Invalid(problems));
@@ -68,10 +90,8 @@ impl Tools {
                 replayed: true,
             });
         }
-        self.emit(
-            EventKind::JobSubmitted,
-            json!({"job_id": job.job_id, "workflow_id": job.workflow_id, "steps": job.request.steps.len()}),
-        );
+        let submitted = json!({"job_id": job.job_id, "workflow_id": job.workflow_id, "steps": job.request.steps.len()});
+        job.note(EventKind::JobSubmitted, submitted);
         let end = runner::run(self, &mut job).await;
         self.finish_run(&mut job, end, None)
             .await
@@ -80,6 +100,34 @@ impl Tools {
             job,
             replayed: false,
         })
+    }
+
+    /// A job naming a configured workflow by `workflow_id`, without steps of
+    /// its own, runs the workflow's steps; its tool declarations join the
+    /// job's. A job with steps keeps them (`workflow_id` is then a label).
+    fn expand_workflow(&self, req: &mut JobRequest) {
+        if !req.steps.is_empty() {
+            return;
+        }
+        let Some(w) = req
+            .workflow_id
+            .as_deref()
+            .and_then(|w| self.workflows.get(w))
+        else {
+            return;
+        };
+        req.steps = w.steps.clone();
+        let mut tools = w.tools.clone();
+        tools.append(&mut req.tools);
+        req.tools = tools;
+    }
+
+    /// Writes a job's row between steps with the events noted since its
+    /// last write, in one transaction.
+    pub(crate) async fn write_progress(&self, job: &mut Job) -> hale_store::Result<()> {
+        let mut writes = vec![Write::Job(record(job, None))];
+        writes.extend(job.pending.drain(..).map(Write::Event));
+        self.store.commit(writes).await
     }
 
     /// Stores the outcome of a run: final (audit + event) or queued.
@@ -111,6 +159,7 @@ impl Tools {
                 job.queue = Some(info);
                 let next = rules::next_delivery_ms(now_ms, info.retry_interval_seconds);
                 let mut writes = vec![Write::Job(record(job, Some(next)))];
+                writes.extend(job.pending.drain(..).map(Write::Event));
                 if prev.is_none() {
                     self.metrics.job("queued");
                     writes.push(Write::Event(
@@ -137,12 +186,15 @@ impl Tools {
         }
     }
 
-    /// Writes a job's final state, its audit row and its event, in one
-    /// transaction (DESIGN §6: the event commits with the change it reports).
+    /// Writes a job's final state, its audit row, the events noted during
+    /// the run and the final event, in one transaction (DESIGN §6: the event
+    /// commits with the change it reports); then the audit log file's line.
     pub(crate) async fn finalize(&self, job: &mut Job, now_ms: u64) -> hale_store::Result<()> {
         job.finished_ms = Some(now_ms);
         let body = serde_json::to_value(&*job).unwrap_or(Value::Null);
-        let mut writes = vec![
+        let line = self.audit_file.as_ref().map(|_| audit_line(&body, now_ms));
+        let mut writes: Vec<Write> = job.pending.drain(..).map(Write::Event).collect();
+        writes.extend([
             Write::Job(record(job, None)),
             Write::Audit(AuditEntry {
                 job_id: job.job_id.clone(),
@@ -151,7 +203,7 @@ impl Tools {
                 degraded: job.degraded,
                 body,
             }),
-        ];
+        ]);
         let kind = match job.status {
             JobStatus::Completed => Some(EventKind::JobCompleted),
             JobStatus::Failed => Some(EventKind::JobFailed),
@@ -161,6 +213,7 @@ impl Tools {
         };
         if let Some(kind) = kind {
             self.metrics.job(job.status.as_str());
+            self.metrics.finished(job.degraded);
             writes.push(Write::Event(
                 Event::new(kind, now_ms, &mut rand::rng()).payload(json!({
                     "job_id": job.job_id, "workflow_id": job.workflow_id, "ok": job.ok,
@@ -170,7 +223,11 @@ impl Tools {
                 })),
             ));
         }
-        self.store.commit(writes).await
+        self.store.commit(writes).await?;
+        if let (Some(file), Some(line)) = (&self.audit_file, line) {
+            file.append(&line);
+        }
+        Ok(())
     }
 
     /// One job's state.

@@ -23,6 +23,9 @@
 //! - [`api`] — the axum handlers (`/jobs…`, `/nodes`), returned by
 //!   [`Tools::admin_router`] for the gateway to merge behind its admin
 //!   check; `/mcp` comes from [`Tools::mcp_router`], behind any valid key;
+//! - `audit_file.rs` — the audit log's JSON-lines file
+//!   (`tool_jobs.audit_log`), rotated; `step_breakers.rs` — the breakers of
+//!   steps that set `breaker`/`circuit_breaker`;
 //! - `background.rs` — [`Tools::spawn_background`]: the capability refresh
 //!   (every 10 s) and the store-and-forward queue.
 //!
@@ -32,6 +35,7 @@
 //! its status, so it runs exactly once.
 
 pub mod api;
+mod audit_file;
 mod background;
 pub mod failure;
 mod jobs;
@@ -44,9 +48,10 @@ pub mod nodes;
 mod queue;
 mod row;
 pub mod runner;
+mod step_breakers;
 mod tools;
 
 pub use jobs::{SubmitError, Submitted};
 pub use node_calls::CHECK_TIMEOUT;
 pub use queue::{INTERRUPTED_REASON, QUEUE_BATCH, QUEUE_TICK, RUNNING_BATCH};
-pub use tools::{Tools, wall_ms};
+pub use tools::{Tools, Workflow, wall_ms};

@@ -219,6 +219,8 @@ impl ServerHandler for Front {
         let req = JobRequest {
             job_id: job_id.clone(),
             workflow_id: None,
+            input: Value::Null,
+            tools: Vec::new(),
             steps: vec![StepRequest {
                 step_id: "call".into(),
                 tool_name: tool.to_owned(),
@@ -229,6 +231,7 @@ impl ServerHandler for Front {
                 timeout_ms: hale_core::tools::DEFAULT_STEP_TIMEOUT_MS,
                 retry_unsafe: false,
                 idempotency_key,
+                breaker: None,
             }],
         };
         let task = (!task.is_empty()).then_some(task);

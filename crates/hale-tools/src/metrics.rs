@@ -1,6 +1,9 @@
 //! Tool-job metrics (DESIGN §7): `node_availability`, `failover_rate` and
-//! `degraded_percentage` per node and per tool, served as JSON at
-//! `GET /jobs/metrics`.
+//! `degraded_percentage` per node and per tool, and at the top level the
+//! three figures seed 003's monitoring reads with jq — `node_availability`
+//! (node → fraction), `failover_rate` (steps that moved to another node, of
+//! all steps) and `degraded_percentage` (finished jobs that were degraded,
+//! in percent) — served as JSON at `GET /jobs/metrics` and `GET /v1/metrics`.
 //!
 //! Labels stay bounded: node names come from the config or an admin's
 //! registration; tool names come from nodes and from jobs, so at most
@@ -31,6 +34,8 @@ pub struct Metrics {
     /// Attempts on a node that ended by moving to another node.
     node_failovers: Mutex<BTreeMap<String, u64>>,
     jobs: Mutex<BTreeMap<&'static str, u64>>,
+    /// Finished jobs, and of them the degraded ones.
+    finished: Mutex<(u64, u64)>,
 }
 
 fn ratio(n: u64, d: u64) -> f64 {
@@ -73,7 +78,14 @@ impl Metrics {
             .or_default() += 1;
     }
 
-    /// The JSON of `GET /jobs/metrics`.
+    /// A job finished (completed, failed, expired, cancelled).
+    pub fn finished(&self, degraded: bool) {
+        let mut f = self.finished.lock().unwrap_or_else(|e| e.into_inner());
+        f.0 += 1;
+        f.1 += u64::from(degraded);
+    }
+
+    /// The JSON of `GET /jobs/metrics` and `GET /v1/metrics`.
     pub fn snapshot(
         &self,
         nodes: &[std::sync::Arc<Node>],
@@ -131,6 +143,22 @@ impl Metrics {
             })
             .collect();
         let jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        json!({"nodes": nodes, "tools": tools, "jobs": jobs})
+        let availability: serde_json::Map<String, Value> = nodes
+            .iter()
+            .map(|(n, v)| (n.clone(), v["node_availability"].clone()))
+            .collect();
+        let (steps, failed_over) = self
+            .tools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .fold((0, 0), |(s, f), c| (s + c.steps, f + c.failed_over));
+        let (finished, degraded) = *self.finished.lock().unwrap_or_else(|e| e.into_inner());
+        json!({
+            "node_availability": availability,
+            "failover_rate": ratio(failed_over, steps),
+            "degraded_percentage": 100.0 * ratio(degraded, finished),
+            "nodes": nodes, "tools": tools, "jobs": jobs,
+        })
     }
 }

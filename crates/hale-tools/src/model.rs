@@ -5,20 +5,54 @@
 //! Requests are parsed strictly (`deny_unknown_fields`): a misspelt key in a
 //! job is a 400 naming it, not a silently ignored setting.
 
+use hale_core::config::NodeBreakerConfig;
+use hale_core::event::Event;
 use hale_core::tools::{
     DEFAULT_QUEUE_RETRY_INTERVAL_SECONDS, DEFAULT_QUEUE_TTL_SECONDS, DEFAULT_STEP_TIMEOUT_MS,
     JobStatus, MAX_ID_LEN, MAX_STEPS, StepRetry, ToolError,
 };
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// `POST /jobs`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobRequest {
     pub job_id: String,
+    /// A label of the job, or — when `steps` is empty — the name of a
+    /// configured workflow (`workflows:`) whose steps the job runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow_id: Option<String>,
+    /// The workflow's parameters: `${input.a.b}` in a step's arguments.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub input: Value,
+    /// Tool declarations (`{"tool_id": "tool:unit_convert", "deterministic":
+    /// true}`): a deterministic tool is safe to re-run in this job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolDecl>,
+    /// Empty when `workflow_id` names a configured workflow.
+    #[serde(default)]
     pub steps: Vec<StepRequest>,
+}
+
+/// A tool declaration of seed 003: `tool_id` is `tool:NAME` (or `NAME`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolDecl {
+    pub tool_id: String,
+    /// Same output for the same input: safe to retry and fail over even
+    /// after a call that may have run.
+    #[serde(default)]
+    pub deterministic: bool,
+}
+
+impl JobRequest {
+    /// Whether the job declares `tool` deterministic.
+    pub fn declares_deterministic(&self, tool: &str) -> bool {
+        self.tools
+            .iter()
+            .any(|t| t.deterministic && hale_core::tools::tool_of_id(&t.tool_id) == tool)
+    }
 }
 
 /// One step: a tool call.
@@ -30,7 +64,7 @@ pub struct StepRequest {
     /// JSON arguments; a string `${steps.ID.result.path}` is replaced by an
     /// earlier step's result.
     #[serde(default = "empty_object")]
-    pub arguments: serde_json::Value,
+    pub arguments: Value,
     #[serde(default)]
     pub target: Target,
     #[serde(default)]
@@ -47,6 +81,16 @@ pub struct StepRequest {
     /// makes the call safe to re-run anywhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// A breaker for this step's tool on each node it calls (`circuit_breaker`
+    /// is an alias): after `failure_threshold` node faults of the tool on a
+    /// node, the node is skipped for the tool (`skipped: open`) for
+    /// `timeout_seconds`, then `half_open_requests` trials.
+    #[serde(
+        default,
+        alias = "circuit_breaker",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub breaker: Option<NodeBreakerConfig>,
 }
 
 fn empty_object() -> serde_json::Value {
@@ -102,9 +146,16 @@ impl Target {
     }
 }
 
-/// What a step does when no node can take it.
+/// What a step does when no node can take it. Without `mode`, a TTL or an
+/// interval means `queue` (seed 003 writes `{"ttl_seconds": 3600}`) and
+/// nothing means `fail_fast`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    tag = "mode",
+    rename_all = "snake_case",
+    deny_unknown_fields,
+    try_from = "RawOffline"
+)]
 pub enum OfflineBehavior {
     /// Fail the job at once.
     #[default]
@@ -116,6 +167,38 @@ pub enum OfflineBehavior {
         #[serde(default = "default_interval")]
         retry_interval_seconds: u64,
     },
+}
+
+/// `offline_behavior` as written, `mode` optional.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOffline {
+    mode: Option<String>,
+    ttl_seconds: Option<u64>,
+    retry_interval_seconds: Option<u64>,
+}
+
+impl TryFrom<RawOffline> for OfflineBehavior {
+    type Error = String;
+
+    fn try_from(r: RawOffline) -> Result<Self, String> {
+        let timed = r.ttl_seconds.is_some() || r.retry_interval_seconds.is_some();
+        let queue = || OfflineBehavior::Queue {
+            ttl_seconds: r.ttl_seconds.unwrap_or_else(default_ttl),
+            retry_interval_seconds: r.retry_interval_seconds.unwrap_or_else(default_interval),
+        };
+        match r.mode.as_deref() {
+            Some("queue") => Ok(queue()),
+            None if timed => Ok(queue()),
+            Some("fail_fast") | None if !timed => Ok(OfflineBehavior::FailFast),
+            Some("fail_fast") | None => Err(
+                "offline_behavior: ttl_seconds and retry_interval_seconds need mode `queue`".into(),
+            ),
+            Some(other) => Err(format!(
+                "offline_behavior: unknown mode `{other}`, expected `queue` or `fail_fast`"
+            )),
+        }
+    }
 }
 
 fn default_ttl() -> u64 {
@@ -139,8 +222,20 @@ impl JobRequest {
         {
             out.push(format!("workflow_id must be 1 to {MAX_ID_LEN} characters"));
         }
-        if self.steps.is_empty() || self.steps.len() > MAX_STEPS {
+        if self.steps.is_empty() && self.workflow_id.is_some() {
+            out.push(format!(
+                "workflow_id `{}` names no configured workflow, and the job has no steps",
+                self.workflow_id.as_deref().unwrap_or_default()
+            ));
+        } else if self.steps.is_empty() || self.steps.len() > MAX_STEPS {
             out.push(format!("steps must hold 1 to {MAX_STEPS} steps"));
+        }
+        for (i, t) in self.tools.iter().enumerate() {
+            if !id_ok(&t.tool_id) {
+                out.push(format!(
+                    "tools[{i}].tool_id must be 1 to {MAX_ID_LEN} characters"
+                ));
+            }
         }
         let mut seen = std::collections::BTreeSet::new();
         for (i, s) in self.steps.iter().enumerate() {
@@ -174,6 +269,17 @@ impl JobRequest {
                 Target::Local { .. }
                 | Target::FailoverChain { .. }
                 | Target::LoadBalanced { .. } => {}
+            }
+            if let Some(b) = &s.breaker {
+                for (key, v) in [
+                    ("failure_threshold", b.failure_threshold.map(u64::from)),
+                    ("timeout_seconds", b.timeout_seconds),
+                    ("half_open_requests", b.half_open_requests.map(u64::from)),
+                ] {
+                    if v == Some(0) {
+                        out.push(format!("steps[{i}].breaker.{key} must be at least 1"));
+                    }
+                }
             }
             if let OfflineBehavior::Queue { ttl_seconds: 0, .. } = s.offline_behavior {
                 out.push(format!(
@@ -265,6 +371,10 @@ pub struct Job {
     pub queue: Option<QueueInfo>,
     /// The request, kept so a queued job can be delivered after a restart.
     pub request: JobRequest,
+    /// `job.*` events of this run not yet written: they go into the store
+    /// with the next write of the job's row, in its transaction.
+    #[serde(skip)]
+    pub pending: Vec<Event>,
 }
 
 impl Job {
@@ -290,7 +400,16 @@ impl Job {
             finished_ms: None,
             queue: None,
             request,
+            pending: Vec::new(),
         }
+    }
+
+    /// Notes a `job.*` event; it is written with the job's next row write.
+    pub fn note(&mut self, kind: hale_core::event::EventKind, payload: Value) {
+        use hale_core::clock::Clock as _;
+        let now = hale_core::clock::SystemClock.wall_ms();
+        self.pending
+            .push(Event::new(kind, now, &mut rand::rng()).payload(payload));
     }
 
     /// Marks the job degraded, keeping the first reason.

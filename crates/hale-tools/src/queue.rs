@@ -9,6 +9,7 @@ use crate::runner;
 use crate::tools::{Tools, wall_ms};
 use hale_core::event::EventKind;
 use hale_core::tools::{self as rules, JobStatus, QueueAction};
+use hale_store::Write;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -118,15 +119,18 @@ impl Tools {
                     job.status = JobStatus::Queued;
                     job.queue = Some(info);
                     job.degrade(format!("{INTERRUPTED_REASON}; re-queued (safe to re-run)"));
-                    // Due at once: the next pass delivers it.
-                    self.store.update_job(&record(&job, Some(now_ms))).await?;
-                    self.metrics.job("queued");
-                    self.emit(
+                    // Due at once: the next pass delivers it. The row and
+                    // its event in one transaction.
+                    job.note(
                         EventKind::JobQueued,
                         json!({"job_id": job.job_id, "reason": INTERRUPTED_REASON,
                                "step_id": step_id, "ttl_seconds": info.ttl_seconds,
                                "retry_interval_seconds": info.retry_interval_seconds}),
                     );
+                    let mut writes = vec![Write::Job(record(&job, Some(now_ms)))];
+                    writes.extend(job.pending.drain(..).map(Write::Event));
+                    self.store.commit(writes).await?;
+                    self.metrics.job("queued");
                     touched += 1;
                 }
                 rules::Interrupted::Fail => {
@@ -152,7 +156,7 @@ impl Tools {
                         error: None,
                         message: Some(message.clone()),
                     });
-                    self.emit(
+                    job.note(
                         EventKind::JobStepFailed,
                         json!({"job_id": job.job_id, "step_id": step_id,
                                "message": message, "maybe_executed": true}),

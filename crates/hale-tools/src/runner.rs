@@ -15,7 +15,7 @@ use crate::model::{Attempt, Job, OfflineBehavior, StepOutcome, StepRequest, Targ
 use crate::nodes::Node;
 use hale_core::event::EventKind;
 use hale_core::tools::{
-    self as rules, Candidate, FailedAttempt, StepDecision, StopReason, ToolError,
+    self as rules, Candidate, FailedAttempt, NodeHealth, StepDecision, StopReason, ToolError,
 };
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -59,11 +59,95 @@ fn order(
     }
 }
 
-fn failover_allowed(target: &Target) -> bool {
-    match target {
+/// Whether a failed attempt may move to another node: the step's
+/// `retry.failover` when set, else the target's.
+fn failover_allowed(step: &StepRequest) -> bool {
+    let target = match &step.target {
         Target::Local { failover } | Target::LoadBalanced { failover, .. } => *failover,
         Target::FailoverChain { .. } => true,
+    };
+    rules::failover_allowed(step.retry.failover, target)
+}
+
+/// A node's health for this step: its own, or `ejected` while the step's
+/// own breaker (`breaker`) is open for it.
+fn step_health(
+    tools: &Tools,
+    step: &StepRequest,
+    n: &Node,
+    now: Instant,
+    now_ms: u64,
+) -> NodeHealth {
+    let h = n.health(now, now_ms);
+    match &step.breaker {
+        Some(b)
+            if h.in_rotation() && tools.step_breakers.open(n.name(), &step.tool_name, b, now) =>
+        {
+            NodeHealth::Ejected
+        }
+        Some(_) | None => h,
     }
+}
+
+/// The nodes the target would try before `chosen` if every node were well
+/// and which were passed over, each with why (`offline`, `ejected`, `open`
+/// — the step's own breaker —, `unknown`, `tool_not_found`): the primary of
+/// a `failover_chain` (its first nodes), or of `local` (the nodes offering
+/// the tool, in config order; a node offers what it listed at its last
+/// successful check, so one that never answered is nobody's primary). `load_balanced` has no primary: a pick that
+/// avoids a sick node is its normal spread. `chosen` None: every node of
+/// the target was passed over.
+fn skipped_before(
+    tools: &Tools,
+    step: &StepRequest,
+    chosen: Option<&str>,
+) -> Vec<(String, &'static str)> {
+    let now = Instant::now();
+    let now_ms = crate::wall_ms();
+    let why = |n: &Node| -> Option<&'static str> {
+        let health = step_health(tools, step, n, now, now_ms);
+        if health == NodeHealth::Offline {
+            return Some("offline");
+        }
+        if !n.offers(&step.tool_name) {
+            return Some("tool_not_found");
+        }
+        match health {
+            NodeHealth::Offline => Some("offline"),
+            NodeHealth::Ejected if n.health(now, now_ms) == NodeHealth::Ejected => Some("ejected"),
+            NodeHealth::Ejected => Some("open"),
+            NodeHealth::Healthy | NodeHealth::Degraded => None,
+        }
+    };
+    let nominal: Vec<(String, Option<&'static str>)> = match &step.target {
+        Target::FailoverChain { nodes } => nodes
+            .iter()
+            .map(|name| match tools.registry.get(name) {
+                Some(n) => (name.clone(), why(&n)),
+                None => (name.clone(), Some("unknown")),
+            })
+            .collect(),
+        Target::Local { .. } => tools
+            .registry
+            .snapshot()
+            .iter()
+            .filter(|n| n.offers(&step.tool_name))
+            .map(|n| (n.name().to_owned(), why(n)))
+            .collect(),
+        Target::LoadBalanced { .. } => Vec::new(),
+    };
+    let mut out = Vec::new();
+    for (name, reason) in nominal {
+        if Some(name.as_str()) == chosen {
+            break;
+        }
+        if let Some(r) = reason
+            && !out.iter().any(|(n, _)| n == &name)
+        {
+            out.push((name, r));
+        }
+    }
+    out
 }
 
 /// The candidates not yet tried, best first.
@@ -85,7 +169,7 @@ fn candidates(
         .iter()
         .map(|n| Candidate {
             name: n.name(),
-            health: n.health(now, now_ms),
+            health: step_health(tools, step, n, now, now_ms),
             offers: n.offers(&step.tool_name),
             in_flight: n.in_flight(),
         })
@@ -131,6 +215,9 @@ pub async fn run_step(
     let mut attempts: u32 = 0;
     let mut same: Option<Arc<Node>> = None;
     let mut failed_over = false;
+    // The target's first choice(s) passed over before the first attempt.
+    let mut skipped: Vec<(String, &'static str)> = Vec::new();
+    let mut first_pick = true;
     let fail = |attempts: u32, error: ToolError, message: String, maybe: bool| StepOutcome {
         step_id: step.step_id.clone(),
         ok: false,
@@ -143,6 +230,27 @@ pub async fn run_step(
         message: Some(message),
     };
     loop {
+        // (`load_balanced` has no primary; asking it would also turn its
+        // round-robin an extra time.)
+        if first_pick && !matches!(step.target, Target::LoadBalanced { .. }) {
+            first_pick = false;
+            let chosen = candidates(tools, step, &tried, true)
+                .ok()
+                .and_then(|c| c.first().map(|n| n.name().to_owned()));
+            skipped = skipped_before(tools, step, chosen.as_deref());
+            for (name, why) in &skipped {
+                job.timeline.push(Attempt {
+                    step: step.step_id.clone(),
+                    node: name.clone(),
+                    timestamp: crate::wall_ms(),
+                    duration_ms: 0,
+                    status: "skipped".into(),
+                    error: None,
+                    message: Some(format!("skipped: {why}")),
+                });
+                job.execution_path.push(format!("{name} (skipped: {why})"));
+            }
+        }
         let (node, left_after) = match same.take() {
             Some(n) => {
                 let left = candidates(tools, step, &tried, false)
@@ -181,11 +289,16 @@ pub async fn run_step(
                 false,
             );
         }
-        let other_left = failover_allowed(&step.target) && left_after > 0;
+        let other_left = failover_allowed(step) && left_after > 0;
         let budget = rules::attempt_budget(remaining, if other_left { 2 } else { 1 });
         attempts += 1;
         let started_ms = crate::wall_ms();
         let _ = node.admit(now);
+        if let Some(b) = &step.breaker {
+            tools
+                .step_breakers
+                .admit(node.name(), &step.tool_name, b, now);
+        }
         let outcome = call(tools, &node, step, &args, budget, &job.job_id).await;
         let latency = now.elapsed();
         let outcome =
@@ -204,6 +317,16 @@ pub async fn run_step(
         match outcome {
             Ok((result, verified)) => {
                 node.record(Instant::now(), crate::wall_ms(), latency, None);
+                if let Some(b) = &step.breaker {
+                    tools.step_breakers.record(
+                        node.name(),
+                        &step.tool_name,
+                        b,
+                        Instant::now(),
+                        latency,
+                        None,
+                    );
+                }
                 job.timeline.push(Attempt {
                     step: step.step_id.clone(),
                     node: node.name().to_owned(),
@@ -215,6 +338,13 @@ pub async fn run_step(
                 });
                 job.execution_path
                     .push(format!("{} (success)", node.name()));
+                if let Some((primary, why)) = skipped.first() {
+                    job.degrade(format!(
+                        "Primary node {primary} unavailable ({why}), failed over to {} (step {})",
+                        node.name(),
+                        step.step_id
+                    ));
+                }
                 if attempts > 1 {
                     let first_fail = job
                         .timeline
@@ -236,9 +366,12 @@ pub async fn run_step(
                         node.name()
                     ));
                 }
-                tools
-                    .metrics
-                    .step(&step.tool_name, failed_over, attempts > 1, true);
+                tools.metrics.step(
+                    &step.tool_name,
+                    failed_over || !skipped.is_empty(),
+                    attempts > 1 || !skipped.is_empty(),
+                    true,
+                );
                 return StepOutcome {
                     step_id: step.step_id.clone(),
                     ok: true,
@@ -259,6 +392,16 @@ pub async fn run_step(
                     latency,
                     Some((error, f.retry_after)),
                 );
+                if let Some(b) = &step.breaker {
+                    tools.step_breakers.record(
+                        node.name(),
+                        &step.tool_name,
+                        b,
+                        Instant::now(),
+                        latency,
+                        Some(error),
+                    );
+                }
                 job.timeline.push(Attempt {
                     step: step.step_id.clone(),
                     node: node.name().to_owned(),
@@ -272,7 +415,8 @@ pub async fn run_step(
                     .push(format!("{} ({})", node.name(), error.outcome()));
                 let maybe = rules::maybe_executed(error, f.obs.transport, f.sent);
                 let safe = rules::safe_to_rerun(
-                    node.deterministic(&step.tool_name),
+                    node.deterministic(&step.tool_name)
+                        || job.request.declares_deterministic(&step.tool_name),
                     step.idempotency_key.is_some(),
                     step.retry_unsafe,
                 );
@@ -310,7 +454,7 @@ pub async fn run_step(
                     StepDecision::NextNode => {
                         failed_over = true;
                         tools.metrics.failover_from(node.name());
-                        tools.emit(
+                        job.note(
                             EventKind::JobFailedOver,
                             json!({
                                 "job_id": job.job_id, "step_id": step.step_id, "from": node.name(),
@@ -361,7 +505,7 @@ pub async fn run(tools: &Tools, job: &mut Job) -> RunEnd {
                 .find(|s| s.step_id == id && s.ok)
                 .map(|s| s.result.clone())
         };
-        let args = match rules::resolve_refs(&step.arguments, &lookup) {
+        let args = match rules::resolve_refs(&step.arguments, &job.request.input, &lookup) {
             Ok(a) => a,
             Err(msg) => {
                 job.steps.push(StepOutcome {
@@ -386,7 +530,7 @@ pub async fn run(tools: &Tools, job: &mut Job) -> RunEnd {
             if job.steps.len() < steps.len() {
                 // Progress between steps: a restart knows which step was
                 // running and never runs a finished one again.
-                if let Err(e) = tools.store.update_job(&crate::row::record(job, None)).await {
+                if let Err(e) = tools.write_progress(job).await {
                     tracing::warn!(job = job.job_id, error = %e, "storing a job's progress failed");
                 }
             }
@@ -410,7 +554,7 @@ pub async fn run(tools: &Tools, job: &mut Job) -> RunEnd {
                 retry_interval_seconds,
             };
         }
-        tools.emit(
+        job.note(
             EventKind::JobStepFailed,
             json!({
                 "job_id": job.job_id, "step_id": step.step_id, "error": out.error,

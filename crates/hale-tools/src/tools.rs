@@ -2,10 +2,13 @@
 //! runner and the background tasks share — store, node registry, HTTP
 //! client, metrics, the `/mcp` front's settings and tool-call caps — with the
 //! two things every part needs: the clock ([`wall_ms`]) and emitting an
-//! event. What `Tools` does is in the modules by concern: `jobs`,
-//! `queue`, `node_calls`, `background`, `api`, `mcp_front`.
+//! event; and what the config adds to jobs: the named workflows, the audit
+//! log's file, the breakers of steps that bring their own. What `Tools`
+//! does is in the modules by concern: `jobs`, `queue`, `node_calls`,
+//! `background`, `api`, `mcp_front`.
 
 use crate::metrics;
+use crate::model::{JobRequest, StepRequest, ToolDecl};
 use crate::nodes::Registry;
 use hale_core::clock::Clock;
 use hale_core::config::Config;
@@ -13,6 +16,7 @@ use hale_core::event::{Event, EventKind};
 use hale_core::tools as rules;
 use hale_store::{Store, Write};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -40,6 +44,51 @@ pub struct Tools {
     cap_counts: std::sync::Mutex<std::collections::HashMap<(String, String, String), u64>>,
     /// [`rules::INTERRUPTED_GRACE`] in ms; tests shorten it.
     pub(crate) interrupted_grace_ms: AtomicU64,
+    /// `workflows:`, parsed: what a job naming one by `workflow_id` runs.
+    pub workflows: BTreeMap<String, Workflow>,
+    /// `tool_jobs.audit_log`: the audit log's JSON-lines file, if any.
+    pub(crate) audit_file: Option<crate::audit_file::AuditFile>,
+    /// Breakers of steps that set `breaker`, per (node, tool, numbers).
+    pub(crate) step_breakers: crate::step_breakers::StepBreakers,
+}
+
+/// A configured workflow, parsed into job steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workflow {
+    pub steps: Vec<StepRequest>,
+    pub tools: Vec<ToolDecl>,
+}
+
+/// Parses `workflows:` into steps; an error names the workflow and step.
+fn parse_workflows(cfg: &Config) -> anyhow::Result<BTreeMap<String, Workflow>> {
+    let mut out = BTreeMap::new();
+    for (name, w) in &cfg.workflows {
+        let mut steps = Vec::new();
+        for (i, v) in w.steps.iter().enumerate() {
+            let step: StepRequest = serde_json::from_value(v.clone())
+                .map_err(|e| anyhow::anyhow!("workflows.{name}.steps[{i}]: {e}"))?;
+            steps.push(step);
+        }
+        let mut tools = Vec::new();
+        for (i, v) in w.tools.iter().enumerate() {
+            let t: ToolDecl = serde_json::from_value(v.clone())
+                .map_err(|e| anyhow::anyhow!("workflows.{name}.tools[{i}]: {e}"))?;
+            tools.push(t);
+        }
+        let probe = JobRequest {
+            job_id: "probe".into(),
+            workflow_id: Some(name.clone()),
+            input: Value::Null,
+            tools: tools.clone(),
+            steps: steps.clone(),
+        };
+        let problems = probe.problems();
+        if !problems.is_empty() {
+            anyhow::bail!("workflows.{name}: {}", problems.join("; "));
+        }
+        out.insert(name.clone(), Workflow { steps, tools });
+    }
+    Ok(out)
 }
 
 impl Tools {
@@ -64,6 +113,13 @@ impl Tools {
             interrupted_grace_ms: AtomicU64::new(
                 u64::try_from(rules::INTERRUPTED_GRACE.as_millis()).unwrap_or(u64::MAX),
             ),
+            workflows: parse_workflows(cfg)?,
+            audit_file: cfg
+                .tool_jobs
+                .audit_log
+                .clone()
+                .map(crate::audit_file::AuditFile::new),
+            step_breakers: Default::default(),
         }))
     }
 

@@ -112,7 +112,12 @@ async fn an_unreachable_mcp_node_is_offline_and_a_call_moves_to_an_http_node() {
         ))
         .await;
     assert_eq!(job["ok"], true, "{job}");
-    assert_eq!(job["execution_path"], json!(["http_b (success)"]));
+    // Issue 28: the skipped primary is evidence, and the job degraded.
+    assert_eq!(
+        job["execution_path"],
+        json!(["dead (skipped: offline)", "http_b (success)"])
+    );
+    assert_eq!(job["degraded"], true);
     h.stop().await;
 }
 

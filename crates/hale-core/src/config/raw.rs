@@ -255,6 +255,10 @@ pub struct RawConfig {
     #[serde(default)]
     tool_nodes: Opt<Vec<Spanned<RawToolNode>>>,
     #[serde(default)]
+    tool_jobs: Opt<RawToolJobs>,
+    #[serde(default)]
+    workflows: Opt<Map<RawWorkflow>>,
+    #[serde(default)]
     alerting: Opt<RawAlerting>,
 }
 
@@ -625,8 +629,39 @@ struct RawToolNode {
     deterministic: Opt<Vec<Spanned<String>>>,
     #[serde(default)]
     metadata: Opt<BTreeMap<String, String>>,
-    #[serde(default)]
+    #[serde(default, alias = "circuit_breaker")]
     breaker: Opt<RawNodeBreaker>,
+}
+
+/// `tool_jobs:` — what tool jobs write besides the store.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToolJobs {
+    #[serde(default)]
+    audit_log: Opt<RawAuditLog>,
+}
+
+/// `tool_jobs.audit_log:` — the audit log as JSON lines in a file, rotated.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuditLog {
+    #[serde(default)]
+    path: Opt<String>,
+    #[serde(default)]
+    max_bytes: Opt<i64>,
+    #[serde(default)]
+    keep: Opt<i64>,
+}
+
+/// `workflows.<name>:` — a named job: its steps (and tool declarations),
+/// written as in `POST /jobs`; `hale-tools` checks their shape at start.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkflow {
+    #[serde(default)]
+    steps: Opt<Vec<serde_json::Value>>,
+    #[serde(default)]
+    tools: Opt<Vec<serde_json::Value>>,
 }
 
 /// `tool_nodes[].breaker`; signed so a negative number gets an error that

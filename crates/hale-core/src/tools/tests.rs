@@ -611,19 +611,50 @@ fn references_to_earlier_results_are_resolved() {
     let results = |id: &str| (id == "s1").then(|| json!({"value": 2.54, "list": [1, 2]}));
     let args = json!({"x": "${steps.s1.result.value}", "y": ["${steps.s1.result.list.1}"], "z": "plain ${x}", "w": 3});
     assert_eq!(
-        resolve_refs(&args, &results).unwrap(),
+        resolve_refs(&args, &json!(null), &results).unwrap(),
         json!({"x": 2.54, "y": [2], "z": "plain ${x}", "w": 3})
     );
     assert!(
-        resolve_refs(&json!("${steps.s9.result}"), &results)
+        resolve_refs(&json!("${steps.s9.result}"), &json!(null), &results)
             .unwrap_err()
             .contains("s9")
     );
     assert!(
-        resolve_refs(&json!("${steps.s1.result.nope}"), &results)
+        resolve_refs(&json!("${steps.s1.result.nope}"), &json!(null), &results)
             .unwrap_err()
             .contains("nope")
     );
+}
+
+#[test]
+fn references_to_the_jobs_input_are_resolved() {
+    use serde_json::json;
+    let none = |_: &str| None;
+    let input = json!({"text": "hello", "opts": {"max": [3, 4]}});
+    assert_eq!(
+        resolve_refs(
+            &json!({"t": "${input.text}", "m": "${input.opts.max.1}", "all": "${input}"}),
+            &input,
+            &none
+        )
+        .unwrap(),
+        json!({"t": "hello", "m": 4, "all": input})
+    );
+    assert!(
+        resolve_refs(&json!("${input.missing}"), &input, &none)
+            .unwrap_err()
+            .contains("missing")
+    );
+    assert_eq!(tool_of_id("tool:unit_convert"), "unit_convert");
+    assert_eq!(tool_of_id("echo"), "echo");
+}
+
+#[test]
+fn retry_failover_overrides_the_target() {
+    assert!(!failover_allowed(Some(false), true));
+    assert!(failover_allowed(Some(true), false));
+    assert!(failover_allowed(None, true));
+    assert!(!failover_allowed(None, false));
 }
 
 #[test]

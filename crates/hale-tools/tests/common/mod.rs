@@ -142,6 +142,20 @@ impl Hale {
         (status, r.json().await.unwrap())
     }
 
+    /// Posts a job document as written (comments and all).
+    pub async fn submit_text(&self, body: &str) -> (u16, Value, bool) {
+        let r = reqwest::Client::new()
+            .post(format!("{}/jobs", self.url))
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let replayed = r.headers().get("x-hale-replayed").is_some();
+        (status, r.json().await.unwrap(), replayed)
+    }
+
     pub async fn get(&self, path: &str) -> (u16, Value) {
         let r = reqwest::get(format!("{}{path}", self.url)).await.unwrap();
         let status = r.status().as_u16();

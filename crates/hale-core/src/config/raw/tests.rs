@@ -1329,3 +1329,40 @@ fn journal_durability_defaults_to_durable_and_takes_durable_or_relaxed() {
         "{errs:?}"
     );
 }
+
+#[test]
+fn circuit_breaker_is_another_name_for_a_tool_nodes_breaker() {
+    let c = load_ok(&with_base(
+        "tool_nodes:\n  - {name: a, kind: http, url: \"http://127.0.0.1:1\", circuit_breaker: {failure_threshold: 5, timeout_seconds: 60, half_open_requests: 1}}\n  - {name: b, kind: http, url: \"http://127.0.0.1:2\", breaker: {failure_threshold: 2}}\n",
+    ));
+    assert_eq!(c.tool_nodes[0].breaker.failure_threshold, Some(5));
+    assert_eq!(c.tool_nodes[0].breaker.timeout_seconds, Some(60));
+    assert_eq!(c.tool_nodes[0].breaker.half_open_requests, Some(1));
+    assert_eq!(c.tool_nodes[1].breaker.failure_threshold, Some(2));
+}
+
+#[test]
+fn tool_jobs_audit_log_and_workflows_load_with_defaults_and_checks() {
+    let c = load_ok(&with_base(
+        "tool_jobs: {audit_log: {path: audit/audit.log}}\nworkflows:\n  feedback_safe_summary:\n    tools: [{tool_id: \"tool:echo\", deterministic: true}]\n    steps:\n      - {step_id: s1, tool_name: echo, arguments: {text: \"${input.text}\"}}\n",
+    ));
+    let a = c.tool_jobs.audit_log.expect("audit log configured");
+    assert_eq!(a.path, std::path::PathBuf::from("audit/audit.log"));
+    assert_eq!(a.max_bytes, crate::config::DEFAULT_AUDIT_LOG_MAX_BYTES);
+    assert_eq!(a.keep, crate::config::DEFAULT_AUDIT_LOG_KEEP);
+    let w = &c.workflows["feedback_safe_summary"];
+    assert_eq!(w.steps[0]["arguments"]["text"], "${input.text}");
+    assert_eq!(w.tools[0]["tool_id"], "tool:echo");
+    let errs = load_err(&with_base(
+        "tool_jobs: {audit_log: {max_bytes: 10, keep: 0}}\nworkflows: {empty: {}}\n",
+    ));
+    let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+    for p in [
+        "tool_jobs.audit_log.path",
+        "tool_jobs.audit_log.max_bytes",
+        "tool_jobs.audit_log.keep",
+        "workflows.empty",
+    ] {
+        assert!(paths.contains(&p), "{p} missing from {paths:?}");
+    }
+}

@@ -31,6 +31,7 @@ mod self_healing;
 mod server;
 mod storage;
 mod telemetry;
+mod tool_jobs;
 mod tool_nodes;
 
 use super::{ConfigErrors, RawConfig};
@@ -115,6 +116,12 @@ pub fn validate(
 
     if let Some(t) = &raw.tool_nodes {
         cfg.tool_nodes = cx.tool_nodes(&t.value);
+    }
+    if let Some(t) = &raw.tool_jobs {
+        cfg.tool_jobs = cx.tool_jobs(&t.value);
+    }
+    if let Some(w) = &raw.workflows {
+        cfg.workflows = cx.workflows(&w.value);
     }
     if let Some(a) = &raw.alerting {
         cfg.alerting = cx.alerting(&a.value);
