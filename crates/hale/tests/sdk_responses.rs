@@ -244,7 +244,7 @@ retry:
     assert_one_wellformed_stream(&v["stream"], 60);
     assert_eq!(v["stream"]["provider"], "resp");
     assert!(
-        rig.chaos_requests("error-503").await >= 2,
+        rig.chaos_requests("error-503").await >= 1,
         "the primary was tried"
     );
 }
