@@ -208,6 +208,16 @@ impl ProviderKind {
     }
 }
 
+/// The API of an `openai` provider: Chat Completions (`{base_url}/chat/completions`)
+/// or the Responses API (`{base_url}/responses`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderApi {
+    #[default]
+    Chat,
+    Responses,
+}
+
 /// Default: no response headers within this → timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default: no first token within this → timeout.
@@ -225,6 +235,8 @@ pub const FIRST_BYTE_EXPECTATION_DIVISOR: u32 = 4;
 pub struct ProviderConfig {
     pub name: String,
     pub kind: ProviderKind,
+    /// The API an `openai` provider is called with (always `Chat` for `anthropic`).
+    pub api: ProviderApi,
     /// e.g. `https://api.openai.com/v1` or `https://api.anthropic.com`.
     pub base_url: String,
     /// Read from `api_key_env`; `None` sends no key.
@@ -254,6 +266,7 @@ impl ProviderConfig {
         Self {
             name: name.to_owned(),
             kind,
+            api: ProviderApi::Chat,
             base_url: base_url.trim_end_matches('/').to_owned(),
             api_key: None,
             default_model: default_model.to_owned(),

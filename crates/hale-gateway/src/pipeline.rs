@@ -247,7 +247,7 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
                     if answer.model.is_empty() {
                         answer.model = target.model.clone();
                     }
-                    let rendered = wire::render_answer(dialect, answer);
+                    let rendered = wire::render_answer(dialect, answer, &req);
                     serde_json::to_vec(&rendered).unwrap_or_default().into()
                 }
             };
@@ -302,7 +302,7 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
         Ok((served, Served::Stream(live))) => {
             let target = turn.targets[served].clone();
             let (tx, rx) = tokio::sync::mpsc::channel(STREAM_CHANNEL);
-            let enc = Encoder::new(dialect, &turn.id, &target.model, req.include_usage);
+            let enc = Encoder::new(dialect, &turn.id, &target.model, &req);
             let mut resp = Response::new(Body::from_stream(tokio_stream_from(rx)));
             let h = resp.headers_mut();
             h.insert(

@@ -12,7 +12,7 @@ use crate::proto::{self, ChatRequest, ChatResponse, Dialect, StreamEvent};
 use futures::{Stream, StreamExt};
 use hale_core::class::ErrorClass;
 use hale_core::classify::{self, Classified, Observation, Transport};
-use hale_core::config::{ProviderConfig, ProviderKind};
+use hale_core::config::{ProviderApi, ProviderConfig, ProviderKind};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -105,19 +105,22 @@ pub struct AttemptLimits {
     pub stream_idle: Duration,
 }
 
-/// The dialect a provider kind speaks.
-pub fn dialect_of(kind: ProviderKind) -> Dialect {
-    match kind {
-        ProviderKind::OpenAi => Dialect::OpenAi,
-        ProviderKind::Anthropic => Dialect::Anthropic,
+/// The dialect a provider speaks: its kind's, and for `openai` its `api`'s.
+pub fn dialect_of(provider: &ProviderConfig) -> Dialect {
+    match (provider.kind, provider.api) {
+        (ProviderKind::OpenAi, ProviderApi::Chat) => Dialect::OpenAi,
+        (ProviderKind::OpenAi, ProviderApi::Responses) => Dialect::Responses,
+        // Config validation keeps `api: responses` to `openai` providers.
+        (ProviderKind::Anthropic, ProviderApi::Chat | ProviderApi::Responses) => Dialect::Anthropic,
     }
 }
 
 /// The chat endpoint of `provider` as text.
 fn endpoint_str(provider: &ProviderConfig) -> String {
-    match provider.kind {
-        ProviderKind::OpenAi => format!("{}/chat/completions", provider.base_url),
-        ProviderKind::Anthropic => format!("{}/v1/messages", provider.base_url),
+    match dialect_of(provider) {
+        Dialect::OpenAi => format!("{}/chat/completions", provider.base_url),
+        Dialect::Anthropic => format!("{}/v1/messages", provider.base_url),
+        Dialect::Responses => format!("{}/responses", provider.base_url),
     }
 }
 
@@ -131,9 +134,11 @@ fn endpoint(provider: &ProviderConfig) -> Option<reqwest::Url> {
     type Urls = RwLock<HashMap<String, reqwest::Url>>;
     static OPENAI: LazyLock<Urls> = LazyLock::new(Default::default);
     static ANTHROPIC: LazyLock<Urls> = LazyLock::new(Default::default);
-    let map = match provider.kind {
-        ProviderKind::OpenAi => &OPENAI,
-        ProviderKind::Anthropic => &ANTHROPIC,
+    static RESPONSES: LazyLock<Urls> = LazyLock::new(Default::default);
+    let map = match dialect_of(provider) {
+        Dialect::OpenAi => &OPENAI,
+        Dialect::Anthropic => &ANTHROPIC,
+        Dialect::Responses => &RESPONSES,
     };
     if let Some(u) = map
         .read()
@@ -170,7 +175,7 @@ pub async fn send(
     prefill: Option<&str>,
     limits: &AttemptLimits,
 ) -> Sent {
-    let out = proto::render_for(dialect_of(provider.kind), req, model, prefill);
+    let out = proto::render_for(dialect_of(provider), req, model, prefill);
     let result = attempt(http, provider, &out, req.stream, limits).await;
     Sent {
         result,
@@ -249,7 +254,7 @@ async fn attempt(
     if stream {
         Ok(Answer::Stream(event_stream(
             resp,
-            provider.kind,
+            dialect_of(provider),
             limits.stream_idle,
         )))
     } else {
@@ -267,21 +272,35 @@ async fn attempt(
             Ok(Err(e)) => return Err(Failure::transport(Transport::BodyCut, &redact(&e))),
             Ok(Ok(b)) => b,
         };
-        let parsed = serde_json::from_slice::<serde_json::Value>(&bytes)
+        let dialect = dialect_of(provider);
+        let value = serde_json::from_slice::<serde_json::Value>(&bytes);
+        // A `failed` Responses answer (a 2xx) is the provider's error.
+        if dialect == Dialect::Responses
+            && let Ok(v) = &value
+            && v.get("status").and_then(serde_json::Value::as_str) == Some("failed")
+            && let Some(body) = proto::responses::error_body(
+                Some("response.failed"),
+                &serde_json::json!({ "response": v }).to_string(),
+            )
+        {
+            return Err(stream_error(&body, "the response failed"));
+        }
+        let parsed = value
             .map_err(|e| e.to_string())
-            .and_then(|v| match provider.kind {
-                ProviderKind::OpenAi => {
-                    proto::openai::parse_response(&v).map_err(|e| e.to_string())
-                }
-                ProviderKind::Anthropic => {
+            .and_then(|v| match dialect {
+                Dialect::OpenAi => proto::openai::parse_response(&v).map_err(|e| e.to_string()),
+                Dialect::Anthropic => {
                     proto::anthropic::parse_response(&v).map_err(|e| e.to_string())
+                }
+                Dialect::Responses => {
+                    proto::responses::parse_response(&v).map_err(|e| e.to_string())
                 }
             });
         match parsed {
             Ok(answer) => Ok(Answer::Complete(Reply {
                 answer,
                 body: bytes,
-                dialect: dialect_of(provider.kind),
+                dialect,
             })),
             Err(e) => Err(Failure::transport(
                 Transport::MalformedBody,
@@ -337,10 +356,11 @@ fn redact(e: &reqwest::Error) -> String {
 }
 
 /// Decodes an upstream SSE body into canonical events, with the idle timeout.
-fn event_stream(resp: reqwest::Response, kind: ProviderKind, idle: Duration) -> EventStream {
-    let decoder = match kind {
-        ProviderKind::OpenAi => Decoder::OpenAi(proto::openai::StreamDecoder::new()),
-        ProviderKind::Anthropic => Decoder::Anthropic(proto::anthropic::StreamDecoder::new()),
+fn event_stream(resp: reqwest::Response, dialect: Dialect, idle: Duration) -> EventStream {
+    let decoder = match dialect {
+        Dialect::OpenAi => Decoder::OpenAi(proto::openai::StreamDecoder::new()),
+        Dialect::Anthropic => Decoder::Anthropic(proto::anthropic::StreamDecoder::new()),
+        Dialect::Responses => Decoder::Responses(proto::responses::StreamDecoder::new()),
     };
     Box::pin(Events {
         sse: Box::pin(sse_stream::SseByteStream::new(resp.bytes_stream())),
@@ -356,6 +376,7 @@ fn event_stream(resp: reqwest::Response, kind: ProviderKind, idle: Duration) -> 
 enum Decoder {
     OpenAi(proto::openai::StreamDecoder),
     Anthropic(proto::anthropic::StreamDecoder),
+    Responses(proto::responses::StreamDecoder),
 }
 
 /// An upstream event stream being decoded: one item per SSE event.
@@ -430,29 +451,50 @@ impl Decoder {
         let decoded = match self {
             Decoder::OpenAi(d) => d.decode(ev.event.as_deref(), data),
             Decoder::Anthropic(d) => d.decode(ev.event.as_deref(), data),
+            Decoder::Responses(d) => d.decode(ev.event.as_deref(), data),
         };
         match decoded {
             Ok(evs) => Ok(Some(evs)),
-            Err(e) if ev.event.as_deref() == Some("error") => {
-                let c = classify::classify(&Observation {
-                    status: None,
-                    retry_after: None,
-                    body: Some(data),
-                    transport: None,
-                    now_wall: SystemTime::now(),
-                });
-                let mut f = Failure::from_classified(c, None);
-                if f.class == ErrorClass::Unknown {
-                    f.class = ErrorClass::StreamBroken;
+            Err(e) => {
+                // A Responses `error` or `response.failed` event, in the
+                // shape the classifier reads (the `type` names it, with or
+                // without an SSE event name).
+                let responses = match self {
+                    Decoder::Responses(_) => {
+                        proto::responses::error_body(ev.event.as_deref(), data)
+                    }
+                    Decoder::OpenAi(_) | Decoder::Anthropic(_) => None,
+                };
+                match responses {
+                    Some(body) => Err(stream_error(&body, &e.to_string())),
+                    None if ev.event.as_deref() == Some("error") => {
+                        Err(stream_error(data, &e.to_string()))
+                    }
+                    None => Ok(None),
                 }
-                if f.message.is_empty() {
-                    f.message = e.to_string();
-                }
-                Err(f)
             }
-            Err(_) => Ok(None),
         }
     }
+}
+
+/// An upstream's error event (or failed answer) `body`, classified; one
+/// the classifier does not know is a broken stream.
+fn stream_error(body: &str, fallback: &str) -> Failure {
+    let c = classify::classify(&Observation {
+        status: None,
+        retry_after: None,
+        body: Some(body),
+        transport: None,
+        now_wall: SystemTime::now(),
+    });
+    let mut f = Failure::from_classified(c, None);
+    if f.class == ErrorClass::Unknown {
+        f.class = ErrorClass::StreamBroken;
+    }
+    if f.message.is_empty() {
+        f.message = fallback.to_owned();
+    }
+    f
 }
 
 #[cfg(test)]
@@ -502,6 +544,39 @@ mod tests {
         let f = Failure::transport(Transport::ConnectReset, "connection reset by peer");
         assert_eq!(f.message, "connection reset");
         assert!(!f.connect_failed);
+    }
+
+    /// A Responses upstream's `response.failed` and `error` events end the
+    /// stream as upstream errors classified from their bodies (with or
+    /// without an SSE event name); a garbage line is skipped as malformed.
+    #[test]
+    fn responses_error_events_are_classified_upstream_errors() {
+        let failed = r#"{"type":"response.failed","sequence_number":9,"response":{"id":"resp_1","status":"failed","error":{"code":"rate_limit_exceeded","message":"Rate limit reached, try again in 2s"}}}"#;
+        let error = r#"{"type":"error","sequence_number":9,"code":"server_error","message":"The server had an error","param":null}"#;
+        let overflow = r#"{"type":"response.failed","response":{"status":"failed","error":{"code":"context_length_exceeded","message":"Your input exceeds the context window of this model."}}}"#;
+        for (event, data, class) in [
+            (Some("response.failed"), failed, ErrorClass::RateLimit),
+            (None, failed, ErrorClass::RateLimit),
+            (Some("error"), error, ErrorClass::Overloaded),
+            (None, error, ErrorClass::Overloaded),
+            (
+                Some("response.failed"),
+                overflow,
+                ErrorClass::ContextOverflow,
+            ),
+        ] {
+            let mut d = Decoder::Responses(proto::responses::StreamDecoder::new());
+            let mut ev = sse_stream::Sse::default().data(data);
+            if let Some(name) = event {
+                ev = ev.event(name);
+            }
+            let f = d.decode(&ev).expect_err("an upstream error");
+            assert_eq!(f.class, class, "{event:?} {data}: {f:?}");
+            assert!(!f.message.is_empty());
+        }
+        let mut d = Decoder::Responses(proto::responses::StreamDecoder::new());
+        let garbage = sse_stream::Sse::default().data("{not json");
+        assert!(matches!(d.decode(&garbage), Ok(None)));
     }
 
     fn texts(item: &Result<Option<Vec<StreamEvent>>, Failure>) -> usize {

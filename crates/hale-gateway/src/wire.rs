@@ -5,26 +5,32 @@
 //! is an exhaustive match on [`Dialect`], so a new dialect is a compile
 //! error here until it is handled; parsing a request is `crate::proto`'s.
 
-use crate::proto::{self, ChatResponse, Dialect, StreamEvent};
+use crate::proto::{self, ChatRequest, ChatResponse, Dialect, StreamEvent};
 use bytes::Bytes;
 use serde_json::Value;
 
 /// The wire dialect of a path: its errors are in that dialect's shape
-/// (Anthropic's on `/v1/messages`, OpenAI's everywhere else).
+/// (Anthropic's on `/v1/messages`, the Responses API's — OpenAI's error
+/// shape — on `/v1/responses`, OpenAI's everywhere else).
 pub fn dialect_of(path: &str) -> Dialect {
     if path == "/v1/messages" || path.starts_with("/v1/messages/") {
         Dialect::Anthropic
+    } else if path == "/v1/responses" || path.starts_with("/v1/responses/") {
+        Dialect::Responses
     } else {
         Dialect::OpenAi
     }
 }
 
-/// A complete answer in the caller's dialect.
-pub fn render_answer(dialect: Dialect, answer: &ChatResponse) -> Value {
+/// A complete answer in the caller's dialect, to the caller's request `req`
+/// (a Responses caller's custom tools get `custom_tool_call` items).
+pub fn render_answer(dialect: Dialect, answer: &ChatResponse, req: &ChatRequest) -> Value {
     match dialect {
         Dialect::OpenAi => proto::openai::render_response(answer),
         Dialect::Anthropic => proto::anthropic::render_response(answer),
-        Dialect::Responses => proto::responses::render_response(answer),
+        Dialect::Responses => {
+            proto::responses::render_response_with(answer, &proto::responses::custom_tools(req))
+        }
     }
 }
 
@@ -45,7 +51,9 @@ pub enum Encoder {
 }
 
 impl Encoder {
-    pub fn new(dialect: Dialect, id: &str, model: &str, include_usage: bool) -> Self {
+    /// The encoder of a stream answering `req` in `dialect`.
+    pub fn new(dialect: Dialect, id: &str, model: &str, req: &ChatRequest) -> Self {
+        let include_usage = req.include_usage;
         match dialect {
             Dialect::OpenAi => {
                 Encoder::OpenAi(proto::openai::StreamEncoder::new(id, model, include_usage))
@@ -55,11 +63,10 @@ impl Encoder {
                 model,
                 include_usage,
             )),
-            Dialect::Responses => Encoder::Responses(proto::responses::StreamEncoder::new(
-                id,
-                model,
-                include_usage,
-            )),
+            Dialect::Responses => Encoder::Responses(
+                proto::responses::StreamEncoder::new(id, model, include_usage)
+                    .with_custom_tools(proto::responses::custom_tools(req)),
+            ),
         }
     }
 

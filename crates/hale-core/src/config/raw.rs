@@ -297,6 +297,8 @@ struct RawProvider {
     #[serde(default)]
     kind: Opt<String>,
     #[serde(default)]
+    api: Opt<String>,
+    #[serde(default)]
     base_url: Opt<String>,
     #[serde(default)]
     api_key_env: Opt<String>,

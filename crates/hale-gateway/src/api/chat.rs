@@ -35,6 +35,16 @@ pub(super) async fn anthropic(
     chat(gw, Dialect::Anthropic, peer, headers, body).await
 }
 
+/// `POST /v1/responses`: the OpenAI Responses API's dialect.
+pub(super) async fn responses(
+    State(gw): State<Arc<Gateway>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    chat(gw, Dialect::Responses, peer, headers, body).await
+}
+
 /// Auth, then the request parsed from its dialect, then the turn.
 async fn chat(
     gw: Arc<Gateway>,

@@ -35,6 +35,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         // Model calls, in each wire dialect.
         .route("/v1/chat/completions", post(chat::openai))
         .route("/v1/messages", post(chat::anthropic))
+        .route("/v1/responses", post(chat::responses))
         .route("/v1/models", get(chat::models))
         // Operations.
         .route("/live", get(|| async { "ok" }))

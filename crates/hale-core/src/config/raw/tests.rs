@@ -1366,3 +1366,39 @@ fn tool_jobs_audit_log_and_workflows_load_with_defaults_and_checks() {
         assert!(paths.contains(&p), "{p} missing from {paths:?}");
     }
 }
+
+#[test]
+fn provider_api_defaults_to_chat_and_takes_responses_for_openai_only() {
+    let c = load_ok(&with_base(
+        "  - {name: codex, kind: openai, api: responses, base_url: \"https://x\", default_model: m}\n",
+    ));
+    let p = c.provider("codex").unwrap();
+    assert_eq!(p.api, crate::config::ProviderApi::Responses);
+    assert!(!p.supports_prefill);
+    assert_eq!(
+        c.provider("openai").unwrap().api,
+        crate::config::ProviderApi::Chat
+    );
+    let errs = load_err(&with_base(
+        "  - {name: a, kind: anthropic, api: responses, base_url: \"https://x\", default_model: m}\n",
+    ));
+    assert_error(&errs, "providers[2].api", Some(10), "for `kind: openai`");
+    let errs = load_err(&with_base(
+        "  - {name: a, kind: openai, api: assistants, base_url: \"https://x\", default_model: m}\n",
+    ));
+    assert_error(
+        &errs,
+        "providers[2].api",
+        Some(10),
+        "expected chat or responses",
+    );
+    let errs = load_err(&with_base(
+        "  - {name: a, kind: openai, api: responses, supports_prefill: true, base_url: \"https://x\", default_model: m}\n",
+    ));
+    assert_error(
+        &errs,
+        "providers[2].supports_prefill",
+        Some(10),
+        "no assistant prefill",
+    );
+}

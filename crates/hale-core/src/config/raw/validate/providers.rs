@@ -3,7 +3,7 @@
 
 use super::ctx::{Ctx, is_http_url, line_of};
 use crate::config::raw::{RawConfig, RawProvider};
-use crate::config::{ProviderConfig, ProviderKind};
+use crate::config::{ProviderApi, ProviderConfig, ProviderKind};
 use serde_saphyr::Spanned;
 use std::collections::BTreeMap;
 
@@ -121,8 +121,34 @@ impl Ctx<'_> {
             &r.stream_idle_timeout_ms,
             pc.stream_idle_timeout,
         );
+        if let Some(a) = &r.api {
+            match (a.value.trim(), kind) {
+                ("chat", _) => {}
+                ("responses", ProviderKind::OpenAi) => pc.api = ProviderApi::Responses,
+                ("responses", ProviderKind::Anthropic) => self.at(
+                    format!("{path}.api"),
+                    a,
+                    "`api: responses` is for `kind: openai` providers",
+                ),
+                (other, _) => self.at(
+                    format!("{path}.api"),
+                    a,
+                    format!("unknown api `{other}`: expected chat or responses"),
+                ),
+            }
+        }
         if let Some(b) = &r.supports_prefill {
-            pc.supports_prefill = b.value;
+            if b.value && pc.api == ProviderApi::Responses {
+                // The Responses API answers a trailing assistant message
+                // afresh rather than continuing it.
+                self.at(
+                    format!("{path}.supports_prefill"),
+                    b,
+                    "`api: responses` providers take no assistant prefill",
+                );
+            } else {
+                pc.supports_prefill = b.value;
+            }
         }
         if let Some(w) = &r.context_windows {
             for (model, n) in &w.value {
