@@ -17,6 +17,7 @@
 //! the client competes for CPU (through hale there are two servers to run).
 
 mod bare;
+mod health;
 mod load;
 mod procs;
 mod soak;
@@ -290,6 +291,22 @@ fn main() -> anyhow::Result<()> {
             .enable_all()
             .build()?;
         return rt.block_on(soak::run(args));
+    }
+    // `hale-bench health …`: seed 004's health targets (health.rs), and
+    // `hale-bench health-child`, the crash-looping agent it runs under `hale run`.
+    if std::env::args().nth(1).as_deref() == Some("health") {
+        let args = health::HealthArgs::parse_from(std::env::args().skip(1));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        return rt.block_on(health::run(args));
+    }
+    if std::env::args().nth(1).as_deref() == Some("health-child") {
+        let args = health::ChildArgs::parse_from(std::env::args().skip(1));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::process::exit(rt.block_on(health::child(args))?);
     }
     // `hale-bench bare-proxy …`: the floor, run as its own process (bare.rs).
     if std::env::args().nth(1).as_deref() == Some("bare-proxy") {
