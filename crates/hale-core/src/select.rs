@@ -244,6 +244,56 @@ pub fn pick(cands: &[Candidate]) -> Pick {
     }
 }
 
+/// Why a deployment ahead of the one picked was passed over: the evidence
+/// of a skipped primary (seed 003: a result served by another than the first
+/// choice because that one was unavailable says which and why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// Ejected (cooldown or outlier rule) and not this request's probe.
+    Ejected,
+    /// Its circuit breaker (per agent × deployment) refused the call.
+    BreakerOpen,
+    /// Tripped by an operator.
+    Forced,
+}
+
+impl Skip {
+    /// The word the timeline shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skip::Ejected => "ejected",
+            Skip::BreakerOpen => "breaker_open",
+            Skip::Forced => "tripped",
+        }
+    }
+}
+
+/// Why `c` would not be called now, or `None` when it would be (or was
+/// already tried in this turn: a tried deployment is in the timeline).
+pub fn skip_reason(c: &Candidate) -> Option<Skip> {
+    if c.tried {
+        return None;
+    }
+    match (c.gate, c.breaker) {
+        (Gate::Open | Gate::Probe, BreakerSays::Allowed | BreakerSays::Trial) => None,
+        (Gate::Open | Gate::Probe, BreakerSays::Refused) => Some(Skip::BreakerOpen),
+        (Gate::Ejected { .. }, _) => Some(Skip::Ejected),
+        (Gate::Forced, _) => Some(Skip::Forced),
+    }
+}
+
+/// The untried deployments ahead of `picked` in plan order that were passed
+/// over, each with why. With [`Pick::FailOpen`] the ones ahead of the best
+/// bet are all unavailable; they are passed over too.
+pub fn passed_over(cands: &[Candidate], picked: usize) -> Vec<(usize, Skip)> {
+    cands
+        .iter()
+        .enumerate()
+        .take(picked)
+        .filter_map(|(i, c)| skip_reason(c).map(|s| (i, s)))
+        .collect()
+}
+
 /// DESIGN §2 `context_overflow`: after a target refused the conversation as
 /// too long (its window `overflowed`), which targets to leave — those *known*
 /// to have a smaller window (`None` = unknown, kept: it may well fit).
@@ -488,6 +538,44 @@ mod tests {
 
     fn open() -> Candidate {
         c(Gate::Open, BreakerSays::Allowed, false, None)
+    }
+
+    /// Seed 003's evidence of a skipped primary: each unavailable deployment
+    /// ahead of the pick is named with why; tried ones, usable ones and those
+    /// after the pick are not.
+    #[test]
+    fn passed_over_names_each_unavailable_deployment_ahead_of_the_pick() {
+        let t0 = Instant::now();
+        let ejected = c(ejected(30, t0), BreakerSays::Allowed, false, None);
+        let refused = c(Gate::Open, BreakerSays::Refused, false, None);
+        let forced = c(Gate::Forced, BreakerSays::Allowed, false, None);
+        let tried = c(Gate::Open, BreakerSays::Allowed, true, None);
+        let probe = c(Gate::Probe, BreakerSays::Allowed, false, None);
+        let table: Vec<(Vec<Candidate>, usize, Vec<(usize, Skip)>)> = vec![
+            (vec![open(), ejected], 0, vec![]),
+            (vec![ejected, open()], 1, vec![(0, Skip::Ejected)]),
+            (vec![refused, open()], 1, vec![(0, Skip::BreakerOpen)]),
+            (vec![forced, open()], 1, vec![(0, Skip::Forced)]),
+            (vec![tried, open()], 1, vec![]),
+            (vec![probe, open()], 0, vec![]),
+            (
+                vec![ejected, tried, refused, open(), ejected],
+                3,
+                vec![(0, Skip::Ejected), (2, Skip::BreakerOpen)],
+            ),
+            // Failing open to the last: the ones ahead are passed over.
+            (
+                vec![ejected, forced, ejected],
+                2,
+                vec![(0, Skip::Ejected), (1, Skip::Forced)],
+            ),
+        ];
+        for (cands, picked, want) in table {
+            assert_eq!(passed_over(&cands, picked), want, "{cands:?}");
+        }
+        assert_eq!(Skip::Ejected.as_str(), "ejected");
+        assert_eq!(Skip::BreakerOpen.as_str(), "breaker_open");
+        assert_eq!(Skip::Forced.as_str(), "tripped");
     }
 
     #[test]

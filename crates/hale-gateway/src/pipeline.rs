@@ -589,7 +589,7 @@ fn finish_turn(
         duration_ms: Some(now_ms.saturating_sub(turn.started_ms)),
         provider: target.as_ref().map(|t| t.provider.clone()),
         model: target.as_ref().map(|t| t.model.clone()),
-        attempts: serde_json::to_value(&turn.timeline).unwrap_or_default(),
+        attempts: turn.journal_rows(),
         usage_in: usage.input_tokens,
         usage_out: usage.output_tokens,
         error_class: failure.map(|f| f.class.as_str().to_owned()),

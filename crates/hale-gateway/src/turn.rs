@@ -82,6 +82,20 @@ pub struct AttemptRecord {
     pub changes: Vec<String>,
 }
 
+/// A deployment of the plan passed over in this turn, and why
+/// (`hale_core::select::passed_over`): the evidence of a skipped primary.
+/// Journalled with the timeline's rows (marked by `skipped`) and shown
+/// apart from them by `GET /turns/{id}`, so the timeline stays one row per
+/// attempt.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkipRecord {
+    pub target: String,
+    /// Milliseconds since the turn started.
+    pub start_ms: u64,
+    /// `ejected`, `breaker_open` or `tripped`.
+    pub skipped: &'static str,
+}
+
 /// A turn in progress.
 pub struct Turn {
     pub id: String,
@@ -100,6 +114,8 @@ pub struct Turn {
     /// 429s per target in this turn.
     pub rate_limits: Vec<u32>,
     pub timeline: Vec<AttemptRecord>,
+    /// Deployments passed over, each once ([`SkipRecord`]).
+    pub skipped: Vec<SkipRecord>,
     pub compacted: bool,
     /// Whether the last successful attempt continued from a prefill.
     pub prefilled: bool,
@@ -154,6 +170,7 @@ impl Turn {
             exhausted: vec![false; n],
             rate_limits: vec![0; n],
             timeline: Vec::new(),
+            skipped: Vec::new(),
             compacted: false,
             prefilled: false,
             compact_on_overflow: false,
@@ -180,6 +197,36 @@ impl Turn {
         )
     }
 
+    /// The timeline's rows as journalled: one per attempt, then one per
+    /// deployment passed over (marked by `skipped`).
+    pub fn journal_rows(&self) -> serde_json::Value {
+        let mut rows = serde_json::to_value(&self.timeline).unwrap_or_default();
+        if let Some(a) = rows.as_array_mut() {
+            a.extend(
+                self.skipped
+                    .iter()
+                    .filter_map(|s| serde_json::to_value(s).ok()),
+            );
+        }
+        rows
+    }
+
+    /// Notes the deployments `choose` passed over, each once per turn.
+    fn note_passed_over(&mut self, over: Vec<(usize, select::Skip)>, now: Instant) {
+        for (i, why) in over {
+            let target = crate::deployments::key(&self.targets[i]);
+            if self.skipped.iter().any(|s| s.target == target) {
+                continue;
+            }
+            let start_ms = self.since_start(now);
+            self.skipped.push(SkipRecord {
+                target,
+                start_ms,
+                skipped: why.as_str(),
+            });
+        }
+    }
+
     fn since_start(&self, t: Instant) -> u64 {
         t.saturating_duration_since(self.started).as_millis() as u64
     }
@@ -200,7 +247,7 @@ pub async fn run(
         if now >= turn.deadline {
             return Err(last.unwrap_or_else(deadline_failure));
         }
-        let Some((idx, mode)) = choose(env, turn, now) else {
+        let Some((idx, mode, over)) = choose(env, turn, now) else {
             return Err(last.unwrap_or_else(|| Failure {
                 class: ErrorClass::Unknown,
                 retry_after: None,
@@ -209,6 +256,7 @@ pub async fn run(
                 connect_failed: false,
             }));
         };
+        turn.note_passed_over(over, now);
         let target = turn.targets[idx].clone();
         let Some(provider) = env.cfg.provider(&target.provider) else {
             turn.exhausted[idx] = true;
@@ -437,7 +485,11 @@ fn others_left(env: Env<'_>, turn: &Turn, idx: usize, now: Instant) -> Others {
 /// breaker allows the call or whose probe is due, else fail open. Candidates
 /// are built in plan order and the building stops at the first usable one,
 /// so no later deployment's half-open trial is taken for nothing.
-fn choose(env: Env<'_>, turn: &Turn, now: Instant) -> Option<(usize, Mode)> {
+fn choose(
+    env: Env<'_>,
+    turn: &Turn,
+    now: Instant,
+) -> Option<(usize, Mode, Vec<(usize, select::Skip)>)> {
     let mut cands: Vec<Candidate> = Vec::with_capacity(turn.targets.len());
     for (i, t) in turn.targets.iter().enumerate() {
         let tried = turn.exhausted[i] || env.cfg.provider(&t.provider).is_none();
@@ -458,7 +510,7 @@ fn choose(env: Env<'_>, turn: &Turn, now: Instant) -> Option<(usize, Mode)> {
     if picked.1 == Mode::Probe {
         env.deployments.take_probe(&turn.targets[picked.0], now);
     }
-    Some(picked)
+    Some((picked.0, picked.1, select::passed_over(&cands, picked.0)))
 }
 
 /// Reads a fresh stream until its first content event (or its end).

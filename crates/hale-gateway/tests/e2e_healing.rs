@@ -434,3 +434,43 @@ async fn an_operator_trip_forces_a_deployment_out_and_reset_brings_it_back_at_on
     let (s, _) = h.post_json("/deployments/p/org%2Fmodel/reset").await;
     assert_eq!(s, 404);
 }
+
+/// Issue 28 (seed 003's evidence of a skipped primary, for model turns): a
+/// turn served by the second deployment because the first was ejected is
+/// degraded, and its timeline's record names the first as skipped and why;
+/// the attempts themselves stay one row each. An operator's trip reads
+/// `tripped`.
+#[tokio::test]
+async fn a_turn_served_past_an_ejected_primary_is_degraded_and_names_it_skipped() {
+    let (c, h) = one_provider_two_models("rate-limit:retry_after=30").await;
+    // The 429 with Retry-After ejects model-a (an explicit signal); the turn
+    // fails over within itself.
+    let first = h.openai("smart").send().await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.model_header, GOOD);
+    let t = h.turn(&first.turn_id).await;
+    assert_eq!(t["skipped"], json!([]), "tried, not skipped: {t}");
+    // The next turn does not call it: it is passed over, and says so.
+    let r = h.openai("smart").send().await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.model_header, GOOD);
+    assert_eq!(r.degraded, "true");
+    assert_eq!(c.requests_for("rate-limit:retry_after=30"), 1);
+    let t = h.turn(&r.turn_id).await;
+    let skipped = t["skipped"].as_array().expect("skipped");
+    assert_eq!(skipped.len(), 1, "{t}");
+    assert_eq!(skipped[0]["target"], "p/rate-limit:retry_after=30");
+    assert_eq!(skipped[0]["skipped"], "ejected");
+    assert_eq!(targets_of(t["timeline"].as_array().unwrap()), [format!("p/{GOOD}")]);
+    assert_eq!(r.headers["x-hale-attempts"], "1");
+
+    let (c, h) = one_provider_two_models("model-a").await;
+    let (s, v) = h.post_json("/deployments/p/model-a/trip").await;
+    assert_eq!(s, 200, "{v}");
+    let r = h.openai("smart").send().await;
+    assert_eq!(r.degraded, "true");
+    let t = h.turn(&r.turn_id).await;
+    assert_eq!(t["skipped"][0]["target"], "p/model-a", "{t}");
+    assert_eq!(t["skipped"][0]["skipped"], "tripped");
+    assert_eq!(c.requests_for("model-a"), 0);
+}

@@ -104,7 +104,16 @@ pub(super) async fn turn(
     // The journal is group-committed: make sure this turn's row is in.
     let _ = gw.store.flush().await;
     match gw.store.turn(&id).await {
-        Ok(Some(t)) => axum::Json(json!({
+        Ok(Some(t)) => {
+            // Rows marked `skipped` are deployments passed over, not attempts.
+            let (skipped, timeline): (Vec<_>, Vec<_>) = t
+                .attempts
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .partition(|r| r.get("skipped").is_some());
+            axum::Json(json!({
             "id": t.id,
             "agent": t.agent,
             "task": t.task,
@@ -116,9 +125,11 @@ pub(super) async fn turn(
             "duration_ms": t.duration_ms,
             "usage": {"input_tokens": t.usage_in, "output_tokens": t.usage_out},
             "error_class": t.error_class,
-            "timeline": t.attempts,
+            "timeline": timeline,
+            "skipped": skipped,
         }))
-        .into_response(),
+        .into_response()
+        }
         Ok(None) => HaleError::not_found(format!("no turn {id}")).into_response(Dialect::OpenAi),
         Err(e) => (
             StatusCode::INTERNAL_SERVER_ERROR,
