@@ -33,8 +33,7 @@ use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -1079,6 +1078,8 @@ fn print_table(rows: &[TableRow], args: &HealthArgs) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
+    use std::path::Path;
 
     #[test]
     fn timings_divide_the_seed_schedule_by_the_scale() {

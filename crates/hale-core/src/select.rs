@@ -282,10 +282,13 @@ pub fn skip_reason(c: &Candidate) -> Option<Skip> {
     }
 }
 
+/// Deployments passed over, as plan indices with why ([`passed_over`]).
+pub type PassedOver = Vec<(usize, Skip)>;
+
 /// The untried deployments ahead of `picked` in plan order that were passed
 /// over, each with why. With [`Pick::FailOpen`] the ones ahead of the best
 /// bet are all unavailable; they are passed over too.
-pub fn passed_over(cands: &[Candidate], picked: usize) -> Vec<(usize, Skip)> {
+pub fn passed_over(cands: &[Candidate], picked: usize) -> PassedOver {
     cands
         .iter()
         .enumerate()
@@ -551,7 +554,7 @@ mod tests {
         let forced = c(Gate::Forced, BreakerSays::Allowed, false, None);
         let tried = c(Gate::Open, BreakerSays::Allowed, true, None);
         let probe = c(Gate::Probe, BreakerSays::Allowed, false, None);
-        let table: Vec<(Vec<Candidate>, usize, Vec<(usize, Skip)>)> = vec![
+        let table: Vec<(Vec<Candidate>, usize, PassedOver)> = vec![
             (vec![open(), ejected], 0, vec![]),
             (vec![ejected, open()], 1, vec![(0, Skip::Ejected)]),
             (vec![refused, open()], 1, vec![(0, Skip::BreakerOpen)]),

@@ -212,7 +212,7 @@ impl Turn {
     }
 
     /// Notes the deployments `choose` passed over, each once per turn.
-    fn note_passed_over(&mut self, over: Vec<(usize, select::Skip)>, now: Instant) {
+    fn note_passed_over(&mut self, over: select::PassedOver, now: Instant) {
         for (i, why) in over {
             let target = crate::deployments::key(&self.targets[i]);
             if self.skipped.iter().any(|s| s.target == target) {
@@ -485,11 +485,7 @@ fn others_left(env: Env<'_>, turn: &Turn, idx: usize, now: Instant) -> Others {
 /// breaker allows the call or whose probe is due, else fail open. Candidates
 /// are built in plan order and the building stops at the first usable one,
 /// so no later deployment's half-open trial is taken for nothing.
-fn choose(
-    env: Env<'_>,
-    turn: &Turn,
-    now: Instant,
-) -> Option<(usize, Mode, Vec<(usize, select::Skip)>)> {
+fn choose(env: Env<'_>, turn: &Turn, now: Instant) -> Option<(usize, Mode, select::PassedOver)> {
     let mut cands: Vec<Candidate> = Vec::with_capacity(turn.targets.len());
     for (i, t) in turn.targets.iter().enumerate() {
         let tried = turn.exhausted[i] || env.cfg.provider(&t.provider).is_none();

@@ -461,7 +461,10 @@ async fn a_turn_served_past_an_ejected_primary_is_degraded_and_names_it_skipped(
     assert_eq!(skipped.len(), 1, "{t}");
     assert_eq!(skipped[0]["target"], "p/rate-limit:retry_after=30");
     assert_eq!(skipped[0]["skipped"], "ejected");
-    assert_eq!(targets_of(t["timeline"].as_array().unwrap()), [format!("p/{GOOD}")]);
+    assert_eq!(
+        targets_of(t["timeline"].as_array().unwrap()),
+        [format!("p/{GOOD}")]
+    );
     assert_eq!(r.headers["x-hale-attempts"], "1");
 
     let (c, h) = one_provider_two_models("model-a").await;

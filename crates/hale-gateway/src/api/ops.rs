@@ -114,21 +114,21 @@ pub(super) async fn turn(
                 .into_iter()
                 .partition(|r| r.get("skipped").is_some());
             axum::Json(json!({
-            "id": t.id,
-            "agent": t.agent,
-            "task": t.task,
-            "status": t.status,
-            "model_requested": t.model_requested,
-            "provider": t.provider,
-            "model": t.model,
-            "started_ms": t.started_ms,
-            "duration_ms": t.duration_ms,
-            "usage": {"input_tokens": t.usage_in, "output_tokens": t.usage_out},
-            "error_class": t.error_class,
-            "timeline": timeline,
-            "skipped": skipped,
-        }))
-        .into_response()
+                "id": t.id,
+                "agent": t.agent,
+                "task": t.task,
+                "status": t.status,
+                "model_requested": t.model_requested,
+                "provider": t.provider,
+                "model": t.model,
+                "started_ms": t.started_ms,
+                "duration_ms": t.duration_ms,
+                "usage": {"input_tokens": t.usage_in, "output_tokens": t.usage_out},
+                "error_class": t.error_class,
+                "timeline": timeline,
+                "skipped": skipped,
+            }))
+            .into_response()
         }
         Ok(None) => HaleError::not_found(format!("no turn {id}")).into_response(Dialect::OpenAi),
         Err(e) => (
