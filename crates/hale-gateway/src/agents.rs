@@ -116,14 +116,6 @@ impl AgentRt {
         self.sync_counters();
     }
 
-    /// Totals another commit announced (`NOTIFY hale_counts`), folded in
-    /// when newer ([`Tally::observe`]).
-    pub fn observe(&mut self, totals: Counters) {
-        if self.tally.observe(totals) {
-            self.sync_counters();
-        }
-    }
-
     /// Adopts the counters of a row re-read from the database when no count
     /// of this instance is in flight (they cannot be older than the view then).
     pub fn reread(&mut self, row: &AgentRecord) {
@@ -304,17 +296,6 @@ impl Agents {
     /// forgotten agent is not brought back: its row is the truth).
     pub fn update_if_held<R>(&self, agent: &str, f: impl FnOnce(&mut AgentRt) -> R) -> Option<R> {
         self.map().get_mut(agent).map(|rt| f(rt))
-    }
-
-    /// Folds the totals other commits announced into the agents held here
-    /// (one not held is read back from its row when it returns).
-    pub fn observe(&self, counted: &[hale_store::AgentTotals]) {
-        let mut map = self.map();
-        for c in counted {
-            if let Some(rt) = map.get_mut(&c.agent) {
-                rt.observe(c.totals);
-            }
-        }
     }
 
     /// Whether `agent` is held in memory.

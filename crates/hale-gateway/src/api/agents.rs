@@ -2,12 +2,7 @@
 //! `POST /agents/{id}/tasks/{task}/reset` (DESIGN §5, issue 8).
 //!
 //! An unknown agent (never seen, not under `agents:`) is a 404
-//! `agent_not_found`, so a typo never creates an agent — except for a
-//! pause: an operator's pause of an agent hale has not seen creates it
-//! paused (`"created": true`), so a kill switch works before the agent's
-//! first request, on every instance. Every handler reads the agent's row
-//! back when it is not in memory (another instance may be serving it).
-//! Resume says plainly
+//! `agent_not_found`, so a typo never creates an agent. Resume says plainly
 //! what it cleared (the pause, the failure count, terminated tasks) and what
 //! it did not (tasks stopped by a guard limit: `reset-task` clears those).
 
@@ -275,44 +270,21 @@ pub(super) async fn pause(
     Path(id): Path<String>,
 ) -> Response {
     gw.load_agent(&id).await;
-    if let Some(r) = admin_refusal(&gw, peer, &headers) {
+    if let Some(r) = refusal(&gw, peer, &headers, &id) {
         return r;
     }
-    // Neither in memory nor in the store: the pause creates it, paused.
-    let created = !gw.holds(&id);
-    let mut v = match paused_view(&gw, &id, "paused by an operator").await {
-        Ok(v) => v,
-        Err(r) => return r,
-    };
-    if created {
-        // Another instance may have committed its first turn meanwhile:
-        // the row has its counts (nothing of this instance is pending).
-        if let Ok(Some(row)) = gw.store.agent(&id).await {
-            gw.agents.update_if_held(&id, |rt| rt.reread(&row));
-            v = view(&gw, &id);
-        }
-    }
-    v["created"] = json!(created);
-    axum::Json(v).into_response()
+    operator_pause(&gw, &id, "paused by an operator").await
 }
 
 /// An operator's pause (also a hand-off decision): held until an operator
 /// resumes ([`crate::agents::Agents::pause`]); the change and its event
 /// commit together.
 pub async fn operator_pause(gw: &Gateway, id: &str, reason: &str) -> Response {
-    match paused_view(gw, id, reason).await {
-        Ok(v) => axum::Json(v).into_response(),
-        Err(r) => r,
-    }
-}
-
-/// [`operator_pause`]: the agent's view after the pause committed.
-async fn paused_view(gw: &Gateway, id: &str, reason: &str) -> Result<Value, Response> {
     let writes = gw.agents.pause(id, reason, wall_ms());
     if let Err(e) = gw.store.commit(writes).await {
-        return Err(store_error(e));
+        return store_error(e);
     }
-    Ok(view(gw, id))
+    axum::Json(view(gw, id)).into_response()
 }
 
 pub(super) async fn resume(

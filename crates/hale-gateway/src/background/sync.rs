@@ -29,13 +29,6 @@
 //! it; this instance folds them into its cache, so its view includes the
 //! other instances' turns as of its own last commit, and pauses the agent
 //! when those totals reach the threshold.
-//!
-//! Converged without traffic ([`follow_agents`], `Heard::Counts`): every
-//! transaction that commits counts also notifies the totals after them
-//! (`NOTIFY hale_counts`); each instance folds those of the agents it holds
-//! (`Tally::observe`: only newer totals, and after its own pending counts
-//! are confirmed), so its counters follow every instance's committed turns
-//! within a notification's latency.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -92,7 +85,6 @@ pub async fn follow_agents(f: Follower, token: CancellationToken) -> anyhow::Res
         };
         match heard {
             Ok(Heard::Reconnected) => reread_all(&f, &token).await,
-            Ok(Heard::Counts(counted)) => f.agents.observe(&counted),
             Ok(Heard::Change(change)) => {
                 if let Some(task) = &change.task {
                     let _ = f.tasks.reset(&change.agent, task);
