@@ -18,7 +18,7 @@ mod common;
 #[allow(unused_macros, unused_imports)]
 mod store_common;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -269,101 +269,16 @@ async fn every_answered_turn_survives_sigkill_on_postgres() {
     store_common::drop_schema(&pg).await;
 }
 
-/// Streams read until `last` appears, then the journal asked for the turn
-/// at once: it is there, succeeded. Several clients at once, so the
-/// store's writer is busy (an idle one commits before any client could ask).
-async fn final_frame_comes_after_the_commit(
+/// The journal's commit blocked (a test connection holds SQLite's write
+/// lock for 200 ms): the stream's closing frame (`last`) does not reach the
+/// client while the lock is held, and when it does, the turn is journalled.
+/// With `journal.durability: relaxed` the frame goes out at once and this
+/// fails.
+async fn final_frame_waits_for_a_blocked_commit(
     path: &'static str,
     body: serde_json::Value,
-    last: &str,
+    last: &'static str,
 ) {
-    const STREAMERS: usize = 8;
-    const EACH: usize = 15;
-    let http = http();
-    let dir = tempfile::tempdir().unwrap();
-    let (_chaos, chaos) = start_chaos(dir.path(), &http).await;
-    let (cfg, base) = config(dir.path(), None, &chaos);
-    let _hale = serve(dir.path(), &cfg, &base, "serve", &http).await;
-    let unjournalled: Arc<Mutex<BTreeSet<String>>> = Arc::default();
-    let mut clients = Vec::new();
-    for c in 0..STREAMERS {
-        let (http, base, body, last, unjournalled) = (
-            http.clone(),
-            base.clone(),
-            body.clone(),
-            last.to_owned(),
-            unjournalled.clone(),
-        );
-        clients.push(tokio::spawn(async move {
-            for i in 0..EACH {
-                let r = http
-                    .post(format!("{base}{path}"))
-                    .header("x-hale-agent", format!("streamer-{c}"))
-                    .header("anthropic-version", "2023-06-01")
-                    .json(&body)
-                    .send()
-                    .await
-                    .expect("stream request");
-                assert!(r.status().is_success(), "{c}/{i}: {}", r.status());
-                let id = r.headers()["x-hale-turn-id"].to_str().unwrap().to_owned();
-                let mut seen = String::new();
-                let mut frames = r.bytes_stream();
-                while let Some(chunk) = frames.next().await {
-                    seen.push_str(&String::from_utf8_lossy(&chunk.expect("stream chunk")));
-                    if seen.contains(&last) {
-                        break;
-                    }
-                }
-                assert!(
-                    seen.contains(&last),
-                    "{c}/{i}: the stream ended without {last}: {seen}"
-                );
-                let turn = http.get(format!("{base}/turns/{id}")).send().await.unwrap();
-                let status = turn.status();
-                let v: serde_json::Value = turn.json().await.unwrap_or_default();
-                if !status.is_success() || v["status"] != "succeeded" {
-                    unjournalled
-                        .lock()
-                        .unwrap()
-                        .insert(format!("{id}: {status} {}", v["status"]));
-                }
-                drop(frames);
-            }
-        }));
-    }
-    for c in clients {
-        c.await.expect("a streaming client");
-    }
-    let unjournalled = unjournalled.lock().unwrap();
-    assert!(
-        unjournalled.is_empty(),
-        "{} of {} turns not journalled when the client saw {last}: {unjournalled:?}",
-        unjournalled.len(),
-        STREAMERS * EACH
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn openai_stream_done_comes_after_the_turn_is_journalled() {
-    final_frame_comes_after_the_commit("/v1/chat/completions", chat(true), "[DONE]").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anthropic_stream_message_stop_comes_after_the_turn_is_journalled() {
-    let body = serde_json::json!({
-        "model": "r",
-        "max_tokens": 64,
-        "stream": true,
-        "messages": [{"role": "user", "content": "hello"}],
-    });
-    final_frame_comes_after_the_commit("/v1/messages", body, "message_stop").await;
-}
-
-/// The journal's commit blocked (a test connection holds SQLite's write
-/// lock for a moment): the stream's `[DONE]` does not reach the client
-/// while the lock is held, and when it does, the turn is journalled.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stream_done_waits_for_a_blocked_commit() {
     use sqlx::Connection;
     let http = http();
     let dir = tempfile::tempdir().unwrap();
@@ -383,9 +298,10 @@ async fn stream_done_waits_for_a_blocked_commit() {
         let (http, base, locked) = (http.clone(), base.clone(), locked.clone());
         tokio::spawn(async move {
             let r = http
-                .post(format!("{base}/v1/chat/completions"))
+                .post(format!("{base}{path}"))
                 .header("x-hale-agent", "blocked")
-                .json(&chat(true))
+                .header("anthropic-version", "2023-06-01")
+                .json(&body)
                 .send()
                 .await
                 .expect("stream request");
@@ -395,28 +311,47 @@ async fn stream_done_waits_for_a_blocked_commit() {
             let mut frames = r.bytes_stream();
             while let Some(chunk) = frames.next().await {
                 seen.push_str(&String::from_utf8_lossy(&chunk.expect("stream chunk")));
-                if seen.contains("[DONE]") {
+                if seen.contains(last) {
                     break;
                 }
             }
             let done_while_locked = locked.load(Ordering::SeqCst);
             let turn = http.get(format!("{base}/turns/{id}")).send().await.unwrap();
-            (seen.contains("[DONE]"), done_while_locked, turn.status())
+            let status = turn.status();
+            let v: serde_json::Value = turn.json().await.unwrap_or_default();
+            (seen.contains(last), done_while_locked, status, v)
         })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
-    // Marked unlocked before the lock goes: a [DONE] seen while marked
-    // locked came while the commit could not have happened.
+    // Marked unlocked before the lock goes: a closing frame seen while
+    // marked locked came while the commit could not have happened.
     locked.store(false, Ordering::SeqCst);
     sqlx::query("ROLLBACK")
         .execute(&mut conn)
         .await
         .expect("release the write lock");
-    let (done, done_while_locked, status) = client.await.expect("the client");
-    assert!(done, "the stream ended without [DONE]");
+    let (done, done_while_locked, status, turn) = client.await.expect("the client");
+    assert!(done, "the stream ended without {last}");
     assert!(
         !done_while_locked,
-        "[DONE] reached the client while the turn's commit was blocked"
+        "{last} reached the client while the turn's commit was blocked"
     );
-    assert!(status.is_success(), "GET /turns after [DONE]: {status}");
+    assert!(status.is_success(), "GET /turns after {last}: {status}");
+    assert_eq!(turn["status"], "succeeded", "{turn}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_stream_done_waits_for_a_blocked_commit() {
+    final_frame_waits_for_a_blocked_commit("/v1/chat/completions", chat(true), "[DONE]").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_stream_message_stop_waits_for_a_blocked_commit() {
+    let body = serde_json::json!({
+        "model": "r",
+        "max_tokens": 64,
+        "stream": true,
+        "messages": [{"role": "user", "content": "hello"}],
+    });
+    final_frame_waits_for_a_blocked_commit("/v1/messages", body, "message_stop").await;
 }
