@@ -456,6 +456,23 @@ pub fn decide(policy: &StepRetry, f: &FailedAttempt) -> StepDecision {
     StepDecision::Stop(StopReason::NonRetryable)
 }
 
+/// Why a node a step would have tried first was passed over (seed 003's
+/// evidence of a skipped primary), or `None` when it was usable: `node` is
+/// the node's own health, `for_step` the same with the step's own breaker
+/// applied (an open step breaker reads `ejected` there only), `offers`
+/// whether the node listed the tool at its last check.
+pub fn skip_reason(node: NodeHealth, for_step: NodeHealth, offers: bool) -> Option<&'static str> {
+    match (for_step, node) {
+        (NodeHealth::Offline, _) => Some("offline"),
+        _ if !offers => Some("tool_not_found"),
+        (NodeHealth::Ejected, NodeHealth::Ejected) => Some("ejected"),
+        (NodeHealth::Ejected, NodeHealth::Healthy | NodeHealth::Degraded | NodeHealth::Offline) => {
+            Some("open")
+        }
+        (NodeHealth::Healthy | NodeHealth::Degraded, _) => None,
+    }
+}
+
 /// A node's health, as shown by `GET /nodes` and used for selection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -104,20 +104,12 @@ fn skipped_before(
 ) -> Vec<(String, &'static str)> {
     let now = Instant::now();
     let now_ms = crate::wall_ms();
-    let why = |n: &Node| -> Option<&'static str> {
-        let health = step_health(tools, step, n, now, now_ms);
-        if health == NodeHealth::Offline {
-            return Some("offline");
-        }
-        if !n.offers(&step.tool_name) {
-            return Some("tool_not_found");
-        }
-        match health {
-            NodeHealth::Offline => Some("offline"),
-            NodeHealth::Ejected if n.health(now, now_ms) == NodeHealth::Ejected => Some("ejected"),
-            NodeHealth::Ejected => Some("open"),
-            NodeHealth::Healthy | NodeHealth::Degraded => None,
-        }
+    let why = |n: &Node| {
+        rules::skip_reason(
+            n.health(now, now_ms),
+            step_health(tools, step, n, now, now_ms),
+            n.offers(&step.tool_name),
+        )
     };
     let nominal: Vec<(String, Option<&'static str>)> = match &step.target {
         Target::FailoverChain { nodes } => nodes

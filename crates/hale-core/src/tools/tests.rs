@@ -705,3 +705,26 @@ fn a_job_left_running_is_requeued_only_when_safe_and_only_after_its_timeouts() {
         );
     }
 }
+
+#[test]
+fn a_passed_over_node_is_named_with_why() {
+    use NodeHealth::*;
+    let table = [
+        (Healthy, Healthy, true, None),
+        (Degraded, Degraded, true, None),
+        (Offline, Offline, true, Some("offline")),
+        (Offline, Offline, false, Some("offline")),
+        (Healthy, Healthy, false, Some("tool_not_found")),
+        (Ejected, Ejected, true, Some("ejected")),
+        // The node is well; the step's own breaker is open for it.
+        (Healthy, Ejected, true, Some("open")),
+        (Degraded, Ejected, true, Some("open")),
+    ];
+    for (node, for_step, offers, want) in table {
+        assert_eq!(
+            skip_reason(node, for_step, offers),
+            want,
+            "{node:?} {for_step:?} {offers}"
+        );
+    }
+}
