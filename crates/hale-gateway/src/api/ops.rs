@@ -106,13 +106,12 @@ pub(super) async fn turn(
     match gw.store.turn(&id).await {
         Ok(Some(t)) => {
             // Rows marked `skipped` are deployments passed over, not attempts.
-            let (skipped, timeline): (Vec<_>, Vec<_>) = t
-                .attempts
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .partition(|r| r.get("skipped").is_some());
+            let rows = match t.attempts {
+                serde_json::Value::Array(rows) => rows,
+                _ => Vec::new(),
+            };
+            let (skipped, timeline): (Vec<_>, Vec<_>) =
+                rows.into_iter().partition(|r| r.get("skipped").is_some());
             axum::Json(json!({
                 "id": t.id,
                 "agent": t.agent,
