@@ -17,6 +17,16 @@
 //! exactly what the old in-memory counters were; with several, a view lags
 //! the other instances' turns by at most the writes in flight — one group
 //! commit — and every confirmation brings it up to the truth.
+//!
+//! Other instances' commits also reach a tally without any traffic of its
+//! own: the totals after every committed count are announced (PostgreSQL
+//! `NOTIFY hale_counts`) and [`Tally::observe`] folds them in. Totals
+//! announced by another commit are ordered by [`Countable::after`] (an
+//! agent's turns only grow), so a late or repeated announcement never moves
+//! the view back; while deltas of this instance are pending, the newest
+//! observed totals wait for the confirmation that empties the queue (they
+//! may or may not include those deltas; the confirmation says which is
+//! newer).
 
 use std::collections::VecDeque;
 
@@ -147,6 +157,10 @@ impl Counters {
 pub trait Countable: Copy + Default {
     type Delta: Copy;
     fn add(&mut self, d: &Self::Delta);
+    /// Whether these totals were committed after `other` ([`Tally::observe`]):
+    /// `false` when the two cannot be ordered, and then observed totals are
+    /// never adopted.
+    fn after(&self, other: &Self) -> bool;
 }
 
 impl Countable for Counters {
@@ -154,12 +168,22 @@ impl Countable for Counters {
     fn add(&mut self, d: &Count) {
         self.apply(d);
     }
+    /// An agent's turns only grow (an operator's reset adds none), so totals
+    /// with more turns were committed later, and include every count before.
+    fn after(&self, other: &Self) -> bool {
+        self.turns > other.turns
+    }
 }
 
 impl Countable for crate::budget::Spend {
     type Delta = crate::budget::Spend;
     fn add(&mut self, d: &Self::Delta) {
         crate::budget::Spend::add(self, d.tokens, d.cost_usd);
+    }
+    /// Unordered: a task reset starts its spend over, so a smaller spend may
+    /// be the newer one (task spend is not observed).
+    fn after(&self, _other: &Self) -> bool {
+        false
     }
 }
 
@@ -170,6 +194,10 @@ pub struct Tally<C: Countable> {
     /// Deltas written but not confirmed yet, oldest first, with their number.
     pending: VecDeque<(u64, C::Delta)>,
     next: u64,
+    /// The newest totals another commit announced while deltas were
+    /// pending ([`Tally::observe`]), adopted when the queue empties if
+    /// still newer than the confirmed totals.
+    observed: Option<C>,
 }
 
 /// Pending deltas kept at most: far beyond one group commit; reached only
@@ -184,6 +212,7 @@ impl<C: Countable> Tally<C> {
             known,
             pending: VecDeque::new(),
             next: 1,
+            observed: None,
         }
     }
 
@@ -232,6 +261,35 @@ impl<C: Countable> Tally<C> {
             self.pending = VecDeque::new();
         }
         self.known = totals;
+        match self.observed {
+            Some(o) if !o.after(&self.known) => self.observed = None,
+            Some(o) if self.pending.is_empty() => {
+                self.known = o;
+                self.observed = None;
+            }
+            Some(_) | None => {}
+        }
+    }
+
+    /// Totals another commit announced (any instance's, this one's too):
+    /// adopted when they are newer than the known totals and nothing of
+    /// this instance is pending; while something is, the newest is kept
+    /// for the confirmation that empties the queue ([`Tally::confirm`]).
+    /// Older or unordered totals change nothing. Returns whether the view
+    /// changed now.
+    pub fn observe(&mut self, totals: C) -> bool {
+        if !totals.after(&self.known) {
+            return false;
+        }
+        if self.pending.is_empty() {
+            self.known = totals;
+            self.observed = None;
+            return true;
+        }
+        if self.observed.is_none_or(|o| totals.after(&o)) {
+            self.observed = Some(totals);
+        }
+        false
     }
 
     /// Replaces the known totals (a row re-read from the database) when
@@ -239,6 +297,7 @@ impl<C: Countable> Tally<C> {
     pub fn reread(&mut self, totals: C) -> bool {
         if self.pending.is_empty() {
             self.known = totals;
+            self.observed = None;
             true
         } else {
             false
@@ -464,5 +523,117 @@ mod tests {
         }
         assert_eq!(t.pending(), MAX_PENDING);
         assert_eq!(t.view().tokens, (MAX_PENDING + 10) as u64);
+    }
+
+    fn totals(turns: u64, consecutive_failures: u32) -> Counters {
+        Counters {
+            consecutive_failures,
+            turns,
+            ..Counters::default()
+        }
+    }
+
+    #[test]
+    fn observed_totals_of_another_instance_are_adopted_when_nothing_is_pending() {
+        let mut t = Tally::new(totals(3, 0));
+        assert!(t.observe(totals(4, 1)), "B's fourth turn reaches A");
+        assert_eq!(t.view(), totals(4, 1));
+        assert!(!t.observe(totals(4, 1)), "the same again: nothing new");
+        assert!(!t.observe(totals(3, 0)), "a late, older announcement");
+        assert_eq!(t.view(), totals(4, 1));
+    }
+
+    #[test]
+    fn observed_totals_wait_for_the_confirmation_that_empties_the_queue() {
+        let cases = [
+            // (observed while pending, confirmed, the view after)
+            // Another instance committed after this one: its totals win.
+            (totals(5, 2), totals(4, 1), totals(5, 2)),
+            // It committed before: the confirmation includes it.
+            (totals(4, 1), totals(5, 0), totals(5, 0)),
+            // This instance's own announcement, heard before its confirmation.
+            (totals(5, 0), totals(5, 0), totals(5, 0)),
+        ];
+        for (seen, confirmed, want) in cases {
+            let mut t = Tally::new(totals(3, 0));
+            let n = t.count(fail());
+            assert!(!t.observe(seen), "pending: not adopted yet");
+            assert_eq!(t.view().turns, 4, "the view is this instance's for now");
+            t.confirm(n, confirmed);
+            assert_eq!(t.view(), want, "seen {seen:?}, confirmed {confirmed:?}");
+        }
+    }
+
+    #[test]
+    fn observed_totals_wait_while_a_later_delta_is_still_pending() {
+        let mut t = Tally::new(totals(0, 0));
+        let a = t.count(fail());
+        let b = t.count(fail());
+        t.observe(totals(5, 3));
+        t.confirm(a, totals(2, 1));
+        assert_eq!(t.view().turns, 3, "b still pending over the confirmed 2");
+        t.confirm(b, totals(4, 2));
+        assert_eq!(t.view(), totals(5, 3), "the observed, newer than b's");
+    }
+
+    #[test]
+    fn observed_spend_is_never_adopted() {
+        let mut t = Tally::new(Spend::default());
+        assert!(!t.observe(Spend {
+            tokens: 100,
+            cost_usd: 0.0
+        }));
+        assert_eq!(t.view().tokens, 0);
+    }
+
+    proptest::proptest! {
+        /// Two instances' turns against one row, each announcement heard by
+        /// the other instance in any order and at any time: once every
+        /// confirmation and announcement has arrived, both views are the
+        /// row, whatever the interleaving.
+        #[test]
+        fn two_instances_converge_on_the_row_whatever_the_order(
+            plan in proptest::collection::vec((proptest::bool::ANY, streak(), 0u64..1000), 1..30),
+            shuffle in proptest::collection::vec(0usize..1000, 0..200),
+        ) {
+            let mut db = Counters::default();
+            let mut tallies = [Tally::new(db), Tally::new(db)];
+            // Per commit: who counted, its number, the totals after it.
+            let mut commits = Vec::new();
+            for (on_b, s, tokens) in plan {
+                let who = usize::from(on_b);
+                let d = Count::turn(s, tokens, 0, 0.0);
+                let n = tallies[who].count(d);
+                db.apply(&d);
+                commits.push((who, n, db));
+            }
+            // Deliveries: each commit's confirmation to its instance (in
+            // commit order) and its announcement to both (in commit order
+            // too, like NOTIFY), the two streams interleaved at random.
+            let mut confirms: Vec<(usize, u64, Counters)> = commits.clone();
+            let mut heard: [Vec<Counters>; 2] = [
+                commits.iter().map(|c| c.2).collect(),
+                commits.iter().map(|c| c.2).collect(),
+            ];
+            confirms.reverse();
+            heard[0].reverse();
+            heard[1].reverse();
+            let mut pick = shuffle.into_iter();
+            let mut k = 0usize;
+            loop {
+                k += 1;
+                let r = pick.next().unwrap_or(k) % 3;
+                let done = match r {
+                    0 => confirms.pop().map(|(who, n, tot)| tallies[who].confirm(n, tot)).is_none(),
+                    1 | 2 => heard[r - 1].pop().map(|tot| { tallies[r - 1].observe(tot); }).is_none(),
+                    _ => unreachable!(),
+                };
+                if done && confirms.is_empty() && heard.iter().all(Vec::is_empty) {
+                    break;
+                }
+            }
+            proptest::prop_assert_eq!(tallies[0].view(), db);
+            proptest::prop_assert_eq!(tallies[1].view(), db);
+        }
     }
 }

@@ -22,6 +22,7 @@ use hale_core::event::{Event, EventKind};
 use hale_core::pause::{self, Admit, Pause, PausedBy};
 use hale_store::{AgentChange, AgentControl, AgentRecord, CountWrite, Write};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// What the gate decided for a request of a non-paused or paused agent.
@@ -48,6 +49,10 @@ pub struct AfterTurn {
     pub record: AgentRecord,
     /// `agent.paused` / `agent.resumed` to commit with the record.
     pub events: Vec<Event>,
+    /// The pause or the trial's resume announced to the other instances
+    /// ([`announce_control`]), to commit with the record: they apply it at
+    /// once instead of serving the agent until their own counts catch up.
+    pub announce: Option<Write>,
     /// The turn's count and its number, to write as a
     /// [`hale_store::Write::Count`] (the database adds it to the row).
     pub count: (u64, Count),
@@ -87,6 +92,24 @@ pub struct AgentRt {
     /// Its usual gap between turns, in ms (`hale_core::memory::next_gap`):
     /// how soon after its last turn it may be shed.
     gap_ms: Option<u64>,
+    /// The [`control_epoch`] of its last pause change here: a row read
+    /// before it is older than this instance's own change
+    /// ([`Agents::apply_remote`]).
+    control_at: u64,
+    /// An operator's pause or resume made here and not committed yet
+    /// ([`Agents::pause`], [`Agents::resume`], [`Agents::control_committed`]):
+    /// no row read meanwhile can be newer.
+    control_uncommitted: u32,
+}
+
+/// Numbers every change of a pause made in this process, in order.
+static CONTROL_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// The newest pause change's number so far: read it before reading agent
+/// rows, and pass it to [`Agents::apply_remote`] with them, so a row read
+/// while this instance changed the agent's pause does not undo the change.
+pub fn control_epoch() -> u64 {
+    CONTROL_EPOCH.load(Ordering::SeqCst)
 }
 
 /// The counters of a record.
@@ -114,6 +137,14 @@ impl AgentRt {
     pub fn confirm(&mut self, n: u64, totals: Counters) {
         self.tally.confirm(n, totals);
         self.sync_counters();
+    }
+
+    /// Totals another commit announced (`NOTIFY hale_counts`), folded in
+    /// when newer ([`Tally::observe`]).
+    pub fn observe(&mut self, totals: Counters) {
+        if self.tally.observe(totals) {
+            self.sync_counters();
+        }
     }
 
     /// Adopts the counters of a row re-read from the database when no count
@@ -159,6 +190,8 @@ impl AgentRt {
             named: false,
             in_flight: 0,
             gap_ms: None,
+            control_at: 0,
+            control_uncommitted: 0,
         }
     }
 
@@ -176,6 +209,7 @@ impl AgentRt {
 
     /// Sets (or clears) the pause, in the record too.
     pub fn set_pause(&mut self, pause: Option<Pause>) {
+        self.control_at = CONTROL_EPOCH.fetch_add(1, Ordering::SeqCst) + 1;
         self.pause = pause;
         self.record.paused = pause.is_some();
         if !self.record.state.is_object() {
@@ -296,6 +330,17 @@ impl Agents {
     /// forgotten agent is not brought back: its row is the truth).
     pub fn update_if_held<R>(&self, agent: &str, f: impl FnOnce(&mut AgentRt) -> R) -> Option<R> {
         self.map().get_mut(agent).map(|rt| f(rt))
+    }
+
+    /// Folds the totals other commits announced into the agents held here
+    /// (one not held is read back from its row when it returns).
+    pub fn observe(&self, counted: &[hale_store::AgentTotals]) {
+        let mut map = self.map();
+        for c in counted {
+            if let Some(rt) = map.get_mut(&c.agent) {
+                rt.observe(c.totals);
+            }
+        }
     }
 
     /// Whether `agent` is held in memory.
@@ -496,9 +541,16 @@ impl Agents {
         for e in &events {
             self.emit.metrics.event(e.kind);
         }
+        let announce = match (paused, resumed) {
+            (Some(pause), _) => Some(AgentControl::Paused { pause }),
+            (None, Some(_)) => Some(AgentControl::Active),
+            (None, None) => None,
+        }
+        .map(|c| announce_control(agent, None, Some(c)));
         AfterTurn {
             record,
             events,
+            announce,
             count: (n, count),
         }
     }
@@ -550,7 +602,10 @@ impl Agents {
     /// commit together.
     pub fn pause(&self, id: &str, reason: &str, now_ms: u64) -> Vec<Write> {
         let pause = Pause::operator(now_ms);
-        let ((), rec) = self.update_rt(id, |rt| rt.set_pause(Some(pause)));
+        let ((), rec) = self.update_rt(id, |rt| {
+            rt.set_pause(Some(pause));
+            rt.control_uncommitted += 1;
+        });
         let ev = self
             .emit
             .event(EventKind::AgentPaused)
@@ -571,6 +626,7 @@ impl Agents {
             let was = rt.pause;
             let cleared = rt.record.consecutive_failures;
             rt.set_pause(None);
+            rt.control_uncommitted += 1;
             let n = rt.count(Count::clear());
             (was, cleared, n)
         });
@@ -603,17 +659,40 @@ impl Agents {
         }
     }
 
+    /// The commit of an operator's pause or resume of `id` made by
+    /// [`Agents::pause`] / [`Agents::resume`] returned (committed or failed):
+    /// rows read from now on may carry it.
+    pub fn control_committed(&self, id: &str) {
+        self.update_if_held(id, |rt| {
+            rt.control_uncommitted = rt.control_uncommitted.saturating_sub(1);
+            rt.control_at = CONTROL_EPOCH.fetch_add(1, Ordering::SeqCst) + 1;
+        });
+    }
+
     /// Applies the control state of `row` (as another instance committed it)
     /// to this instance's cache. An agent not in memory (shed,
     /// `hale_core::memory`) stays out — its row is the truth and is read back
     /// on its next request — unless it is paused: a pause is held in memory
     /// (its resume is timed here). Returns whether the row was applied (the
     /// caller then takes its terminated tasks into the health runtime).
-    pub fn apply_remote(&self, row: &AgentRecord) -> bool {
+    ///
+    /// `read_at` is the [`control_epoch`] read before the row was: a row
+    /// read while this instance changed the agent's pause (an operator's
+    /// pause answered here while the row was on its way) is older than the
+    /// change and is not applied — the change's own announcement follows.
+    pub fn apply_remote(&self, row: &AgentRecord, read_at: u64) -> bool {
         if !self.holds(&row.id) {
             return row.paused && self.hold_row(row.clone());
         }
         let fresh = AgentRt::new(row.clone());
+        let newer_here = self
+            .update_if_held(&row.id, |rt| {
+                rt.control_uncommitted > 0 || rt.control_at > read_at
+            })
+            .unwrap_or(false);
+        if newer_here {
+            return false;
+        }
         self.update_rt(&row.id, |rt| {
             let was_paused = rt.pause.is_some();
             rt.set_pause(fresh.pause);

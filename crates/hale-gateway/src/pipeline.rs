@@ -670,6 +670,7 @@ fn finish_turn(
         writes.push(Write::Agent(rec));
     }
     writes.extend(after.events.into_iter().map(Write::Event));
+    writes.extend(after.announce);
     match gw.cfg.journal.durability {
         JournalDurability::Durable => Some(gw.store.queue(writes)),
         JournalDurability::Relaxed => {

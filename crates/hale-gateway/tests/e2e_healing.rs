@@ -265,12 +265,17 @@ async fn an_operators_pause_is_not_lifted_automatically() {
     assert_eq!(v["resume"]["was_paused"], true);
     assert_eq!(v["resume"]["paused_by"], "operator");
     assert_eq!(h.openai(ROUTE).agent("ops").send().await.status, 200);
-    // Unknown agents are a clear 404, and pausing one does not create it.
-    let (s, v) = h.post_json("/agents/nosuch/pause").await;
+    // Unknown agents are a clear 404 to every call but a pause, and a
+    // resume does not create one; a pause creates it paused (issue 28 §5).
+    let (s, v) = h.post_json("/agents/nosuch/resume").await;
     assert_eq!(s, 404, "{v}");
     assert_eq!(v["error"]["type"], "agent_not_found");
     let (s, _) = h.get_json("/agents/nosuch").await;
     assert_eq!(s, 404);
+    let (s, v) = h.post_json("/agents/not-yet/pause").await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["created"], true, "{v}");
+    assert_eq!(v["state"], "paused", "{v}");
 }
 
 /// Traffic without `X-Hale-Agent` (and no key default) belongs to no agent

@@ -61,6 +61,68 @@ pub(crate) const SCHEMA_LOCK: i64 = 0x6861_6c65_0002;
 /// The PostgreSQL `LISTEN/NOTIFY` channel of agent control changes.
 pub const AGENTS_CHANNEL: &str = "hale_agents";
 
+/// The PostgreSQL `LISTEN/NOTIFY` channel of committed counts: the totals
+/// of each agent counted in a transaction (payload: [`CountsNotice`]).
+pub const COUNTS_CHANNEL: &str = "hale_counts";
+
+/// A `hale_counts` payload at most this long (PostgreSQL's limit is 8000
+/// bytes): a transaction's counts take as many notifications as they need.
+const COUNTS_PAYLOAD_MAX: usize = 7000;
+
+/// The payload of a `hale_counts` notification: every agent a transaction
+/// counted, with its totals after the transaction.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct CountsNotice {
+    pub counts: Vec<crate::model::AgentTotals>,
+    /// The notifying store's schema (see [`crate::AgentChange::schema`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
+}
+
+/// The `hale_counts` payloads of a transaction's counts: each agent's last
+/// totals, in payloads under [`COUNTS_PAYLOAD_MAX`].
+pub(crate) fn counts_payloads(counted: &[crate::model::Counted]) -> Vec<String> {
+    let mut last: Vec<crate::model::AgentTotals> = Vec::new();
+    let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for c in counted {
+        let t = crate::model::AgentTotals {
+            agent: c.agent.clone(),
+            totals: c.totals,
+        };
+        match at.get(c.agent.as_str()) {
+            Some(&i) => last[i] = t,
+            None => {
+                at.insert(c.agent.as_str(), last.len());
+                last.push(t);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut batch: Vec<crate::model::AgentTotals> = Vec::new();
+    let mut len = 0;
+    for t in last {
+        let one = serde_json::to_string(&t).map_or(0, |s| s.len()) + 1;
+        if !batch.is_empty() && len + one > COUNTS_PAYLOAD_MAX {
+            out.extend(notice(std::mem::take(&mut batch)));
+            len = 0;
+        }
+        len += one;
+        batch.push(t);
+    }
+    if !batch.is_empty() {
+        out.extend(notice(batch));
+    }
+    out
+}
+
+fn notice(counts: Vec<crate::model::AgentTotals>) -> Option<String> {
+    serde_json::to_string(&CountsNotice {
+        counts,
+        schema: None,
+    })
+    .ok()
+}
+
 /// The PostgreSQL `LISTEN/NOTIFY` channel of released idempotency claims
 /// (payload: the key's SHA-256).
 pub(crate) const IDEM_CHANNEL: &str = "hale_idem";
@@ -505,6 +567,21 @@ macro_rules! gen_apply {
                 let seqs: Vec<i64> = qb.build_query_scalar().fetch_all(&mut *conn).await?;
                 if let Some(m) = seqs.into_iter().max() {
                     max_seq = Some(max_seq.map_or(m, |x: i64| x.max(m)));
+                }
+            }
+            // PostgreSQL: every instance hears the totals after these counts
+            // (`NOTIFY hale_counts` at commit), so its view of the agents
+            // converges without traffic of its own.
+            if $pg {
+                for payload in counts_payloads(&counted) {
+                    sqlx::query(
+                        "SELECT pg_notify($1, jsonb_set($2::jsonb, '{schema}', \
+                         to_jsonb(current_schema()))::text)",
+                    )
+                    .bind(COUNTS_CHANNEL)
+                    .bind(payload)
+                    .execute(&mut *conn)
+                    .await?;
                 }
             }
             Ok(Applied { max_seq, counted })

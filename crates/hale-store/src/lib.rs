@@ -52,9 +52,9 @@ pub use idem::{Claim, ClaimWaiter};
 pub use jobs::AuditRecord;
 pub use listen::{AgentListener, Heard};
 pub use model::{
-    AgentChange, AgentControl, AgentRecord, AuditEntry, CheckpointRecord, CountWrite, Counted,
-    DeadLetter, IdempotentResponse, JobRecord, SinkCursor, StoredEvent, StoredResponse, TaskCount,
-    TaskCounted, TurnRecord, TurnStatus, Write,
+    AgentChange, AgentControl, AgentRecord, AgentTotals, AuditEntry, CheckpointRecord, CountWrite,
+    Counted, DeadLetter, IdempotentResponse, JobRecord, SinkCursor, StoredEvent, StoredResponse,
+    TaskCount, TaskCounted, TurnRecord, TurnStatus, Write,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{Backend, SQLITE_BUSY_TIMEOUT, SQLITE_FILE, SQLITE_POOL_SIZE, Store, StoreOptions};

@@ -9,6 +9,11 @@
 //! every agent row — the row is the truth, the notification only a wake-up.
 //! On SQLite there is one instance: the listener never yields.
 //!
+//! The same connection hears `hale_counts`: every transaction that commits
+//! counts notifies the totals after them ([`Heard::Counts`]), so an
+//! instance's view of an agent follows other instances' turns within a
+//! notification's latency, without traffic of its own.
+//!
 //! [`follow_events`] is the same for the outbox: every commit that appends
 //! events notifies `hale_events`, and each instance's store wakes its
 //! relays (`watch_seq`) for events other instances committed, instead of
@@ -25,19 +30,24 @@ use sqlx::postgres::PgListener;
 
 use std::sync::Arc;
 
-use crate::backend::{AGENTS_CHANNEL, EVENTS_CHANNEL, IDEM_CHANNEL, Pool, last_seq};
+use crate::backend::{
+    AGENTS_CHANNEL, COUNTS_CHANNEL, CountsNotice, EVENTS_CHANNEL, IDEM_CHANNEL, Pool, last_seq,
+};
 use crate::error::{Result, StoreError};
-use crate::model::AgentChange;
+use crate::model::{AgentChange, AgentTotals};
 use crate::writer::Shared;
 
 /// Wait between attempts to reconnect a lost listener.
 const RELISTEN_AFTER: Duration = Duration::from_secs(1);
 
 /// What the listener heard.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Heard {
     /// An agent's control state changed (re-read its row).
     Change(AgentChange),
+    /// A transaction (of any instance, this one's too) committed counts:
+    /// each agent's totals after it (fold them: `hale_core::counts::Tally::observe`).
+    Counts(Vec<AgentTotals>),
     /// The listener (re)connected: notifications may have been missed, so
     /// re-read every agent. Also the first thing yielded.
     Reconnected,
@@ -77,7 +87,7 @@ impl AgentListener {
                 let mut l = PgListener::connect_with(p)
                     .await
                     .map_err(StoreError::db("connecting the agents listener"))?;
-                l.listen(AGENTS_CHANNEL)
+                l.listen_all([AGENTS_CHANNEL, COUNTS_CHANNEL])
                     .await
                     .map_err(StoreError::db("listening for agent changes"))?;
                 Some(l)
@@ -102,6 +112,15 @@ impl AgentListener {
         };
         loop {
             match l.try_recv().await {
+                Ok(Some(n)) if n.channel() == COUNTS_CHANNEL => {
+                    match serde_json::from_str::<CountsNotice>(n.payload()) {
+                        Ok(c) if c.schema.is_some() && c.schema != self.schema => {}
+                        Ok(c) => return Ok(Heard::Counts(c.counts)),
+                        Err(e) => {
+                            tracing::warn!(payload = n.payload(), error = %e, "ignoring a malformed hale_counts notification");
+                        }
+                    }
+                }
                 Ok(Some(n)) => match serde_json::from_str::<AgentChange>(n.payload()) {
                     Ok(change) if change.schema.is_some() && change.schema != self.schema => {}
                     Ok(change) => return Ok(Heard::Change(change)),
@@ -116,7 +135,7 @@ impl AgentListener {
                     tracing::warn!(error = %e, "agents listener lost its connection; reconnecting");
                     loop {
                         tokio::time::sleep(RELISTEN_AFTER).await;
-                        match l.listen(AGENTS_CHANNEL).await {
+                        match l.listen_all([AGENTS_CHANNEL, COUNTS_CHANNEL]).await {
                             Ok(()) => return Ok(Heard::Reconnected),
                             Err(sqlx::Error::PoolClosed) => return Err(StoreError::Closed),
                             Err(e) => {

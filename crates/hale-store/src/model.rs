@@ -106,6 +106,14 @@ pub struct Counted {
     pub task: Option<TaskCounted>,
 }
 
+/// An agent's totals after a commit, as another instance announced them
+/// (PostgreSQL `NOTIFY hale_counts`; see [`crate::Heard::Counts`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentTotals {
+    pub agent: String,
+    pub totals: hale_core::counts::Counters,
+}
+
 /// What [`Write::Announce`] announces: re-read this agent's row, and when
 /// `task` is set, that task was reset.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

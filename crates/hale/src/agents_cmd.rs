@@ -279,8 +279,15 @@ pub async fn agent(cmd: AgentCmd, remote: Remote) -> anyhow::Result<ExitCode> {
         }
         AgentCmd::Pause { name } => {
             let path = format!("/agents/{}/pause", enc(&name));
-            c.agent_call(Method::POST, &name, &path, None).await?;
-            out!("paused {name}: its requests get 423 until `hale agent resume {name}`");
+            let v = c.agent_call(Method::POST, &name, &path, None).await?;
+            // A pause of an agent hale has not seen yet creates it, paused
+            // (a kill switch that works before the agent's first request).
+            let created = if v["created"] == true {
+                " (hale had not seen it: created, paused)"
+            } else {
+                ""
+            };
+            out!("paused {name}{created}: its requests get 423 until `hale agent resume {name}`");
         }
         AgentCmd::Resume { name } => {
             let path = format!("/agents/{}/resume", enc(&name));

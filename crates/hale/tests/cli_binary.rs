@@ -496,11 +496,10 @@ async fn agent_list_and_doctor_walk_every_page_of_a_long_agent_list() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn agent_unknown_show_pause_resume_terminate_exit_1_and_create_nothing() {
+async fn agent_unknown_show_resume_terminate_exit_1_and_create_nothing() {
     let gw = Gw::start(false, "").await;
     for args in [
         &["agent", "show", "nosuch"][..],
-        &["agent", "pause", "nosuch"],
         &["agent", "resume", "nosuch"],
         &["agent", "terminate", "nosuch"],
         &["agent", "reset-task", "nosuch", "t1"],
@@ -513,9 +512,41 @@ async fn agent_unknown_show_pause_resume_terminate_exit_1_and_create_nothing() {
     o.ok();
     assert!(
         !o.stdout.contains("nosuch"),
-        "pause created it: {}",
+        "a command other than pause created it: {}",
         o.show()
     );
+}
+
+/// Issue 28 §5: a kill switch works before the agent starts — `hale agent
+/// pause` of an agent hale has never seen creates it paused and says so;
+/// its first request is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_pause_of_an_unseen_agent_creates_it_paused_and_says_so() {
+    let gw = Gw::start(false, "").await;
+    let o = gw.cli(&["agent", "pause", "not-started"], None).await;
+    o.ok();
+    assert!(
+        o.stdout
+            .contains("paused not-started (hale had not seen it: created, paused)"),
+        "{}",
+        o.show()
+    );
+    let o = gw.cli(&["agent", "list"], None).await;
+    o.ok();
+    assert!(o.stdout.contains("not-started"), "{}", o.show());
+    let r = gw
+        .http
+        .post(format!("{}/v1/chat/completions", gw.url))
+        .header("x-hale-agent", "not-started")
+        .json(&serde_json::json!({"model": "r", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .expect("chat call");
+    assert_eq!(r.status().as_u16(), 423);
+    // Known now: pausing again does not say "created".
+    let o = gw.cli(&["agent", "pause", "not-started"], None).await;
+    o.ok();
+    assert!(!o.stdout.contains("created"), "{}", o.show());
 }
 
 /// One chat turn of `AGENT`'s task `task`: the HTTP status.

@@ -2,7 +2,9 @@
 //! PostgreSQL database (`HALE_TEST_PG_URL`, default
 //! `postgres://postgres@127.0.0.1:5432/test`, one fresh schema per test).
 //! Unreachable server: the test prints why it skipped, unless `CI=true`,
-//! where it fails (the store suite's helper).
+//! where it fails (the store suite's helper). Issue 28 §5 adds instances
+//! that converge without traffic, and (one test, on SQLite) an operator's
+//! pause that creates an agent not seen yet.
 
 mod common;
 #[path = "../../hale-store/tests/common/mod.rs"]
@@ -889,4 +891,238 @@ async fn issue11_guard_event_cap_of_a_task_served_by_a_and_b_is_reached_once() {
         assert_eq!(status, 409, "both stop the task ({base}): {body}");
     }
     p.finish().await;
+}
+
+/// A chat turn of `agent` (model m1) through `base`: the status and body.
+async fn agent_turn(http: &reqwest::Client, base: &str, agent: &str) -> (u16, String) {
+    let r = http
+        .post(format!("{base}/v1/chat/completions"))
+        .header("x-hale-agent", agent)
+        .json(&serde_json::json!({"model": "m1", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .expect("turn");
+    let status = r.status().as_u16();
+    (status, r.text().await.unwrap_or_default())
+}
+
+/// What two instances must agree on: the state, the pause's author, the
+/// failures in a row and the counters.
+fn agreed(v: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!([
+        v["state"],
+        v["pause"]["by"],
+        v["consecutive_failures"],
+        v["counters"]
+    ])
+}
+
+/// Issue 28 §5: four turns of one agent spread over A and B (the last on
+/// B), then no traffic: `GET /agents/{id}` says the same on both — four
+/// turns, the same tokens and failures in a row — without A serving
+/// anything of its own (the counts' commits notify every instance). The
+/// time from the last answer until both agree is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue28_counters_and_state_agree_on_both_instances_without_traffic() {
+    let Some(p) = Pair::start("").await else {
+        return;
+    };
+    let agent = "count-agent";
+    for base in [&p.a, &p.b, &p.a, &p.b] {
+        let (status, body) = agent_turn(&p.http, base, agent).await;
+        assert_eq!(status, 200, "served on {base}: {body}");
+    }
+    let last = Instant::now();
+    loop {
+        let (va, vb) = (
+            agent_view(&p.http, &p.a, agent).await,
+            agent_view(&p.http, &p.b, agent).await,
+        );
+        if agreed(&va) == agreed(&vb) && va["counters"]["turns"] == 4 {
+            eprintln!(
+                "measured: both instances agree {:?} after the last answer: {}",
+                last.elapsed(),
+                agreed(&va)
+            );
+            assert_eq!(va["state"], "active", "{va}");
+            break;
+        }
+        assert!(
+            last.elapsed() < Duration::from_secs(10),
+            "no agreement within 10 s without traffic: A {} B {}",
+            agreed(&va),
+            agreed(&vb)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    p.finish().await;
+}
+
+/// Issue 28 §5: an operator's pause sent to B 10 ms after the agent's first
+/// turn on A is never a 404 (B reads the row, or creates the agent paused),
+/// and holds on both instances: B refuses the next request at once, A within
+/// a notification's latency, and both still refuse afterwards (A's own
+/// write of its first turn does not undo the pause).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue28_pause_on_b_10ms_after_the_first_turn_on_a_holds_on_both() {
+    let Some(p) = Pair::start("").await else {
+        return;
+    };
+    let agent = "new-agent";
+    let (status, body) = agent_turn(&p.http, &p.a, agent).await;
+    assert_eq!(status, 200, "first turn on A: {body}");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let r = p
+        .http
+        .post(format!("{}/agents/{agent}/pause", p.b))
+        .send()
+        .await
+        .expect("pause");
+    let status = r.status();
+    let v: serde_json::Value = r.json().await.unwrap_or_default();
+    assert!(status.is_success(), "pause on B: {status} {v}");
+    assert_eq!(v["state"], "paused", "{v}");
+    eprintln!("pause on B answered created={}", v["created"]);
+
+    let (status, body) = agent_turn(&p.http, &p.b, agent).await;
+    assert_eq!(status, 423, "the next request on B: {body}");
+    // A may serve the agent until it hears the pause (a notification's
+    // latency): count what it answered meanwhile.
+    let t0 = Instant::now();
+    let mut served = 1;
+    let body = loop {
+        let (status, body) = agent_turn(&p.http, &p.a, agent).await;
+        match status {
+            423 => break body,
+            200 => served += 1,
+            other => panic!("A answered {other}: {body}"),
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "A still serves the paused agent after 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    eprintln!(
+        "measured: refused on A {:?} after the pause answered ({} turn(s) served meanwhile)",
+        t0.elapsed(),
+        served - 1
+    );
+    assert!(body.contains("operator"), "the operator's pause: {body}");
+    // And it holds: A's writes of its turns have landed by now.
+    tokio::time::sleep(Duration::from_millis(300).saturating_sub(t0.elapsed())).await;
+    for base in [&p.a, &p.b] {
+        let (status, body) = agent_turn(&p.http, base, agent).await;
+        assert_eq!(status, 423, "still refused on {base}: {body}");
+        let v = agent_view(&p.http, base, agent).await;
+        assert_eq!(v["state"], "paused", "{base}: {v}");
+        assert_eq!(
+            v["counters"]["turns"], served,
+            "{base}: every answered turn counted once: {v}"
+        );
+    }
+    p.finish().await;
+}
+
+/// Issue 28 §5 on PostgreSQL: a pause on A of an agent no instance has seen
+/// creates it paused, and its very first request, on B, is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue28_pause_on_a_of_a_never_seen_agent_refuses_its_first_request_on_b() {
+    let Some(p) = Pair::start("").await else {
+        return;
+    };
+    let agent = "not-started-yet";
+    let r = p
+        .http
+        .post(format!("{}/agents/{agent}/pause", p.a))
+        .send()
+        .await
+        .expect("pause");
+    let status = r.status();
+    let v: serde_json::Value = r.json().await.unwrap_or_default();
+    assert!(status.is_success(), "pause on A: {status} {v}");
+    assert_eq!(v["created"], true, "{v}");
+    let (took, body) = until_status_m1(&p.http, &p.b, agent, 423, Duration::from_secs(10)).await;
+    eprintln!("measured: first request refused on B {took:?} after the pause");
+    assert!(body.contains("operator"), "{body}");
+    let v = agent_view(&p.http, &p.b, agent).await;
+    assert_eq!(v["counters"]["turns"], 0, "never served: {v}");
+    p.finish().await;
+}
+
+/// [`until_status`] with model m1 (the [`Pair`]'s provider).
+async fn until_status_m1(
+    http: &reqwest::Client,
+    base: &str,
+    agent: &str,
+    want: u16,
+    limit: Duration,
+) -> (Duration, String) {
+    let t0 = Instant::now();
+    loop {
+        let (status, body) = agent_turn(http, base, agent).await;
+        if status == want {
+            return (t0.elapsed(), body);
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "{base}: no {want} for {agent} within {limit:?}; last {status}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Issue 28 §5 on SQLite (one instance, the real binary): an operator's
+/// pause of an agent hale has never seen answers `created: true` with the
+/// agent paused, and the agent's first request is a 423; a resume of
+/// another unknown agent is still a 404 (only a pause creates).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue28_sqlite_pause_of_a_never_seen_agent_creates_it_paused() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let (chaos, chaos_base) = common::start_chaos(&http, dir.path()).await;
+    let config = format!(
+        "providers:
+  - {{name: p1, kind: openai, base_url: {chaos_base}/v1, default_model: m1}}
+agents:
+  default: {{provider: p1}}
+"
+    );
+    let (serve, base) = common::start_serve(&http, dir.path(), &config, &[]).await;
+    let agent = "kill-switch";
+    let r = http
+        .post(format!("{base}/agents/{agent}/pause"))
+        .send()
+        .await
+        .expect("pause");
+    let status = r.status();
+    let v: serde_json::Value = r.json().await.unwrap_or_default();
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["created"], true, "{v}");
+    assert_eq!(v["state"], "paused", "{v}");
+    assert_eq!(v["pause"]["by"], "operator", "{v}");
+    let (status, body) = agent_turn(&http, &base, agent).await;
+    assert_eq!(status, 423, "its first request: {body}");
+    assert!(body.contains("agent_paused"), "{body}");
+    // Known now: a second pause says so.
+    let v: serde_json::Value = http
+        .post(format!("{base}/agents/{agent}/pause"))
+        .send()
+        .await
+        .expect("pause")
+        .json()
+        .await
+        .unwrap_or_default();
+    assert_eq!(v["created"], false, "{v}");
+    let r = http
+        .post(format!("{base}/agents/never-seen/resume"))
+        .send()
+        .await
+        .expect("resume");
+    assert_eq!(r.status(), 404, "a resume creates nothing");
+    drop((serve, chaos));
 }

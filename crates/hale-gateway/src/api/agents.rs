@@ -2,7 +2,12 @@
 //! `POST /agents/{id}/tasks/{task}/reset` (DESIGN §5, issue 8).
 //!
 //! An unknown agent (never seen, not under `agents:`) is a 404
-//! `agent_not_found`, so a typo never creates an agent. Resume says plainly
+//! `agent_not_found`, so a typo never creates an agent — except for a
+//! pause: an operator's pause of an agent hale has not seen creates it
+//! paused (`"created": true`), so a kill switch works before the agent's
+//! first request, on every instance. Every handler reads the agent's row
+//! back when it is not in memory (another instance may be serving it).
+//! Resume says plainly
 //! what it cleared (the pause, the failure count, terminated tasks) and what
 //! it did not (tasks stopped by a guard limit: `reset-task` clears those).
 
@@ -270,21 +275,46 @@ pub(super) async fn pause(
     Path(id): Path<String>,
 ) -> Response {
     gw.load_agent(&id).await;
-    if let Some(r) = refusal(&gw, peer, &headers, &id) {
+    if let Some(r) = admin_refusal(&gw, peer, &headers) {
         return r;
     }
-    operator_pause(&gw, &id, "paused by an operator").await
+    // Neither in memory nor in the store: the pause creates it, paused.
+    let created = !gw.holds(&id);
+    let mut v = match paused_view(&gw, &id, "paused by an operator").await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    if created {
+        // Another instance may have committed its first turn meanwhile:
+        // the row has its counts (nothing of this instance is pending).
+        if let Ok(Some(row)) = gw.store.agent(&id).await {
+            gw.agents.update_if_held(&id, |rt| rt.reread(&row));
+            v = view(&gw, &id);
+        }
+    }
+    v["created"] = json!(created);
+    axum::Json(v).into_response()
 }
 
 /// An operator's pause (also a hand-off decision): held until an operator
 /// resumes ([`crate::agents::Agents::pause`]); the change and its event
 /// commit together.
 pub async fn operator_pause(gw: &Gateway, id: &str, reason: &str) -> Response {
-    let writes = gw.agents.pause(id, reason, wall_ms());
-    if let Err(e) = gw.store.commit(writes).await {
-        return store_error(e);
+    match paused_view(gw, id, reason).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(r) => r,
     }
-    axum::Json(view(gw, id)).into_response()
+}
+
+/// [`operator_pause`]: the agent's view after the pause committed.
+async fn paused_view(gw: &Gateway, id: &str, reason: &str) -> Result<Value, Response> {
+    let writes = gw.agents.pause(id, reason, wall_ms());
+    let committed = gw.store.commit(writes).await;
+    gw.agents.control_committed(id);
+    if let Err(e) = committed {
+        return Err(store_error(e));
+    }
+    Ok(view(gw, id))
 }
 
 pub(super) async fn resume(
@@ -300,7 +330,9 @@ pub(super) async fn resume(
     let resumed = gw.agents.resume(&id, wall_ms());
     let terminated = gw.health.terminated_tasks(&id);
     gw.health.on_resume(&gw.agents, &id);
-    if let Err(e) = gw.store.commit(resumed.writes).await {
+    let committed = gw.store.commit(resumed.writes).await;
+    gw.agents.control_committed(&id);
+    if let Err(e) = committed {
         return store_error(e);
     }
     let (was, cleared) = (resumed.was, resumed.cleared);

@@ -21,14 +21,25 @@
 //! What is applied ([`Follower::apply_control`], `Agents::apply_remote`): the pause (who, since, next trial),
 //! the counters when no count of this instance is in flight, the failures
 //! in a row cleared when the row says resumed, and the terminated tasks; a
-//! task reset also clears the task's local guard and spend. On SQLite there
-//! is one instance and the listener never yields.
+//! task reset also clears the task's local guard and spend. A row read while
+//! this instance changed the agent's pause itself (an operator's pause
+//! answered here while a re-read was on its way) is older than that change
+//! and is not applied (`agents::control_epoch`); the change's own
+//! announcement follows. On SQLite there is one instance and the listener
+//! never yields.
 //!
 //! Counted once ([`follow_counts`]): every turn's count is added to the row
 //! by the database (`hale_core::counts`), which answers with the totals after
 //! it; this instance folds them into its cache, so its view includes the
 //! other instances' turns as of its own last commit, and pauses the agent
 //! when those totals reach the threshold.
+//!
+//! Converged without traffic ([`follow_agents`], `Heard::Counts`): every
+//! transaction that commits counts also notifies the totals after them
+//! (`NOTIFY hale_counts`); each instance folds those of the agents it holds
+//! (`Tally::observe`: only newer totals, and after its own pending counts
+//! are confirmed), so its counters follow every instance's committed turns
+//! within a notification's latency.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -58,8 +69,8 @@ impl Follower {
     /// Applies the control state of `row` (as another instance committed it)
     /// to this instance's cache (`Agents::apply_remote`), and its terminated
     /// tasks to the health runtime.
-    pub fn apply_control(&self, row: &AgentRecord) {
-        if self.agents.apply_remote(row) {
+    pub fn apply_control(&self, row: &AgentRecord, read_at: u64) {
+        if self.agents.apply_remote(row, read_at) {
             self.health.adopt_terminated(&row.id, &row.state);
         }
     }
@@ -85,10 +96,12 @@ pub async fn follow_agents(f: Follower, token: CancellationToken) -> anyhow::Res
         };
         match heard {
             Ok(Heard::Reconnected) => reread_all(&f, &token).await,
+            Ok(Heard::Counts(counted)) => f.agents.observe(&counted),
             Ok(Heard::Change(change)) => {
                 if let Some(task) = &change.task {
                     let _ = f.tasks.reset(&change.agent, task);
                 }
+                let read_at = crate::agents::control_epoch();
                 match f.store.agent(&change.agent).await {
                     Ok(Some(row)) => {
                         // An operator's pause is applied here even to an agent
@@ -96,7 +109,7 @@ pub async fn follow_agents(f: Follower, token: CancellationToken) -> anyhow::Res
                         if matches!(change.control, Some(AgentControl::Paused { .. })) {
                             f.hold_row(row.clone());
                         }
-                        f.apply_control(&row);
+                        f.apply_control(&row, read_at);
                     }
                     Ok(None) => {}
                     Err(e) => {
@@ -152,6 +165,7 @@ pub async fn follow_counts(
 async fn reread_all(f: &Follower, token: &CancellationToken) {
     let mut after: Option<String> = None;
     loop {
+        let read_at = crate::agents::control_epoch();
         match f
             .store
             .agents_page(after.as_deref(), None, hale_core::pages::PAGE_MAX)
@@ -159,7 +173,7 @@ async fn reread_all(f: &Follower, token: &CancellationToken) {
         {
             Ok(rows) => {
                 for row in &rows {
-                    f.apply_control(row);
+                    f.apply_control(row, read_at);
                 }
                 match rows.last() {
                     Some(last) if rows.len() == hale_core::pages::PAGE_MAX => {
