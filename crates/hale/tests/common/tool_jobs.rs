@@ -408,7 +408,8 @@ pub fn one_step(job_id: &str, tool: &str, args: Value, target: Value) -> Value {
 }
 
 /// Runs `body` on SQLite and on PostgreSQL at the same time (their waits
-/// overlap), each to its end; a failure names its backend and fails the test.
+/// overlap), each to its end; then fails with each failure's message
+/// prefixed by its backend (each panic's location is printed above it).
 pub async fn on_both<F, Fut>(body: F)
 where
     F: Fn(Backend) -> Fut,
@@ -418,19 +419,21 @@ where
         (Backend::Sqlite, tokio::spawn(body(Backend::Sqlite))),
         (Backend::Postgres, tokio::spawn(body(Backend::Postgres))),
     ];
-    let mut failure = None;
+    let mut failures = Vec::new();
     for (backend, run) in runs {
         if let Err(e) = run.await {
-            eprintln!("^ the failure above is on {backend:?}");
-            failure.get_or_insert(e);
+            let msg = match e.try_into_panic() {
+                Ok(p) => p
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_else(|| "a panic without a message".to_owned()),
+                Err(e) => e.to_string(),
+            };
+            failures.push(format!("on {backend:?}: {msg}"));
         }
     }
-    if let Some(e) = failure {
-        match e.try_into_panic() {
-            Ok(p) => std::panic::resume_unwind(p),
-            Err(e) => panic!("{e}"),
-        }
-    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 /// Generates, in a module `sqlite_and_postgres`, one test per body
