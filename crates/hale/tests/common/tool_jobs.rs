@@ -318,11 +318,16 @@ data_dir: {data}
     }
 
     /// Kills `hale serve` and drops its PostgreSQL schema.
-    pub async fn stop(self) {
-        drop(self.proc);
-        if let Some(pg) = self.pg {
+    pub async fn stop(mut self) {
+        self.kill();
+        if let Some(pg) = self.pg.take() {
             drop_schema(&pg).await;
         }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.proc.child.kill();
+        let _ = self.proc.child.wait();
     }
 
     /// `POST /jobs` with `job` as JSON.
@@ -396,6 +401,24 @@ data_dir: {data}
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("job {id} never reached {want}: {last}\n{}", self.stderr());
+    }
+}
+
+/// A test that fails before [`Hale::stop`] still leaves no schema behind.
+impl Drop for Hale {
+    fn drop(&mut self) {
+        self.kill();
+        if let Some(pg) = self.pg.take() {
+            let _ = std::thread::spawn(move || {
+                if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    rt.block_on(drop_schema(&pg));
+                }
+            })
+            .join();
+        }
     }
 }
 
