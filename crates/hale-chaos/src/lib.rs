@@ -124,6 +124,12 @@ pub async fn spawn(addr: SocketAddr, cfg: ChaosConfig) -> anyhow::Result<ChaosHa
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("hale-chaos: cannot listen on {addr}: {e}"))?;
+    spawn_on(listener, cfg)
+}
+
+/// Serves on `listener` in a tokio task (a test that held the address
+/// before hands it over without a moment where another socket could take it).
+pub fn spawn_on(listener: TcpListener, cfg: ChaosConfig) -> anyhow::Result<ChaosHandle> {
     let addr = listener.local_addr()?;
     let shared = Arc::new(state::Shared::new(cfg.script));
     let (stop, stopped) = oneshot::channel::<()>();
