@@ -113,10 +113,16 @@ impl ChatRequest {
         hit
     }
 
-    /// "Summary of N messages: …" — the first few words of each non-system message.
+    /// "Summary of N messages: …" — the first few words of each non-system
+    /// message. A trailing assistant message is the prefill being continued,
+    /// not a message of the conversation: leaving it out keeps the summary
+    /// the same text, so a resumed summary continues where it was cut.
     pub fn summary(&self) -> String {
-        let msgs: Vec<&Message> = self
-            .messages
+        let conversation = match self.messages.split_last() {
+            Some((_, before)) if self.ends_with_assistant() => before,
+            Some(_) | None => &self.messages[..],
+        };
+        let msgs: Vec<&Message> = conversation
             .iter()
             .filter(|m| m.role != "system" && m.role != "developer")
             .collect();
@@ -366,6 +372,24 @@ mod tests {
         assert!(mentions_summarize("Please SUMMARISE this"));
         assert!(mentions_summarize("summarize"));
         assert!(!mentions_summarize("summary"));
+    }
+
+    fn request(body: serde_json::Value) -> ChatRequest {
+        serde_json::from_value(body).expect("a chat request")
+    }
+
+    #[test]
+    fn a_summary_resumed_with_a_prefill_continues_the_same_text() {
+        let asked = serde_json::json!({"role": "user", "content": "Please summarize: a b c d e"});
+        let whole = request(serde_json::json!({"messages": [asked]})).summary();
+        assert_eq!(whole, "Summary of 1 messages: user: Please summarize: a b");
+        let cut = &whole[..20];
+        let resumed = request(serde_json::json!({"messages": [
+            asked, {"role": "assistant", "content": cut}
+        ]}));
+        assert_eq!(resumed.summary(), whole, "the prefill is not summarised");
+        let rest = continue_after(text_chunks(&resumed.summary()), cut).concat();
+        assert_eq!(format!("{cut}{rest}"), whole);
     }
 
     #[test]

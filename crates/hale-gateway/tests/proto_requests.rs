@@ -410,6 +410,65 @@ fn openai_keeps_a_mid_conversation_system_message_in_place() {
     );
 }
 
+/// Issue 27: Claude Code (2.1.328) sends a `system` message inside
+/// `messages`, after the first user message, its blocks carrying
+/// `cache_control`. hale refused it with a 400 ("unknown role `system`").
+#[test]
+fn anthropic_takes_a_system_message_inside_messages_issue_27() {
+    let body = json!({
+        "model": "claude-x",
+        "max_tokens": 1000,
+        "system": [{"type": "text", "text": "You are an agent."}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Say hi"}]},
+            {"role": "system", "content": [{"type": "text", "text": "# Environment",
+                                            "cache_control": {"type": "ephemeral"}}]}
+        ],
+        "stream": true
+    });
+    let req = anthropic::parse_request(&body).unwrap();
+    assert_eq!(req.system.as_deref(), Some("You are an agent."));
+    assert_eq!(
+        req.messages,
+        vec![
+            Message::text(Role::User, "Say hi"),
+            Message::text(Role::System, "# Environment"),
+        ]
+    );
+
+    // To an Anthropic provider: the client's JSON, the system message as sent.
+    let same = hale_gateway::proto::render_for(
+        Dialect::Anthropic,
+        &client_request(Dialect::Anthropic, &body),
+        "served",
+        None,
+    );
+    assert_eq!(same.body["messages"], body["messages"]);
+    assert_eq!(same.changes, ["model"]);
+
+    // To OpenAI: a system message in place.
+    let o = openai::render_request(&req, "gpt-4o", None);
+    assert_eq!(
+        o["messages"],
+        json!([
+            {"role": "system", "content": "You are an agent."},
+            {"role": "user", "content": "Say hi"},
+            {"role": "system", "content": "# Environment"}
+        ])
+    );
+
+    // Re-rendered for Anthropic (hale changed the messages): user text after
+    // the lead, joined to the user turn before it (roles alternate).
+    let a = anthropic::render_request(&req, "claude-x", None);
+    assert_eq!(
+        a["messages"],
+        json!([{"role": "user", "content": [
+            {"type": "text", "text": "Say hi"},
+            {"type": "text", "text": "# Environment"}
+        ]}])
+    );
+}
+
 #[test]
 fn unparsable_arguments_survive_the_trip_through_anthropic() {
     let raw = "{\"city\": \"Par";
@@ -605,9 +664,9 @@ fn anthropic_parse_errors_name_the_json_path() {
             "must be an array",
         ),
         (
-            json!({"model": "m", "messages": [{"role": "system", "content": "x"}]}),
+            json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]}),
             "messages[0].role",
-            "unknown role `system`",
+            "unknown role `tool`",
         ),
         (
             json!({"model": "m", "messages": [user, {"role": "assistant"}]}),

@@ -2,13 +2,14 @@
 //! copied into each crate's `tests/common/mod.rs`: free loopback ports and
 //! servers on them, recording webhook receivers, polling until a condition
 //! holds, GET as JSON or text, child processes killed when dropped, a
-//! `nats-server` of a test's own and the JetStream messages it stored, and
-//! the Python the SDK tests run.
+//! `nats-server` of a test's own and the JetStream messages it stored, the
+//! Python the SDK tests run and the agent CLIs the client tests run.
 //!
 //! Generic by design: it depends on no hale crate, so every hale crate can
 //! take it as a dev-dependency. What a helper needs to know about one crate
 //! (which binary to run, what a receiver records) comes in as an argument.
 
+pub mod clis;
 pub mod hook;
 pub mod http;
 pub mod nats;
@@ -17,6 +18,7 @@ pub mod process;
 pub mod python;
 pub mod wait;
 
+pub use clis::{CLAUDE, CODEX, Cli, cli, cli_or_skip};
 pub use hook::hook;
 pub use http::{client, get_json, get_text};
 pub use nats::{NatsServer, StreamMsg, jetstream_len, jetstream_messages, nats_server_bin};

@@ -109,17 +109,7 @@ pub use hale_testkit::words;
 /// Starts `hale chaos` on a free loopback port (stderr in `dir`) and waits
 /// (up to 30 s) until it answers; returns it and its base URL.
 pub async fn start_chaos(http: &reqwest::Client, dir: &Path) -> (Proc, String) {
-    let listen = format!("127.0.0.1:{}", free_port());
-    let mut chaos = Proc::spawn(&["chaos", "--listen", &listen], dir, "chaos");
-    let base = format!("http://{listen}");
-    wait_ready(
-        http,
-        &format!("{base}/chaos/stats"),
-        &mut chaos,
-        Duration::from_secs(30),
-    )
-    .await;
-    (chaos, base)
+    start_chaos_with(http, dir, &[]).await
 }
 
 /// Starts `hale serve` on a free loopback port with `config` (everything but
@@ -154,4 +144,80 @@ pub async fn start_serve(
     )
     .await;
     (hale, base)
+}
+
+/// [`start_chaos`] with extra arguments (e.g. `--script FILE`).
+pub async fn start_chaos_with(
+    http: &reqwest::Client,
+    dir: &Path,
+    extra: &[&str],
+) -> (Proc, String) {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut args = vec!["chaos", "--listen", listen.as_str()];
+    args.extend_from_slice(extra);
+    let mut chaos = Proc::spawn(&args, dir, "chaos");
+    let base = format!("http://{listen}");
+    wait_ready(
+        http,
+        &format!("{base}/chaos/stats"),
+        &mut chaos,
+        Duration::from_secs(30),
+    )
+    .await;
+    (chaos, base)
+}
+
+/// `hale chaos` (with a `--script`, when given) and `hale serve` in front of
+/// it, in one temporary directory: the rig of the agent-client tests.
+/// `config` is everything of `hale serve`'s config but `listen` and
+/// `data_dir`; `{chaos}` in it is the chaos base URL.
+pub struct ChaosRig {
+    pub dir: tempfile::TempDir,
+    pub chaos: Proc,
+    pub chaos_base: String,
+    pub hale: Proc,
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+impl ChaosRig {
+    pub async fn start(config: &str, script: Option<&str>) -> ChaosRig {
+        hale_testkit::install_crypto();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let http = hale_testkit::client(Duration::from_secs(60));
+        let script_path = dir.path().join("chaos-script.yaml");
+        let script_arg = script_path.to_string_lossy().into_owned();
+        let extra: Vec<&str> = match script {
+            Some(s) => {
+                std::fs::write(&script_path, s).expect("script written");
+                vec!["--script", script_arg.as_str()]
+            }
+            None => Vec::new(),
+        };
+        let (chaos, chaos_base) = start_chaos_with(&http, dir.path(), &extra).await;
+        let config = config.replace("{chaos}", &chaos_base);
+        let (hale, base) = start_serve(&http, dir.path(), &config, &[]).await;
+        ChaosRig {
+            dir,
+            chaos,
+            chaos_base,
+            hale,
+            base,
+            http,
+        }
+    }
+
+    /// The request bodies chaos received (the last 32), oldest first.
+    pub async fn chaos_bodies(&self) -> Vec<serde_json::Value> {
+        let v = hale_testkit::get_json(&self.http, &format!("{}/chaos/requests", self.chaos_base))
+            .await;
+        v.as_array().cloned().unwrap_or_default()
+    }
+
+    /// How often chaos applied `fault` (`ok`, `cut`, `error-503`, `tool`, …).
+    pub async fn chaos_faults(&self, fault: &str) -> u64 {
+        let v =
+            hale_testkit::get_json(&self.http, &format!("{}/chaos/stats", self.chaos_base)).await;
+        v["requests_per_fault"][fault].as_u64().unwrap_or(0)
+    }
 }

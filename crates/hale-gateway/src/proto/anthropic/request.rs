@@ -114,8 +114,13 @@ pub(crate) fn image_from_responses(part: &Value) -> Option<Value> {
 ///
 /// Errors name the JSON path (e.g. `messages[2].content[0].tool_use_id`) and
 /// what is wrong. `system` may be a string or an array of text blocks (joined
-/// by a blank line). `tool_choice` becomes the OpenAI-shaped canonical form
-/// (`disable_parallel_tool_use` has no canonical form and is dropped).
+/// by a blank line). A `system` message inside `messages` (Claude Code sends
+/// one) is a canonical [`Role::System`] message in place: another dialect
+/// gets it as its own system message; an Anthropic provider gets the client's
+/// JSON, or, where hale re-renders the messages, the system prompt when it
+/// leads and user text after that. `tool_choice` becomes the OpenAI-shaped
+/// canonical form (`disable_parallel_tool_use` has no canonical form and is
+/// dropped).
 pub fn parse_request(body: &Value) -> Result<ChatRequest, ProtoError> {
     parse_request_traced(body).map(|(req, _)| req)
 }
@@ -167,16 +172,13 @@ pub(crate) fn parse_request_traced(body: &Value) -> Result<(ChatRequest, Trace),
         let role = match req_str(mo, "role", &p)? {
             "user" => Role::User,
             "assistant" => Role::Assistant,
-            "system" => {
-                return Err(err(
-                    join(&p, "role"),
-                    "unknown role `system` (Anthropic takes the system prompt in `system`)",
-                ));
-            }
+            // Claude Code sends one after the first user message: a
+            // canonical system message in place, as OpenAI's are.
+            "system" => Role::System,
             other => {
                 return Err(err(
                     join(&p, "role"),
-                    format!("unknown role `{other}` (expected user or assistant)"),
+                    format!("unknown role `{other}` (expected user, assistant or system)"),
                 ));
             }
         };
