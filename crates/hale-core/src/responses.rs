@@ -198,8 +198,9 @@ mod tests {
 
     #[test]
     fn page_table() {
-        // (len, order, after, limit, indices, has_more)
-        let table: [(usize, Order, Option<usize>, usize, Vec<usize>, bool); 9] = [
+        /// (len, order, after, limit, indices, has_more)
+        type Row = (usize, Order, Option<usize>, usize, Vec<usize>, bool);
+        let table: [Row; 9] = [
             (3, Order::Asc, None, 20, vec![0, 1, 2], false),
             (3, Order::Desc, None, 20, vec![2, 1, 0], false),
             (3, Order::Asc, None, 2, vec![0, 1], true),

@@ -175,15 +175,15 @@ pub fn response_object(stored: &StoredResponse) -> Option<Value> {
     if stored.content_type.starts_with("text/event-stream") {
         let text = std::str::from_utf8(&stored.body).ok()?;
         text.lines()
+            .rev()
             .filter_map(|l| l.strip_prefix("data:"))
             .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .filter(|v| {
+            .find(|v| {
                 matches!(
                     v.get("type").and_then(Value::as_str),
                     Some("response.completed" | "response.incomplete")
                 )
             })
-            .last()
             .and_then(|v| v.get("response").cloned())
     } else {
         serde_json::from_slice::<Value>(&stored.body)
