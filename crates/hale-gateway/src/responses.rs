@@ -154,15 +154,22 @@ pub async fn prepare(
         return Ok((own, Some(c)));
     }
     let mut earlier = Vec::new();
+    let mut reasoning = 0;
     for r in &chain {
-        codec::turn_items(&r.input, &r.response, &mut earlier);
+        reasoning += codec::turn_items(&r.input, &r.response, &mut earlier);
     }
     let n = earlier.len();
+    let note = match reasoning {
+        0 => format!("expanded: previous_response_id ({n} items)"),
+        k => format!(
+            "expanded: previous_response_id ({n} items; {k} earlier reasoning items left out)"
+        ),
+    };
     let expanded = proto::parse_rewritten(
         Dialect::Responses,
         codec::expanded_body(body, earlier),
         &origin,
-        format!("expanded: previous_response_id ({n} items)"),
+        note,
     )
     .map_err(|e| HaleError::bad_request(format!("invalid request: {e}")))?;
     c.as_sent = Some(Arc::new(own));

@@ -27,26 +27,31 @@ pub fn own_input(body: &Map<String, Value>) -> Vec<Value> {
 }
 
 /// One earlier turn's part of the conversation: its input items, then the
-/// output items of the response it got. Output items hale or the provider
-/// numbered keep no `id` (optional in input, and an id a provider did not
-/// issue may be refused), except reasoning items, whose id goes with their
-/// encrypted content.
-pub fn turn_items(input: &Value, response: &Value, out: &mut Vec<Value>) {
+/// output items of the response it got. Output items keep no `id`
+/// (optional in input, and an id another provider did not issue may be
+/// refused); reasoning items are left out: they are the answering
+/// provider's own (a stored item's id, or content encrypted for its
+/// account), which another deployment cannot read. Returns how many
+/// reasoning items were left out.
+pub fn turn_items(input: &Value, response: &Value, out: &mut Vec<Value>) -> usize {
     if let Value::Array(items) = input {
         out.extend(items.iter().cloned());
     }
+    let mut left_out = 0;
     if let Some(Value::Array(items)) = response.get("output") {
         for item in items {
+            if item.get("type").and_then(Value::as_str) == Some("reasoning") {
+                left_out += 1;
+                continue;
+            }
             let mut item = item.clone();
-            let ty = item.get("type").and_then(Value::as_str).unwrap_or("");
-            if ty != "reasoning"
-                && let Some(o) = item.as_object_mut()
-            {
+            if let Some(o) = item.as_object_mut() {
                 o.remove("id");
             }
             out.push(item);
         }
     }
+    left_out
 }
 
 /// The client's body carrying the whole conversation: `earlier` (from
@@ -106,7 +111,7 @@ mod tests {
     #[test]
     fn expansion_is_earlier_inputs_and_outputs_in_order_then_this_turn() {
         let mut earlier = Vec::new();
-        turn_items(
+        let left_out = turn_items(
             &json!([{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "q1"}]}]),
             &json!({"id": "resp_1", "output": [
                 {"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "gAAA"},
@@ -114,6 +119,7 @@ mod tests {
             ]}),
             &mut earlier,
         );
+        assert_eq!(left_out, 1);
         turn_items(
             &json!([{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "q2"}]}]),
             &json!({"output": [{"id": "fc_2", "type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"}]}),
@@ -133,21 +139,19 @@ mod tests {
             .iter()
             .map(|i| i["type"].as_str().unwrap_or(""))
             .collect();
+        // The earlier reasoning item is the first provider's own: left out.
         assert_eq!(
             kinds,
             [
                 "message",
-                "reasoning",
                 "message",
                 "message",
                 "function_call",
                 "function_call_output"
             ]
         );
-        // Reasoning keeps its id (its encrypted content goes with it); others lose theirs.
-        assert_eq!(input[1]["id"], "rs_1");
-        assert!(input[2].get("id").is_none() && input[4].get("id").is_none());
-        assert_eq!(input[2]["content"][0]["text"], "a1");
+        assert!(input[1].get("id").is_none() && input[3].get("id").is_none());
+        assert_eq!(input[1]["content"][0]["text"], "a1");
         // The expanded body parses as a Responses request: the whole conversation.
         let req = super::super::parse_request(&out).unwrap();
         assert_eq!(req.messages.len(), 5, "{:?}", req.messages);
