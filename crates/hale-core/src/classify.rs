@@ -244,6 +244,9 @@ pub struct Classified {
     pub message: String,
 }
 
+/// The Responses API's error code for a `previous_response_id` it does not hold.
+pub const PREVIOUS_RESPONSE_NOT_FOUND: &str = "previous_response_not_found";
+
 /// Classify one outcome. Never panics, whatever the body holds.
 pub fn classify(obs: &Observation<'_>) -> Classified {
     let body = obs.body.map(BodyInfo::parse);
@@ -264,6 +267,18 @@ pub fn classify(obs: &Observation<'_>) -> Classified {
             class_for_status(kind, hint, mentions_model, body_unparsable),
             false,
         ),
+    };
+
+    // A Responses turn continuing a response the provider does not hold
+    // (OpenAI's 404 `previous_response_not_found`) is the caller's request,
+    // refused as such: no other deployment holds it either (hale sends an
+    // id it keeps expanded), so it is final, with the provider's 404.
+    let class = if obs.status == Some(404)
+        && body.as_ref().and_then(|b| b.code.as_deref()) == Some(PREVIOUS_RESPONSE_NOT_FOUND)
+    {
+        ErrorClass::BadRequest
+    } else {
+        class
     };
 
     let mut retry_after = obs
@@ -1141,6 +1156,9 @@ mod tests {
             ("anthropic not_found model", Some(404), None, Some(anthropic("not_found_error", "model: claude-9")), None, C::ModelNotFound),
             ("ollama model not found", Some(404), None, Some(r#"{"error":"model \"llama9\" not found, try pulling it first"}"#.into()), None, C::ModelNotFound),
             ("404 not about a model", Some(404), None, Some("404 page not found".into()), None, C::Unknown),
+            ("responses previous_response_not_found", Some(404), None, Some(openai("previous_response_not_found", "invalid_request_error", "Previous response with id 'resp_x' not found.")), None, C::BadRequest),
+            ("previous_response_not_found code on a 400", Some(400), None, Some(openai("previous_response_not_found", "invalid_request_error", "Previous response with id 'resp_x' not found.")), None, C::BadRequest),
+            ("a bare 404 invalid_request_error stays unknown", Some(404), None, Some(openai("unknown_url", "invalid_request_error", "Invalid URL (POST /v1/foo)")), None, C::Unknown),
             // bad_request
             ("400 other", Some(400), None, Some(openai("", "invalid_request_error", "Invalid value for 'temperature'")), None, C::BadRequest),
             ("400 bare", Some(400), None, None, None, C::BadRequest),

@@ -31,6 +31,7 @@ pub mod models;
 pub mod pages;
 pub mod pause;
 pub mod recovery;
+pub mod responses;
 pub mod retry;
 pub mod select;
 pub mod severity;

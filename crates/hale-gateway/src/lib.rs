@@ -36,6 +36,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod proto;
 pub mod relay;
+pub mod responses;
 pub mod turn;
 pub mod upstream;
 pub mod wire;

@@ -89,6 +89,17 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
         return HaleError::forbidden(format!("this key may not act as agent {agent}"))
             .into_response(dialect);
     }
+    // A Responses conversation continued by `previous_response_id` is read
+    // back first: the task is its root's, and compaction and budgets see
+    // the whole conversation (crate::responses).
+    let continuation =
+        match crate::responses::prepare(&gw.store, caller.agents.as_deref(), req).await {
+            Ok((expanded, c)) => {
+                req = expanded;
+                c
+            }
+            Err(e) => return e.into_response(dialect),
+        };
     // The task: X-Hale-Task, else the conversation's root (DESIGN §1 step 2).
     let task = conversation_task(explicit_task.as_deref(), &req);
     // An agent forgotten while idle is read back first (its counters, its pause).
@@ -167,6 +178,16 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
     turn.named = named;
     turn.admission = admission;
     turn.hold = Some(hold);
+    turn.responses = continuation;
+    // A previous_response_id no deployment of the plan can hold is OpenAI's 404.
+    if !turn.leave_out_unheld(&gw.cfg) {
+        let id = turn
+            .responses
+            .as_ref()
+            .and_then(|c| c.previous.clone())
+            .unwrap_or_default();
+        return crate::responses::previous_not_found(&id).into_response(dialect);
+    }
     gw.metrics.turn_started();
     // One span per turn (the attempts are its children), exported over OTLP
     // when `telemetry.otlp_endpoint` is set.
@@ -192,9 +213,18 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
         gw.compaction.emit(&turn, &c);
     }
     // Health: a pending nudge goes last, after compaction, so it is never compacted away.
-    if let Some(nudge) = gw.health.take_nudge(&agent, &task) {
-        req.messages
-            .push(proto::Message::text(proto::Role::System, nudge));
+    let nudged = match gw.health.take_nudge(&agent, &task) {
+        Some(nudge) => {
+            req.messages
+                .push(proto::Message::text(proto::Role::System, nudge));
+            true
+        }
+        None => false,
+    };
+    // The conversation hale will send is no longer the client's: the
+    // deployment holding a previous response gets it expanded too.
+    if let Some(c) = turn.responses.as_mut() {
+        c.changed = turn.compacted || nudged;
     }
 
     // Budget: the agent's and the task's caps.
@@ -317,6 +347,14 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
                 let mut r = relay::relay(gw2.env(), &mut turn, &req, served, live, enc, tx).await;
                 gw2.metrics.stream_resumed(r.resumes);
                 gw2.tasks.record_response(&agent, &task, &r.tool_calls);
+                if let Some(c) = turn.responses.as_mut() {
+                    // A resumed stream is no one provider's response.
+                    c.upstream_id = if r.resumes == 0 {
+                        r.upstream_id.take()
+                    } else {
+                        None
+                    };
+                }
                 let stored = StoredResponse {
                     status: 200,
                     headers: pairs,
@@ -372,6 +410,9 @@ async fn retry_after_overflow(
         && c.after_tokens < c.before_tokens
     {
         turn.compacted = true;
+        if let Some(r) = turn.responses.as_mut() {
+            r.changed = true;
+        }
         gw.compaction.emit(turn, &c);
         return true;
     }
@@ -574,6 +615,25 @@ fn finish_turn(
         }
         (Some(_), None) | (None, _) => (0.0, None),
     };
+    // A Responses answer is kept for previous_response_id and GET (unless `store: false`).
+    let kept = match (&turn.responses, &target, &answer) {
+        (Some(c), Some(t), Some((stored, _))) if ok => crate::responses::record(
+            c,
+            &crate::responses::Served {
+                turn_id: &turn.id,
+                agent: &turn.agent,
+                provider: &t.provider,
+                model: &t.model,
+                responses: gw
+                    .cfg
+                    .provider(&t.provider)
+                    .is_some_and(|p| crate::upstream::dialect_of(p) == Dialect::Responses),
+                now_ms,
+            },
+            stored,
+        ),
+        (Some(_) | None, _, _) => None,
+    };
     let record = TurnRecord {
         id: turn.id.clone(),
         agent: turn.agent.clone(),
@@ -601,6 +661,7 @@ fn finish_turn(
     };
     gw.metrics.turn_finished(ok, turn.started.elapsed());
     let mut writes = vec![Write::Turn(record)];
+    writes.extend(kept.map(Write::Response));
     // Content-policy and bad-request failures are the caller's input, not the agent failing.
     let counts = failure.is_some_and(|f| f.class.counts_as_turn_failure());
     let tokens = usage.input_tokens + usage.output_tokens;

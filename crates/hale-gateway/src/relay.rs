@@ -43,6 +43,8 @@ pub struct Relayed {
     pub tool_calls: Vec<crate::guard::CallSeen>,
     /// The closing frames, not yet sent.
     pub tail: Closing,
+    /// The first serving attempt's own id of the stream (its `Start`).
+    pub upstream_id: Option<String>,
 }
 
 /// Relays `live` to `tx`, resuming on failure. Returns when the stream ended.
@@ -69,6 +71,7 @@ pub async fn relay(
     let mut tool_delivered = false;
     let mut tool_calls: Vec<crate::guard::CallSeen> = Vec::new();
     let mut started = false;
+    let mut upstream_id: Option<String> = None;
     let mut finish: Option<StopReason> = None;
     let mut usage: Option<Usage> = None;
     let mut skip = String::new();
@@ -166,7 +169,10 @@ pub async fn relay(
             }
         };
         match ev {
-            StreamEvent::Start { .. } => {
+            StreamEvent::Start { ref id, .. } => {
+                if resumes == 0 && upstream_id.is_none() && !id.is_empty() {
+                    upstream_id = Some(id.clone());
+                }
                 if !started {
                     started = true;
                     out.send(enc.encode(&ev));
@@ -284,6 +290,7 @@ pub async fn relay(
             tx: out.tx,
             bytes: tail,
         },
+        upstream_id,
     }
 }
 

@@ -92,7 +92,8 @@ pub struct SkipRecord {
     pub target: String,
     /// Milliseconds since the turn started.
     pub start_ms: u64,
-    /// `ejected`, `breaker_open` or `tripped`.
+    /// `ejected`, `breaker_open`, `tripped`, or `previous_response_not_held`
+    /// (a Responses turn's `previous_response_id` it cannot hold).
     pub skipped: &'static str,
 }
 
@@ -132,6 +133,8 @@ pub struct Turn {
     /// Holds the agent in memory for as long as the turn lives (a stream's
     /// turn lives until the stream ends); `None` for turns hale makes itself.
     pub hold: Option<crate::agents::TurnHold>,
+    /// A Responses turn's conversation (`previous_response_id`, what is kept).
+    pub responses: Option<crate::responses::Continuation>,
 }
 
 /// A live stream after its first content: the events read so far and the rest.
@@ -177,6 +180,7 @@ impl Turn {
             overflow_at: None,
             hold: None,
             last_failure: None,
+            responses: None,
         }
     }
 
@@ -209,6 +213,35 @@ impl Turn {
             );
         }
         rows
+    }
+
+    /// Leaves out the deployments that cannot serve this Responses turn's
+    /// `previous_response_id` (`hale_core::responses::link`), each noted as
+    /// skipped; whether any is left.
+    pub fn leave_out_unheld(&mut self, cfg: &Config) -> bool {
+        let Some(c) = &self.responses else {
+            return true;
+        };
+        let mut left = false;
+        for (i, t) in self.targets.iter().enumerate() {
+            let responses = cfg
+                .provider(&t.provider)
+                .is_some_and(|p| upstream::dialect_of(p) == crate::proto::Dialect::Responses);
+            match c.link(&t.provider, responses) {
+                hale_core::responses::Link::Skip => {
+                    self.exhausted[i] = true;
+                    self.skipped.push(SkipRecord {
+                        target: crate::deployments::key(t),
+                        start_ms: 0,
+                        skipped: "previous_response_not_held",
+                    });
+                }
+                hale_core::responses::Link::Passthrough | hale_core::responses::Link::Expand => {
+                    left |= !self.exhausted[i];
+                }
+            }
+        }
+        left
     }
 
     /// Notes the deployments `choose` passed over, each once per turn.
@@ -270,10 +303,23 @@ pub async fn run(
         }
         let mut attempts_on_target = 0u32;
         let mut prev_wait = None;
+        // A Responses conversation: the deployment holding the previous
+        // response gets the client's request, any other the expanded one.
+        let speaks_responses = upstream::dialect_of(provider) == crate::proto::Dialect::Responses;
+        let own = match turn
+            .responses
+            .as_ref()
+            .map(|c| (c.link(&target.provider, speaks_responses), c))
+        {
+            Some((hale_core::responses::Link::Passthrough, c)) => c.passthrough(),
+            Some((hale_core::responses::Link::Expand | hale_core::responses::Link::Skip, _))
+            | None => None,
+        };
+        let base: &ChatRequest = own.as_deref().unwrap_or(req);
         // After a 504 the same target is asked again with a lower max_tokens.
         let mut lowered: Option<ChatRequest> = None;
         loop {
-            let req = lowered.as_ref().unwrap_or(req);
+            let req = lowered.as_ref().unwrap_or(base);
             attempts_on_target += 1;
             let start = Instant::now();
             let remaining = turn.deadline.saturating_duration_since(start);

@@ -203,7 +203,8 @@ fn merge_counts<'a>(
             | Encoded::Job(_)
             | Encoded::Audit(_)
             | Encoded::Announce(_)
-            | Encoded::Minutes(_) => continue,
+            | Encoded::Minutes(_)
+            | Encoded::Response(_) => continue,
         };
         if let Some(ended) = open.remove(agent) {
             close(&mut out, ended);
@@ -237,7 +238,8 @@ macro_rules! gen_apply {
                     | Encoded::Announce(_)
                     | Encoded::Count(_)
                     | Encoded::ForgetTask(..)
-                    | Encoded::Minutes(_) => None,
+                    | Encoded::Minutes(_)
+                    | Encoded::Response(_) => None,
                 })
                 .collect();
             if $pg && !events.is_empty() {
@@ -510,6 +512,30 @@ macro_rules! gen_apply {
                                 .execute(&mut *conn)
                                 .await?;
                         }
+                    }
+                    Encoded::Response(r) => {
+                        sqlx::query(
+                            "INSERT INTO responses (id, agent, turn_id, created_ms, previous_id, \
+                             provider, model, provider_id, input, response) VALUES ($1, $2, $3, \
+                             $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO UPDATE SET \
+                             agent = excluded.agent, turn_id = excluded.turn_id, \
+                             created_ms = excluded.created_ms, previous_id = excluded.previous_id, \
+                             provider = excluded.provider, model = excluded.model, \
+                             provider_id = excluded.provider_id, input = excluded.input, \
+                             response = excluded.response",
+                        )
+                        .bind(&r.id)
+                        .bind(&r.agent)
+                        .bind(&r.turn_id)
+                        .bind(r.created_ms)
+                        .bind(&r.previous_id)
+                        .bind(&r.provider)
+                        .bind(&r.model)
+                        .bind(&r.provider_id)
+                        .bind(&r.input)
+                        .bind(&r.response)
+                        .execute(&mut *conn)
+                        .await?;
                     }
                     Encoded::Audit(a) => {
                         sqlx::query(

@@ -16,7 +16,7 @@
 //! `writer` (group commit) and `listen` (PostgreSQL notifications); `store`
 //! (the [`Store`] handle and opening it); then one file per concern, each
 //! adding an `impl Store` block: `commit` (the write path), `journal`,
-//! `agents`, `outbox`, `idem`, `jobs`, `history`, `cluster`.
+//! `agents`, `outbox`, `idem`, `jobs`, `history`, `cluster`, `responses`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), hale_store::StoreError> {
@@ -39,6 +39,7 @@ mod journal;
 mod listen;
 mod model;
 mod outbox;
+mod responses;
 mod rows;
 mod schema;
 mod store;
@@ -53,8 +54,8 @@ pub use jobs::AuditRecord;
 pub use listen::{AgentListener, Heard};
 pub use model::{
     AgentChange, AgentControl, AgentRecord, AgentTotals, AuditEntry, CheckpointRecord, CountWrite,
-    Counted, DeadLetter, IdempotentResponse, JobRecord, SinkCursor, StoredEvent, StoredResponse,
-    TaskCount, TaskCounted, TurnRecord, TurnStatus, Write,
+    Counted, DeadLetter, IdempotentResponse, JobRecord, ResponseRecord, SinkCursor, StoredEvent,
+    StoredResponse, TaskCount, TaskCounted, TurnRecord, TurnStatus, Write,
 };
 pub use schema::SCHEMA_VERSION;
 pub use store::{Backend, SQLITE_BUSY_TIMEOUT, SQLITE_FILE, SQLITE_POOL_SIZE, Store, StoreOptions};

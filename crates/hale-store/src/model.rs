@@ -60,6 +60,36 @@ pub enum Write {
     /// the store holds for the same deployment and minute (another
     /// instance may have counted calls of that minute too).
     Minutes(Vec<hale_core::history::MinuteRow>),
+    /// A Responses API answer kept for `previous_response_id` and
+    /// `GET /v1/responses/{id}`, in the commit of the turn that answered it.
+    /// Upserted by id.
+    Response(ResponseRecord),
+}
+
+/// One Responses API answer as hale keeps it (`hale_core::responses`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResponseRecord {
+    /// The id the client was given.
+    pub id: String,
+    /// The agent it belongs to (who may read and continue it).
+    pub agent: String,
+    /// The turn that answered it.
+    pub turn_id: String,
+    pub created_ms: u64,
+    /// The response it continued, as the client named it.
+    pub previous_id: Option<String>,
+    /// The provider (account) and model that answered.
+    pub provider: String,
+    pub model: String,
+    /// The provider's own id of it, when a Responses provider answered it
+    /// whole: a turn sent to that provider may pass `previous_response_id`
+    /// through. Equal to `id` when the client got the provider's id.
+    pub provider_id: Option<String>,
+    /// The turn's own input items, as the client sent them (a string input
+    /// as one user message item).
+    pub input: serde_json::Value,
+    /// The response object as the client received it.
+    pub response: serde_json::Value,
 }
 
 /// A [`Write::Count`].

@@ -14,8 +14,8 @@ use sqlx::sqlite::SqliteRow;
 
 use crate::error::StoreError;
 use crate::model::{
-    AgentRecord, CheckpointRecord, DeadLetter, IdempotentResponse, StoredEvent, StoredResponse,
-    TurnRecord, TurnStatus, Write,
+    AgentRecord, CheckpointRecord, DeadLetter, IdempotentResponse, ResponseRecord, StoredEvent,
+    StoredResponse, TurnRecord, TurnStatus, Write,
 };
 
 /// A write, ready to bind.
@@ -34,6 +34,22 @@ pub(crate) enum Encoded {
     /// (agent, task) whose spend row is deleted.
     ForgetTask(String, String),
     Minutes(Vec<MinuteCols>),
+    Response(Box<ResponseRow>),
+}
+
+/// A [`Write::Response`], ready to bind.
+#[derive(Debug)]
+pub(crate) struct ResponseRow {
+    pub id: String,
+    pub agent: String,
+    pub turn_id: String,
+    pub created_ms: i64,
+    pub previous_id: Option<String>,
+    pub provider: String,
+    pub model: String,
+    pub provider_id: Option<String>,
+    pub input: String,
+    pub response: String,
 }
 
 /// A [`Write::Count`], ready to bind.
@@ -339,6 +355,21 @@ pub(crate) fn encode(w: Write, now_ms: u64) -> Result<Encoded, StoreError> {
             Encoded::Announce(json(&what, &c)?)
         }
         Write::ForgetTask { agent, task } => Encoded::ForgetTask(agent, task),
+        Write::Response(r) => {
+            let what = format!("response {}", r.id);
+            Encoded::Response(Box::new(ResponseRow {
+                created_ms: num(&what, "created_ms", r.created_ms)?,
+                input: json(&what, &r.input)?,
+                response: json(&what, &r.response)?,
+                id: r.id,
+                agent: r.agent,
+                turn_id: r.turn_id,
+                previous_id: r.previous_id,
+                provider: r.provider,
+                model: r.model,
+                provider_id: r.provider_id,
+            }))
+        }
         Write::Count(c) => {
             let what = format!("counts of agent {}", c.agent);
             let k = &c.count;
@@ -648,5 +679,24 @@ pub(crate) fn decode_dead_letter(r: &impl Cols) -> Result<DeadLetter, StoreError
         error: c.col(r.text("error"))?,
         failed_ms: c.unsigned("failed_ms", c.col(r.i64("failed_ms"))?)?,
         event: c.json("body", &c.col(r.text("body"))?)?,
+    })
+}
+
+pub(crate) const RESPONSE_COLS: &str = "id, agent, turn_id, created_ms, previous_id, provider, \
+    model, provider_id, input, response";
+
+pub(crate) fn decode_response(r: &impl Cols) -> Result<ResponseRecord, StoreError> {
+    let c = Ctx::new("responses", r, "id");
+    Ok(ResponseRecord {
+        id: c.col(r.text("id"))?,
+        agent: c.col(r.text("agent"))?,
+        turn_id: c.col(r.text("turn_id"))?,
+        created_ms: c.unsigned("created_ms", c.col(r.i64("created_ms"))?)?,
+        previous_id: c.col(r.opt_text("previous_id"))?,
+        provider: c.col(r.text("provider"))?,
+        model: c.col(r.text("model"))?,
+        provider_id: c.col(r.opt_text("provider_id"))?,
+        input: c.json("input", &c.col(r.text("input"))?)?,
+        response: c.json("response", &c.col(r.text("response"))?)?,
     })
 }

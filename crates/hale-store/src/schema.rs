@@ -155,6 +155,19 @@ pub(crate) const SQLITE: &[&str] = &[
         request_hash TEXT NOT NULL,
         holder TEXT NOT NULL,
         expires_ms INTEGER NOT NULL)",
+    // Responses API answers kept for previous_response_id (src/responses.rs).
+    "CREATE TABLE IF NOT EXISTS responses (
+        id TEXT PRIMARY KEY,
+        agent TEXT NOT NULL,
+        turn_id TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        previous_id TEXT,
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        provider_id TEXT,
+        input TEXT NOT NULL,
+        response TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS responses_age ON responses (created_ms)",
 ];
 
 /// Columns added to SQLite tables after their first release: (table,
@@ -301,4 +314,17 @@ pub(crate) const POSTGRES: &[&str] = &[
         request_hash TEXT NOT NULL,
         holder TEXT NOT NULL,
         expires_ms BIGINT NOT NULL)",
+    // Responses API answers kept for previous_response_id (src/responses.rs).
+    "CREATE TABLE IF NOT EXISTS responses (
+        id TEXT PRIMARY KEY,
+        agent TEXT NOT NULL,
+        turn_id TEXT NOT NULL,
+        created_ms BIGINT NOT NULL,
+        previous_id TEXT,
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        provider_id TEXT,
+        input TEXT NOT NULL,
+        response TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS responses_age ON responses (created_ms)",
 ];

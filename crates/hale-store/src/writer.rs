@@ -252,6 +252,7 @@ fn describe(rows: &[Encoded]) -> String {
         Some(Encoded::Minutes(m)) => format!("{} history minute(s)", m.len()),
         Some(Encoded::Count(c)) => format!("counts of agent {}", c.agent),
         Some(Encoded::ForgetTask(a, t)) => format!("spend of task {t} of agent {a}"),
+        Some(Encoded::Response(r)) => format!("response {}", r.id),
     };
     match rows.len() {
         1 => first,

@@ -23,6 +23,7 @@ suite!(common::sqlite;
     bad_writes_fail_alone,
     closed_store_refuses_writes,
     prune_turns_drops_only_old_turns,
+    responses_are_kept_chained_deleted_and_pruned,
     agent_rows_in_one_batch_keep_the_last,
     turn_rows_of_one_batch_are_all_written_and_the_last_wins,
     counts_add_up_as_the_core_rule_says,

@@ -340,7 +340,7 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
         let st = stats_relays.stats();
         (st.sinks, st.shed)
     }));
-    // Retention of the turn journal and idempotency keys.
+    // Retention of the turn journal, idempotency keys and kept Responses answers.
     let (retention_store, retention) = (store.clone(), cfg.journal.retention);
     let retention_task = move |prune_token: tokio_util::sync::CancellationToken| {
         let retention_store = retention_store.clone();
@@ -355,8 +355,9 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
                     hale_gateway::state::wall_ms().saturating_sub(retention.as_millis() as u64);
                 let turns = retention_store.prune_turns(before).await?;
                 let keys = retention_store.prune_idempotency(before).await?;
-                if turns + keys > 0 {
-                    tracing::info!(turns, keys, "journal retention: pruned");
+                let responses = retention_store.prune_responses(before).await?;
+                if turns + keys + responses > 0 {
+                    tracing::info!(turns, keys, responses, "journal retention: pruned");
                 }
             }
         }

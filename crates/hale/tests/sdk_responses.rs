@@ -302,3 +302,167 @@ providers:
         assert!(b["max_tokens"].as_u64().is_some(), "{b}");
     }
 }
+
+/// Issue 27: a `previous_response_id` conversation survives a failover. Turn
+/// 1 is served by the Responses deployment; turn 2 continues it, and its
+/// Responses deployment answers 503, so it fails over to an Anthropic one,
+/// which gets the whole conversation; turn 3 continues turn 2 (an id hale
+/// made) and is back on the Responses deployment, which gets the whole
+/// conversation as input items, without the id it never issued. Then
+/// `retrieve`, `input_items.list` and `delete` through the SDK; a
+/// `store=False` response and an id hale never issued are 404s
+/// (`openai.NotFoundError`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_sdk_previous_response_id_survives_a_failover_to_another_kind() {
+    let Some(py) = py() else { return };
+    let rig = Rig::start(&format!(
+        "routes:
+  t1: [resp/gpt-5]
+  t2: [resp/error-503, anth/claude-x]
+  t3: [resp/gpt-5]
+retry:
+  server_error: {{max_attempts: 2, initial_ms: 20, max_ms: 50}}
+{RESPONSES_PROVIDER}  - name: anth
+    kind: anthropic
+    base_url: {{chaos}}
+    default_model: claude-x
+"
+    ))
+    .await;
+    let v = rig.sdk(&py, "conversation", "t1,t2,t3").await;
+    let text = words(60);
+    assert_eq!(v["texts"], serde_json::json!([text, text, text]), "{v}");
+    assert_eq!(
+        v["providers"],
+        serde_json::json!(["resp", "anth", "resp"]),
+        "{v}"
+    );
+    let ids: Vec<&str> = v["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_str().unwrap())
+        .collect();
+    // Turn 1: the provider's own id; turn 2 (another kind, streamed): hale's.
+    assert!(ids[0].starts_with("resp_chaos_"), "{v}");
+    let turn2 = v["turns"][1].as_str().unwrap();
+    assert_eq!(ids[1], format!("resp_{turn2}"), "{v}");
+    assert!(ids[2].starts_with("resp_"), "{v}");
+    assert_eq!(
+        v["retrieved"],
+        serde_json::json!({"id": ids[1], "text": text, "status": "completed"}),
+        "{v}"
+    );
+    let items = v["input_items"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "turn 3's own input: {v}");
+    assert!(
+        items
+            .iter()
+            .all(|i| i["type"] == "message" && i["role"] == "user"),
+        "{v}"
+    );
+    assert_eq!(v["first_page"]["n"], 1, "{v}");
+    assert_eq!(v["first_page"]["has_more"], true, "{v}");
+    assert_eq!(
+        v["deleted"],
+        serde_json::json!({"id": ids[0], "object": "response", "deleted": true})
+    );
+    for k in ["after_delete", "unkept", "unknown_previous"] {
+        assert_eq!(v[k]["status"], 404, "{k}: {v}");
+    }
+
+    // What each deployment was sent.
+    let bodies = rig.chaos_bodies().await;
+    let of =
+        |model: &str| -> Vec<&Value> { bodies.iter().filter(|b| b["model"] == model).collect() };
+    // Turn 2 on the deployment holding turn 1: the client's request, id and all.
+    let held = of("error-503");
+    assert!(!held.is_empty(), "{bodies:?}");
+    for b in &held {
+        assert_eq!(b["previous_response_id"], ids[0], "{b}");
+        assert_eq!(b["input"], "Second question.", "the client's bytes: {b}");
+    }
+    // Turn 2 on Anthropic: the whole conversation.
+    let anth = of("claude-x");
+    assert_eq!(anth.len(), 1, "{bodies:?}");
+    let texts: Vec<String> = anth[0]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let c = &m["content"];
+            let t = c.as_str().map(str::to_owned).unwrap_or_else(|| {
+                c.as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|b| b["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("")
+            });
+            format!("{}: {t}", m["role"].as_str().unwrap_or(""))
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "user: First question.".to_string(),
+            format!("assistant: {text}"),
+            "user: Second question.".to_string(),
+        ],
+        "{}",
+        anth[0]
+    );
+    // Turn 3 on the Responses deployment: every earlier turn as input
+    // items, no id it never issued.
+    let resp = of("gpt-5");
+    let turn3 = resp
+        .iter()
+        .find(|b| b.to_string().contains("Third question."))
+        .expect("turn 3 reached the Responses deployment");
+    assert!(turn3.get("previous_response_id").is_none(), "{turn3}");
+    let input = turn3["input"].as_array().unwrap();
+    let said: Vec<String> = input
+        .iter()
+        .map(|i| {
+            let c = &i["content"];
+            let t = c.as_str().map(str::to_owned).unwrap_or_else(|| {
+                c.as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("")
+            });
+            format!("{}: {t}", i["role"].as_str().unwrap_or(""))
+        })
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "user: First question.".to_string(),
+            format!("assistant: {text}"),
+            "user: Second question.".to_string(),
+            format!("assistant: {text}"),
+            "user: Third question.".to_string(),
+            "user: And one more.".to_string(),
+        ],
+        "{turn3}"
+    );
+    // The expansion is named in the turn's timeline.
+    let turn3_id = v["turns"][2].as_str().unwrap();
+    let t = hale_testkit::get_json(&rig.http, &format!("{}/turns/{turn3_id}", rig.base)).await;
+    assert!(
+        t["timeline"][0]["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c == "expanded: previous_response_id (4 items)"),
+        "{t}"
+    );
+    // The unknown id went to the Responses deployment once: its 404 is final.
+    let unknown = resp
+        .iter()
+        .filter(|b| b["previous_response_id"] == "resp_never_issued_by_anyone")
+        .count();
+    assert_eq!(unknown, 1, "{bodies:?}");
+}

@@ -10,6 +10,7 @@
 //! - [`chat`]: a dialect's request in → the pipeline → a response or SSE out.
 //! - [`agents`], [`deployments`], [`health`], [`checkpoints`], [`history`]:
 //!   the admin and agent APIs over the components.
+//! - [`responses`]: the Responses API's stored responses (GET, DELETE, input items).
 //! - [`dashboard`]: the page; [`ops`]: `/live`, `/ready`, `/metrics`, `/turns/{id}`.
 
 pub mod agents;
@@ -21,6 +22,7 @@ pub mod edge;
 pub mod health;
 pub mod history;
 pub mod ops;
+pub mod responses;
 
 use crate::Gateway;
 use axum::Router;
@@ -36,6 +38,14 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         .route("/v1/chat/completions", post(chat::openai))
         .route("/v1/messages", post(chat::anthropic))
         .route("/v1/responses", post(chat::responses))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::get).delete(responses::delete),
+        )
+        .route(
+            "/v1/responses/{id}/input_items",
+            get(responses::input_items),
+        )
         .route("/v1/models", get(chat::models))
         // Operations.
         .route("/live", get(|| async { "ok" }))

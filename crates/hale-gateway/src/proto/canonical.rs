@@ -353,6 +353,9 @@ pub struct Origin {
     /// the client's dialect gets these very bytes when hale changed nothing
     /// in the body ([`Outgoing::raw`](super::fidelity::Outgoing::raw)).
     pub(super) raw: Option<Bytes>,
+    /// What hale changed before parsing the body (a `previous_response_id`
+    /// expanded into the conversation): named in every attempt's `changes`.
+    pub(super) notes: Vec<String>,
 }
 
 /// Fingerprints of the canonical fields hale renders when they changed.
@@ -423,6 +426,7 @@ impl Origin {
             groups,
             parsed: req.messages.clone(),
             raw: None,
+            notes: Vec::new(),
         }
     }
 

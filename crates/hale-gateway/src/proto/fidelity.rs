@@ -121,7 +121,7 @@ pub fn render_for(
             changes: Vec::new(),
         };
     };
-    let mut changes = Vec::new();
+    let mut changes = origin.notes.clone();
     let (body, raw) = if origin.dialect == target {
         let body = match target {
             Dialect::OpenAi => patch_openai(origin, req, model, prefill, &mut changes),

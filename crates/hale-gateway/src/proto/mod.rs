@@ -45,4 +45,4 @@ pub use canonical::{
     StreamEvent, Tool, Usage,
 };
 pub use fidelity::{Outgoing, render_for};
-pub use parse::{Sent, parse_request, parse_request_sent, parse_sent};
+pub use parse::{Sent, parse_request, parse_request_sent, parse_rewritten, parse_sent};

@@ -46,6 +46,27 @@ pub fn parse_request_sent(
     Ok(req)
 }
 
+/// A request hale rewrote before parsing it (a `previous_response_id`
+/// expanded into the whole conversation): `body` parsed in `dialect`, with
+/// the provider-feature headers of `like` (the client's request), and
+/// `note` named in every attempt's `changes`. It has no bytes of its own.
+pub fn parse_rewritten(
+    dialect: Dialect,
+    body: Value,
+    like: &Origin,
+    note: String,
+) -> Result<ChatRequest, ProtoError> {
+    let (mut req, trace) = match dialect {
+        Dialect::OpenAi => openai::parse_request_traced(&body)?,
+        Dialect::Anthropic => anthropic::parse_request_traced(&body)?,
+        Dialect::Responses => responses::parse_request_traced(&body)?,
+    };
+    let mut origin = Origin::new(dialect, body, like.headers.clone(), &req, trace);
+    origin.notes.push(note);
+    req.origin = Some(Arc::new(origin));
+    Ok(req)
+}
+
 /// A client's JSON body: its value, and its bytes when they say nothing
 /// else than the value (no object repeats a key).
 #[derive(Debug)]

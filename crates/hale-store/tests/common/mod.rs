@@ -743,6 +743,74 @@ pub async fn closed_store_refuses_writes(s: &Store) {
     assert!(matches!(s.flush().await, Err(StoreError::Closed)));
 }
 
+fn response_rec(id: &str, previous: Option<&str>, created_ms: u64) -> hale_store::ResponseRecord {
+    hale_store::ResponseRecord {
+        id: id.into(),
+        agent: "a1".into(),
+        turn_id: format!("turn-{id}"),
+        created_ms,
+        previous_id: previous.map(str::to_owned),
+        provider: "resp".into(),
+        model: "gpt-5".into(),
+        provider_id: Some(format!("up-{id}")),
+        input: serde_json::json!([{"type": "message", "role": "user", "content": format!("q {id}")}]),
+        response: serde_json::json!({"id": id, "object": "response", "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": format!("a {id}")}]}]}),
+    }
+}
+
+/// Kept Responses answers (issue 27): written with a turn in one commit,
+/// read back as written, a `previous_response_id` chain walked root first
+/// and bounded, a broken link shows as a chain whose root still names its
+/// previous one, delete and retention.
+pub async fn responses_are_kept_chained_deleted_and_pruned(s: &Store) {
+    let r1 = response_rec("resp_1", None, 10);
+    let r2 = response_rec("resp_2", Some("resp_1"), 20);
+    let mut r3 = response_rec("resp_3", Some("resp_2"), 1_000);
+    r3.provider_id = None;
+    s.commit(vec![
+        Write::Turn(turn("turn-resp_1", "task", "h1", TurnStatus::Succeeded, 10)),
+        Write::Response(r1.clone()),
+    ])
+    .await
+    .expect("commit");
+    s.commit(vec![
+        Write::Response(r2.clone()),
+        Write::Response(r3.clone()),
+    ])
+    .await
+    .expect("commit");
+    assert_eq!(s.response("resp_1").await.expect("read"), Some(r1.clone()));
+    assert_eq!(s.response("resp_3").await.expect("read"), Some(r3.clone()));
+    assert_eq!(s.response("nope").await.expect("read"), None);
+    let chain = s.response_chain("resp_3", 1000).await.expect("chain");
+    assert_eq!(chain, vec![r1.clone(), r2.clone(), r3.clone()]);
+    // Bounded: the two newest, whose root still names its previous one.
+    let short = s.response_chain("resp_3", 2).await.expect("chain");
+    assert_eq!(short, vec![r2.clone(), r3.clone()]);
+    assert!(
+        s.response_chain("nope", 10)
+            .await
+            .expect("chain")
+            .is_empty()
+    );
+    // Upserted by id.
+    let mut again = r1.clone();
+    again.model = "gpt-5-mini".into();
+    s.commit(vec![Write::Response(again.clone())])
+        .await
+        .expect("commit");
+    assert_eq!(s.response("resp_1").await.expect("read"), Some(again));
+    // Retention: created before the cut.
+    assert_eq!(s.prune_responses(15).await.expect("prune"), 1);
+    assert_eq!(s.response("resp_1").await.expect("read"), None);
+    let broken = s.response_chain("resp_3", 1000).await.expect("chain");
+    assert_eq!(broken, vec![r2.clone(), r3.clone()]);
+    assert_eq!(broken[0].previous_id.as_deref(), Some("resp_1"));
+    assert!(s.delete_response("resp_3").await.expect("delete"));
+    assert!(!s.delete_response("resp_3").await.expect("delete"));
+    assert_eq!(s.response("resp_3").await.expect("read"), None);
+}
+
 /// Retention: turns that started before the cut are deleted, later ones kept.
 pub async fn prune_turns_drops_only_old_turns(s: &Store) {
     s.commit(vec![

@@ -9,6 +9,12 @@ MODE is one of:
   tool    a function tool round trip: a `function_call`, then its
           `function_call_output` sent back
   chat    one non-streamed and one streamed Chat Completions call
+  conversation
+          MODEL is three models `m1,m2,m3`: a `previous_response_id`
+          conversation of three turns (m1; m2 streamed, continuing the first;
+          m3 continuing the second), then `responses.retrieve`,
+          `input_items.list`, `delete`, a `store=False` response and an id
+          hale never issued (both `openai.NotFoundError`)
 
 Prints one JSON object with what it saw for the Rust test to check; the
 checks of the stream's shape (one item per output, continuous sequence
@@ -148,6 +154,72 @@ def chat(client, model):
     }
 
 
+def not_found(call):
+    """The status and error body of a call expected to raise NotFoundError."""
+    try:
+        call()
+    except openai.NotFoundError as e:
+        return {"status": e.status_code, "body": e.body}
+    return None
+
+
+def conversation(client, models):
+    m1, m2, m3 = models.split(",")
+    raw1 = client.responses.with_raw_response.create(model=m1, input="First question.")
+    r1 = raw1.parse()
+    raw2 = client.responses.with_raw_response.create(
+        model=m2, input="Second question.", previous_response_id=r1.id, stream=True
+    )
+    events = list(raw2.parse())
+    ends = [e for e in events if e.type == "response.completed"]
+    r2 = ends[-1].response
+    raw3 = client.responses.with_raw_response.create(
+        model=m3,
+        input=[
+            {"role": "user", "content": "Third question."},
+            {"role": "user", "content": "And one more."},
+        ],
+        previous_response_id=r2.id,
+    )
+    r3 = raw3.parse()
+    got = client.responses.retrieve(r2.id)
+    items = client.responses.input_items.list(r3.id, order="asc")
+    first_page = client.responses.input_items.list(r3.id, limit=1)
+    unkept = client.responses.create(model=m1, input="Not kept.", store=False)
+    deleted = client.responses.with_raw_response.delete(r1.id)
+    return {
+        "ids": [r1.id, r2.id, r3.id],
+        "texts": [r1.output_text, r2.output_text, r3.output_text],
+        "providers": [
+            raw1.headers.get("x-hale-provider"),
+            raw2.headers.get("x-hale-provider"),
+            raw3.headers.get("x-hale-provider"),
+        ],
+        "turns": [
+            raw1.headers.get("x-hale-turn-id"),
+            raw2.headers.get("x-hale-turn-id"),
+            raw3.headers.get("x-hale-turn-id"),
+        ],
+        "retrieved": {"id": got.id, "text": got.output_text, "status": got.status},
+        "input_items": [
+            {"id": i.id, "type": i.type, "role": getattr(i, "role", None)} for i in items.data
+        ],
+        "first_page": {
+            "n": len(first_page.data),
+            "has_more": first_page.has_more,
+            "first_id": getattr(first_page, "first_id", None),
+        },
+        "deleted": deleted.http_response.json(),
+        "after_delete": not_found(lambda: client.responses.retrieve(r1.id)),
+        "unkept": not_found(lambda: client.responses.retrieve(unkept.id)),
+        "unknown_previous": not_found(
+            lambda: client.responses.create(
+                model=m1, input="x", previous_response_id="resp_never_issued_by_anyone"
+            )
+        ),
+    }
+
+
 def main() -> None:
     mode, base_url, model = sys.argv[1], sys.argv[2], sys.argv[3]
     client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=60)
@@ -163,6 +235,8 @@ def main() -> None:
         out = tool(client, model)
     elif mode == "chat":
         out = chat(client, model)
+    elif mode == "conversation":
+        out = conversation(client, model)
     else:
         raise SystemExit(f"unknown mode {mode}")
     out["sdk_version"] = openai.__version__

@@ -32,6 +32,10 @@
 //! - Usage: `input_tokens` already counts the cached tokens and
 //!   `output_tokens` the reasoning tokens, as the canonical counts mean.
 //!
+//! - `previous_response_id`: `chain.rs` holds a turn's own input items and
+//!   the body that carries the whole conversation instead (the pipeline
+//!   expands a chain hale keeps for a deployment that does not hold it).
+//!
 //! The codec is split by direction: `request.rs` parses a caller's request
 //! and renders one for a provider, `response.rs` does the same for complete
 //! responses (with the status mapping and error bodies), `stream.rs`
@@ -41,6 +45,7 @@
 //! [`Role::Tool`]: super::Role::Tool
 //! [`StopReason::MaxTokens`]: super::StopReason::MaxTokens
 
+mod chain;
 mod request;
 mod response;
 mod stream;
@@ -51,6 +56,7 @@ use super::canonical::Dialect;
 pub(crate) const DIALECT: Dialect = Dialect::Responses;
 
 pub use super::sse::SseFrame;
+pub use chain::{expanded_body, own_input, previous_response_id, stores, turn_items};
 pub use request::{
     CUSTOM_TOOLS_KEY, HOSTED_TOOLS_KEY, arguments_to_custom_input, custom_input_to_arguments,
     custom_schema, custom_tools, parse_request, render_request,
