@@ -60,7 +60,7 @@ impl Committing {
 }
 
 impl Store {
-    fn encode(writes: Vec<Write>) -> Result<Vec<rows::Encoded>> {
+    pub(crate) fn encode(writes: Vec<Write>) -> Result<Vec<rows::Encoded>> {
         let now = now_ms();
         writes.into_iter().map(|w| rows::encode(w, now)).collect()
     }

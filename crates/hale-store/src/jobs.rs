@@ -25,9 +25,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::on_pool;
+use crate::backend::{self, Pool, on_pool};
 use crate::error::{Result, StoreError};
-use crate::model::JobRecord;
+use crate::model::{JobRecord, Write};
 use crate::store::Store;
 
 /// One row of the audit log.
@@ -145,13 +145,77 @@ impl Store {
     }
 
     /// Moves a job from status `from` to the whole state `job` (status,
-    /// schedule, body) if it is still in `from`; true when this caller won.
-    /// The compare-and-set for a transition that ends a job without running
-    /// it (expiry, cancel): the row never shows the new status without the
-    /// body that explains it. Its audit row and event follow in
-    /// [`Store::commit`].
-    pub async fn settle_job(&self, from: &str, job: &JobRecord) -> Result<bool> {
-        self.write_job(Some(from), job).await
+    /// schedule, body) if it is still in `from`, and commits `with` (its
+    /// audit row and events) in the same transaction; true when this caller
+    /// won, and then both are durable. The compare-and-set for a transition
+    /// that ends a job without running it (expiry, cancel): the row never
+    /// shows the new status without the body that explains it, and a crash
+    /// never leaves the status without its event. When another caller moved
+    /// the job first nothing is written.
+    pub async fn settle_job(&self, from: &str, job: &JobRecord, with: Vec<Write>) -> Result<bool> {
+        let rows = Self::encode(with)?;
+        let body = body_text(job)?;
+        let next = job
+            .next_attempt_ms
+            .map(|v| i64_of("next_attempt_ms", v))
+            .transpose()?;
+        let updated = i64_of("updated_ms", job.updated_ms)?;
+        let what = || format!("settling job {}", job.job_id);
+        let fail = |e: sqlx::Error| StoreError::Commit {
+            what: what(),
+            source: std::sync::Arc::new(e),
+        };
+        // The same statement as `write_job`, on the transaction.
+        const SETTLE: &str = "UPDATE jobs SET status = $3, next_attempt_ms = $4, updated_ms = $5, \
+                              body = $6 WHERE job_id = $1 AND status = $2";
+        let applied = match &self.inner.pool {
+            Pool::Sqlite(p) => {
+                let mut tx = p.begin_with("BEGIN IMMEDIATE").await.map_err(fail)?;
+                let n = sqlx::query(SETTLE)
+                    .bind(&job.job_id)
+                    .bind(from)
+                    .bind(&job.status)
+                    .bind(next)
+                    .bind(updated)
+                    .bind(&body)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(fail)?
+                    .rows_affected();
+                if n != 1 {
+                    return Ok(false);
+                }
+                let applied = backend::apply_sqlite(&mut tx, &[rows.as_slice()])
+                    .await
+                    .map_err(fail)?;
+                tx.commit().await.map_err(fail)?;
+                applied
+            }
+            Pool::Pg(p) => {
+                let mut tx = p.begin().await.map_err(fail)?;
+                let n = sqlx::query(SETTLE)
+                    .bind(&job.job_id)
+                    .bind(from)
+                    .bind(&job.status)
+                    .bind(next)
+                    .bind(updated)
+                    .bind(&body)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(fail)?
+                    .rows_affected();
+                if n != 1 {
+                    return Ok(false);
+                }
+                let applied = backend::apply_pg(&mut tx, &[rows.as_slice()])
+                    .await
+                    .map_err(fail)?;
+                tx.commit().await.map_err(fail)?;
+                applied
+            }
+        };
+        crate::writer::committed(&self.inner.shared, applied);
+        Ok(true)
     }
 
     /// Writes `job` over its row, only while the row is in status `from`

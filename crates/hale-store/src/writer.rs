@@ -273,7 +273,7 @@ fn answer(shared: &Shared, job: Job, result: Result<(), StoreError>) {
     }
 }
 
-fn committed(shared: &Shared, applied: backend::Applied) {
+pub(crate) fn committed(shared: &Shared, applied: backend::Applied) {
     shared.commits.fetch_add(1, Ordering::Relaxed);
     if let Some(m) = applied.max_seq {
         shared.seen_seq(m);

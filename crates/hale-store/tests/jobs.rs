@@ -68,12 +68,46 @@ async fn jobs_contract(store: &Store) {
     expired.body = json!({"error": "ttl"});
     let mut cancelled = job("s", "cancelled", None);
     cancelled.body = json!({"error": "cancelled"});
-    assert!(store.settle_job("queued", &expired).await.unwrap());
-    assert!(!store.settle_job("queued", &cancelled).await.unwrap());
+    // Its event commits with it (one transaction); the loser writes nothing.
+    let settle_event = |id: &str, kind: EventKind| {
+        let e = Event {
+            id: id.into(),
+            time_ms: 12,
+            kind,
+            agent: None,
+            task: None,
+            turn: None,
+            payload: json!({"job_id": "s"}),
+        };
+        (e.id.clone(), Write::Event(e))
+    };
+    let (won_id, won) = settle_event("01JOBEXPIREDEVENT000000000", EventKind::JobExpired);
+    let (lost_id, lost) = settle_event("01JOBCANCELLEDEVENT0000000", EventKind::JobCancelled);
+    assert!(
+        store
+            .settle_job("queued", &expired, vec![won])
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .settle_job("queued", &cancelled, vec![lost])
+            .await
+            .unwrap()
+    );
     let s = store.job("s").await.unwrap().unwrap();
     assert_eq!(
         (s.status.as_str(), s.next_attempt_ms, s.body),
         ("expired", None, json!({"error": "ttl"}))
+    );
+    let events = store.events_after(0, 100, None).await.unwrap();
+    assert!(
+        events.iter().any(|e| e.event.id == won_id),
+        "the settled job's event is in the outbox"
+    );
+    assert!(
+        !events.iter().any(|e| e.event.id == lost_id),
+        "the losing settle wrote its event"
     );
     // Stale jobs: of one status, updated before a time, oldest first.
     let mut old = job("old", "running", None);

@@ -190,6 +190,15 @@ impl Tools {
     /// the run and the final event, in one transaction (DESIGN §6: the event
     /// commits with the change it reports); then the audit log file's line.
     pub(crate) async fn finalize(&self, job: &mut Job, now_ms: u64) -> hale_store::Result<()> {
+        let (writes, line) = self.final_writes(job, now_ms);
+        self.store.commit(writes).await?;
+        self.finished(job, line);
+        Ok(())
+    }
+
+    /// [`Tools::finalize`]'s writes (the job row first among them) and the
+    /// audit file's line, counting nothing yet.
+    fn final_writes(&self, job: &mut Job, now_ms: u64) -> (Vec<Write>, Option<Value>) {
         job.finished_ms = Some(now_ms);
         let body = serde_json::to_value(&*job).unwrap_or(Value::Null);
         let line = self.audit_file.as_ref().map(|_| audit_line(&body, now_ms));
@@ -212,8 +221,6 @@ impl Tools {
             JobStatus::Running | JobStatus::Queued => None,
         };
         if let Some(kind) = kind {
-            self.metrics.job(job.status.as_str());
-            self.metrics.finished(job.degraded);
             writes.push(Write::Event(
                 Event::new(kind, now_ms, &mut rand::rng()).payload(json!({
                     "job_id": job.job_id, "workflow_id": job.workflow_id, "ok": job.ok,
@@ -223,11 +230,18 @@ impl Tools {
                 })),
             ));
         }
-        self.store.commit(writes).await?;
+        (writes, line)
+    }
+
+    /// A job's final state committed: its metrics and its audit file line.
+    fn finished(&self, job: &Job, line: Option<Value>) {
+        if !matches!(job.status, JobStatus::Running | JobStatus::Queued) {
+            self.metrics.job(job.status.as_str());
+            self.metrics.finished(job.degraded);
+        }
         if let (Some(file), Some(line)) = (&self.audit_file, line) {
             file.append(&line);
         }
-        Ok(())
     }
 
     /// One job's state.
@@ -260,21 +274,25 @@ impl Tools {
 
     /// Ends a job that is still in `from` with the state `job` holds,
     /// without running it (expiry, cancel): a compare-and-set of the whole
-    /// row, so no reader sees the new status without its reason, then its
-    /// audit row and event. False when another caller moved it first.
+    /// row, so no reader sees the new status without its reason, committed
+    /// with its audit row and events in one transaction. False when another
+    /// caller moved it first (nothing written).
     pub(crate) async fn settle(
         &self,
         job: &mut Job,
         from: JobStatus,
         now_ms: u64,
     ) -> hale_store::Result<bool> {
-        job.finished_ms = Some(now_ms);
+        let (mut writes, line) = self.final_writes(job, now_ms);
         let mut rec = record(job, None);
         rec.updated_ms = now_ms;
-        if !self.store.settle_job(from.as_str(), &rec).await? {
+        // The row goes by the compare-and-set; its audit row and events
+        // commit with it.
+        writes.retain(|w| !matches!(w, Write::Job(_)));
+        if !self.store.settle_job(from.as_str(), &rec, writes).await? {
             return Ok(false);
         }
-        self.finalize(job, now_ms).await?;
+        self.finished(job, line);
         Ok(true)
     }
 }
