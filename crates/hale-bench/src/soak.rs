@@ -26,6 +26,14 @@
 //! The config an operator with a 1 s p99 objective would write: provider
 //! timeout 1 s, `max_retry_wait` 500 ms, retry backoffs from 50 ms. Every
 //! other number is hale's default (probe interval 5 s, eject after 3).
+//!
+//! `--dialect responses` plays the same schedule on the OpenAI Responses API
+//! both ways (issue 27): the clients call `POST /v1/responses` and the
+//! provider is `api: responses`, so chaos answers on its `/v1/responses`.
+//! A streamed request is served only when its event stream is one
+//! well-formed response: `sequence_number`s 0, 1, 2, … without a gap, one
+//! `response.output_item.added` and one `.done` per item of the output, and
+//! `response.completed` last (see [`responses_stream_whole`]).
 
 use crate::procs;
 use anyhow::{Context, bail};
@@ -55,9 +63,96 @@ pub struct SoakArgs {
     /// The hale binary; default: `hale` next to this binary, or target/release/hale.
     #[arg(long)]
     hale_bin: Option<PathBuf>,
+    /// The API the clients and the provider speak: `chat` (Chat Completions)
+    /// or `responses` (the Responses API, both ways).
+    #[arg(long, value_enum, default_value_t = Dialect::Chat)]
+    dialect: Dialect,
     /// Where to write the results as JSON.
     #[arg(long, default_value = "target/hale-soak.json")]
     out: PathBuf,
+}
+
+/// The API of a soak run.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Dialect {
+    /// `POST /v1/chat/completions` to a Chat Completions provider.
+    Chat,
+    /// `POST /v1/responses` to an `api: responses` provider.
+    Responses,
+}
+
+impl Dialect {
+    /// The route the clients call.
+    fn path(self) -> &'static str {
+        match self {
+            Dialect::Chat => "/v1/chat/completions",
+            Dialect::Responses => "/v1/responses",
+        }
+    }
+
+    /// The provider's `api` key.
+    fn api(self) -> &'static str {
+        match self {
+            Dialect::Chat => "chat",
+            Dialect::Responses => "responses",
+        }
+    }
+
+    /// Request `seq`'s body.
+    fn body(self, seq: u64, stream: bool) -> serde_json::Value {
+        let text = format!("soak request {seq}");
+        match self {
+            Dialect::Chat => serde_json::json!({
+                "model": "smart",
+                "stream": stream,
+                "messages": [{"role": "user", "content": text}],
+            }),
+            Dialect::Responses => serde_json::json!({
+                "model": "smart",
+                "stream": stream,
+                "input": text,
+            }),
+        }
+    }
+
+    /// Whether a 200's body is a whole answer: a stream that ended as it
+    /// should, or a non-streamed body (whose status code said it all).
+    fn whole(self, stream: bool, body: &str) -> bool {
+        if !stream {
+            return true;
+        }
+        match self {
+            Dialect::Chat => body.contains("[DONE]"),
+            Dialect::Responses => responses_stream_whole(body),
+        }
+    }
+}
+
+/// Whether a Responses event stream is one well-formed, completed response:
+/// every event's `sequence_number` the next from 0, `response.completed`
+/// last, and one `response.output_item.added` and one `.done` per item of
+/// its output.
+fn responses_stream_whole(body: &str) -> bool {
+    let (mut added, mut done) = (0usize, 0usize);
+    let mut last: Option<serde_json::Value> = None;
+    for (next, data) in (0u64..).zip(body.lines().filter_map(|l| l.strip_prefix("data: "))) {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else {
+            return false;
+        };
+        if v["sequence_number"].as_u64() != Some(next) {
+            return false;
+        }
+        match v["type"].as_str() {
+            Some("response.output_item.added") => added += 1,
+            Some("response.output_item.done") => done += 1,
+            Some(_) | None => {}
+        }
+        last = Some(v);
+    }
+    let Some(last) = last else { return false };
+    let items = last["response"]["output"].as_array().map_or(0, Vec::len);
+    last["type"] == "response.completed" && items > 0 && added == items && done == items
 }
 
 /// One phase of the schedule: the faults of model-a and model-b.
@@ -136,7 +231,12 @@ struct Sample {
     model: String,
 }
 
-fn yaml(listen: SocketAddr, chaos: SocketAddr, data_dir: &std::path::Path) -> String {
+fn yaml(
+    listen: SocketAddr,
+    chaos: SocketAddr,
+    data_dir: &std::path::Path,
+    dialect: Dialect,
+) -> String {
     let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
     format!(
         "listen: {listen}\n\
@@ -144,6 +244,7 @@ fn yaml(listen: SocketAddr, chaos: SocketAddr, data_dir: &std::path::Path) -> St
          providers:\n  \
            - name: p\n    \
              kind: openai\n    \
+             api: {api}\n    \
              base_url: {base}\n    \
              default_model: model-a\n    \
              timeout_ms: 1000\n    \
@@ -157,6 +258,7 @@ fn yaml(listen: SocketAddr, chaos: SocketAddr, data_dir: &std::path::Path) -> St
            network: {{max_attempts: 3, initial_ms: 50, max_ms: 200}}\n",
         dd = q(&data_dir.display().to_string()),
         base = q(&format!("http://{chaos}/v1")),
+        api = dialect.api(),
     )
 }
 
@@ -206,7 +308,7 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
     let work = tempfile::Builder::new().prefix("hale-soak-").tempdir()?;
     let chaos = procs::start_chaos(&bin, work.path()).await?;
     let addr = procs::free_port()?;
-    let cfg = yaml(addr, chaos.addr, &work.path().join("data"));
+    let cfg = yaml(addr, chaos.addr, &work.path().join("data"), args.dialect);
     let _hale = procs::start_hale_with(&bin, work.path(), addr, &cfg).await?;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
@@ -214,10 +316,11 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
         .tcp_nodelay(true)
         .build()?;
     eprintln!(
-        "hale-soak: {} phases of {} s at {} req/s through {}",
+        "hale-soak: {} phases of {} s at {} req/s ({}) through {}",
         PHASES.len(),
         args.phase_secs,
         args.rate,
+        args.dialect.path(),
         bin.display()
     );
 
@@ -225,7 +328,8 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
     let phase_len = Duration::from_secs(args.phase_secs);
     let interval = Duration::from_secs_f64(1.0 / args.rate);
     let mut upstream_marks = Vec::new();
-    let url = Arc::new(format!("http://{addr}/v1/chat/completions"));
+    let url = Arc::new(format!("http://{addr}{}", args.dialect.path()));
+    let dialect = args.dialect;
     let mut seq: u64 = 0;
     for (i, ph) in PHASES.iter().enumerate() {
         set_fault(&http, chaos.addr, "model-a", ph.a).await?;
@@ -241,11 +345,7 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
             }
             seq += 1;
             let stream = args.stream_every > 0 && seq.is_multiple_of(args.stream_every);
-            let body = serde_json::json!({
-                "model": "smart",
-                "stream": stream,
-                "messages": [{"role": "user", "content": format!("soak request {seq}")}],
-            });
+            let body = dialect.body(seq, stream);
             let (http, tx, url) = (http.clone(), tx.clone(), url.clone());
             let agent = format!("soak-{}", seq % 8);
             tokio::spawn(async move {
@@ -267,7 +367,7 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
                             .to_owned();
                         // Read to the end: a stream is served only when whole.
                         let text = r.text().await.unwrap_or_default();
-                        let whole = !stream || text.contains("[DONE]");
+                        let whole = dialect.whole(stream, &text);
                         (if whole { status } else { 599 }, model)
                     }
                     Err(_) => (0, String::new()),
@@ -365,4 +465,55 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
     std::fs::write(&report.args.out, serde_json::to_vec_pretty(&report)?)?;
     eprintln!("hale-soak: results in {}", report.args.out.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::responses_stream_whole;
+
+    fn ev(ty: &str, seq: u64, extra: &str) -> String {
+        format!("event: {ty}\ndata: {{\"type\":\"{ty}\",\"sequence_number\":{seq}{extra}}}\n\n")
+    }
+
+    fn stream(seqs: [u64; 6], last: &str, items: usize) -> String {
+        let output = vec!["{}"; items].join(",");
+        [
+            ev("response.created", seqs[0], ""),
+            ev("response.output_item.added", seqs[1], ""),
+            ev("response.output_text.delta", seqs[2], ""),
+            ev("response.output_text.delta", seqs[3], ""),
+            ev("response.output_item.done", seqs[4], ""),
+            ev(
+                last,
+                seqs[5],
+                &format!(",\"response\":{{\"output\":[{output}]}}"),
+            ),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn a_responses_stream_is_whole_only_when_well_formed_and_completed() {
+        let ok = [0, 1, 2, 3, 4, 5];
+        let cases = [
+            (stream(ok, "response.completed", 1), true),
+            (stream([0, 1, 2, 4, 5, 6], "response.completed", 1), false),
+            (stream([0, 1, 2, 2, 3, 4], "response.completed", 1), false),
+            (stream(ok, "response.failed", 1), false),
+            (stream(ok, "response.incomplete", 1), false),
+            (stream(ok, "response.completed", 2), false),
+            (stream(ok, "response.completed", 0), false),
+            (String::new(), false),
+            (
+                format!(
+                    "{}data: {{not json\n\n",
+                    stream(ok, "response.completed", 1)
+                ),
+                false,
+            ),
+        ];
+        for (i, (body, want)) in cases.iter().enumerate() {
+            assert_eq!(responses_stream_whole(body), *want, "case {i}: {body}");
+        }
+    }
 }

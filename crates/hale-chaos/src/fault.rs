@@ -80,7 +80,13 @@ pub enum Fault {
     /// `every=10`): a deterministic 10 % failure rate.
     Flaky { every: u64 },
     /// A tool call instead of text; `arguments` is a compact JSON object.
-    Tool { name: String, arguments: String },
+    /// `cut_after`: drop the connection after this many argument fragments
+    /// of a streamed call (a call cut inside its arguments).
+    Tool {
+        name: String,
+        arguments: String,
+        cut_after: Option<usize>,
+    },
     /// A deterministic summary of the request's messages.
     Summarize,
 }
@@ -318,7 +324,7 @@ fn own_params(head: &str) -> &'static [&'static str] {
         "context-overflow" => &["max_chars"],
         "down" => &["secs"],
         "flaky" => &["every"],
-        "tool" => &["name", "args"],
+        "tool" => &["name", "cut_after", "args"],
         _ => &[],
     }
 }
@@ -430,6 +436,9 @@ fn parse_known(spec: &str, head: &str, rest: &str) -> Result<FaultSpec, SpecErro
         "tool" => Fault::Tool {
             name: get("name").unwrap_or(DEFAULT_TOOL_NAME).to_owned(),
             arguments: parse_args(get("args").unwrap_or("{}")).map_err(err)?,
+            cut_after: get("cut_after")
+                .map(|v| num("cut_after", v).map_err(err))
+                .transpose()?,
         },
         "summarize" => Fault::Summarize,
         other => {
@@ -536,11 +545,29 @@ mod tests {
                 s.fault,
                 Fault::Tool {
                     name: "edit_file".into(),
-                    arguments: want.into()
+                    arguments: want.into(),
+                    cut_after: None,
                 },
                 "{spec}"
             );
         }
+    }
+
+    #[test]
+    fn a_tool_call_cut_inside_its_arguments_parses() {
+        let s = parse_lenient(r#"tool:name=f:cut_after=2:args={"a":"b:c"}"#)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            s.fault,
+            Fault::Tool {
+                name: "f".into(),
+                arguments: r#"{"a":"b:c"}"#.into(),
+                cut_after: Some(2),
+            }
+        );
+        assert_eq!(s.times, None, "every request is cut");
+        assert!(parse_lenient("tool:cut_after=x").is_err());
     }
 
     #[test]

@@ -536,6 +536,7 @@ impl Shape {
             Fault::Malformed { at } => s.malformed = Some(*at),
             Fault::NoDone => s.no_done = true,
             Fault::StreamError { after, event } => s.stream_error = Some((*after, *event)),
+            Fault::Tool { cut_after, .. } => s.cut = *cut_after,
             Fault::Ok
             | Fault::RateLimit { .. }
             | Fault::Error500
@@ -550,7 +551,6 @@ impl Shape {
             | Fault::Down { .. }
             | Fault::DownUntilReset
             | Fault::Flaky { .. }
-            | Fault::Tool { .. }
             | Fault::Summarize => {}
         }
         s
@@ -578,7 +578,10 @@ fn answer(
     let answer = if matches!(fault, Fault::Summarize) || req.asks_for_summary() {
         let chunks = answer::text_chunks(&req.summary());
         Answer::text(answer::continue_after(chunks, prefill), req.max_output())
-    } else if let Fault::Tool { name, arguments } = fault {
+    } else if let Fault::Tool {
+        name, arguments, ..
+    } = fault
+    {
         let id = match dialect {
             Dialect::OpenAi => format!("call_chaos{seq}"),
             Dialect::Anthropic => format!("toolu_chaos{seq}"),

@@ -438,6 +438,47 @@ async fn cut_drops_the_stream_after_n_deltas_then_answers_fully() {
     assert!(err, "non-stream: the body is cut");
 }
 
+/// `tool:…:cut_after=N`: the function call's stream is dropped after N
+/// argument fragments — inside the arguments, with no `.done` — on every
+/// request (no default `times`).
+#[tokio::test]
+async fn a_tool_call_is_cut_inside_its_arguments() {
+    let h = server().await;
+    // The call whole, without the cut.
+    let whole = r#"tool:name=edit_file:args={"path":"src/main.rs","line":42}"#;
+    let (f, _, err) = stream_frames(&h, &rbody(whole, true, json!({}))).await;
+    assert!(!err);
+    assert_eq!(types(&f).last().unwrap(), "response.completed");
+    let n = f.len();
+    let args = f[n - 1].json()["response"]["output"][0]["arguments"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(args.len(), 32);
+
+    let model = r#"tool:name=edit_file:cut_after=2:args={"path":"src/main.rs","line":42}"#;
+    for _ in 0..2 {
+        let (f, _, err) = stream_frames(&h, &rbody(model, true, json!({}))).await;
+        assert!(err, "the body ends in an error, not cleanly");
+        assert_numbered(&f);
+        let ty = types(&f);
+        assert_eq!(ty[2], "response.output_item.added");
+        assert_eq!(f[2].json()["item"]["type"], "function_call");
+        let frags: Vec<String> = f
+            .iter()
+            .filter(|x| x.event.as_deref() == Some("response.function_call_arguments.delta"))
+            .map(|x| x.json()["delta"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(frags.len(), 2, "{ty:?}");
+        assert_eq!(frags.concat(), args[..16], "two fragments of 8 bytes");
+        assert!(
+            !ty.iter()
+                .any(|t| t.ends_with(".done") || t == "response.completed"),
+            "{ty:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn stall_pauses_then_completes() {
     let h = server().await;

@@ -5,9 +5,14 @@
 //! reached the caller (cut, stall, error event, end without finish), the relay
 //! runs the attempt loop again: a target that takes a prefill continues from
 //! the delivered text; any other answers afresh and its output is aligned with
-//! what was delivered, skipping that prefix. If nothing can continue the
-//! answer, the stream ends with an in-band error event — never `[DONE]` or a
-//! finish after a cut, so a truncated answer is never presented as complete.
+//! what was delivered, skipping that prefix. Tool calls are aligned the same
+//! way, call by call: a call delivered before the break (even cut inside its
+//! arguments) is not started again, and the resumed answer's arguments skip
+//! what the caller already has, so a call's arguments reach the caller once,
+//! whole. If nothing can continue the answer, or the resumed answer does not
+//! match what was delivered, the stream ends with an in-band error event —
+//! never `[DONE]` or a finish after a cut, so a truncated answer is never
+//! presented as complete.
 //!
 //! Blocks hale does not model (an Anthropic thinking block with its
 //! signature, a server tool's call) are relayed as the provider sent them,
@@ -68,13 +73,16 @@ pub async fn relay(
     // Malformed chunks skipped before the first content count too.
     env.emit.metrics.malformed_chunks(live.malformed);
     let mut delivered = String::new();
-    let mut tool_delivered = false;
     let mut tool_calls: Vec<crate::guard::CallSeen> = Vec::new();
     let mut started = false;
     let mut upstream_id: Option<String> = None;
     let mut finish: Option<StopReason> = None;
     let mut usage: Option<Usage> = None;
     let mut skip = String::new();
+    // The calls delivered before the last break (their names) and, per call,
+    // the delivered arguments the resumed answer has not repeated yet.
+    let mut tool_names: Vec<String> = Vec::new();
+    let mut tool_skip: Vec<String> = Vec::new();
     let mut resumes = 0u32;
     let mut model = turn.targets[served].model.clone();
     let mut attempt_start = Instant::now();
@@ -136,7 +144,7 @@ pub async fn relay(
                 env.emit
                     .metrics
                     .attempt(&target, Some(fault.class), attempt_start.elapsed());
-                if tool_delivered || resumes >= MAX_RESUMES || out.gone {
+                if resumes >= MAX_RESUMES || out.gone {
                     break 'relay Some(fault);
                 }
                 resumes += 1;
@@ -158,6 +166,8 @@ pub async fn relay(
                         } else {
                             delivered.clone()
                         };
+                        tool_names = tool_calls.iter().map(|c| c.1.clone()).collect();
+                        tool_skip = tool_calls.iter().map(|c| c.2.clone()).collect();
                         usage = None;
                         pending = l.head.into();
                         stream = l.rest;
@@ -201,8 +211,17 @@ pub async fn relay(
                         "the stream broke and the resumed answer did not match what was delivered",
                     ));
                 }
+                let ev = match align_tool(ev, &tool_names, &mut tool_skip) {
+                    Aligned::Send(ev) => ev,
+                    Aligned::Repeat => continue,
+                    Aligned::Contradicts => {
+                        break 'relay Some(Failure::transport(
+                            Transport::StreamCut,
+                            "the stream broke and the resumed tool call did not match what was delivered",
+                        ));
+                    }
+                };
                 open_once(&mut started, &mut out, &mut enc, &turn.id, &model);
-                tool_delivered = true;
                 match &ev {
                     StreamEvent::ToolCallStart { index, id, name } => {
                         let i = *index as usize;
@@ -239,7 +258,7 @@ pub async fn relay(
                 out.send(enc.encode(&ev));
             }
             StreamEvent::Finish(r) => {
-                if !skip.is_empty() {
+                if !skip.is_empty() || tool_skip.iter().any(|s| !s.is_empty()) {
                     break 'relay Some(Failure::transport(
                         Transport::StreamCut,
                         "the resumed answer ended before reaching what was delivered",
@@ -353,6 +372,68 @@ fn align<'a>(skip: &mut String, t: &'a str) -> Option<&'a str> {
     Some(&t[n..])
 }
 
+/// What becomes of a resumed answer's tool-call event.
+#[derive(Debug, PartialEq)]
+enum Aligned {
+    /// Send this (a new call, or the new part of a delivered call's arguments).
+    Send(StreamEvent),
+    /// Nothing new: the start of a delivered call, or arguments delivered already.
+    Repeat,
+    /// The resumed answer differs from what was delivered.
+    Contradicts,
+}
+
+/// Aligns a resumed answer's tool-call event with the calls delivered before
+/// the break: `names` are theirs by index, `skips` the part of each one's
+/// arguments the resumed answer has not repeated yet. A delivered call is not
+/// started again (its name must match, and the calls before it must be
+/// complete); its arguments skip what was delivered; a call past the
+/// delivered ones is new once every delivered call is repeated whole.
+fn align_tool(ev: StreamEvent, names: &[String], skips: &mut [String]) -> Aligned {
+    let before_complete =
+        |i: usize, skips: &[String]| skips[..i.min(skips.len())].iter().all(String::is_empty);
+    match ev {
+        StreamEvent::ToolCallStart {
+            index, ref name, ..
+        } => {
+            let i = index as usize;
+            if !before_complete(i, skips) {
+                return Aligned::Contradicts;
+            }
+            match names.get(i) {
+                Some(delivered) if delivered == name => Aligned::Repeat,
+                Some(_) => Aligned::Contradicts,
+                None => Aligned::Send(ev),
+            }
+        }
+        StreamEvent::ToolCallDelta {
+            index,
+            ref arguments,
+        } => {
+            let i = index as usize;
+            let Some(skip) = skips.get_mut(i) else {
+                return Aligned::Send(ev);
+            };
+            match align(skip, arguments) {
+                None => Aligned::Contradicts,
+                Some("") => Aligned::Repeat,
+                Some(rest) if rest.len() == arguments.len() => Aligned::Send(ev),
+                Some(rest) => Aligned::Send(StreamEvent::ToolCallDelta {
+                    index,
+                    arguments: rest.to_owned(),
+                }),
+            }
+        }
+        StreamEvent::Start { .. }
+        | StreamEvent::TextDelta(_)
+        | StreamEvent::Finish(_)
+        | StreamEvent::Usage(_)
+        | StreamEvent::Done
+        | StreamEvent::OpaqueStart { .. }
+        | StreamEvent::OpaqueDelta { .. } => Aligned::Send(ev),
+    }
+}
+
 /// The caller's side of the stream. Frames are buffered while more upstream
 /// events are ready at once and written together when the upstream would
 /// block: one write per burst instead of one per token.
@@ -386,7 +467,81 @@ impl Sink {
 
 #[cfg(test)]
 mod tests {
-    use super::align;
+    use super::{Aligned, StreamEvent, align, align_tool};
+
+    fn start(index: u32, name: &str) -> StreamEvent {
+        StreamEvent::ToolCallStart {
+            index,
+            id: format!("call_{index}"),
+            name: name.to_owned(),
+        }
+    }
+
+    fn delta(index: u32, arguments: &str) -> StreamEvent {
+        StreamEvent::ToolCallDelta {
+            index,
+            arguments: arguments.to_owned(),
+        }
+    }
+
+    /// A call cut inside its arguments (`{"path":"a`) and answered again
+    /// whole: the caller gets the start once and the rest of the arguments.
+    #[test]
+    fn align_tool_table() {
+        let names = vec!["edit_file".to_owned()];
+        // (resumed events, what is sent: None = Repeat, or contradiction)
+        let cases: Vec<(Vec<StreamEvent>, Vec<Aligned>)> = vec![
+            (
+                vec![
+                    start(0, "edit_file"),
+                    delta(0, r#"{"pa"#),
+                    delta(0, r#"th":"a.rs"}"#),
+                ],
+                vec![
+                    Aligned::Repeat,
+                    Aligned::Repeat,
+                    Aligned::Send(delta(0, r#".rs"}"#)),
+                ],
+            ),
+            (
+                vec![start(0, "edit_file"), delta(0, r#"{"path":"a.rs"}"#)],
+                vec![Aligned::Repeat, Aligned::Send(delta(0, r#".rs"}"#))],
+            ),
+            // Another tool, or other arguments: the resumed answer contradicts.
+            (vec![start(0, "run_shell")], vec![Aligned::Contradicts]),
+            (
+                vec![start(0, "edit_file"), delta(0, r#"{"path":"b"#)],
+                vec![Aligned::Repeat, Aligned::Contradicts],
+            ),
+            // A second call before the first is repeated whole.
+            (
+                vec![start(0, "edit_file"), delta(0, r#"{"pa"#), start(1, "x")],
+                vec![Aligned::Repeat, Aligned::Repeat, Aligned::Contradicts],
+            ),
+        ];
+        for (events, want) in cases {
+            let mut skips = vec![r#"{"path":"a"#.to_owned()];
+            let got: Vec<Aligned> = events
+                .iter()
+                .map(|e| align_tool(e.clone(), &names, &mut skips))
+                .collect();
+            assert_eq!(got, want, "{events:?}");
+        }
+        // Once the delivered call is whole, a new call passes as it is.
+        let mut skips = vec![r#"{"path":"a"#.to_owned()];
+        assert_eq!(
+            align_tool(delta(0, r#"{"path":"a.rs"}"#), &names, &mut skips),
+            Aligned::Send(delta(0, r#".rs"}"#))
+        );
+        assert_eq!(
+            align_tool(start(1, "x"), &names, &mut skips),
+            Aligned::Send(start(1, "x"))
+        );
+        assert_eq!(
+            align_tool(delta(1, "{}"), &names, &mut skips),
+            Aligned::Send(delta(1, "{}"))
+        );
+    }
 
     #[test]
     fn align_skips_the_delivered_prefix_across_chunks() {

@@ -1,7 +1,8 @@
 //! `hale demo`: hale keeping a scripted agent alive, on loopback only.
 //!
 //! Two chaos providers (one OpenAI-shaped, one Anthropic-shaped) play a
-//! flaky primary and a healthy backup; hale runs in-process on its embedded
+//! flaky primary and a healthy backup (one primary speaks the Responses API,
+//! for a Responses client's scenario); hale runs in-process on its embedded
 //! defaults (SQLite in a temporary data directory) with timings shortened so
 //! the show ends in well under a minute. A scripted agent walks through the
 //! failure classes hale heals, printing each turn's timeline from
@@ -11,7 +12,7 @@
 
 use anyhow::Context;
 use futures::StreamExt;
-use hale_core::config::{Config, ProviderConfig, ProviderKind, Target};
+use hale_core::config::{Config, ProviderApi, ProviderConfig, ProviderKind, Target};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,9 +38,15 @@ const SCENARIOS: &[(&str, &str, &str)] = &[
     ("outage", "error-503", "ok"),
     ("flapping", "down:secs=5", "ok"),
     ("cut", "cut:after=20:tokens=40", "ok:tokens=40"),
+    // Its own model name: a `cut` is once per model name on the chaos server.
+    (RESPONSES_ROUTE, "cut:after=15:tokens=40", "ok:tokens=40"),
     ("broken", "auth", "auth"),
     ("healthy", "ok", "ok"),
 ];
+
+/// The scenario whose client calls `POST /v1/responses`; its primary is an
+/// `api: responses` provider (the backup Anthropic-shaped, as the others).
+const RESPONSES_ROUTE: &str = "responses-cut";
 
 /// The demo's config: chaos providers per scenario, one route each, short timings.
 fn demo_config(primary_url: &str, backup_url: &str, data_dir: PathBuf) -> Config {
@@ -57,6 +64,9 @@ fn demo_config(primary_url: &str, backup_url: &str, data_dir: PathBuf) -> Config
             backup_url,
             backup_model,
         );
+        if *route == RESPONSES_ROUTE {
+            primary.api = ProviderApi::Responses;
+        }
         for p in [&mut primary, &mut backup] {
             p.timeout = Duration::from_secs(3);
             p.first_token_timeout = Duration::from_secs(3);
@@ -215,7 +225,31 @@ pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
             )
             .await?,
     );
-    // 5. A content-filter refusal is passed on, not retried, not failed over.
+    // 5. The same for a Responses client: cut on a Responses provider,
+    // resumed on the Anthropic backup, one well-formed response.
+    println!("\n▶ Responses stream cut and resumed — expected: one well-formed response, whole");
+    let r = agent
+        .call_responses("responses-agent", RESPONSES_ROUTE)
+        .await?;
+    agent.print_turn("", &r).await;
+    outcomes.push(Outcome {
+        scenario: "Responses stream resumed",
+        expected: "one response.completed, no gap",
+        got: if r.status == 200 {
+            format!(
+                "{}, {} words",
+                if r.done { "completed" } else { "not completed" },
+                r.text.split_whitespace().count()
+            )
+        } else {
+            format!("{} {}", r.status, r.error_type)
+        },
+        ok: r.status == 200 && r.done && r.text == expected_words(40),
+        served_by: r.provider.clone(),
+        attempts: r.attempts.clone(),
+        elapsed: r.elapsed,
+    });
+    // 6. A content-filter refusal is passed on, not retried, not failed over.
     outcomes.push(
         agent
             .scenario(
@@ -228,7 +262,7 @@ pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
             )
             .await?,
     );
-    // 6. An agent whose every provider fails is paused, then resumed.
+    // 7. An agent whose every provider fails is paused, then resumed.
     let t0 = Instant::now();
     println!(
         "\n▶ agent paused and resumed — 3 failed turns pause the agent; an operator resumes it"
@@ -262,7 +296,7 @@ pub async fn run(data_dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         elapsed: t0.elapsed(),
     });
 
-    // 7. A tool node frozen mid-job: the job finishes on the backup node.
+    // 8. A tool node frozen mid-job: the job finishes on the backup node.
     let (ok, got, served_by, attempts, elapsed) = crate::demo_tools::scene(store.clone()).await?;
     outcomes.push(Outcome {
         scenario: "tool node frozen mid-job",
@@ -449,6 +483,75 @@ impl Agent<'_> {
                 error_type = t.to_owned();
             }
         }
+        Ok(Reply {
+            status,
+            turn_id,
+            provider,
+            attempts,
+            error_type,
+            text,
+            done,
+            elapsed: t0.elapsed(),
+        })
+    }
+
+    /// One streamed `POST /v1/responses`. `done` says the stream is one
+    /// well-formed response: `sequence_number`s without a gap from 0, one
+    /// output item added and done, `response.completed` last.
+    async fn call_responses(&self, agent: &str, route: &str) -> anyhow::Result<Reply> {
+        let t0 = Instant::now();
+        let body = json!({"model": route, "input": "Tell me something useful.", "stream": true});
+        let resp = self
+            .http
+            .post(format!("{}/v1/responses", self.base))
+            .header("x-hale-agent", agent)
+            .json(&body)
+            .send()
+            .await?;
+        let status = resp.status().as_u16();
+        let h = |k: &str| {
+            resp.headers()
+                .get(k)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let (turn_id, provider, attempts) = (
+            h("x-hale-turn-id"),
+            h("x-hale-provider"),
+            h("x-hale-attempts"),
+        );
+        let raw = resp.text().await?;
+        let mut text = String::new();
+        let mut error_type = String::new();
+        let (mut next, mut gap, mut added, mut item_done) = (0u64, false, 0, 0);
+        let mut last = String::new();
+        for data in raw.lines().filter_map(|l| l.strip_prefix("data: ")) {
+            let Ok(v) = serde_json::from_str::<Value>(data) else {
+                gap = true;
+                continue;
+            };
+            gap |= v["sequence_number"].as_u64() != Some(next);
+            next += 1;
+            let ty = v["type"].as_str().unwrap_or("");
+            match ty {
+                "response.output_text.delta" => {
+                    text.push_str(v["delta"].as_str().unwrap_or(""));
+                }
+                "response.output_item.added" => added += 1,
+                "response.output_item.done" => item_done += 1,
+                "error" => error_type = v["code"].as_str().unwrap_or("error").to_owned(),
+                _ => {}
+            }
+            last = ty.to_owned();
+        }
+        if status != 200
+            && let Ok(v) = serde_json::from_str::<Value>(&raw)
+            && let Some(t) = v.pointer("/error/type").and_then(Value::as_str)
+        {
+            error_type = t.to_owned();
+        }
+        let done = !gap && added == 1 && item_done == 1 && last == "response.completed";
         Ok(Reply {
             status,
             turn_id,

@@ -159,6 +159,28 @@ fn demo_exits_0() {
         stdout.contains("every scenario healed as expected"),
         "{stdout}"
     );
+    // The Responses client's scenario (issue 27): cut on the Responses
+    // primary, resumed on the backup, one completed response of 40 words.
+    let row = stdout
+        .lines()
+        .find(|l| l.contains("Responses stream resumed"))
+        .unwrap_or_else(|| panic!("no Responses row:\n{stdout}"));
+    assert!(
+        row.starts_with('✓') && row.contains("completed, 40 words"),
+        "{row}"
+    );
+    let timeline = stdout
+        .split("▶ Responses stream cut and resumed")
+        .nth(1)
+        .and_then(|rest| rest.split("▶ ").next())
+        .unwrap_or_default();
+    assert!(
+        timeline.contains("responses-cut-primary/cut:after=15:tokens=40")
+            && timeline.contains("stream_broken [broke mid-stream]")
+            && timeline.contains("responses-cut-backup/ok:tokens=40")
+            && timeline.contains("[resumed]"),
+        "the timeline shows the cut on the Responses primary and the resume:\n{stdout}"
+    );
     assert!(
         t0.elapsed() < Duration::from_secs(60),
         "the demo is done in under a minute"

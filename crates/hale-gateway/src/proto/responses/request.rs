@@ -359,6 +359,13 @@ fn parse_item(
 /// A message's content: a string, or an array of parts (`input_text`,
 /// `output_text` and `refusal` are text; anything else — images, files,
 /// audio — is kept as sent).
+/// Whether an input item of this type is kept as it came and rendered as an
+/// input item of its own (a tool call's output of a kind hale does not model,
+/// an `item_reference`), not as a content part of a message.
+fn is_item_type(t: &str) -> bool {
+    t.ends_with("_output") || t == "item_reference"
+}
+
 fn parse_content(v: Option<&Value>, path: &str) -> Result<Vec<Part>, ProtoError> {
     match v {
         None => Err(err(path, "missing `content`")),
@@ -388,6 +395,16 @@ fn parse_content(v: Option<&Value>, path: &str) -> Result<Vec<Part>, ProtoError>
                                 text: text.to_string(),
                             });
                         }
+                    }
+                    // An input item inside a message's content would be
+                    // rendered as an item of its own (see `render_message`),
+                    // which it is not: refused, so it is not moved (fuzz
+                    // target responses_request).
+                    t if is_item_type(t) => {
+                        return Err(err(
+                            &pp,
+                            format!("`{t}` is an input item, not a content part"),
+                        ));
                     }
                     _ => out.push(Part::Opaque {
                         dialect: DIALECT,
@@ -643,7 +660,7 @@ pub(crate) fn render_message(m: &Message, custom: &[String], out: &mut Vec<Value
                             let is_item = value
                                 .get("type")
                                 .and_then(Value::as_str)
-                                .is_some_and(|t| t.ends_with("_output") || t == "item_reference");
+                                .is_some_and(is_item_type);
                             if is_item {
                                 results.push(value.clone());
                             } else {
@@ -858,6 +875,15 @@ mod tests {
             (
                 json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_text"}]}]}),
                 "input[0].content[0].text",
+            ),
+            // Regression (fuzz target responses_request): an item type as a
+            // content part was rendered as an item missing its fields.
+            (
+                json!({"model": "m", "input": [{"role": "user", "content": [
+                    {"type": "input_text", "text": "x"},
+                    {"type": "custom_tool_call_output", "call_id": "c", "ou}put": "Done"}
+                ]}]}),
+                "input[0].content[1]",
             ),
             (
                 json!({"model": "m", "input": "x", "tools": [{"name": "f"}]}),
