@@ -181,17 +181,15 @@ pub fn piece_suffix(ctx: &Ctx) -> String {
     )
 }
 
-/// The finishing chunk (`finishReason` and usage); `no_done` leaves it out,
-/// so the stream ends without a finish.
+/// The finishing chunk (`finishReason` and usage). Gemini has no end event
+/// to leave out: `no_done` leaves out the usage, as it does elsewhere.
 pub fn stream_finish(ctx: &Ctx, a: &Answer, no_done: bool) -> Vec<Bytes> {
-    if no_done {
-        return Vec::new();
-    }
+    let usage = (!no_done).then(|| usage(ctx, a));
     vec![sse_data(&response(
         ctx,
         json!([{"text": ""}]),
         Some(finish_reason(a.finish)),
-        Some(usage(ctx, a)),
+        usage,
     ))]
 }
 

@@ -88,9 +88,10 @@ impl StreamDecoder {
             }
         }
         if let Some(reason) = co.get("finishReason").and_then(Value::as_str) {
-            out.push(StreamEvent::Usage(usage_of(
-                obj.get("usageMetadata").and_then(Value::as_object),
-            )));
+            // No usage reported: none is made up (hale estimates it).
+            if let Some(u) = obj.get("usageMetadata").and_then(Value::as_object) {
+                out.push(StreamEvent::Usage(usage_of(Some(u))));
+            }
             out.push(StreamEvent::Finish(parse_stop_reason(
                 reason,
                 self.tools > 0,
@@ -250,6 +251,15 @@ mod tests {
                 .is_err()
         );
         assert!(d.decode("{not json").is_err());
+        // A finish without usageMetadata reports no usage (not zeros).
+        let evs = d
+            .decode(r#"{"candidates":[{"finishReason":"STOP","index":0}]}"#)
+            .unwrap();
+        assert_eq!(evs.last(), Some(&StreamEvent::Finish(StopReason::EndTurn)));
+        assert!(
+            !evs.iter().any(|e| matches!(e, StreamEvent::Usage(_))),
+            "{evs:?}"
+        );
         assert_eq!(d.decode("").unwrap(), Vec::new());
     }
 
