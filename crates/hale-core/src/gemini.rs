@@ -15,8 +15,20 @@
 //! the wait of a `RetryInfo` detail.
 
 use crate::class::ErrorClass;
-use crate::classify::{Classified, MAX_MESSAGE_CHARS};
 use std::time::Duration;
+
+/// The longest provider-given reason kept in an [`AnswerFailure`], in chars.
+pub const MAX_REASON_CHARS: usize = 64;
+
+/// What a Gemini answer that is no answer stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnswerFailure {
+    pub class: ErrorClass,
+    /// The `blockReason` or `finishReason`, at most [`MAX_REASON_CHARS`].
+    pub reason: String,
+    /// What happened, for the caller (names the reason).
+    pub message: String,
+}
 
 /// The type URL suffix of Google's `RetryInfo` error detail.
 const RETRY_INFO: &str = "google.rpc.RetryInfo";
@@ -67,18 +79,22 @@ pub fn finish_of(reason: &str) -> Finish {
 pub fn answer_failure(
     block_reason: Option<&str>,
     finish_reason: Option<&str>,
-) -> Option<Classified> {
-    let failed = |class: ErrorClass, code: &str, message: String| Classified {
-        class,
-        retry_after: None,
-        code: Some(code.to_owned()),
-        message: message.chars().take(MAX_MESSAGE_CHARS).collect(),
+) -> Option<AnswerFailure> {
+    let failed = |class: ErrorClass, reason: &str, what: &str, field: &str| {
+        let reason: String = reason.chars().take(MAX_REASON_CHARS).collect();
+        AnswerFailure {
+            class,
+            message: format!("{what} ({field} {reason})"),
+            reason,
+        }
     };
+    const BLOCKED: &str = "blocked by the provider's content filter";
     if let Some(b) = block_reason.filter(|b| !b.is_empty() && *b != "BLOCK_REASON_UNSPECIFIED") {
         return Some(failed(
             ErrorClass::ContentPolicy,
             b,
-            format!("the prompt was blocked by the provider's content filter (blockReason {b})"),
+            &format!("the prompt was {BLOCKED}"),
+            "blockReason",
         ));
     }
     let reason = finish_reason?;
@@ -87,14 +103,14 @@ pub fn answer_failure(
         Finish::Blocked => Some(failed(
             ErrorClass::ContentPolicy,
             reason,
-            format!(
-                "the answer was blocked by the provider's content filter (finishReason {reason})"
-            ),
+            &format!("the answer was {BLOCKED}"),
+            "finishReason",
         )),
         Finish::Failed => Some(failed(
             ErrorClass::Format,
             reason,
-            format!("the model's answer was unusable (finishReason {reason})"),
+            "the model's answer was unusable",
+            "finishReason",
         )),
     }
 }
@@ -175,8 +191,11 @@ mod tests {
             assert_eq!(got, want, "{block:?} {finish:?}");
         }
         let c = answer_failure(None, Some("SAFETY")).expect("a block");
-        assert_eq!(c.code.as_deref(), Some("SAFETY"));
-        assert!(c.message.contains("finishReason SAFETY"), "{}", c.message);
+        assert_eq!(c.reason, "SAFETY");
+        assert!(c.message.contains("(finishReason SAFETY)"), "{}", c.message);
+        let long = "X".repeat(1000);
+        let c = answer_failure(Some(&long), None).expect("a block");
+        assert_eq!(c.reason.chars().count(), MAX_REASON_CHARS);
     }
 
     #[test]

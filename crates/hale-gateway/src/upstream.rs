@@ -50,6 +50,18 @@ impl Failure {
         }
     }
 
+    /// A Gemini answer that is no answer (a safety block, an unusable
+    /// call), as hale-core's rule names it; it came with a 200.
+    pub fn from_gemini(f: hale_core::gemini::AnswerFailure) -> Self {
+        Self {
+            class: f.class,
+            retry_after: None,
+            status: None,
+            message: f.message,
+            connect_failed: false,
+        }
+    }
+
     /// A failure below HTTP (no response).
     pub fn transport(t: Transport, detail: &str) -> Self {
         let c = classify::classify(&Observation {
@@ -322,9 +334,9 @@ async fn attempt(
         // A Gemini safety block (or unusable answer) comes as a 200.
         if dialect == Dialect::Gemini
             && let Ok(v) = &value
-            && let Some(c) = proto::gemini::answer_failure(v)
+            && let Some(f) = proto::gemini::answer_failure(v)
         {
-            return Err(Failure::from_classified(c, None));
+            return Err(Failure::from_gemini(f));
         }
         let parsed = value
             .map_err(|e| e.to_string())
@@ -534,7 +546,7 @@ fn gemini_chunk_failure(data: &str, fallback: &str) -> Result<Option<Vec<StreamE
         return Err(stream_error(data, fallback));
     }
     match proto::gemini::answer_failure(&v) {
-        Some(c) => Err(Failure::from_classified(c, None)),
+        Some(f) => Err(Failure::from_gemini(f)),
         None => Ok(None),
     }
 }

@@ -183,6 +183,11 @@ fn parse_with_origin(
     Ok((req, origin))
 }
 
+/// Gemini is a provider dialect: no client request is parsed in it yet.
+fn not_a_client_dialect() -> ProtoError {
+    ProtoError::new("body", "requests in Gemini's dialect are not accepted")
+}
+
 #[cfg(test)]
 mod sent_tests {
     use super::*;
@@ -325,9 +330,4 @@ mod sent_tests {
             );
         }
     }
-}
-
-/// Gemini is a provider dialect: no client request is parsed in it yet.
-fn not_a_client_dialect() -> ProtoError {
-    ProtoError::new("body", "requests in Gemini's dialect are not accepted")
 }

@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 use crate::proto::anthropic::{arguments_to_input, input_to_arguments};
 use crate::proto::canonical::{ChatResponse, Dialect, Part, ProtoError, StopReason, Usage};
 use crate::proto::json::{as_object, at, count, err, error_message, field};
-use hale_core::classify::Classified;
+use hale_core::gemini::AnswerFailure;
 
 /// The Gemini `finishReason` of a canonical stop reason.
 pub fn stop_reason(r: StopReason) -> &'static str {
@@ -31,7 +31,7 @@ pub(super) fn parse_stop_reason(reason: &str, called_tools: bool) -> StopReason 
 
 /// The failure a response (or stream chunk) stands for: a blocked prompt or
 /// a candidate finished by a block or an unusable call (hale-core decides).
-pub fn answer_failure(body: &Value) -> Option<Classified> {
+pub fn answer_failure(body: &Value) -> Option<AnswerFailure> {
     let block = body
         .get("promptFeedback")
         .and_then(|f| f.get("blockReason"))
