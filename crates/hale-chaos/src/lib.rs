@@ -1,5 +1,6 @@
-//! hale-chaos: a fault-injecting OpenAI/Anthropic-compatible provider
-//! (chat completions, messages and the Responses API).
+//! hale-chaos: a fault-injecting OpenAI/Anthropic/Gemini-compatible provider
+//! (chat completions, messages, the Responses API and Google's
+//! `generateContent`).
 //!
 //! It owns the fake provider that hale's tests, `hale demo` and users'
 //! chaos tests point at. The fault is chosen per request from the requested
@@ -9,9 +10,9 @@
 //! crate's README, pulled in so the two never drift.
 //!
 //! Module map: [`fault`] parses the grammar, [`script`] the YAML scripts,
-//! `answer` builds the deterministic answers, `wire` renders the three
+//! `answer` builds the deterministic answers, `wire` renders the four
 //! dialects (with `frame`'s shared pieces; `responses` reads and frames the
-//! Responses API), `state` keeps counters, `request` holds what the handlers
+//! Responses API, `gemini` Google's Generative Language API), `state` keeps counters, `request` holds what the handlers
 //! share (the chaos headers, the connection kill switch), `server` runs the
 //! accept loop and handlers.
 //!
@@ -20,6 +21,7 @@
 mod answer;
 pub mod fault;
 mod frame;
+mod gemini;
 mod request;
 mod responses;
 pub mod script;
@@ -60,6 +62,8 @@ pub struct ChaosHandle {
     pub base_url_openai: String,
     /// `http://addr`: an Anthropic client's `base_url`.
     pub base_url_anthropic: String,
+    /// `http://addr/v1beta`: a Gemini client's `base_url`.
+    pub base_url_gemini: String,
     shared: Arc<state::Shared>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<anyhow::Result<()>>>,
@@ -141,6 +145,7 @@ pub fn spawn_on(listener: TcpListener, cfg: ChaosConfig) -> anyhow::Result<Chaos
         addr,
         base_url_openai: format!("http://{addr}/v1"),
         base_url_anthropic: format!("http://{addr}"),
+        base_url_gemini: format!("http://{addr}/v1beta"),
         shared,
         stop: Some(stop),
         task: Some(task),

@@ -36,9 +36,9 @@ use crate::answer::{self, Answer, ChatRequest};
 use crate::fault::{self, Fault, FaultSpec, InBand};
 use crate::frame::Ctx;
 use crate::request::{APPLIED_HEADER, ConnKill, FAULT_HEADER};
-use crate::responses;
 use crate::state::Shared;
 use crate::wire::{self, Dialect, ErrorKind};
+use crate::{gemini, responses};
 
 /// Largest request body accepted (long contexts are the point of some tests).
 pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
@@ -99,6 +99,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/messages", post(anthropic_chat))
         .route("/v1/responses", post(responses_create))
         .route("/responses", post(responses_create))
+        .route("/v1beta/models/{action}", post(gemini_generate))
         .route("/v1/models", get(models))
         .route("/chaos/stats", get(stats))
         .route("/chaos/requests", get(requests))
@@ -135,6 +136,38 @@ async fn responses_create(
     body: Bytes,
 ) -> Response {
     chat(Dialect::Responses, s, kill, headers, body).await
+}
+
+/// `POST /v1beta/models/{model}:generateContent` (or `:streamGenerateContent`):
+/// Google's dialect. A request without `x-goog-api-key` is refused as Google
+/// refuses it (403 `PERMISSION_DENIED`).
+async fn gemini_generate(
+    State(s): State<Arc<Shared>>,
+    kill: Option<Extension<ConnKill>>,
+    axum::extract::Path(action): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some((model, stream)) = gemini::split_action(&action) else {
+        let msg = format!(
+            "hale-chaos: no method in `{action}` (generateContent or streamGenerateContent)"
+        );
+        return json_response(
+            404,
+            gemini::error(404, "NOT_FOUND", &msg, serde_json::json!([])),
+            "bad-request",
+        );
+    };
+    if !headers.contains_key(gemini::KEY_HEADER) {
+        const NO_KEY: &str = "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.";
+        return json_response(
+            403,
+            gemini::error(403, "PERMISSION_DENIED", NO_KEY, serde_json::json!([])),
+            "no-key",
+        );
+    }
+    let url = Some((model.to_owned(), stream));
+    chat_with(Dialect::Gemini, s, kill, headers, body, url).await
 }
 
 async fn stats(State(s): State<Arc<Shared>>) -> Json<crate::Stats> {
@@ -216,7 +249,11 @@ fn json_response(status: u16, body: String, applied: &'static str) -> Response {
 }
 
 fn error_response(dialect: Dialect, kind: ErrorKind, applied: &'static str) -> Response {
-    json_response(kind.status(), wire::error_body(dialect, kind), applied)
+    json_response(
+        kind.status_in(dialect),
+        wire::error_body(dialect, kind),
+        applied,
+    )
 }
 
 /// One chat request: read it, count it, pick the fault, carry it out.
@@ -227,11 +264,27 @@ async fn chat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let read = match dialect {
-        Dialect::OpenAi | Dialect::Anthropic => serde_json::from_slice::<ChatRequest>(&body)
+    chat_with(dialect, shared, kill, headers, body, None).await
+}
+
+/// [`chat`], with the model and streaming a Gemini URL names (`url`).
+async fn chat_with(
+    dialect: Dialect,
+    shared: Arc<Shared>,
+    kill: Option<Extension<ConnKill>>,
+    headers: HeaderMap,
+    body: Bytes,
+    url: Option<(String, bool)>,
+) -> Response {
+    let read = match (dialect, &url) {
+        (Dialect::OpenAi | Dialect::Anthropic, _) => serde_json::from_slice::<ChatRequest>(&body)
             .map(|r| (r, serde_json::Map::new()))
             .map_err(|e| e.to_string()),
-        Dialect::Responses => responses::read_request(&body),
+        (Dialect::Responses, _) => responses::read_request(&body),
+        (Dialect::Gemini, Some((model, stream))) => {
+            gemini::read_request(&body, model, *stream).map(|r| (r, serde_json::Map::new()))
+        }
+        (Dialect::Gemini, None) => Err("no model in the URL".to_owned()),
     };
     let (req, echo) = match read {
         Ok(r) => r,
@@ -324,15 +377,22 @@ async fn chat(
         Fault::ContextOverflow { .. } => {
             error_response(dialect, ErrorKind::ContextOverflow, applied)
         }
-        Fault::ContentFilter => error_response(dialect, ErrorKind::ContentFilter, applied),
+        Fault::ContentFilter => match dialect {
+            Dialect::OpenAi | Dialect::Anthropic | Dialect::Responses => {
+                error_response(dialect, ErrorKind::ContentFilter, applied)
+            }
+            // Google blocks with a 200 (see `gemini::blocked`).
+            Dialect::Gemini => gemini_blocked(&req, body.len(), applied),
+        },
         Fault::Auth => error_response(dialect, ErrorKind::Auth, applied),
         Fault::NoPrefill => match dialect {
             Dialect::OpenAi | Dialect::Anthropic => {
                 error_response(dialect, ErrorKind::NoPrefill, applied)
             }
             // The Responses API has no prefill: a trailing assistant message is
-            // no error, and the answer starts afresh (see `answer`).
-            Dialect::Responses => {
+            // no error, and the answer starts afresh (see `answer`); a
+            // trailing Gemini `model` turn likewise.
+            Dialect::Responses | Dialect::Gemini => {
                 answer(dialect, &shared, &req, echo, body.len(), spec.tokens, fault)
             }
         },
@@ -370,7 +430,7 @@ fn answers(fault: &Fault, dialect: Dialect) -> bool {
         | Fault::Tool { .. }
         | Fault::Summarize => true,
         Fault::NoPrefill => match dialect {
-            Dialect::Responses => true,
+            Dialect::Responses | Dialect::Gemini => true,
             Dialect::OpenAi | Dialect::Anthropic => false,
         },
         Fault::RateLimit { .. }
@@ -583,7 +643,7 @@ fn answer(
     } = fault
     {
         let id = match dialect {
-            Dialect::OpenAi => format!("call_chaos{seq}"),
+            Dialect::OpenAi | Dialect::Gemini => format!("call_chaos{seq}"),
             Dialect::Anthropic => format!("toolu_chaos{seq}"),
             Dialect::Responses => format!("call_chaos_{tag}_{seq}"),
         };
@@ -597,6 +657,7 @@ fn answer(
             Dialect::OpenAi => format!("chatcmpl-chaos{seq}"),
             Dialect::Anthropic => format!("msg_chaos{seq}"),
             Dialect::Responses => format!("resp_chaos_{tag}_{seq}"),
+            Dialect::Gemini => format!("chaos-{tag}-{seq}"),
         },
         model: req.model.clone().unwrap_or_default(),
         created: SystemTime::now()
@@ -605,7 +666,7 @@ fn answer(
         input_tokens: (body_len as u64 / 4).max(1),
         include_usage: req.include_usage(),
         item_id: match (dialect, &answer.content) {
-            (Dialect::OpenAi | Dialect::Anthropic, _) => String::new(),
+            (Dialect::OpenAi | Dialect::Anthropic | Dialect::Gemini, _) => String::new(),
             (Dialect::Responses, answer::Content::Text(_)) => format!("msg_chaos_{tag}_{seq}"),
             (Dialect::Responses, answer::Content::Tool { .. }) => {
                 format!("fc_chaos_{tag}_{seq}")
@@ -634,7 +695,7 @@ fn stream_response(
     shape: &Shape,
     applied: &'static str,
 ) -> Response {
-    let pieces = a.pieces();
+    let pieces = wire::pieces(dialect, a);
     let len = pieces.len();
     let mut steps = Vec::with_capacity(len + 10);
     // The Responses API's `sequence_number`, across every event of the stream.
@@ -703,6 +764,30 @@ fn stream_response(
         HeaderValue::from_static("text/event-stream"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(APPLIED_HEADER, HeaderValue::from_static(applied));
+    r
+}
+
+/// Google's safety block of `req`: a 200, streamed or not.
+fn gemini_blocked(req: &ChatRequest, body_len: usize, applied: &'static str) -> Response {
+    let ctx = Ctx {
+        id: "chaos-blocked".to_owned(),
+        model: req.model.clone().unwrap_or_default(),
+        created: 0,
+        input_tokens: (body_len as u64 / 4).max(1),
+        include_usage: false,
+        item_id: String::new(),
+        echo: serde_json::Map::new(),
+    };
+    let stream = req.is_stream();
+    let mut r = Response::new(Body::from(gemini::blocked(&ctx, stream)));
+    let h = r.headers_mut();
+    let ty = if stream {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ty));
     h.insert(APPLIED_HEADER, HeaderValue::from_static(applied));
     r
 }

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::answer::{Answer, Content, Finish};
 use crate::fault::InBand;
 use crate::frame::{Ctx, sse_data, sse_event};
-use crate::responses;
+use crate::{gemini, responses};
 
 /// Which API a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +25,8 @@ pub enum Dialect {
     Anthropic,
     /// `POST /v1/responses`.
     Responses,
+    /// `POST /v1beta/models/{model}:generateContent` (and `:streamGenerateContent`).
+    Gemini,
 }
 
 /// The error answers the faults produce.
@@ -50,6 +52,17 @@ impl ErrorKind {
             ErrorKind::Overloaded529 => 529,
             ErrorKind::ContextOverflow | ErrorKind::ContentFilter | ErrorKind::NoPrefill => 400,
             ErrorKind::Auth => 401,
+        }
+    }
+
+    /// The HTTP status in `dialect`: Google answers a bad key with a 400
+    /// `INVALID_ARGUMENT` ("API key not valid").
+    pub fn status_in(self, dialect: Dialect) -> u16 {
+        match (dialect, self) {
+            (Dialect::Gemini, ErrorKind::Auth) => 400,
+            (Dialect::OpenAi | Dialect::Anthropic | Dialect::Responses | Dialect::Gemini, _) => {
+                self.status()
+            }
         }
     }
 }
@@ -80,7 +93,7 @@ pub fn error_body(dialect: Dialect, kind: ErrorKind) -> String {
                         Dialect::Responses => {
                             "Your input exceeds the context window of this model. Please adjust your input and try again."
                         }
-                        Dialect::OpenAi | Dialect::Anthropic => {
+                        Dialect::OpenAi | Dialect::Anthropic | Dialect::Gemini => {
                             "This model's maximum context length is 8192 tokens. However, your messages resulted in 250000 tokens. Please reduce the length of the messages."
                         }
                     },
@@ -106,7 +119,7 @@ pub fn error_body(dialect: Dialect, kind: ErrorKind) -> String {
             let param = match kind {
                 ErrorKind::ContextOverflow => match dialect {
                     Dialect::Responses => json!("input"),
-                    Dialect::OpenAi | Dialect::Anthropic => json!("messages"),
+                    Dialect::OpenAi | Dialect::Anthropic | Dialect::Gemini => json!("messages"),
                 },
                 ErrorKind::RateLimit
                 | ErrorKind::Server500
@@ -144,6 +157,48 @@ pub fn error_body(dialect: Dialect, kind: ErrorKind) -> String {
             };
             anthropic_error(ty, message)
         }
+        Dialect::Gemini => {
+            let (status, message, details) = match kind {
+                ErrorKind::RateLimit => (
+                    "RESOURCE_EXHAUSTED",
+                    "You exceeded your current quota, please check your plan and billing details.",
+                    json!([{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests"}]}]),
+                ),
+                ErrorKind::Server500 => (
+                    "INTERNAL",
+                    "An internal error has occurred. Please retry or report in https://developers.generativeai.google/guide/troubleshooting",
+                    json!([]),
+                ),
+                ErrorKind::Unavailable503 | ErrorKind::Overloaded529 => (
+                    "UNAVAILABLE",
+                    "The model is overloaded. Please try again later.",
+                    json!([]),
+                ),
+                ErrorKind::ContextOverflow => (
+                    "INVALID_ARGUMENT",
+                    "The input token count (250000) exceeds the maximum number of tokens allowed (8192).",
+                    json!([]),
+                ),
+                // A real safety block is a 200 (`gemini::blocked`); this is the
+                // rare error form.
+                ErrorKind::ContentFilter => (
+                    "INVALID_ARGUMENT",
+                    "The request was blocked by the content filter: SAFETY",
+                    json!([]),
+                ),
+                ErrorKind::Auth => (
+                    "INVALID_ARGUMENT",
+                    "API key not valid. Please pass a valid API key.",
+                    json!([{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID", "domain": "googleapis.com"}]),
+                ),
+                ErrorKind::NoPrefill => (
+                    "INVALID_ARGUMENT",
+                    "Please ensure that multiturn requests end with a user role or a function response.",
+                    json!([]),
+                ),
+            };
+            gemini::error(kind.status_in(dialect), status, message, details)
+        }
     }
 }
 
@@ -152,6 +207,7 @@ pub fn bad_request_body(dialect: Dialect, message: &str) -> String {
     match dialect {
         Dialect::OpenAi | Dialect::Responses => json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": null}}).to_string(),
         Dialect::Anthropic => anthropic_error("invalid_request_error", message),
+        Dialect::Gemini => gemini::error(400, "INVALID_ARGUMENT", message, json!([])),
     }
 }
 
@@ -237,6 +293,7 @@ pub fn full_body(dialect: Dialect, ctx: &Ctx, a: &Answer) -> String {
             .to_string()
         }
         Dialect::Responses => responses::full_body(ctx, a),
+        Dialect::Gemini => gemini::full_body(ctx, a),
     }
 }
 
@@ -293,6 +350,15 @@ pub fn stream_head(dialect: Dialect, ctx: &Ctx, a: &Answer, seq: &mut u64) -> Ve
             ]
         }
         Dialect::Responses => responses::stream_head(ctx, a, seq),
+        Dialect::Gemini => gemini::stream_head(ctx, a),
+    }
+}
+
+/// The pieces a stream carries (Gemini sends a function call whole).
+pub fn pieces(dialect: Dialect, a: &Answer) -> &[String] {
+    match dialect {
+        Dialect::OpenAi | Dialect::Anthropic | Dialect::Responses => a.pieces(),
+        Dialect::Gemini => gemini::pieces(a),
     }
 }
 
@@ -355,6 +421,11 @@ impl PieceFramer {
                 prefix: responses::piece_prefix(ctx, a),
                 numbered: Some(responses::PIECE_SEQ),
                 suffix: "}\n\n".to_owned(),
+            },
+            Dialect::Gemini => PieceFramer {
+                prefix: gemini::piece_prefix(ctx),
+                numbered: None,
+                suffix: gemini::piece_suffix(ctx),
             },
         }
     }
@@ -423,6 +494,7 @@ pub fn stream_finish(
             out
         }
         Dialect::Responses => responses::stream_finish(ctx, a, no_done, seq),
+        Dialect::Gemini => gemini::stream_finish(ctx, a, no_done),
     }
 }
 
@@ -434,6 +506,7 @@ pub fn malformed_frame(dialect: Dialect) -> Bytes {
             Bytes::from_static(b"event: content_block_delta\ndata: {not json\n\n")
         }
         Dialect::Responses => Bytes::from_static(responses::MALFORMED_FRAME),
+        Dialect::Gemini => Bytes::from_static(gemini::MALFORMED_FRAME),
     }
 }
 
@@ -443,6 +516,7 @@ pub fn malformed_body(dialect: Dialect) -> &'static str {
         Dialect::OpenAi => "{\"id\":\"chatcmpl-chaos\",\"object\":\"chat.completion\", not json",
         Dialect::Anthropic => "{\"id\":\"msg_chaos\",\"type\":\"message\", not json",
         Dialect::Responses => responses::MALFORMED_BODY,
+        Dialect::Gemini => gemini::MALFORMED_BODY,
     }
 }
 
@@ -459,5 +533,6 @@ pub fn error_frames(dialect: Dialect, ctx: &Ctx, which: InBand, seq: &mut u64) -
             &json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
         )],
         Dialect::Responses => responses::error_frames(ctx, which, seq),
+        Dialect::Gemini => gemini::error_frames(),
     }
 }

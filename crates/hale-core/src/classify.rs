@@ -285,6 +285,9 @@ pub fn classify(obs: &Observation<'_>) -> Classified {
         .retry_after
         .and_then(|v| parse_retry_after(v, obs.now_wall));
     if retry_after.is_none() {
+        retry_after = body.as_ref().and_then(|b| b.retry_delay);
+    }
+    if retry_after.is_none() {
         retry_after = body
             .as_ref()
             .and_then(|b| parse_try_again_in(&b.text_lower));
@@ -366,6 +369,8 @@ enum HintKind {
     Overloaded,
     Auth,
     ModelNotFound,
+    /// The upstream's own deadline ran out (Google's `DEADLINE_EXCEEDED`).
+    Timeout,
     /// A generic "not found" (`not_found_error`) that does not say what.
     NotFound,
     /// A generic `invalid_request_error`.
@@ -396,6 +401,7 @@ impl Hint {
             HintKind::Overloaded => Some(ErrorClass::Overloaded),
             HintKind::Auth => Some(ErrorClass::Auth),
             HintKind::ModelNotFound => Some(ErrorClass::ModelNotFound),
+            HintKind::Timeout => Some(ErrorClass::Timeout),
             HintKind::NotFound | HintKind::InvalidRequest | HintKind::Nothing => None,
         }
     }
@@ -415,7 +421,8 @@ fn class_without_status(hint: Hint) -> ErrorClass {
         | HintKind::RateLimit
         | HintKind::Overloaded
         | HintKind::Auth
-        | HintKind::ModelNotFound => hint.specific().unwrap_or(ErrorClass::Unknown),
+        | HintKind::ModelNotFound
+        | HintKind::Timeout => hint.specific().unwrap_or(ErrorClass::Unknown),
         HintKind::InvalidRequest => ErrorClass::BadRequest,
         HintKind::NotFound | HintKind::Nothing => ErrorClass::Unknown,
     }
@@ -440,7 +447,8 @@ fn class_for_status(
             | HintKind::RateLimit
             | HintKind::Overloaded
             | HintKind::Auth
-            | HintKind::ModelNotFound => hint.specific().unwrap_or(ErrorClass::Unknown),
+            | HintKind::ModelNotFound
+            | HintKind::Timeout => hint.specific().unwrap_or(ErrorClass::Unknown),
         },
         // 400/422: the caller's fault unless the body names something more precise.
         StatusKind::BadRequest | StatusKind::Unprocessable => match hint.kind {
@@ -450,7 +458,7 @@ fn class_for_status(
             | HintKind::Auth
             | HintKind::ModelNotFound => hint.specific().unwrap_or(ErrorClass::BadRequest),
             // "capacity" or "rate limit" in a 400's text is too weak to retry on.
-            HintKind::RateLimit | HintKind::Overloaded => {
+            HintKind::RateLimit | HintKind::Overloaded | HintKind::Timeout => {
                 hint.specific_strong().unwrap_or(ErrorClass::BadRequest)
             }
             HintKind::NotFound | HintKind::InvalidRequest | HintKind::Nothing => {
@@ -465,6 +473,7 @@ fn class_for_status(
             | HintKind::Overloaded
             | HintKind::Auth
             | HintKind::ModelNotFound
+            | HintKind::Timeout
             | HintKind::NotFound
             | HintKind::InvalidRequest
             | HintKind::Nothing => ErrorClass::Auth,
@@ -478,6 +487,7 @@ fn class_for_status(
             | HintKind::Overloaded
             | HintKind::Auth
             | HintKind::ModelNotFound
+            | HintKind::Timeout
             | HintKind::NotFound
             | HintKind::InvalidRequest
             | HintKind::Nothing => ErrorClass::Auth,
@@ -493,6 +503,7 @@ fn class_for_status(
             | HintKind::RateLimit
             | HintKind::Overloaded
             | HintKind::Auth
+            | HintKind::Timeout
             | HintKind::NotFound
             | HintKind::InvalidRequest
             | HintKind::Nothing => {
@@ -516,6 +527,7 @@ fn class_for_status(
             | HintKind::Overloaded
             | HintKind::Auth
             | HintKind::ModelNotFound
+            | HintKind::Timeout
             | HintKind::NotFound
             | HintKind::InvalidRequest
             | HintKind::Nothing => ErrorClass::RateLimit,
@@ -542,6 +554,8 @@ struct BodyInfo {
     message: String,
     /// Lowercased message (or whole body when unparsable) for pattern matching.
     text_lower: String,
+    /// Google's `RetryInfo` detail ([`crate::gemini::retry_delay`]).
+    retry_delay: Option<Duration>,
 }
 
 impl BodyInfo {
@@ -555,6 +569,7 @@ impl BodyInfo {
                 kind: None,
                 text_lower: body.to_lowercase(),
                 message,
+                retry_delay: None,
             };
         };
         let err = v.get("error");
@@ -579,12 +594,16 @@ impl BodyInfo {
             ),
         };
         let message = message.unwrap_or_default();
+        let retry_delay = err
+            .and_then(|e| e.get("details"))
+            .and_then(crate::gemini::retry_delay);
         BodyInfo {
             is_json: true,
             code,
             kind,
             text_lower: message.to_lowercase(),
             message: clean_message(&message),
+            retry_delay,
         }
     }
 
@@ -607,7 +626,8 @@ impl BodyInfo {
             | HintKind::RateLimit
             | HintKind::Overloaded
             | HintKind::Auth
-            | HintKind::ModelNotFound => false,
+            | HintKind::ModelNotFound
+            | HintKind::Timeout => false,
         };
         for k in [by_code, by_kind] {
             if !generic(k) {
@@ -641,7 +661,8 @@ impl BodyInfo {
                 | HintKind::RateLimit
                 | HintKind::Overloaded
                 | HintKind::Auth
-                | HintKind::ModelNotFound => {
+                | HintKind::ModelNotFound
+                | HintKind::Timeout => {
                     return Hint {
                         kind: k,
                         strong: true,
@@ -703,6 +724,8 @@ fn hint_of_code(code: &str) -> HintKind {
         | "permission_denied"
         | "account_deactivated" => HintKind::Auth,
         "model_not_found" => HintKind::ModelNotFound,
+        // Google's status for an upstream deadline that ran out.
+        "deadline_exceeded" => HintKind::Timeout,
         "not_found_error" | "not_found" => HintKind::NotFound,
         "invalid_request_error" | "invalid_request" | "invalid_argument" | "bad_request" => {
             HintKind::InvalidRequest
@@ -724,6 +747,8 @@ fn hint_of_text(t: &str) -> HintKind {
         "context window",
         "too many tokens",
         "reduce the length of the messages",
+        // Google: "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576)."
+        "exceeds the maximum number of tokens",
     ]) {
         HintKind::ContextOverflow
     } else if any(&[
@@ -1097,6 +1122,10 @@ mod tests {
         let anthropic = |ty: &str, msg: &str| {
             format!(r#"{{"type":"error","error":{{"type":"{ty}","message":"{msg}"}}}}"#)
         };
+        let google = |code: u16, status: &str, msg: &str| {
+            serde_json::json!({"error": {"code": code, "message": msg, "status": status}})
+                .to_string()
+        };
         #[allow(clippy::type_complexity)]
         let rows: Vec<(&str, Option<u16>, Option<&str>, Option<String>, Option<Transport>, ErrorClass)> = vec![
             // network
@@ -1114,6 +1143,7 @@ mod tests {
             ("429 with retry-after", Some(429), Some("3"), None, None, C::RateLimit),
             ("openai 429", Some(429), None, Some(openai("rate_limit_exceeded", "requests", "Rate limit reached for gpt-4o on requests per min (RPM)")), None, C::RateLimit),
             ("anthropic 429", Some(429), None, Some(anthropic("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit")), None, C::RateLimit),
+            ("google RESOURCE_EXHAUSTED", Some(429), None, Some(google(429, "RESOURCE_EXHAUSTED", "You exceeded your current quota, please check your plan and billing details.")), None, C::RateLimit),
             ("per-minute quota text", None, None, Some("Quota exceeded for requests per minute".into()), None, C::RateLimit),
             ("rate limit text", None, None, Some("rate limit hit, slow down".into()), None, C::RateLimit),
             // overloaded
@@ -1127,6 +1157,10 @@ mod tests {
             ("capacity text, no status", None, None, Some("no capacity available".into()), None, C::Overloaded),
             ("409 conflict", Some(409), None, None, None, C::Overloaded),
             ("other 5xx", Some(520), None, None, None, C::Overloaded),
+            ("google UNAVAILABLE", Some(503), None, Some(google(503, "UNAVAILABLE", "The model is overloaded. Please try again later.")), None, C::Overloaded),
+            ("google INTERNAL", Some(500), None, Some(google(500, "INTERNAL", "An internal error has occurred.")), None, C::Overloaded),
+            ("google DEADLINE_EXCEEDED", Some(504), None, Some(google(504, "DEADLINE_EXCEEDED", "Deadline expired before operation could complete.")), None, C::Timeout),
+            ("google DEADLINE_EXCEEDED in a stream", None, None, Some(google(504, "DEADLINE_EXCEEDED", "Deadline expired before operation could complete.")), None, C::Timeout),
             // stream_broken
             ("stream cut", Some(200), None, None, Some(T::StreamCut), C::StreamBroken),
             ("stream stalled", Some(200), None, None, Some(T::StreamStalled), C::StreamBroken),
@@ -1136,6 +1170,7 @@ mod tests {
             ("anthropic prompt too long", Some(400), None, Some(anthropic("invalid_request_error", "prompt is too long: 201234 tokens > 200000 maximum")), None, C::ContextOverflow),
             ("input is too long", Some(400), None, Some(anthropic("invalid_request_error", "Input is too long for requested model.")), None, C::ContextOverflow),
             ("vllm maximum context length", Some(400), None, Some(r#"{"object":"error","message":"This model's maximum context length is 4096 tokens.","type":"BadRequestError","code":400}"#.into()), None, C::ContextOverflow),
+            ("google INVALID_ARGUMENT token count", Some(400), None, Some(google(400, "INVALID_ARGUMENT", "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).")), None, C::ContextOverflow),
             ("413", Some(413), None, Some(anthropic("request_too_large", "Request exceeds the maximum allowed number of bytes.")), None, C::ContextOverflow),
             // content_policy
             ("openai content_policy_violation", Some(400), None, Some(openai("content_policy_violation", "invalid_request_error", "Your request was rejected as a result of our safety system.")), None, C::ContentPolicy),
@@ -1144,6 +1179,9 @@ mod tests {
             ("safety refusal text", None, None, Some(r#"{"error":"The model refused to answer for safety reasons"}"#.into()), None, C::ContentPolicy),
             // auth
             ("401", Some(401), None, None, None, C::Auth),
+            ("google UNAUTHENTICATED", Some(401), None, Some(google(401, "UNAUTHENTICATED", "Request had invalid authentication credentials.")), None, C::Auth),
+            ("google PERMISSION_DENIED", Some(403), None, Some(google(403, "PERMISSION_DENIED", "Permission denied: Consumer has been suspended.")), None, C::Auth),
+            ("google API key not valid as 400", Some(400), None, Some(google(400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid API key.")), None, C::Auth),
             ("openai invalid_api_key", Some(401), None, Some(openai("invalid_api_key", "invalid_request_error", "Incorrect API key provided: sk-abc***xyz.")), None, C::Auth),
             ("anthropic authentication_error", Some(401), None, Some(anthropic("authentication_error", "invalid x-api-key")), None, C::Auth),
             ("anthropic permission_error", Some(403), None, Some(anthropic("permission_error", "Your API key does not have permission")), None, C::Auth),
@@ -1162,6 +1200,7 @@ mod tests {
             // bad_request
             ("400 other", Some(400), None, Some(openai("", "invalid_request_error", "Invalid value for 'temperature'")), None, C::BadRequest),
             ("400 bare", Some(400), None, None, None, C::BadRequest),
+            ("google INVALID_ARGUMENT", Some(400), None, Some(google(400, "INVALID_ARGUMENT", "Invalid value at 'generation_config.temperature' (TYPE_FLOAT), \"hot\"")), None, C::BadRequest),
             ("422", Some(422), None, Some(r#"{"detail":[{"loc":["body","messages"],"msg":"field required"}]}"#.into()), None, C::BadRequest),
             ("400 with weak capacity text", Some(400), None, Some(openai("", "invalid_request_error", "max_tokens exceeds the model capacity setting")), None, C::BadRequest),
             // format
@@ -1190,6 +1229,19 @@ mod tests {
                 assert!(rows.iter().any(|r| r.5 == c), "no row for {c}");
             }
         }
+    }
+
+    /// Google's 429 carries its wait in a `RetryInfo` detail; a
+    /// `Retry-After` header still wins.
+    #[test]
+    fn google_retry_info_is_the_wait() {
+        let body = r#"{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[]},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"12s"}]}}"#;
+        let c = classify(&obs(Some(429), None, Some(body), None));
+        assert_eq!(c.class, ErrorClass::RateLimit);
+        assert_eq!(c.retry_after, Some(Duration::from_secs(12)));
+        assert_eq!(c.code.as_deref(), Some("429"));
+        let c = classify(&obs(Some(429), Some("3"), Some(body), None));
+        assert_eq!(c.retry_after, Some(Duration::from_secs(3)));
     }
 
     #[test]

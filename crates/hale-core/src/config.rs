@@ -196,6 +196,8 @@ impl std::fmt::Display for Target {
 pub enum ProviderKind {
     OpenAi,
     Anthropic,
+    /// Google's Generative Language API (`generateContent`), key in `x-goog-api-key`.
+    Gemini,
 }
 
 impl ProviderKind {
@@ -204,9 +206,23 @@ impl ProviderKind {
         match self {
             ProviderKind::OpenAi => false,
             ProviderKind::Anthropic => true,
+            // A trailing `model` turn is not continued word for word: a
+            // resumed stream is a fresh answer aligned with what was delivered.
+            ProviderKind::Gemini => false,
+        }
+    }
+
+    /// The `base_url` of a provider that names none; `None`: it is required.
+    pub fn default_base_url(self) -> Option<&'static str> {
+        match self {
+            ProviderKind::OpenAi | ProviderKind::Anthropic => None,
+            ProviderKind::Gemini => Some(GEMINI_BASE_URL),
         }
     }
 }
+
+/// The default `base_url` of a `kind: gemini` provider.
+pub const GEMINI_BASE_URL: &str = "https://generativelanguage.googleapis.com/v1beta";
 
 /// The API of an `openai` provider: Chat Completions (`{base_url}/chat/completions`)
 /// or the Responses API (`{base_url}/responses`).

@@ -21,6 +21,7 @@ pub mod counts;
 pub mod delivery;
 pub mod deployment;
 pub mod event;
+pub mod gemini;
 pub mod guard;
 pub mod health;
 pub mod history;

@@ -20,6 +20,9 @@ use std::time::{Duration, SystemTime};
 
 /// The Anthropic API version hale speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+/// The header carrying a `kind: gemini` provider's key (never the URL's `key=`,
+/// which would put it in every log line of a proxy).
+pub const GEMINI_KEY_HEADER: &str = "x-goog-api-key";
 /// The most of an upstream error body hale reads (bigger bodies are cut).
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
@@ -43,6 +46,18 @@ impl Failure {
             retry_after: c.retry_after,
             status,
             message: c.message,
+            connect_failed: false,
+        }
+    }
+
+    /// A Gemini answer that is no answer (a safety block, an unusable
+    /// call), as hale-core's rule names it; it came with a 200.
+    pub fn from_gemini(f: hale_core::gemini::AnswerFailure) -> Self {
+        Self {
+            class: f.class,
+            retry_after: None,
+            status: None,
+            message: f.message,
             connect_failed: false,
         }
     }
@@ -112,23 +127,50 @@ pub fn dialect_of(provider: &ProviderConfig) -> Dialect {
         (ProviderKind::OpenAi, ProviderApi::Responses) => Dialect::Responses,
         // Config validation keeps `api: responses` to `openai` providers.
         (ProviderKind::Anthropic, ProviderApi::Chat | ProviderApi::Responses) => Dialect::Anthropic,
+        (ProviderKind::Gemini, ProviderApi::Chat | ProviderApi::Responses) => Dialect::Gemini,
     }
 }
 
-/// The chat endpoint of `provider` as text.
-fn endpoint_str(provider: &ProviderConfig) -> String {
+/// The chat endpoint of `provider` as text. Gemini names the model and
+/// whether to stream in the URL; the other dialects in the body.
+fn endpoint_str(provider: &ProviderConfig, model: &str, stream: bool) -> String {
     match dialect_of(provider) {
         Dialect::OpenAi => format!("{}/chat/completions", provider.base_url),
         Dialect::Anthropic => format!("{}/v1/messages", provider.base_url),
         Dialect::Responses => format!("{}/responses", provider.base_url),
+        Dialect::Gemini if stream => format!(
+            "{}/models/{}:streamGenerateContent?alt=sse",
+            provider.base_url,
+            model_segment(model)
+        ),
+        Dialect::Gemini => format!(
+            "{}/models/{}:generateContent",
+            provider.base_url,
+            model_segment(model)
+        ),
     }
+}
+
+/// A model name as one URL path segment (a `models/` prefix, as Google
+/// lists them, is taken off; characters outside the segment's set escaped).
+fn model_segment(model: &str) -> String {
+    let m = model.strip_prefix("models/").unwrap_or(model);
+    let mut out = String::with_capacity(m.len());
+    for b in m.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// The chat endpoint of `provider`, parsed once per base URL and kind, not
 /// per attempt (formatting and parsing it was ~1.5 % of a turn's
 /// instructions); `None` when it is not a URL. The map holds one entry per
 /// configured provider's base URL.
-fn endpoint(provider: &ProviderConfig) -> Option<reqwest::Url> {
+fn endpoint(provider: &ProviderConfig, model: &str, stream: bool) -> Option<reqwest::Url> {
     use std::collections::HashMap;
     use std::sync::{LazyLock, RwLock};
     type Urls = RwLock<HashMap<String, reqwest::Url>>;
@@ -139,6 +181,8 @@ fn endpoint(provider: &ProviderConfig) -> Option<reqwest::Url> {
         Dialect::OpenAi => &OPENAI,
         Dialect::Anthropic => &ANTHROPIC,
         Dialect::Responses => &RESPONSES,
+        // The model is in a Gemini URL: parsed per attempt.
+        Dialect::Gemini => return reqwest::Url::parse(&endpoint_str(provider, model, stream)).ok(),
     };
     if let Some(u) = map
         .read()
@@ -147,7 +191,7 @@ fn endpoint(provider: &ProviderConfig) -> Option<reqwest::Url> {
     {
         return Some(u.clone());
     }
-    let url = reqwest::Url::parse(&endpoint_str(provider)).ok()?;
+    let url = reqwest::Url::parse(&endpoint_str(provider, model, stream)).ok()?;
     map.write()
         .unwrap_or_else(|e| e.into_inner())
         .insert(provider.base_url.clone(), url.clone());
@@ -176,7 +220,7 @@ pub async fn send(
     limits: &AttemptLimits,
 ) -> Sent {
     let out = proto::render_for(dialect_of(provider), req, model, prefill);
-    let result = attempt(http, provider, &out, req.stream, limits).await;
+    let result = attempt(http, provider, &out, model, req.stream, limits).await;
     Sent {
         result,
         changes: out.changes,
@@ -187,13 +231,14 @@ async fn attempt(
     http: &reqwest::Client,
     provider: &ProviderConfig,
     out: &proto::Outgoing,
+    model: &str,
     stream: bool,
     limits: &AttemptLimits,
 ) -> Result<Answer, Failure> {
-    let rb = match endpoint(provider) {
+    let rb = match endpoint(provider, model, stream) {
         Some(url) => http.post(url),
         // Not a URL: reqwest reports it as it always did.
-        None => http.post(endpoint_str(provider)),
+        None => http.post(endpoint_str(provider, model, stream)),
     };
     let mut rb = match &out.raw {
         // The client's own bytes: hale changed nothing in the body.
@@ -205,6 +250,7 @@ async fn attempt(
     rb = match (provider.kind, &provider.api_key) {
         (ProviderKind::OpenAi, Some(k)) => rb.bearer_auth(k.expose()),
         (ProviderKind::Anthropic, Some(k)) => rb.header("x-api-key", k.expose()),
+        (ProviderKind::Gemini, Some(k)) => rb.header(GEMINI_KEY_HEADER, k.expose()),
         (_, None) => rb,
     };
     let client_version = out
@@ -285,6 +331,13 @@ async fn attempt(
         {
             return Err(stream_error(&body, "the response failed"));
         }
+        // A Gemini safety block (or unusable answer) comes as a 200.
+        if dialect == Dialect::Gemini
+            && let Ok(v) = &value
+            && let Some(f) = proto::gemini::answer_failure(v)
+        {
+            return Err(Failure::from_gemini(f));
+        }
         let parsed = value
             .map_err(|e| e.to_string())
             .and_then(|v| match dialect {
@@ -295,6 +348,7 @@ async fn attempt(
                 Dialect::Responses => {
                     proto::responses::parse_response(&v).map_err(|e| e.to_string())
                 }
+                Dialect::Gemini => proto::gemini::parse_response(&v).map_err(|e| e.to_string()),
             });
         match parsed {
             Ok(answer) => Ok(Answer::Complete(Reply {
@@ -361,6 +415,7 @@ fn event_stream(resp: reqwest::Response, dialect: Dialect, idle: Duration) -> Ev
         Dialect::OpenAi => Decoder::OpenAi(proto::openai::StreamDecoder::new()),
         Dialect::Anthropic => Decoder::Anthropic(proto::anthropic::StreamDecoder::new()),
         Dialect::Responses => Decoder::Responses(proto::responses::StreamDecoder::new()),
+        Dialect::Gemini => Decoder::Gemini(proto::gemini::StreamDecoder::new()),
     };
     Box::pin(Events {
         sse: Box::pin(sse_stream::SseByteStream::new(resp.bytes_stream())),
@@ -377,6 +432,7 @@ enum Decoder {
     OpenAi(proto::openai::StreamDecoder),
     Anthropic(proto::anthropic::StreamDecoder),
     Responses(proto::responses::StreamDecoder),
+    Gemini(proto::gemini::StreamDecoder),
 }
 
 /// An upstream event stream being decoded: one item per SSE event.
@@ -452,6 +508,7 @@ impl Decoder {
             Decoder::OpenAi(d) => d.decode(ev.event.as_deref(), data),
             Decoder::Anthropic(d) => d.decode(ev.event.as_deref(), data),
             Decoder::Responses(d) => d.decode(ev.event.as_deref(), data),
+            Decoder::Gemini(d) => d.decode(data),
         };
         match decoded {
             Ok(evs) => Ok(Some(evs)),
@@ -463,6 +520,7 @@ impl Decoder {
                     Decoder::Responses(_) => {
                         proto::responses::error_body(ev.event.as_deref(), data)
                     }
+                    Decoder::Gemini(_) => return gemini_chunk_failure(data, &e.to_string()),
                     Decoder::OpenAi(_) | Decoder::Anthropic(_) => None,
                 };
                 match responses {
@@ -474,6 +532,22 @@ impl Decoder {
                 }
             }
         }
+    }
+}
+
+/// A Gemini chunk the decoder refused: Google's error shape (classified
+/// from its body), a safety block or unusable answer (hale-core's rule),
+/// or else a malformed chunk (`Ok(None)`, counted and skipped).
+fn gemini_chunk_failure(data: &str, fallback: &str) -> Result<Option<Vec<StreamEvent>>, Failure> {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else {
+        return Ok(None);
+    };
+    if v.get("error").is_some() {
+        return Err(stream_error(data, fallback));
+    }
+    match proto::gemini::answer_failure(&v) {
+        Some(f) => Err(Failure::from_gemini(f)),
+        None => Ok(None),
     }
 }
 

@@ -31,6 +31,7 @@ pub fn render_answer(dialect: Dialect, answer: &ChatResponse, req: &ChatRequest)
         Dialect::Responses => {
             proto::responses::render_response_with(answer, &proto::responses::custom_tools(req))
         }
+        Dialect::Gemini => proto::gemini::render_response(answer),
     }
 }
 
@@ -40,6 +41,7 @@ pub fn render_error(dialect: Dialect, kind: &str, message: &str, hale: Value) ->
         Dialect::OpenAi => proto::openai::render_error(kind, message, hale),
         Dialect::Anthropic => proto::anthropic::render_error(kind, message, hale),
         Dialect::Responses => proto::responses::render_error(kind, message, hale),
+        Dialect::Gemini => proto::gemini::render_error(kind, message, hale),
     }
 }
 
@@ -48,6 +50,7 @@ pub enum Encoder {
     OpenAi(proto::openai::StreamEncoder),
     Anthropic(proto::anthropic::StreamEncoder),
     Responses(proto::responses::StreamEncoder),
+    Gemini(proto::gemini::StreamEncoder),
 }
 
 impl Encoder {
@@ -67,6 +70,9 @@ impl Encoder {
                 proto::responses::StreamEncoder::new(id, model, include_usage)
                     .with_custom_tools(proto::responses::custom_tools(req)),
             ),
+            Dialect::Gemini => {
+                Encoder::Gemini(proto::gemini::StreamEncoder::new(id, model, include_usage))
+            }
         }
     }
 
@@ -76,6 +82,7 @@ impl Encoder {
             Encoder::OpenAi(e) => e.encode(ev),
             Encoder::Anthropic(e) => e.encode(ev),
             Encoder::Responses(e) => e.encode(ev),
+            Encoder::Gemini(e) => e.encode(ev),
         };
         frames_to_bytes(&frames)
     }
@@ -86,6 +93,7 @@ impl Encoder {
             Encoder::OpenAi(e) => e.error(kind, message),
             Encoder::Anthropic(e) => e.error(kind, message),
             Encoder::Responses(e) => e.error(kind, message),
+            Encoder::Gemini(e) => e.error(kind, message),
         };
         frames_to_bytes(&frames)
     }

@@ -93,11 +93,15 @@ async fn error_503_persistent_fails_over_within_the_retry_budget() {
 }
 
 /// Stream cut after 40 of 60 tokens: the caller gets the complete answer —
-/// from an OpenAI fallback (no prefill: aligned) and from an Anthropic
-/// fallback (prefill: continued), for both caller shapes.
+/// from an OpenAI or a Gemini fallback (no prefill: aligned) and from an
+/// Anthropic fallback (prefill: continued), for both caller shapes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_cut_after_40_of_60_tokens_caller_gets_the_complete_answer() {
-    for backup in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+    for backup in [
+        ProviderKind::OpenAi,
+        ProviderKind::Anthropic,
+        ProviderKind::Gemini,
+    ] {
         for caller in [Dialect::OpenAi, Dialect::Anthropic] {
             let fault = "cut:after=40:tokens=60";
             let (c, h) = pair(fault, backup, |_| {}).await;
@@ -167,12 +171,17 @@ async fn stream_stall_mid_answer_is_detected_and_completed() {
 /// mid-stream; the answer is complete and the target is not left for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_chunk_mid_stream_is_skipped_answer_complete() {
-    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+    for kind in [
+        ProviderKind::OpenAi,
+        ProviderKind::Anthropic,
+        ProviderKind::Gemini,
+    ] {
         for fault in ["malformed:at=10", "malformed:at=0"] {
             let c = chaos().await;
             let primary = match kind {
                 ProviderKind::OpenAi => openai("primary", &c, fault),
                 ProviderKind::Anthropic => anthropic("primary", &c, fault),
+                ProviderKind::Gemini => gemini("primary", &c, fault),
             };
             let h = Hale::start(config(vec![primary, openai("backup", &c, BACKUP_MODEL)])).await;
             let r = h.openai(ROUTE).stream(true).send().await;
@@ -196,12 +205,17 @@ async fn malformed_chunk_mid_stream_is_skipped_answer_complete() {
 /// 1 s), with `[DONE]` and a usage block for a caller that asked for usage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_without_done_is_finalised_within_1s_with_usage() {
-    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+    for kind in [
+        ProviderKind::OpenAi,
+        ProviderKind::Anthropic,
+        ProviderKind::Gemini,
+    ] {
         for caller in [Dialect::OpenAi, Dialect::Anthropic] {
             let c = chaos().await;
             let primary = match kind {
                 ProviderKind::OpenAi => openai("primary", &c, "no-done"),
                 ProviderKind::Anthropic => anthropic("primary", &c, "no-done"),
+                ProviderKind::Gemini => gemini("primary", &c, "no-done"),
             };
             let h = Hale::start(config(vec![primary])).await;
             let call = match caller {

@@ -73,6 +73,7 @@ impl Recorder {
         let base = match kind {
             ProviderKind::OpenAi => format!("http://{}/v1", self.addr),
             ProviderKind::Anthropic => format!("http://{}", self.addr),
+            ProviderKind::Gemini => format!("http://{}/v1beta", self.addr),
         };
         with_test_timeouts(ProviderConfig::new(name, kind, &base, model))
     }
@@ -641,6 +642,7 @@ impl CutOnce {
         let base = match kind {
             ProviderKind::OpenAi => format!("http://{}/v1", self.addr),
             ProviderKind::Anthropic => format!("http://{}", self.addr),
+            ProviderKind::Gemini => format!("http://{}/v1beta", self.addr),
         };
         let mut p = ProviderConfig::new(name, kind, &base, SERVED);
         p.timeout = TEST_TIMEOUT;

@@ -31,6 +31,9 @@ pub enum Dialect {
     Anthropic,
     /// OpenAI Responses (`/v1/responses`).
     Responses,
+    /// Google's Generative Language API (`models/{model}:generateContent`);
+    /// a provider dialect only, for now.
+    Gemini,
 }
 
 impl Dialect {
@@ -39,6 +42,7 @@ impl Dialect {
         match self {
             Dialect::OpenAi | Dialect::Anthropic => "messages",
             Dialect::Responses => "input",
+            Dialect::Gemini => "contents",
         }
     }
 }

@@ -35,7 +35,7 @@
 //! and only to a provider of the kind they belong to.
 
 use super::canonical::{ChatRequest, Dialect, Group, Knobs, Message, fingerprint};
-use super::{anthropic, openai, responses};
+use super::{anthropic, gemini, openai, responses};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
@@ -127,6 +127,8 @@ pub fn render_for(
             Dialect::OpenAi => patch_openai(origin, req, model, prefill, &mut changes),
             Dialect::Anthropic => patch_anthropic(origin, req, model, prefill, &mut changes),
             Dialect::Responses => patch_responses(origin, req, model, prefill, &mut changes),
+            // No client speaks Gemini yet: rendered from the canonical form.
+            Dialect::Gemini => canonical(target, req, model, prefill),
         };
         // Every patch names itself in `changes`: none named, none made.
         let raw = if changes.is_empty() {
@@ -163,6 +165,7 @@ fn canonical(target: Dialect, req: &ChatRequest, model: &str, prefill: Option<&s
         Dialect::OpenAi => openai::render_request(req, model, prefill),
         Dialect::Anthropic => anthropic::render_request(req, model, prefill),
         Dialect::Responses => responses::render_request(req, model, prefill),
+        Dialect::Gemini => gemini::render_request(req, model, prefill),
     }
 }
 
@@ -645,6 +648,23 @@ fn crossing_changes(
         Dialect::Anthropic => anthropic_losses(origin, &mut dropped),
         Dialect::OpenAi => openai_losses(origin, req, &mut dropped),
         Dialect::Responses => responses_losses(origin, target, &mut dropped),
+        Dialect::Gemini => {}
+    }
+    if target == Dialect::Gemini {
+        // Mapped into `generationConfig` (JSON answers, thinking).
+        dropped.retain(|n| {
+            !n.strip_prefix("dropped: ")
+                .is_some_and(|k| gemini::carries(origin.dialect, k))
+        });
+        if req.stop.len() > gemini::MAX_STOP_SEQUENCES {
+            note(&mut dropped, "stop sequences past the fifth");
+        }
+        if req.tool_choice.as_ref().is_some_and(|tc| {
+            tc.as_object()
+                .is_some_and(|o| o.get("type").and_then(Value::as_str) == Some("allowed_tools"))
+        }) {
+            note(&mut dropped, "tool_choice");
+        }
     }
     // The Responses API has no stop sequences.
     if target == Dialect::Responses && !req.stop.is_empty() {
@@ -902,7 +922,7 @@ fn responses_losses(origin: &Origin, target: Dialect, dropped: &mut BTreeSet<Str
                                 Dialect::Anthropic => {
                                     anthropic::image_from_responses(part).is_some()
                                 }
-                                Dialect::Responses => true,
+                                Dialect::Responses | Dialect::Gemini => true,
                             };
                             if !has_form {
                                 note(dropped, "input_image part (without an image_url)");
@@ -962,6 +982,7 @@ mod responses_tests {
             Dialect::OpenAi => openai::parse_request_traced(&v),
             Dialect::Anthropic => anthropic::parse_request_traced(&v),
             Dialect::Responses => responses::parse_request_traced(&v),
+            Dialect::Gemini => panic!("no client speaks Gemini"),
         }
         .unwrap();
         let origin =
@@ -1114,5 +1135,52 @@ mod responses_tests {
             an.body["messages"][0]["content"][0],
             json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAA"}})
         );
+    }
+}
+
+#[cfg(test)]
+mod gemini_tests {
+    use super::*;
+
+    /// Crossing to Gemini, what `generationConfig` carries (a JSON answer
+    /// format, a reasoning effort) is not named dropped; what it cannot
+    /// carry is (`logprobs`, a sixth stop sequence).
+    #[test]
+    fn crossing_to_gemini_names_only_what_is_lost() {
+        let body = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+            "response_format": {"type": "json_object"}, "reasoning_effort": "low", "logprobs": true,
+            "stop": ["1", "2", "3", "4", "5", "6"]});
+        let (mut req, trace) = openai::parse_request_traced(&body).unwrap();
+        req.origin = Some(std::sync::Arc::new(Origin::new(
+            Dialect::OpenAi,
+            body,
+            Vec::new(),
+            &req,
+            trace,
+        )));
+        let out = render_for(Dialect::Gemini, &req, "gemini-2.5-flash", None);
+        assert!(
+            out.changes.contains(&"dropped: logprobs".to_string()),
+            "{:?}",
+            out.changes
+        );
+        assert!(
+            out.changes
+                .contains(&"dropped: stop sequences past the fifth".to_string()),
+            "{:?}",
+            out.changes
+        );
+        assert!(
+            !out.changes
+                .iter()
+                .any(|c| c.contains("response_format") || c.contains("reasoning_effort")),
+            "{:?}",
+            out.changes
+        );
+        assert_eq!(
+            out.body["generationConfig"]["responseMimeType"],
+            "application/json"
+        );
+        assert!(out.body.get("messages").is_none());
     }
 }

@@ -6,7 +6,8 @@
 //! request, response and stream event passes through the canonical types here,
 //! so a chain can mix provider kinds and the agent sees its own dialect
 //! whoever served it. [`openai`], [`anthropic`] and [`responses`] hold the
-//! codecs.
+//! codecs; [`gemini`] is a provider dialect (Google's Generative Language
+//! API), rendered to and read from, not yet spoken to clients.
 //!
 //! The canonical model is what hale reasons about, not what it sends when it
 //! need not translate: a request parsed by [`parse_request`] keeps the client's
@@ -34,6 +35,7 @@
 pub mod anthropic;
 mod canonical;
 pub mod fidelity;
+pub mod gemini;
 mod json;
 pub mod openai;
 mod parse;

@@ -60,6 +60,7 @@ pub fn parse_rewritten(
         Dialect::OpenAi => openai::parse_request_traced(&body)?,
         Dialect::Anthropic => anthropic::parse_request_traced(&body)?,
         Dialect::Responses => responses::parse_request_traced(&body)?,
+        Dialect::Gemini => return Err(not_a_client_dialect()),
     };
     let mut origin = Origin::new(dialect, body, like.headers.clone(), &req, trace);
     origin.notes.push(note);
@@ -170,6 +171,7 @@ fn parse_with_origin(
         Dialect::OpenAi => openai::parse_request_traced(&body)?,
         Dialect::Anthropic => anthropic::parse_request_traced(&body)?,
         Dialect::Responses => responses::parse_request_traced(&body)?,
+        Dialect::Gemini => return Err(not_a_client_dialect()),
     };
     let origin = Origin::new(
         dialect,
@@ -179,6 +181,11 @@ fn parse_with_origin(
         trace,
     );
     Ok((req, origin))
+}
+
+/// Gemini is a provider dialect: no client request is parsed in it yet.
+fn not_a_client_dialect() -> ProtoError {
+    ProtoError::new("body", "requests in Gemini's dialect are not accepted")
 }
 
 #[cfg(test)]

@@ -85,6 +85,19 @@ pub fn anthropic(name: &str, chaos: &ChaosHandle, model: &str) -> ProviderConfig
     ))
 }
 
+/// A Gemini-kind provider pointing at `chaos` (with a key: chaos refuses
+/// a Gemini request without `x-goog-api-key`).
+pub fn gemini(name: &str, chaos: &ChaosHandle, model: &str) -> ProviderConfig {
+    let mut p = with_test_timeouts(ProviderConfig::new(
+        name,
+        ProviderKind::Gemini,
+        &chaos.base_url_gemini,
+        model,
+    ));
+    p.api_key = Some(hale_core::config::Secret::new("k-gemini-test".to_owned()));
+    p
+}
+
 /// How long [`Hale::turn`] waits for a streamed turn's journal row.
 pub const JOURNAL_WAIT: Duration = Duration::from_secs(3);
 
@@ -687,6 +700,7 @@ pub async fn pair(
     let backup = match backup_kind {
         ProviderKind::OpenAi => openai("backup", &c, BACKUP_MODEL),
         ProviderKind::Anthropic => anthropic("backup", &c, BACKUP_MODEL),
+        ProviderKind::Gemini => gemini("backup", &c, BACKUP_MODEL),
     };
     let mut cfg = config(vec![primary, backup]);
     tweak(&mut cfg);

@@ -493,13 +493,36 @@ fn duplicate_provider_name_is_an_error() {
 #[test]
 fn unknown_provider_kind_is_an_error() {
     let errs = load_err(
-        "providers:\n  - name: p\n    kind: gemini\n    base_url: https://x\n    default_model: m\n",
+        "providers:\n  - name: p\n    kind: gopher\n    base_url: https://x\n    default_model: m\n",
     );
     assert_error(
         &errs,
         "providers[0].kind",
         Some(3),
-        "unknown provider kind `gemini`",
+        "unknown provider kind `gopher`",
+    );
+}
+
+/// A `kind: gemini` provider needs no `base_url` (Google's is the default),
+/// takes its key from `api_key_env`, continues no prefill by default, and
+/// has no `api: responses`.
+#[test]
+fn a_gemini_provider_defaults_its_base_url() {
+    let c = load_ok(
+        "providers:\n  - {name: g, kind: gemini, api_key_env: OPENAI_API_KEY, default_model: gemini-2.5-flash}\n  - {name: h, kind: gemini, base_url: \"http://127.0.0.1:9/v1beta/\", default_model: m}\n",
+    );
+    let g = &c.providers[0];
+    assert_eq!(g.kind, ProviderKind::Gemini);
+    assert_eq!(g.base_url, crate::config::GEMINI_BASE_URL);
+    assert!(!g.supports_prefill);
+    assert_eq!(c.providers[1].base_url, "http://127.0.0.1:9/v1beta");
+    let errs =
+        load_err("providers:\n  - {name: g, kind: gemini, api: responses, default_model: m}\n");
+    assert_error(
+        &errs,
+        "providers[0].api",
+        Some(2),
+        "`api: responses` is for `kind: openai` providers",
     );
 }
 

@@ -520,6 +520,11 @@ fn blocks_of(m: &Message) -> Vec<Value> {
                     out.extend(image_from_responses(value));
                 }
             }
+            // A Gemini answer's thought or data parts: no Anthropic form.
+            Part::Opaque {
+                dialect: Dialect::Gemini,
+                ..
+            } => {}
             Part::ToolCall {
                 id,
                 name,

@@ -540,6 +540,11 @@ fn render_user_like(parts: &[Part], out: &mut Vec<Value>) {
                     rest.push(img);
                 }
             }
+            // A Gemini answer's thought or data parts: no OpenAI form.
+            Part::Opaque {
+                dialect: Dialect::Gemini,
+                ..
+            } => {}
             Part::ToolCall { .. } => {}
         }
     }

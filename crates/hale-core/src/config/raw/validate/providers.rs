@@ -59,29 +59,36 @@ impl Ctx<'_> {
             .and_then(|k| match k.value.trim() {
                 "openai" => Some(ProviderKind::OpenAi),
                 "anthropic" => Some(ProviderKind::Anthropic),
+                "gemini" => Some(ProviderKind::Gemini),
                 other => {
                     self.at(
                         format!("{path}.kind"),
                         k,
-                        format!("unknown provider kind `{other}`: expected openai or anthropic"),
+                        format!(
+                            "unknown provider kind `{other}`: expected openai, anthropic or gemini"
+                        ),
                     );
                     None
                 }
             });
-        let base_url = self
-            .required(path, "base_url", &r.base_url, pl)
-            .and_then(|u| {
-                if is_http_url(u.value.trim()) {
-                    Some(u.value.trim().to_owned())
-                } else {
-                    self.at(
-                        format!("{path}.base_url"),
-                        u,
-                        "must be an http:// or https:// URL",
-                    );
-                    None
-                }
-            });
+        let default_base = kind.and_then(ProviderKind::default_base_url);
+        let base_url = match (&r.base_url, default_base) {
+            (None, Some(d)) => Some(d.to_owned()),
+            (Some(_), _) | (None, None) => self
+                .required(path, "base_url", &r.base_url, pl)
+                .and_then(|u| {
+                    if is_http_url(u.value.trim()) {
+                        Some(u.value.trim().to_owned())
+                    } else {
+                        self.at(
+                            format!("{path}.base_url"),
+                            u,
+                            "must be an http:// or https:// URL",
+                        );
+                        None
+                    }
+                }),
+        };
         let models: Vec<String> = r
             .models
             .iter()
@@ -125,7 +132,7 @@ impl Ctx<'_> {
             match (a.value.trim(), kind) {
                 ("chat", _) => {}
                 ("responses", ProviderKind::OpenAi) => pc.api = ProviderApi::Responses,
-                ("responses", ProviderKind::Anthropic) => self.at(
+                ("responses", ProviderKind::Anthropic | ProviderKind::Gemini) => self.at(
                     format!("{path}.api"),
                     a,
                     "`api: responses` is for `kind: openai` providers",

@@ -1,0 +1,224 @@
+//! The rules for Google's Generative Language API (`kind: gemini`): what a
+//! Gemini `finishReason` and `promptFeedback.blockReason` mean, and how long
+//! a `RetryInfo` detail asks a caller to wait.
+//!
+//! Google reports a safety block not as an error status but inside a 200:
+//! the prompt's `promptFeedback.blockReason`, or a candidate's
+//! `finishReason` (`SAFETY`, `RECITATION`, `PROHIBITED_CONTENT`,
+//! `BLOCKLIST`, `SPII`, `IMAGE_SAFETY`). hale answers those as the
+//! content-filter class ([`ErrorClass::ContentPolicy`]), final for the
+//! caller as any provider's content filter is; a function call the model
+//! could not form (`MALFORMED_FUNCTION_CALL`, …) is a format failure, which
+//! moves on to the next target. Google's error statuses (`RESOURCE_EXHAUSTED`,
+//! `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `INVALID_ARGUMENT`, …) are read by the
+//! one classifier ([`crate::classify`]), which asks [`retry_delay`] here for
+//! the wait of a `RetryInfo` detail.
+
+use crate::class::ErrorClass;
+use std::time::Duration;
+
+/// The longest provider-given reason kept in an [`AnswerFailure`], in chars.
+pub const MAX_REASON_CHARS: usize = 64;
+
+/// What a Gemini answer that is no answer stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnswerFailure {
+    pub class: ErrorClass,
+    /// The `blockReason` or `finishReason`, at most [`MAX_REASON_CHARS`].
+    pub reason: String,
+    /// What happened, for the caller (names the reason).
+    pub message: String,
+}
+
+/// The type URL suffix of Google's `RetryInfo` error detail.
+const RETRY_INFO: &str = "google.rpc.RetryInfo";
+
+/// The longest wait a `retryDelay` is believed for (a larger one is capped).
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(3600);
+
+/// What a candidate's `finishReason` means for the turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// The answer ended normally (`STOP`, `LANGUAGE`, `OTHER`, unknown reasons).
+    Stop,
+    /// The output limit was reached (`MAX_TOKENS`).
+    MaxTokens,
+    /// A safety or policy filter withheld the answer.
+    Blocked,
+    /// The model produced something unusable (a malformed or unexpected
+    /// function call, too many calls).
+    Failed,
+}
+
+/// The meaning of a Gemini `finishReason`. An unknown reason ends the turn
+/// normally, as an unknown Anthropic `stop_reason` does: a new reason should
+/// not fail answers that carry content.
+pub fn finish_of(reason: &str) -> Finish {
+    match reason {
+        "STOP" | "LANGUAGE" | "OTHER" | "FINISH_REASON_UNSPECIFIED" => Finish::Stop,
+        "MAX_TOKENS" => Finish::MaxTokens,
+        "SAFETY"
+        | "RECITATION"
+        | "PROHIBITED_CONTENT"
+        | "BLOCKLIST"
+        | "SPII"
+        | "IMAGE_SAFETY"
+        | "IMAGE_PROHIBITED_CONTENT"
+        | "IMAGE_RECITATION" => Finish::Blocked,
+        "MALFORMED_FUNCTION_CALL" | "UNEXPECTED_TOOL_CALL" | "TOO_MANY_TOOL_CALLS" => {
+            Finish::Failed
+        }
+        // Explicitly: reasons Google adds later end the turn normally.
+        _unknown => Finish::Stop,
+    }
+}
+
+/// The failure a Gemini answer stands for, if any: a prompt blocked by
+/// `promptFeedback.blockReason` (any reason but the unspecified one), or a
+/// candidate finished by a block or a failure ([`finish_of`]).
+pub fn answer_failure(
+    block_reason: Option<&str>,
+    finish_reason: Option<&str>,
+) -> Option<AnswerFailure> {
+    let failed = |class: ErrorClass, reason: &str, what: &str, field: &str| {
+        let reason: String = reason.chars().take(MAX_REASON_CHARS).collect();
+        AnswerFailure {
+            class,
+            message: format!("{what} ({field} {reason})"),
+            reason,
+        }
+    };
+    const BLOCKED: &str = "blocked by the provider's content filter";
+    if let Some(b) = block_reason.filter(|b| !b.is_empty() && *b != "BLOCK_REASON_UNSPECIFIED") {
+        return Some(failed(
+            ErrorClass::ContentPolicy,
+            b,
+            &format!("the prompt was {BLOCKED}"),
+            "blockReason",
+        ));
+    }
+    let reason = finish_reason?;
+    match finish_of(reason) {
+        Finish::Stop | Finish::MaxTokens => None,
+        Finish::Blocked => Some(failed(
+            ErrorClass::ContentPolicy,
+            reason,
+            &format!("the answer was {BLOCKED}"),
+            "finishReason",
+        )),
+        Finish::Failed => Some(failed(
+            ErrorClass::Format,
+            reason,
+            "the model's answer was unusable",
+            "finishReason",
+        )),
+    }
+}
+
+/// The wait of a `RetryInfo` detail among Google's error `details`
+/// (`{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "12s"}`):
+/// a protobuf duration, seconds with an optional fraction and an `s`.
+/// Capped at [`MAX_RETRY_DELAY`]; `None` when there is none or it does not read.
+pub fn retry_delay(details: &serde_json::Value) -> Option<Duration> {
+    let items = details.as_array()?;
+    items.iter().find_map(|d| {
+        let ty = d.get("@type")?.as_str()?;
+        if !ty.ends_with(RETRY_INFO) {
+            return None;
+        }
+        parse_duration(d.get("retryDelay")?.as_str()?)
+    })
+}
+
+/// A protobuf JSON duration (`"12s"`, `"0.5s"`, `"1.000340012s"`), capped.
+fn parse_duration(s: &str) -> Option<Duration> {
+    let secs: f64 = s.trim().strip_suffix('s')?.parse().ok()?;
+    if !secs.is_finite() || secs < 0.0 {
+        return None;
+    }
+    Some(Duration::from_secs_f64(
+        secs.min(MAX_RETRY_DELAY.as_secs_f64()),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn finish_reasons() {
+        for (reason, want) in [
+            ("STOP", Finish::Stop),
+            ("LANGUAGE", Finish::Stop),
+            ("OTHER", Finish::Stop),
+            ("FINISH_REASON_UNSPECIFIED", Finish::Stop),
+            ("SOMETHING_NEW", Finish::Stop),
+            ("MAX_TOKENS", Finish::MaxTokens),
+            ("SAFETY", Finish::Blocked),
+            ("RECITATION", Finish::Blocked),
+            ("PROHIBITED_CONTENT", Finish::Blocked),
+            ("BLOCKLIST", Finish::Blocked),
+            ("SPII", Finish::Blocked),
+            ("IMAGE_SAFETY", Finish::Blocked),
+            ("MALFORMED_FUNCTION_CALL", Finish::Failed),
+            ("UNEXPECTED_TOOL_CALL", Finish::Failed),
+            ("TOO_MANY_TOOL_CALLS", Finish::Failed),
+        ] {
+            assert_eq!(finish_of(reason), want, "{reason}");
+        }
+    }
+
+    #[test]
+    fn answer_failures() {
+        use ErrorClass as C;
+        for (block, finish, want) in [
+            (None, None, None),
+            (None, Some("STOP"), None),
+            (None, Some("MAX_TOKENS"), None),
+            (Some("BLOCK_REASON_UNSPECIFIED"), Some("STOP"), None),
+            (Some(""), None, None),
+            (Some("SAFETY"), None, Some(C::ContentPolicy)),
+            (Some("PROHIBITED_CONTENT"), None, Some(C::ContentPolicy)),
+            (Some("OTHER"), Some("STOP"), Some(C::ContentPolicy)),
+            (None, Some("SAFETY"), Some(C::ContentPolicy)),
+            (None, Some("RECITATION"), Some(C::ContentPolicy)),
+            (None, Some("SPII"), Some(C::ContentPolicy)),
+            (None, Some("BLOCKLIST"), Some(C::ContentPolicy)),
+            (None, Some("MALFORMED_FUNCTION_CALL"), Some(C::Format)),
+        ] {
+            let got = answer_failure(block, finish).map(|c| c.class);
+            assert_eq!(got, want, "{block:?} {finish:?}");
+        }
+        let c = answer_failure(None, Some("SAFETY")).expect("a block");
+        assert_eq!(c.reason, "SAFETY");
+        assert!(c.message.contains("(finishReason SAFETY)"), "{}", c.message);
+        let long = "X".repeat(1000);
+        let c = answer_failure(Some(&long), None).expect("a block");
+        assert_eq!(c.reason.chars().count(), MAX_REASON_CHARS);
+    }
+
+    #[test]
+    fn retry_delays() {
+        let info = |d: &str| {
+            json!([
+                {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": []},
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": d},
+            ])
+        };
+        assert_eq!(retry_delay(&info("12s")), Some(Duration::from_secs(12)));
+        assert_eq!(retry_delay(&info("0.5s")), Some(Duration::from_millis(500)));
+        assert_eq!(retry_delay(&info("86400s")), Some(MAX_RETRY_DELAY));
+        assert_eq!(retry_delay(&info("12")), None);
+        assert_eq!(retry_delay(&info("-1s")), None);
+        assert_eq!(retry_delay(&info("soon")), None);
+        assert_eq!(retry_delay(&json!([])), None);
+        assert_eq!(retry_delay(&json!({"retryDelay": "3s"})), None);
+        assert_eq!(
+            retry_delay(
+                &json!([{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "retryDelay": "3s"}])
+            ),
+            None
+        );
+    }
+}
