@@ -167,12 +167,17 @@ async fn stream_stall_mid_answer_is_detected_and_completed() {
 /// mid-stream; the answer is complete and the target is not left for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_chunk_mid_stream_is_skipped_answer_complete() {
-    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+    for kind in [
+        ProviderKind::OpenAi,
+        ProviderKind::Anthropic,
+        ProviderKind::Azure,
+    ] {
         for fault in ["malformed:at=10", "malformed:at=0"] {
             let c = chaos().await;
             let primary = match kind {
                 ProviderKind::OpenAi => openai("primary", &c, fault),
                 ProviderKind::Anthropic => anthropic("primary", &c, fault),
+                ProviderKind::Azure => azure("primary", &c, fault),
             };
             let h = Hale::start(config(vec![primary, openai("backup", &c, BACKUP_MODEL)])).await;
             let r = h.openai(ROUTE).stream(true).send().await;
@@ -196,12 +201,17 @@ async fn malformed_chunk_mid_stream_is_skipped_answer_complete() {
 /// 1 s), with `[DONE]` and a usage block for a caller that asked for usage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_without_done_is_finalised_within_1s_with_usage() {
-    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+    for kind in [
+        ProviderKind::OpenAi,
+        ProviderKind::Anthropic,
+        ProviderKind::Azure,
+    ] {
         for caller in [Dialect::OpenAi, Dialect::Anthropic] {
             let c = chaos().await;
             let primary = match kind {
                 ProviderKind::OpenAi => openai("primary", &c, "no-done"),
                 ProviderKind::Anthropic => anthropic("primary", &c, "no-done"),
+                ProviderKind::Azure => azure("primary", &c, "no-done"),
             };
             let h = Hale::start(config(vec![primary])).await;
             let call = match caller {

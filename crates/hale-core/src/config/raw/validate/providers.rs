@@ -59,11 +59,14 @@ impl Ctx<'_> {
             .and_then(|k| match k.value.trim() {
                 "openai" => Some(ProviderKind::OpenAi),
                 "anthropic" => Some(ProviderKind::Anthropic),
+                "azure" => Some(ProviderKind::Azure),
                 other => {
                     self.at(
                         format!("{path}.kind"),
                         k,
-                        format!("unknown provider kind `{other}`: expected openai or anthropic"),
+                        format!(
+                            "unknown provider kind `{other}`: expected openai, anthropic or azure"
+                        ),
                     );
                     None
                 }
@@ -109,6 +112,7 @@ impl Ctx<'_> {
         let (name, kind, base_url, default_model) = (name?, kind?, base_url?, default_model?);
         let mut pc = ProviderConfig::new(&name, kind, &base_url, &default_model);
         pc.api_key = api_key;
+        self.azure(path, p, &mut pc);
         pc.models = models;
         pc.timeout = self.positive_ms(&format!("{path}.timeout_ms"), &r.timeout_ms, pc.timeout);
         pc.first_token_timeout = self.positive_ms(
@@ -124,11 +128,13 @@ impl Ctx<'_> {
         if let Some(a) = &r.api {
             match (a.value.trim(), kind) {
                 ("chat", _) => {}
-                ("responses", ProviderKind::OpenAi) => pc.api = ProviderApi::Responses,
+                ("responses", ProviderKind::OpenAi | ProviderKind::Azure) => {
+                    pc.api = ProviderApi::Responses
+                }
                 ("responses", ProviderKind::Anthropic) => self.at(
                     format!("{path}.api"),
                     a,
-                    "`api: responses` is for `kind: openai` providers",
+                    "`api: responses` is for `kind: openai` and `kind: azure` providers",
                 ),
                 (other, _) => self.at(
                     format!("{path}.api"),
