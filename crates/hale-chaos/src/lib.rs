@@ -10,6 +10,8 @@
 //! crate's README, pulled in so the two never drift.
 //!
 //! Module map: [`fault`] parses the grammar, [`script`] the YAML scripts,
+//! `azure` what Azure OpenAI's wire changes (routes' checks, error shapes,
+//! filter annotations),
 //! `answer` builds the deterministic answers, `wire` renders the four
 //! dialects (with `frame`'s shared pieces; `responses` reads and frames the
 //! Responses API, `gemini` Google's Generative Language API), `state` keeps counters, `request` holds what the handlers
@@ -19,6 +21,7 @@
 #![doc = include_str!("../README.md")]
 
 mod answer;
+mod azure;
 pub mod fault;
 mod frame;
 mod gemini;
@@ -49,6 +52,10 @@ pub use state::{MAX_KEPT_BODIES, Stats};
 pub struct ChaosConfig {
     /// Per-model fault sequences (`--script FILE`, parsed with [`parse_script`]).
     pub script: Option<Script>,
+    /// The key Azure requests (`/openai/…`) must carry, as `api-key` or as
+    /// an `Authorization: Bearer` token (`--azure-api-key`); `None`: any
+    /// non-empty one. A wrong or missing one gets Azure's 401.
+    pub azure_api_key: Option<String>,
 }
 
 /// A running chaos server. Dropping the handle stops the server too;
@@ -60,7 +67,8 @@ pub struct ChaosHandle {
     /// `http://addr/v1`: an OpenAI client's `base_url` (chat completions
     /// and the Responses API).
     pub base_url_openai: String,
-    /// `http://addr`: an Anthropic client's `base_url`.
+    /// `http://addr`: an Anthropic client's `base_url`, and an Azure
+    /// provider's (the resource endpoint; chaos serves `/openai/…`).
     pub base_url_anthropic: String,
     /// `http://addr/v1beta`: a Gemini client's `base_url`.
     pub base_url_gemini: String,
@@ -135,7 +143,7 @@ pub async fn spawn(addr: SocketAddr, cfg: ChaosConfig) -> anyhow::Result<ChaosHa
 /// before hands it over without a moment where another socket could take it).
 pub fn spawn_on(listener: TcpListener, cfg: ChaosConfig) -> anyhow::Result<ChaosHandle> {
     let addr = listener.local_addr()?;
-    let shared = Arc::new(state::Shared::new(cfg.script));
+    let shared = Arc::new(shared(cfg));
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(server::run(listener, shared.clone(), async move {
         // A dropped sender also means stop.
@@ -158,6 +166,12 @@ pub async fn serve(
     cfg: ChaosConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let shared = Arc::new(state::Shared::new(cfg.script));
+    let shared = Arc::new(shared(cfg));
     server::run(listener, shared, shutdown).await
+}
+
+fn shared(cfg: ChaosConfig) -> state::Shared {
+    let mut s = state::Shared::new(cfg.script);
+    s.azure_key = cfg.azure_api_key;
+    s
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -33,6 +33,7 @@ use tokio::sync::{Notify, watch};
 use tower::ServiceExt;
 
 use crate::answer::{self, Answer, ChatRequest};
+use crate::azure::{self, Flavor};
 use crate::fault::{self, Fault, FaultSpec, InBand};
 use crate::frame::Ctx;
 use crate::request::{APPLIED_HEADER, ConnKill, FAULT_HEADER};
@@ -100,6 +101,16 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/responses", post(responses_create))
         .route("/responses", post(responses_create))
         .route("/v1beta/models/{action}", post(gemini_generate))
+        .route(
+            "/openai/deployments/{deployment}/chat/completions",
+            post(azure_deployment_chat),
+        )
+        .route(
+            "/openai/deployments/{deployment}/responses",
+            post(azure_deployment_responses),
+        )
+        .route("/openai/v1/chat/completions", post(azure_v1_chat))
+        .route("/openai/v1/responses", post(azure_v1_responses))
         .route("/v1/models", get(models))
         .route("/chaos/stats", get(stats))
         .route("/chaos/requests", get(requests))
@@ -117,7 +128,7 @@ async fn openai_chat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    chat(Dialect::OpenAi, s, kill, headers, body).await
+    chat(Dialect::OpenAi, Flavor::Plain, s, kill, headers, body).await
 }
 
 async fn anthropic_chat(
@@ -126,7 +137,7 @@ async fn anthropic_chat(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    chat(Dialect::Anthropic, s, kill, headers, body).await
+    chat(Dialect::Anthropic, Flavor::Plain, s, kill, headers, body).await
 }
 
 async fn responses_create(
@@ -135,7 +146,98 @@ async fn responses_create(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    chat(Dialect::Responses, s, kill, headers, body).await
+    chat(Dialect::Responses, Flavor::Plain, s, kill, headers, body).await
+}
+
+/// An Azure request: its credentials and `api-version` checked
+/// ([`azure::admit`]), then the one chat path with Azure's flavour.
+async fn azure_call(
+    dialect: Dialect,
+    deployment: Option<String>,
+    query: Option<String>,
+    s: Arc<Shared>,
+    kill: Option<Extension<ConnKill>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err((status, err)) = azure::admit(
+        &headers,
+        query.as_deref(),
+        deployment.is_some(),
+        s.azure_key.as_deref(),
+    ) {
+        s.record_fault("azure-refused");
+        return json_response(status, err, "azure-refused");
+    }
+    chat(
+        dialect,
+        Flavor::Azure { deployment },
+        s,
+        kill,
+        headers,
+        body,
+    )
+    .await
+}
+
+async fn azure_deployment_chat(
+    State(s): State<Arc<Shared>>,
+    Path(deployment): Path<String>,
+    RawQuery(query): RawQuery,
+    kill: Option<Extension<ConnKill>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    azure_call(
+        Dialect::OpenAi,
+        Some(deployment),
+        query,
+        s,
+        kill,
+        headers,
+        body,
+    )
+    .await
+}
+
+async fn azure_deployment_responses(
+    State(s): State<Arc<Shared>>,
+    Path(deployment): Path<String>,
+    RawQuery(query): RawQuery,
+    kill: Option<Extension<ConnKill>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    azure_call(
+        Dialect::Responses,
+        Some(deployment),
+        query,
+        s,
+        kill,
+        headers,
+        body,
+    )
+    .await
+}
+
+async fn azure_v1_chat(
+    State(s): State<Arc<Shared>>,
+    RawQuery(query): RawQuery,
+    kill: Option<Extension<ConnKill>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    azure_call(Dialect::OpenAi, None, query, s, kill, headers, body).await
+}
+
+async fn azure_v1_responses(
+    State(s): State<Arc<Shared>>,
+    RawQuery(query): RawQuery,
+    kill: Option<Extension<ConnKill>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    azure_call(Dialect::Responses, None, query, s, kill, headers, body).await
 }
 
 /// `POST /v1beta/models/{model}:generateContent` (or `:streamGenerateContent`):
@@ -167,7 +269,7 @@ async fn gemini_generate(
         );
     }
     let url = Some((model.to_owned(), stream));
-    chat_with(Dialect::Gemini, s, kill, headers, body, url).await
+    chat_with(Dialect::Gemini, Flavor::Plain, s, kill, headers, body, url).await
 }
 
 async fn stats(State(s): State<Arc<Shared>>) -> Json<crate::Stats> {
@@ -248,28 +350,41 @@ fn json_response(status: u16, body: String, applied: &'static str) -> Response {
     r
 }
 
-fn error_response(dialect: Dialect, kind: ErrorKind, applied: &'static str) -> Response {
-    json_response(
-        kind.status_in(dialect),
-        wire::error_body(dialect, kind),
-        applied,
-    )
+fn error_response(
+    flavor: &Flavor,
+    dialect: Dialect,
+    kind: ErrorKind,
+    applied: &'static str,
+) -> Response {
+    match flavor {
+        Flavor::Plain => json_response(
+            kind.status_in(dialect),
+            wire::error_body(dialect, kind),
+            applied,
+        ),
+        Flavor::Azure { .. } => {
+            let (status, body) = azure::error(kind);
+            json_response(status, body, applied)
+        }
+    }
 }
 
 /// One chat request: read it, count it, pick the fault, carry it out.
 async fn chat(
     dialect: Dialect,
+    flavor: Flavor,
     shared: Arc<Shared>,
     kill: Option<Extension<ConnKill>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    chat_with(dialect, shared, kill, headers, body, None).await
+    chat_with(dialect, flavor, shared, kill, headers, body, None).await
 }
 
 /// [`chat`], with the model and streaming a Gemini URL names (`url`).
 async fn chat_with(
     dialect: Dialect,
+    flavor: Flavor,
     shared: Arc<Shared>,
     kill: Option<Extension<ConnKill>>,
     headers: HeaderMap,
@@ -286,13 +401,21 @@ async fn chat_with(
         }
         (Dialect::Gemini, None) => Err("no model in the URL".to_owned()),
     };
-    let (req, echo) = match read {
+    let (mut req, echo) = match read {
         Ok(r) => r,
         Err(e) => {
             let msg = format!("hale-chaos: cannot read the request body: {e}");
             return json_response(400, wire::bad_request_body(dialect, &msg), "bad-request");
         }
     };
+    // On an Azure deployment URL the deployment is the model: it picks the
+    // fault and names the answer's model, whatever the body says.
+    if let Flavor::Azure {
+        deployment: Some(d),
+    } = &flavor
+    {
+        req.model = Some(d.clone());
+    }
     let model = req.model.as_deref().unwrap_or("");
     let header = headers.get(FAULT_HEADER).and_then(|v| v.to_str().ok());
     let key: Cow<'_, str> = match header {
@@ -362,39 +485,51 @@ async fn chat_with(
 
     match fault {
         Fault::RateLimit { retry_after } => {
-            let mut r = error_response(dialect, ErrorKind::RateLimit, applied);
+            let mut r = error_response(&flavor, dialect, ErrorKind::RateLimit, applied);
             if let Some(secs) = retry_after {
-                r.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(*secs));
+                match flavor {
+                    Flavor::Plain => {
+                        r.headers_mut()
+                            .insert(header::RETRY_AFTER, HeaderValue::from(*secs));
+                    }
+                    Flavor::Azure { .. } => azure::retry_headers(r.headers_mut(), *secs),
+                }
             }
             r
         }
-        Fault::Error500 => error_response(dialect, ErrorKind::Server500, applied),
+        Fault::Error500 => error_response(&flavor, dialect, ErrorKind::Server500, applied),
         Fault::Error503 | Fault::Down { .. } | Fault::DownUntilReset | Fault::Flaky { .. } => {
-            error_response(dialect, ErrorKind::Unavailable503, applied)
+            error_response(&flavor, dialect, ErrorKind::Unavailable503, applied)
         }
-        Fault::Error529 => error_response(dialect, ErrorKind::Overloaded529, applied),
+        Fault::Error529 => error_response(&flavor, dialect, ErrorKind::Overloaded529, applied),
         Fault::ContextOverflow { .. } => {
-            error_response(dialect, ErrorKind::ContextOverflow, applied)
+            error_response(&flavor, dialect, ErrorKind::ContextOverflow, applied)
         }
         Fault::ContentFilter => match dialect {
             Dialect::OpenAi | Dialect::Anthropic | Dialect::Responses => {
-                error_response(dialect, ErrorKind::ContentFilter, applied)
+                error_response(&flavor, dialect, ErrorKind::ContentFilter, applied)
             }
             // Google blocks with a 200 (see `gemini::blocked`).
             Dialect::Gemini => gemini_blocked(&req, body.len(), applied),
         },
-        Fault::Auth => error_response(dialect, ErrorKind::Auth, applied),
+        Fault::Auth => error_response(&flavor, dialect, ErrorKind::Auth, applied),
         Fault::NoPrefill => match dialect {
             Dialect::OpenAi | Dialect::Anthropic => {
-                error_response(dialect, ErrorKind::NoPrefill, applied)
+                error_response(&flavor, dialect, ErrorKind::NoPrefill, applied)
             }
             // The Responses API has no prefill: a trailing assistant message is
             // no error, and the answer starts afresh (see `answer`); a
             // trailing Gemini `model` turn likewise.
-            Dialect::Responses | Dialect::Gemini => {
-                answer(dialect, &shared, &req, echo, body.len(), spec.tokens, fault)
-            }
+            Dialect::Responses | Dialect::Gemini => answer(
+                dialect,
+                &flavor,
+                &shared,
+                &req,
+                echo,
+                body.len(),
+                spec.tokens,
+                fault,
+            ),
         },
         Fault::Reset => {
             if let Some(Extension(k)) = kill {
@@ -412,7 +547,16 @@ async fn chat_with(
         | Fault::NoDone
         | Fault::StreamError { .. }
         | Fault::Tool { .. }
-        | Fault::Summarize => answer(dialect, &shared, &req, echo, body.len(), spec.tokens, fault),
+        | Fault::Summarize => answer(
+            dialect,
+            &flavor,
+            &shared,
+            &req,
+            echo,
+            body.len(),
+            spec.tokens,
+            fault,
+        ),
     }
 }
 
@@ -617,8 +761,10 @@ impl Shape {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn answer(
     dialect: Dialect,
+    flavor: &Flavor,
     shared: &Shared,
     req: &ChatRequest,
     echo: serde_json::Map<String, serde_json::Value>,
@@ -681,15 +827,18 @@ fn answer(
     }
     let shape = Shape::of(fault);
     let applied = fault.name();
+    // Azure's Chat Completions answers carry its content-filter results.
+    let azure_chat = dialect == Dialect::OpenAi && matches!(flavor, Flavor::Azure { .. });
     if req.is_stream() {
-        stream_response(dialect, &ctx, &answer, &shape, applied)
+        stream_response(dialect, azure_chat, &ctx, &answer, &shape, applied)
     } else {
-        full_response(dialect, &ctx, &answer, &shape, fault, applied)
+        full_response(dialect, azure_chat, &ctx, &answer, &shape, fault, applied)
     }
 }
 
 fn stream_response(
     dialect: Dialect,
+    azure_chat: bool,
     ctx: &Ctx,
     a: &Answer,
     shape: &Shape,
@@ -702,6 +851,9 @@ fn stream_response(
     let mut seq = 0u64;
     if let Some(d) = shape.delay {
         steps.push(Step::Sleep(d));
+    }
+    if azure_chat {
+        steps.push(Step::Frame(azure::prompt_filter_frame()));
     }
     steps.extend(
         wire::stream_head(dialect, ctx, a, &mut seq)
@@ -794,6 +946,7 @@ fn gemini_blocked(req: &ChatRequest, body_len: usize, applied: &'static str) -> 
 
 fn full_response(
     dialect: Dialect,
+    azure_chat: bool,
     ctx: &Ctx,
     a: &Answer,
     shape: &Shape,
@@ -803,7 +956,10 @@ fn full_response(
     if matches!(fault, Fault::Malformed { .. }) {
         return json_response(200, wire::malformed_body(dialect).to_owned(), applied);
     }
-    let body = wire::full_body(dialect, ctx, a);
+    let mut body = wire::full_body(dialect, ctx, a);
+    if azure_chat {
+        body = azure::annotate_full(body);
+    }
     if shape.delay.is_none() && shape.cut.is_none() && shape.stall.is_none() {
         return json_response(200, body, applied);
     }

@@ -65,6 +65,9 @@ pub struct Shared {
     /// (`resp_chaos_<tag>_<n>`), so two chaos deployments behind one hale
     /// never issue the same response or call id.
     pub tag: String,
+    /// The key Azure requests must carry (`api-key` or a bearer); `None`:
+    /// any non-empty one ([`crate::ChaosConfig::azure_api_key`]).
+    pub azure_key: Option<String>,
 }
 
 /// What the counters say about one request.
@@ -85,6 +88,7 @@ impl Shared {
             seq: AtomicU64::new(0),
             stored: Mutex::new((HashSet::new(), VecDeque::new())),
             tag: server_tag(),
+            azure_key: None,
         }
     }
 

@@ -491,6 +491,7 @@ async fn script_steps_are_consumed_in_order_per_model() {
     .unwrap();
     let h = server_with(ChaosConfig {
         script: Some(script),
+        ..Default::default()
     })
     .await;
     let mut got = Vec::new();

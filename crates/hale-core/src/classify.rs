@@ -51,6 +51,10 @@ pub struct Observation<'a> {
     pub status: Option<u16>,
     /// Raw `Retry-After` header value.
     pub retry_after: Option<&'a str>,
+    /// Raw milliseconds header value: the first of
+    /// [`RETRY_AFTER_MS_HEADERS`] present. More precise than
+    /// `Retry-After`, it wins over it.
+    pub retry_after_ms: Option<&'a str>,
     /// Response body text (error JSON of OpenAI or Anthropic shape, or anything).
     pub body: Option<&'a str>,
     /// What went wrong below HTTP.
@@ -65,12 +69,18 @@ impl<'a> Observation<'a> {
         Self {
             status: None,
             retry_after: None,
+            retry_after_ms: None,
             body: None,
             transport: None,
             now_wall,
         }
     }
 }
+
+/// The millisecond retry headers, in the order they are read: OpenAI's and
+/// Azure's `retry-after-ms`, then Azure's `x-ms-retry-after-ms`
+/// ([`Observation::retry_after_ms`]).
+pub const RETRY_AFTER_MS_HEADERS: [&str; 2] = ["retry-after-ms", "x-ms-retry-after-ms"];
 
 /// What went wrong below HTTP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -282,8 +292,12 @@ pub fn classify(obs: &Observation<'_>) -> Classified {
     };
 
     let mut retry_after = obs
-        .retry_after
-        .and_then(|v| parse_retry_after(v, obs.now_wall));
+        .retry_after_ms
+        .and_then(parse_retry_after_ms)
+        .or_else(|| {
+            obs.retry_after
+                .and_then(|v| parse_retry_after(v, obs.now_wall))
+        });
     if retry_after.is_none() {
         retry_after = body.as_ref().and_then(|b| b.retry_delay);
     }
@@ -575,7 +589,9 @@ impl BodyInfo {
         let err = v.get("error");
         let (code, kind, message) = match err {
             Some(serde_json::Value::Object(e)) => (
-                e.get("code").and_then(scalar_string),
+                e.get("code")
+                    .and_then(scalar_string)
+                    .or_else(|| azure_inner_code(e)),
                 e.get("type")
                     .and_then(scalar_string)
                     .or_else(|| e.get("status").and_then(scalar_string)),
@@ -593,7 +609,12 @@ impl BodyInfo {
                     .or_else(|| v.get("detail").and_then(scalar_string)),
             ),
         };
-        let message = message.unwrap_or_default();
+        let mut message = message.unwrap_or_default();
+        if let Some(serde_json::Value::Object(e)) = err
+            && let Some(filtered) = azure_filtered(e)
+        {
+            message = format!("{message} (filtered: {filtered})");
+        }
         let retry_delay = err
             .and_then(|e| e.get("details"))
             .and_then(crate::gemini::retry_delay);
@@ -674,6 +695,39 @@ impl BodyInfo {
     }
 }
 
+/// Azure's `innererror.code` (e.g. `ResponsibleAIPolicyViolation`), read
+/// when the error has no `code` of its own; an `innererror` holding a
+/// `content_filter_result` is a content filter whatever its code says.
+fn azure_inner_code(e: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+    let inner = e.get("innererror")?.as_object()?;
+    if inner.contains_key("content_filter_result") {
+        return Some("content_filter".to_owned());
+    }
+    inner.get("code").and_then(scalar_string)
+}
+
+/// The categories Azure's content filter `filtered` (`hate high, violence
+/// medium`), from `innererror.content_filter_result`, for the message a
+/// caller gets; `None` when there is none.
+fn azure_filtered(e: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+    let result = e
+        .get("innererror")?
+        .as_object()?
+        .get("content_filter_result")?
+        .as_object()?;
+    let hits: Vec<String> = result
+        .iter()
+        .filter(|(_, v)| v.get("filtered").and_then(serde_json::Value::as_bool) == Some(true))
+        .map(
+            |(name, v)| match v.get("severity").and_then(serde_json::Value::as_str) {
+                Some(sev) => format!("{name} {sev}"),
+                None => name.clone(),
+            },
+        )
+        .collect();
+    (!hits.is_empty()).then(|| hits.join(", "))
+}
+
 /// A JSON string or number as a string (some providers send numeric codes).
 fn scalar_string(v: &serde_json::Value) -> Option<String> {
     match v {
@@ -723,7 +777,8 @@ fn hint_of_code(code: &str) -> HintKind {
         | "unauthenticated"
         | "permission_denied"
         | "account_deactivated" => HintKind::Auth,
-        "model_not_found" => HintKind::ModelNotFound,
+        // Azure: the deployment (hale's model) does not exist on the resource.
+        "model_not_found" | "deploymentnotfound" => HintKind::ModelNotFound,
         // Google's status for an upstream deadline that ran out.
         "deadline_exceeded" => HintKind::Timeout,
         "not_found_error" | "not_found" => HintKind::NotFound,
@@ -1011,6 +1066,18 @@ fn transport_of_message(m: &str) -> Option<Transport> {
     }
 }
 
+/// Parse a milliseconds retry header (`retry-after-ms`,
+/// `x-ms-retry-after-ms`): a non-negative number of milliseconds, fractions
+/// accepted. Anything else is `None`.
+pub fn parse_retry_after_ms(value: &str) -> Option<Duration> {
+    let v = value.trim();
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return None;
+    }
+    let ms: f64 = v.parse().ok()?;
+    Duration::try_from_secs_f64(ms / 1000.0).ok()
+}
+
 /// Parse a `Retry-After` value: delta-seconds (fractions such as `1.5`
 /// accepted) or an HTTP-date (a past date is zero). Anything else, negative
 /// or absurdly large, is `None`.
@@ -1102,6 +1169,7 @@ mod tests {
         Observation {
             status,
             retry_after,
+            retry_after_ms: None,
             body,
             transport,
             now_wall: now(),
@@ -1341,6 +1409,129 @@ mod tests {
         // The header wins over the message.
         let c = classify(&obs(Some(429), Some("2"), Some(body), None));
         assert_eq!(c.retry_after, Some(Duration::from_secs(2)));
+    }
+
+    /// Azure OpenAI's error shapes (issue 29): its 429/500/503/408/401/404
+    /// bodies, the 400 `content_filter` with its `innererror`, and an
+    /// `innererror` alone → class, code and message.
+    #[test]
+    fn azure_error_shapes() {
+        use ErrorClass as C;
+        let filtered = r#"{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy.","type":null,"param":"prompt","code":"content_filter","status":400,"innererror":{"code":"ResponsibleAIPolicyViolation","content_filter_result":{"hate":{"filtered":false,"severity":"safe"},"violence":{"filtered":true,"severity":"medium"},"self_harm":{"filtered":true,"severity":"high"}}}}}"#;
+        let inner_only = r#"{"error":{"message":"Blocked.","innererror":{"code":"ResponsibleAIPolicyViolation"}}}"#;
+        let inner_result = r#"{"error":{"message":"Blocked.","code":null,"innererror":{"content_filter_result":{"jailbreak":{"filtered":true,"detected":true}}}}}"#;
+        let rows: &[(&str, u16, &str, C, Option<&str>)] = &[
+            (
+                "429",
+                429,
+                r#"{"error":{"code":"429","message":"Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-10-21 have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 2 seconds."}}"#,
+                C::RateLimit,
+                Some("429"),
+            ),
+            (
+                "500",
+                500,
+                r#"{"error":{"code":"InternalServerError","message":"The service is temporarily unable to process your request. Please try again later."}}"#,
+                C::Overloaded,
+                Some("InternalServerError"),
+            ),
+            (
+                "503",
+                503,
+                r#"{"error":{"code":"ServiceUnavailable","message":"The service is temporarily unavailable."}}"#,
+                C::Overloaded,
+                Some("ServiceUnavailable"),
+            ),
+            (
+                "408",
+                408,
+                r#"{"error":{"code":"Timeout","message":"The operation was timeout."}}"#,
+                C::Timeout,
+                Some("Timeout"),
+            ),
+            (
+                "401",
+                401,
+                r#"{"error":{"code":"401","message":"Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid key for an active subscription and use a correct regional API endpoint for your resource."}}"#,
+                C::Auth,
+                Some("401"),
+            ),
+            (
+                "404 deployment",
+                404,
+                r#"{"error":{"code":"DeploymentNotFound","message":"The API deployment for this resource does not exist. If you created the deployment within the last 5 minutes, please wait a moment and try again."}}"#,
+                C::ModelNotFound,
+                Some("DeploymentNotFound"),
+            ),
+            (
+                "400 content_filter",
+                400,
+                filtered,
+                C::ContentPolicy,
+                Some("content_filter"),
+            ),
+            (
+                "400 innererror code",
+                400,
+                inner_only,
+                C::ContentPolicy,
+                Some("ResponsibleAIPolicyViolation"),
+            ),
+            (
+                "400 innererror result",
+                400,
+                inner_result,
+                C::ContentPolicy,
+                Some("content_filter"),
+            ),
+        ];
+        for (name, status, body, want, code) in rows {
+            let c = classify(&obs(Some(*status), None, Some(body), None));
+            assert_eq!(c.class, *want, "{name}: {c:?}");
+            assert_eq!(c.code.as_deref(), *code, "{name}");
+            assert!(
+                rule(c.class).final_for_caller == (*want == C::ContentPolicy),
+                "{name}"
+            );
+        }
+        // The filtered categories reach the message; unfiltered ones do not.
+        let c = classify(&obs(Some(400), None, Some(filtered), None));
+        assert!(
+            c.message
+                .ends_with("(filtered: self_harm high, violence medium)"),
+            "{}",
+            c.message
+        );
+        let c = classify(&obs(Some(400), None, Some(inner_result), None));
+        assert_eq!(c.message, "Blocked. (filtered: jailbreak)");
+    }
+
+    /// `retry-after-ms` / `x-ms-retry-after-ms` (milliseconds) win over
+    /// `Retry-After`, which wins over the message; a bad ms value falls back.
+    #[test]
+    fn retry_after_ms_headers() {
+        let body = r#"{"error":{"message":"Please try again in 6s.","code":"429"}}"#;
+        let rows: &[(Option<&str>, Option<&str>, Duration)] = &[
+            (Some("1500"), Some("2"), Duration::from_millis(1500)),
+            (Some("250.5"), None, Duration::from_micros(250_500)),
+            (Some("0"), Some("2"), Duration::ZERO),
+            (None, Some("2"), Duration::from_secs(2)),
+            (Some("soon"), Some("2"), Duration::from_secs(2)),
+            (Some("-5"), None, Duration::from_secs(6)),
+            (Some(""), None, Duration::from_secs(6)),
+            (None, None, Duration::from_secs(6)),
+        ];
+        for (ms, secs, want) in rows {
+            let c = classify(&Observation {
+                retry_after_ms: *ms,
+                ..obs(Some(429), *secs, Some(body), None)
+            });
+            assert_eq!(c.retry_after, Some(*want), "ms={ms:?} secs={secs:?}");
+        }
+        assert_eq!(
+            RETRY_AFTER_MS_HEADERS,
+            ["retry-after-ms", "x-ms-retry-after-ms"]
+        );
     }
 
     /// An error whose Display says nothing, wrapping another.

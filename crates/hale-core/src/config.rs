@@ -198,13 +198,16 @@ pub enum ProviderKind {
     Anthropic,
     /// Google's Generative Language API (`generateContent`), key in `x-goog-api-key`.
     Gemini,
+    /// Azure OpenAI: OpenAI's wire dialects behind Azure's URLs, headers
+    /// and error shapes ([`AzureConfig`], [`crate::azure`]).
+    Azure,
 }
 
 impl ProviderKind {
     /// Whether this kind accepts an assistant prefill by default.
     pub fn default_supports_prefill(self) -> bool {
         match self {
-            ProviderKind::OpenAi => false,
+            ProviderKind::OpenAi | ProviderKind::Azure => false,
             ProviderKind::Anthropic => true,
             // A trailing `model` turn is not continued word for word: a
             // resumed stream is a fresh answer aligned with what was delivered.
@@ -215,7 +218,7 @@ impl ProviderKind {
     /// The `base_url` of a provider that names none; `None`: it is required.
     pub fn default_base_url(self) -> Option<&'static str> {
         match self {
-            ProviderKind::OpenAi | ProviderKind::Anthropic => None,
+            ProviderKind::OpenAi | ProviderKind::Anthropic | ProviderKind::Azure => None,
             ProviderKind::Gemini => Some(GEMINI_BASE_URL),
         }
     }
@@ -224,8 +227,8 @@ impl ProviderKind {
 /// The default `base_url` of a `kind: gemini` provider.
 pub const GEMINI_BASE_URL: &str = "https://generativelanguage.googleapis.com/v1beta";
 
-/// The API of an `openai` provider: Chat Completions (`{base_url}/chat/completions`)
-/// or the Responses API (`{base_url}/responses`).
+/// The API of an `openai` or `azure` provider: Chat Completions
+/// (`{base_url}/chat/completions`) or the Responses API (`{base_url}/responses`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProviderApi {
@@ -266,6 +269,41 @@ pub struct ProviderConfig {
     pub supports_prefill: bool,
     /// Context-window overrides, model → tokens.
     pub context_windows: BTreeMap<String, u32>,
+    /// An `azure` provider's settings; `None` for every other kind.
+    pub azure: Option<AzureConfig>,
+}
+
+/// How an `azure` provider authenticates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AzureAuth {
+    /// `auth: api_key` (the default): the key from `api_key_env` in the
+    /// `api-key` header.
+    ApiKey,
+    /// `auth: entra` with `token_env`: a Microsoft Entra ID token read once
+    /// at start (held in [`ProviderConfig::api_key`]), sent as
+    /// `Authorization: Bearer`.
+    EntraToken,
+    /// `auth: entra` with `token_command`: the token is what the command
+    /// prints (run with `sh -c`), fetched again after `refresh` or after a
+    /// 401 ([`crate::azure::token_due`]).
+    EntraCommand { command: String, refresh: Duration },
+}
+
+/// Default `token_refresh_ms` of an Entra `token_command`: 45 minutes, well
+/// inside the hour an Entra access token lives at the least.
+pub const DEFAULT_AZURE_TOKEN_REFRESH: Duration = Duration::from_secs(45 * 60);
+
+/// What an `azure` provider adds to [`ProviderConfig`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AzureConfig {
+    /// `api_version`: call deployment URLs
+    /// (`/openai/deployments/{deployment}/…?api-version=…`); `None`: the v1
+    /// API (`/openai/v1/…`, the deployment named in the body's `model`).
+    pub api_version: Option<String>,
+    /// `deployments`: model → deployment name; a model not listed is its
+    /// own deployment name.
+    pub deployments: BTreeMap<String, String>,
+    pub auth: AzureAuth,
 }
 
 impl ProviderConfig {
@@ -292,6 +330,7 @@ impl ProviderConfig {
             stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT,
             supports_prefill: kind.default_supports_prefill(),
             context_windows: BTreeMap::new(),
+            azure: None,
         }
     }
 

@@ -10,6 +10,7 @@
 
 pub mod access;
 pub mod alert;
+pub mod azure;
 pub mod breaker;
 pub mod budget;
 pub mod class;

@@ -18,6 +18,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
+mod azure;
+
 /// The Anthropic API version hale speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// The header carrying a `kind: gemini` provider's key (never the URL's `key=`,
@@ -62,11 +64,26 @@ impl Failure {
         }
     }
 
+    /// The provider's credentials could not be had (an Entra token command
+    /// failed): an `auth` failure, which marks the provider (DESIGN §3).
+    pub fn auth(message: String) -> Self {
+        Self::from_classified(
+            Classified {
+                class: ErrorClass::Auth,
+                retry_after: None,
+                code: None,
+                message,
+            },
+            None,
+        )
+    }
+
     /// A failure below HTTP (no response).
     pub fn transport(t: Transport, detail: &str) -> Self {
         let c = classify::classify(&Observation {
             status: None,
             retry_after: None,
+            retry_after_ms: None,
             body: None,
             transport: Some(t),
             now_wall: SystemTime::now(),
@@ -120,11 +137,12 @@ pub struct AttemptLimits {
     pub stream_idle: Duration,
 }
 
-/// The dialect a provider speaks: its kind's, and for `openai` its `api`'s.
+/// The dialect a provider speaks: its kind's, and for `openai` and `azure`
+/// its `api`'s.
 pub fn dialect_of(provider: &ProviderConfig) -> Dialect {
     match (provider.kind, provider.api) {
-        (ProviderKind::OpenAi, ProviderApi::Chat) => Dialect::OpenAi,
-        (ProviderKind::OpenAi, ProviderApi::Responses) => Dialect::Responses,
+        (ProviderKind::OpenAi | ProviderKind::Azure, ProviderApi::Chat) => Dialect::OpenAi,
+        (ProviderKind::OpenAi | ProviderKind::Azure, ProviderApi::Responses) => Dialect::Responses,
         // Config validation keeps `api: responses` to `openai` providers.
         (ProviderKind::Anthropic, ProviderApi::Chat | ProviderApi::Responses) => Dialect::Anthropic,
         (ProviderKind::Gemini, ProviderApi::Chat | ProviderApi::Responses) => Dialect::Gemini,
@@ -211,6 +229,10 @@ pub struct Sent {
 /// ([`proto::render_for`]): hale patches in only what it changed, and
 /// forwards the client's provider-feature headers (`anthropic-beta`,
 /// `anthropic-version`, `OpenAI-Beta`) to a provider of their kind.
+///
+/// An `azure` provider's body names the model as Azure wants it
+/// ([`hale_core::azure::body_model`]): on deployment URLs hale's model (so
+/// the client's bytes stay whole), on the v1 API the deployment.
 pub async fn send(
     http: &reqwest::Client,
     provider: &ProviderConfig,
@@ -219,8 +241,12 @@ pub async fn send(
     prefill: Option<&str>,
     limits: &AttemptLimits,
 ) -> Sent {
-    let out = proto::render_for(dialect_of(provider), req, model, prefill);
-    let result = attempt(http, provider, &out, model, req.stream, limits).await;
+    let body_model = match &provider.azure {
+        Some(az) => hale_core::azure::body_model(az, model),
+        None => model,
+    };
+    let out = proto::render_for(dialect_of(provider), req, body_model, prefill);
+    let result = attempt(http, provider, model, &out, req.stream, limits).await;
     Sent {
         result,
         changes: out.changes,
@@ -230,15 +256,17 @@ pub async fn send(
 async fn attempt(
     http: &reqwest::Client,
     provider: &ProviderConfig,
-    out: &proto::Outgoing,
     model: &str,
+    out: &proto::Outgoing,
     stream: bool,
     limits: &AttemptLimits,
 ) -> Result<Answer, Failure> {
-    let rb = match endpoint(provider, model, stream) {
-        Some(url) => http.post(url),
+    let rb = match (&provider.azure, endpoint(provider, model, stream)) {
+        // Azure's URL names the deployment (the model): built per attempt.
+        (Some(az), _) => http.post(azure::url(provider, az, model)),
+        (None, Some(url)) => http.post(url),
         // Not a URL: reqwest reports it as it always did.
-        None => http.post(endpoint_str(provider, model, stream)),
+        (None, None) => http.post(endpoint_str(provider, model, stream)),
     };
     let mut rb = match &out.raw {
         // The client's own bytes: hale changed nothing in the body.
@@ -251,8 +279,13 @@ async fn attempt(
         (ProviderKind::OpenAi, Some(k)) => rb.bearer_auth(k.expose()),
         (ProviderKind::Anthropic, Some(k)) => rb.header("x-api-key", k.expose()),
         (ProviderKind::Gemini, Some(k)) => rb.header(GEMINI_KEY_HEADER, k.expose()),
-        (_, None) => rb,
+        (ProviderKind::Azure, _) | (_, None) => rb,
     };
+    if let Some(az) = &provider.azure {
+        rb = azure::authorize(rb, provider, az)
+            .await
+            .map_err(|azure::TokenError(why)| Failure::auth(why))?;
+    }
     let client_version = out
         .headers
         .iter()
@@ -282,15 +315,26 @@ async fn attempt(
     };
     let status = resp.status().as_u16();
     if !resp.status().is_success() {
-        let retry_after = resp
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let header = |name| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let retry_after = header(reqwest::header::RETRY_AFTER.as_str());
+        let retry_after_ms = classify::RETRY_AFTER_MS_HEADERS
+            .iter()
+            .find_map(|name| header(name));
+        if status == 401
+            && let Some(az) = &provider.azure
+        {
+            azure::refused(provider, az).await;
+        }
         let body = read_capped(resp, limits.headers).await;
         let c = classify::classify(&Observation {
             status: Some(status),
             retry_after: retry_after.as_deref(),
+            retry_after_ms: retry_after_ms.as_deref(),
             body: Some(&body),
             transport: None,
             now_wall: SystemTime::now(),
@@ -557,6 +601,7 @@ fn stream_error(body: &str, fallback: &str) -> Failure {
     let c = classify::classify(&Observation {
         status: None,
         retry_after: None,
+        retry_after_ms: None,
         body: Some(body),
         transport: None,
         now_wall: SystemTime::now(),

@@ -175,6 +175,7 @@ async fn malformed_chunk_mid_stream_is_skipped_answer_complete() {
         ProviderKind::OpenAi,
         ProviderKind::Anthropic,
         ProviderKind::Gemini,
+        ProviderKind::Azure,
     ] {
         for fault in ["malformed:at=10", "malformed:at=0"] {
             let c = chaos().await;
@@ -182,6 +183,7 @@ async fn malformed_chunk_mid_stream_is_skipped_answer_complete() {
                 ProviderKind::OpenAi => openai("primary", &c, fault),
                 ProviderKind::Anthropic => anthropic("primary", &c, fault),
                 ProviderKind::Gemini => gemini("primary", &c, fault),
+                ProviderKind::Azure => azure("primary", &c, fault),
             };
             let h = Hale::start(config(vec![primary, openai("backup", &c, BACKUP_MODEL)])).await;
             let r = h.openai(ROUTE).stream(true).send().await;
@@ -209,6 +211,7 @@ async fn stream_without_done_is_finalised_within_1s_with_usage() {
         ProviderKind::OpenAi,
         ProviderKind::Anthropic,
         ProviderKind::Gemini,
+        ProviderKind::Azure,
     ] {
         for caller in [Dialect::OpenAi, Dialect::Anthropic] {
             let c = chaos().await;
@@ -216,6 +219,7 @@ async fn stream_without_done_is_finalised_within_1s_with_usage() {
                 ProviderKind::OpenAi => openai("primary", &c, "no-done"),
                 ProviderKind::Anthropic => anthropic("primary", &c, "no-done"),
                 ProviderKind::Gemini => gemini("primary", &c, "no-done"),
+                ProviderKind::Azure => azure("primary", &c, "no-done"),
             };
             let h = Hale::start(config(vec![primary])).await;
             let call = match caller {

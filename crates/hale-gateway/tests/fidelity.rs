@@ -72,8 +72,9 @@ impl Recorder {
     fn provider(&self, name: &str, kind: ProviderKind, model: &str) -> ProviderConfig {
         let base = match kind {
             ProviderKind::OpenAi => format!("http://{}/v1", self.addr),
-            ProviderKind::Anthropic => format!("http://{}", self.addr),
             ProviderKind::Gemini => format!("http://{}/v1beta", self.addr),
+            // The resource endpoint (these servers serve no `/openai/…`).
+            ProviderKind::Anthropic | ProviderKind::Azure => format!("http://{}", self.addr),
         };
         with_test_timeouts(ProviderConfig::new(name, kind, &base, model))
     }
@@ -641,8 +642,9 @@ impl CutOnce {
     fn provider(&self, name: &str, kind: ProviderKind) -> ProviderConfig {
         let base = match kind {
             ProviderKind::OpenAi => format!("http://{}/v1", self.addr),
-            ProviderKind::Anthropic => format!("http://{}", self.addr),
             ProviderKind::Gemini => format!("http://{}/v1beta", self.addr),
+            // The resource endpoint (these servers serve no `/openai/…`).
+            ProviderKind::Anthropic | ProviderKind::Azure => format!("http://{}", self.addr),
         };
         let mut p = ProviderConfig::new(name, kind, &base, SERVED);
         p.timeout = TEST_TIMEOUT;

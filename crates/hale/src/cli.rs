@@ -55,13 +55,17 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: DlqCmd,
     },
-    /// A fault-injecting OpenAI/Anthropic-compatible provider.
+    /// A fault-injecting OpenAI/Anthropic/Azure OpenAI-compatible provider.
     Chaos {
         #[arg(long, default_value = "127.0.0.1:4000")]
         listen: SocketAddr,
         /// A YAML script: model name -> list of faults.
         #[arg(long)]
         script: Option<PathBuf>,
+        /// The key Azure requests (/openai/...) must carry as `api-key` or
+        /// bearer token; without it any non-empty one is accepted.
+        #[arg(long)]
+        azure_api_key: Option<String>,
     },
     /// Supervise an agent process: restart it from its last valid checkpoint after a crash or termination.
     Run(crate::run::RunArgs),
@@ -229,7 +233,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             hale_events::cli::dlq_replay(&remote.url, remote.token.as_deref(), ids, all).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Chaos { listen, script } => {
+        Cmd::Chaos {
+            listen,
+            script,
+            azure_api_key,
+        } => {
             let script = match script {
                 Some(p) => {
                     let text = std::fs::read_to_string(&p)
@@ -245,12 +253,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await
                 .with_context(|| format!("cannot listen on {listen}"))?;
             eprintln!(
-                "hale chaos listening on http://{} (OpenAI: /v1, Anthropic: /, tools: /tools and /mcp)",
+                "hale chaos listening on http://{} (OpenAI: /v1, Anthropic: /, Azure: /, tools: /tools and /mcp)",
                 listener.local_addr()?
             );
             hale_chaos::serve(
                 listener,
-                hale_chaos::ChaosConfig { script },
+                hale_chaos::ChaosConfig {
+                    script,
+                    azure_api_key,
+                },
                 shutdown_signal(),
             )
             .await?;

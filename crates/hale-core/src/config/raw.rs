@@ -316,6 +316,19 @@ struct RawProvider {
     supports_prefill: Opt<bool>,
     #[serde(default)]
     context_windows: Opt<Map<u32>>,
+    // `kind: azure` only (validate/azure.rs).
+    #[serde(default)]
+    api_version: Opt<String>,
+    #[serde(default)]
+    deployments: Opt<Map<String>>,
+    #[serde(default)]
+    auth: Opt<String>,
+    #[serde(default)]
+    token_env: Opt<String>,
+    #[serde(default)]
+    token_command: Opt<String>,
+    #[serde(default)]
+    token_refresh_ms: Opt<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

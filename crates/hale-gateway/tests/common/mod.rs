@@ -47,6 +47,7 @@ pub async fn chaos_script(yaml: &str) -> ChaosHandle {
         "127.0.0.1:0".parse().expect("addr"),
         ChaosConfig {
             script: Some(script),
+            ..Default::default()
         },
     )
     .await
@@ -95,6 +96,24 @@ pub fn gemini(name: &str, chaos: &ChaosHandle, model: &str) -> ProviderConfig {
         model,
     ));
     p.api_key = Some(hale_core::config::Secret::new("k-gemini-test".to_owned()));
+    p
+}
+
+/// An Azure-kind provider pointing at `chaos`'s Azure routes: deployment
+/// URLs (`api_version` set), each model its own deployment, any `api-key`.
+pub fn azure(name: &str, chaos: &ChaosHandle, model: &str) -> ProviderConfig {
+    let mut p = with_test_timeouts(ProviderConfig::new(
+        name,
+        ProviderKind::Azure,
+        &chaos.base_url_anthropic,
+        model,
+    ));
+    p.api_key = Some(hale_core::config::Secret::new("azure-test-key"));
+    p.azure = Some(hale_core::config::AzureConfig {
+        api_version: Some("2024-10-21".into()),
+        deployments: Default::default(),
+        auth: hale_core::config::AzureAuth::ApiKey,
+    });
     p
 }
 
@@ -701,6 +720,7 @@ pub async fn pair(
         ProviderKind::OpenAi => openai("backup", &c, BACKUP_MODEL),
         ProviderKind::Anthropic => anthropic("backup", &c, BACKUP_MODEL),
         ProviderKind::Gemini => gemini("backup", &c, BACKUP_MODEL),
+        ProviderKind::Azure => azure("backup", &c, BACKUP_MODEL),
     };
     let mut cfg = config(vec![primary, backup]);
     tweak(&mut cfg);

@@ -1425,3 +1425,138 @@ fn provider_api_defaults_to_chat_and_takes_responses_for_openai_only() {
         "no assistant prefill",
     );
 }
+
+/// `kind: azure` (issue 29): deployment URLs with a model → deployment map
+/// and an `api-key`, the v1 API with an Entra token command, an Entra token
+/// from the environment.
+#[test]
+fn azure_providers_load() {
+    use crate::config::{AzureAuth, DEFAULT_AZURE_TOKEN_REFRESH, ProviderApi};
+    let cfg = load_ok(
+        "\
+providers:
+  - name: az
+    kind: azure
+    base_url: https://res.openai.azure.com/
+    api_version: 2024-10-21
+    api_key_env: OPENAI_API_KEY
+    default_model: gpt-4o
+    deployments: {gpt-4o: prod-4o}
+  - name: az1
+    kind: azure
+    api: responses
+    base_url: https://res2.openai.azure.com
+    auth: entra
+    token_command: az account get-access-token --query accessToken -o tsv
+    default_model: o3
+  - name: az2
+    kind: azure
+    base_url: https://res3.openai.azure.com
+    auth: entra
+    token_env: ANTHROPIC_API_KEY
+    default_model: o3
+",
+    );
+    let az = &cfg.providers[0];
+    assert_eq!(az.kind, ProviderKind::Azure);
+    assert_eq!(az.base_url, "https://res.openai.azure.com");
+    assert!(!az.supports_prefill);
+    let a = az.azure.as_ref().expect("azure settings");
+    assert_eq!(a.api_version.as_deref(), Some("2024-10-21"));
+    assert_eq!(a.deployments["gpt-4o"], "prod-4o");
+    assert_eq!(a.auth, AzureAuth::ApiKey);
+    assert!(az.api_key.is_some());
+    let az1 = &cfg.providers[1];
+    assert_eq!(az1.api, ProviderApi::Responses);
+    let a1 = az1.azure.as_ref().expect("azure settings");
+    assert_eq!(a1.api_version, None);
+    assert_eq!(
+        a1.auth,
+        AzureAuth::EntraCommand {
+            command: "az account get-access-token --query accessToken -o tsv".into(),
+            refresh: DEFAULT_AZURE_TOKEN_REFRESH
+        }
+    );
+    assert!(az1.api_key.is_none());
+    let az2 = &cfg.providers[2];
+    assert_eq!(
+        az2.azure.as_ref().map(|a| &a.auth),
+        Some(&AzureAuth::EntraToken)
+    );
+    assert!(
+        az2.api_key.is_some(),
+        "the token is held as the provider's secret"
+    );
+    assert!(cfg.providers.iter().all(|p| p.kind == ProviderKind::Azure));
+    // Other kinds have none.
+    assert!(load_ok(BASE).providers.iter().all(|p| p.azure.is_none()));
+}
+
+/// Every azure mistake is named with its path and line.
+#[test]
+fn azure_provider_errors() {
+    let errs = load_err(
+        "\
+providers:
+  - name: az
+    kind: azure
+    base_url: https://res.openai.azure.com/openai/v1
+    api_version: 2024-10-21&x
+    default_model: gpt-4o
+    deployments: {gpt-4o: a/b}
+    token_env: X
+  - name: az1
+    kind: azure
+    base_url: https://res.openai.azure.com
+    auth: entra
+    api_key_env: OPENAI_API_KEY
+    default_model: gpt-4o
+  - name: az2
+    kind: azure
+    base_url: https://res.openai.azure.com
+    auth: sso
+    api_key_env: OPENAI_API_KEY
+    default_model: gpt-4o
+  - name: o
+    kind: openai
+    base_url: https://api.openai.com/v1
+    default_model: gpt-4o
+    api_version: 2024-10-21
+",
+    );
+    assert_error(&errs, "providers[0].base_url", Some(4), "resource endpoint");
+    assert_error(&errs, "providers[0].api_version", Some(5), "no `&`");
+    assert_error(
+        &errs,
+        "providers[0].deployments.gpt-4o",
+        Some(7),
+        "URL path segment",
+    );
+    assert_error(
+        &errs,
+        "providers[0].token_env",
+        Some(8),
+        "for `auth: entra`",
+    );
+    assert_error(
+        &errs,
+        "providers[0].api_key_env",
+        Some(2),
+        "needs `api_key_env`",
+    );
+    assert_error(
+        &errs,
+        "providers[1].api_key_env",
+        Some(13),
+        "takes no `api_key_env`",
+    );
+    assert_error(&errs, "providers[1].auth", Some(9), "needs `token_env`");
+    assert_error(&errs, "providers[2].auth", Some(18), "unknown auth `sso`");
+    assert_error(
+        &errs,
+        "providers[3].api_version",
+        Some(25),
+        "for `kind: azure`",
+    );
+    assert_eq!(errs.len(), 9, "{errs:#?}");
+}

@@ -128,6 +128,14 @@ impl StreamDecoder {
     /// same events in the same order as [`StreamDecoder::decode_tree`].
     fn decode_plain(&mut self, chunk: PlainChunk) -> Vec<StreamEvent> {
         let mut out = Vec::new();
+        let empty = chunk.id.as_ref().is_none_or(|Str(s)| s.is_empty())
+            && chunk.choices.as_ref().is_none_or(Vec::is_empty)
+            && chunk.usage.is_none();
+        if empty {
+            // Azure's `prompt_filter_results` chunk before the answer (no
+            // id, no choices): it starts nothing.
+            return out;
+        }
         if !self.started {
             self.started = true;
             out.push(StreamEvent::Start {
@@ -175,6 +183,18 @@ impl StreamDecoder {
         }
 
         let mut out = Vec::new();
+        let no_choices = match field(obj, "choices") {
+            None => true,
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(_) => false,
+        };
+        if no_choices
+            && opt_str(obj, "id", "")?.unwrap_or_default().is_empty()
+            && field(obj, "usage").is_none()
+        {
+            // Azure's `prompt_filter_results` chunk (see `decode_plain`).
+            return Ok(out);
+        }
         if !self.started {
             self.started = true;
             out.push(StreamEvent::Start {
@@ -564,6 +584,39 @@ mod tests {
             return d.decode(None, data);
         }
         d.decode_tree(data)
+    }
+
+    /// Azure's stream (issue 29): the `prompt_filter_results` chunk before
+    /// the answer (no id, no choices) starts nothing, the answer's id and
+    /// model come from the first real chunk, `content_filter_results` are
+    /// skipped, and `finish_reason: "content_filter"` is the content-filter
+    /// stop. The plain path and the tree path agree.
+    #[test]
+    fn an_azure_stream_with_filter_results_and_a_content_filter_finish() {
+        let chunks = [
+            r#"{"choices":[],"created":0,"id":"","model":"","object":"","prompt_filter_results":[{"prompt_index":0,"content_filter_results":{"hate":{"filtered":false,"severity":"safe"}}}]}"#,
+            r#"{"choices":[{"content_filter_results":{},"delta":{"content":"","role":"assistant"},"finish_reason":null,"index":0}],"created":1,"id":"chatcmpl-az1","model":"gpt-4o-2024-08-06","object":"chat.completion.chunk","system_fingerprint":"fp_1"}"#,
+            r#"{"choices":[{"content_filter_results":{"hate":{"filtered":false,"severity":"safe"}},"delta":{"content":"Hi"},"finish_reason":null,"index":0}],"created":1,"id":"chatcmpl-az1","model":"gpt-4o-2024-08-06","object":"chat.completion.chunk"}"#,
+            r#"{"choices":[{"content_filter_results":{"violence":{"filtered":true,"severity":"medium"}},"delta":{},"finish_reason":"content_filter","index":0}],"created":1,"id":"chatcmpl-az1","model":"gpt-4o-2024-08-06","object":"chat.completion.chunk"}"#,
+            "[DONE]",
+        ];
+        let want = vec![
+            StreamEvent::Start {
+                id: "chatcmpl-az1".into(),
+                model: "gpt-4o-2024-08-06".into(),
+            },
+            StreamEvent::TextDelta("Hi".into()),
+            StreamEvent::Finish(StopReason::ContentFilter),
+            StreamEvent::Done,
+        ];
+        let (mut plain, mut tree) = (StreamDecoder::new(), StreamDecoder::new());
+        let (mut got_plain, mut got_tree) = (Vec::new(), Vec::new());
+        for c in chunks {
+            got_plain.extend(plain.decode(None, c).expect("decodes"));
+            got_tree.extend(decode_by_tree(&mut tree, c).expect("decodes"));
+        }
+        assert_eq!(got_plain, want);
+        assert_eq!(got_tree, want);
     }
 
     /// Any JSON value hale does not read, of every type. No number out of

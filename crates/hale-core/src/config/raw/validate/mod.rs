@@ -14,6 +14,7 @@
 mod agents;
 mod alerting;
 mod auth;
+mod azure;
 mod compaction;
 mod cooldown;
 mod ctx;

@@ -60,12 +60,13 @@ impl Ctx<'_> {
                 "openai" => Some(ProviderKind::OpenAi),
                 "anthropic" => Some(ProviderKind::Anthropic),
                 "gemini" => Some(ProviderKind::Gemini),
+                "azure" => Some(ProviderKind::Azure),
                 other => {
                     self.at(
                         format!("{path}.kind"),
                         k,
                         format!(
-                            "unknown provider kind `{other}`: expected openai, anthropic or gemini"
+                            "unknown provider kind `{other}`: expected openai, anthropic, azure or gemini"
                         ),
                     );
                     None
@@ -116,6 +117,7 @@ impl Ctx<'_> {
         let (name, kind, base_url, default_model) = (name?, kind?, base_url?, default_model?);
         let mut pc = ProviderConfig::new(&name, kind, &base_url, &default_model);
         pc.api_key = api_key;
+        self.azure(path, p, &mut pc);
         pc.models = models;
         pc.timeout = self.positive_ms(&format!("{path}.timeout_ms"), &r.timeout_ms, pc.timeout);
         pc.first_token_timeout = self.positive_ms(
@@ -131,11 +133,13 @@ impl Ctx<'_> {
         if let Some(a) = &r.api {
             match (a.value.trim(), kind) {
                 ("chat", _) => {}
-                ("responses", ProviderKind::OpenAi) => pc.api = ProviderApi::Responses,
+                ("responses", ProviderKind::OpenAi | ProviderKind::Azure) => {
+                    pc.api = ProviderApi::Responses
+                }
                 ("responses", ProviderKind::Anthropic | ProviderKind::Gemini) => self.at(
                     format!("{path}.api"),
                     a,
-                    "`api: responses` is for `kind: openai` providers",
+                    "`api: responses` is for `kind: openai` and `kind: azure` providers",
                 ),
                 (other, _) => self.at(
                     format!("{path}.api"),

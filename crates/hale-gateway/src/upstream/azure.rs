@@ -1,0 +1,209 @@
+//! Azure OpenAI's side of an attempt (`kind: azure`): the URL of the
+//! deployment or the v1 API, and the credentials — the `api-key` header, or
+//! a Microsoft Entra ID token as a bearer. The rules (URL, body model, when
+//! a token is due) are `hale_core::azure`'s; this file carries them out.
+//!
+//! An Entra token from `token_command` is kept per provider and fetched
+//! again when `hale_core::azure::token_due` says so (too old, or refused
+//! with a 401). One fetch at a time per provider: attempts that find the
+//! token due wait for the one fetching it rather than each running the
+//! command. The token never reaches a log, an event or an error; a failed
+//! command is a [`TokenError`] (the caller makes it an `auth` failure of the
+//! provider), without the command's output.
+
+use hale_core::azure;
+use hale_core::config::{AzureAuth, AzureConfig, ProviderConfig, Secret};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+/// The attempt's URL for `model`.
+pub(super) fn url(provider: &ProviderConfig, az: &AzureConfig, model: &str) -> String {
+    format!(
+        "{}{}",
+        provider.base_url,
+        azure::path(az, provider.api, model)
+    )
+}
+
+/// A fetched Entra token.
+struct Held {
+    token: Secret,
+    fetched: Instant,
+    refused: bool,
+}
+
+type Slot = Arc<tokio::sync::Mutex<Option<Held>>>;
+
+/// The token slot of a provider (by name; one entry per configured provider).
+fn slot(provider: &str) -> Slot {
+    static SLOTS: LazyLock<Mutex<HashMap<String, Slot>>> = LazyLock::new(Default::default);
+    SLOTS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(provider.to_owned())
+        .or_default()
+        .clone()
+}
+
+/// Why no Entra token could be had: safe to show (no token, no output).
+#[derive(Debug)]
+pub(super) struct TokenError(pub(super) String);
+
+/// `rb` with the provider's credentials.
+pub(super) async fn authorize(
+    rb: reqwest::RequestBuilder,
+    provider: &ProviderConfig,
+    az: &AzureConfig,
+) -> Result<reqwest::RequestBuilder, TokenError> {
+    match (&az.auth, &provider.api_key) {
+        (AzureAuth::ApiKey, Some(k)) => Ok(rb.header(azure::API_KEY_HEADER, k.expose())),
+        (AzureAuth::EntraToken, Some(t)) => Ok(rb.bearer_auth(t.expose())),
+        // Validation requires the key or token; none is sent without one.
+        (AzureAuth::ApiKey | AzureAuth::EntraToken, None) => Ok(rb),
+        (AzureAuth::EntraCommand { command, refresh }, _) => {
+            let slot = slot(&provider.name);
+            let mut held = slot.lock().await;
+            let now = Instant::now();
+            let due = azure::token_due(
+                held.as_ref().map(|h| h.fetched),
+                now,
+                *refresh,
+                held.as_ref().is_some_and(|h| h.refused),
+            );
+            if due {
+                let token = run_token_command(command, provider.timeout).await?;
+                *held = Some(Held {
+                    token,
+                    fetched: now,
+                    refused: false,
+                });
+            }
+            match held.as_ref() {
+                Some(h) => Ok(rb.bearer_auth(h.token.expose())),
+                None => Err(token_failure("no Entra token")),
+            }
+        }
+    }
+}
+
+/// A 401 from the provider: a command's token is fetched again next time.
+pub(super) async fn refused(provider: &ProviderConfig, az: &AzureConfig) {
+    match az.auth {
+        AzureAuth::EntraCommand { .. } => {
+            if let Some(h) = slot(&provider.name).lock().await.as_mut() {
+                h.refused = true;
+            }
+        }
+        AzureAuth::ApiKey | AzureAuth::EntraToken => {}
+    }
+}
+
+/// Runs `command` with `sh -c`; its trimmed stdout is the token.
+async fn run_token_command(command: &str, limit: Duration) -> Result<Secret, TokenError> {
+    let run = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = match tokio::time::timeout(limit, run).await {
+        Err(_) => return Err(token_failure("the Entra token_command timed out")),
+        Ok(Err(e)) => {
+            return Err(token_failure(&format!(
+                "the Entra token_command could not run: {}",
+                e.kind()
+            )));
+        }
+        Ok(Ok(out)) => out,
+    };
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if !out.status.success() {
+        return Err(token_failure(&format!(
+            "the Entra token_command failed ({})",
+            out.status
+        )));
+    }
+    if token.is_empty() {
+        return Err(token_failure("the Entra token_command printed no token"));
+    }
+    Ok(Secret::new(token))
+}
+
+fn token_failure(message: &str) -> TokenError {
+    TokenError(message.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hale_core::config::ProviderKind;
+
+    fn provider(name: &str, command: &str) -> (ProviderConfig, AzureConfig) {
+        let p = ProviderConfig::new(name, ProviderKind::Azure, "http://127.0.0.1:9", "gpt-4o");
+        let az = AzureConfig {
+            api_version: None,
+            deployments: Default::default(),
+            auth: AzureAuth::EntraCommand {
+                command: command.to_owned(),
+                refresh: Duration::from_secs(3600),
+            },
+        };
+        (p, az)
+    }
+
+    fn client() -> reqwest::Client {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        reqwest::Client::new()
+    }
+
+    fn bearer(rb: reqwest::RequestBuilder) -> String {
+        let req = rb.build().expect("request");
+        req.headers()["authorization"]
+            .to_str()
+            .expect("ascii")
+            .to_owned()
+    }
+
+    /// The command runs once, its token is kept, and runs again after a 401.
+    #[tokio::test]
+    async fn a_token_command_is_run_once_and_again_after_a_refusal() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let count = dir.path().join("n");
+        // Prints tok-1, tok-2, … one more each run.
+        let cmd = format!(
+            "n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; echo \" tok-$n \"",
+            c = count.display()
+        );
+        let (p, az) = provider("azure-token-test", &cmd);
+        let http = client();
+        for _ in 0..3 {
+            let rb = authorize(http.post("http://127.0.0.1:9/x"), &p, &az)
+                .await
+                .expect("authorized");
+            assert_eq!(bearer(rb), "Bearer tok-1");
+        }
+        refused(&p, &az).await;
+        let rb = authorize(http.post("http://127.0.0.1:9/x"), &p, &az)
+            .await
+            .expect("authorized");
+        assert_eq!(bearer(rb), "Bearer tok-2");
+    }
+
+    /// A failing command is an error whose message holds no output.
+    #[tokio::test]
+    async fn a_failing_token_command_is_an_error_without_its_output() {
+        let (p, az) = provider("azure-token-fail", "echo secret-output; exit 3");
+        let http = client();
+        let f = authorize(http.post("http://127.0.0.1:9/x"), &p, &az)
+            .await
+            .expect_err("a failure");
+        assert!(f.0.contains("failed"), "{}", f.0);
+        assert!(!f.0.contains("secret-output"), "{}", f.0);
+        let (p, az) = provider("azure-token-empty", "true");
+        let f = authorize(http.post("http://127.0.0.1:9/x"), &p, &az)
+            .await
+            .expect_err("a failure");
+        assert!(f.0.contains("no token"), "{}", f.0);
+    }
+}
