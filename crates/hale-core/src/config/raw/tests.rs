@@ -522,7 +522,7 @@ fn a_gemini_provider_defaults_its_base_url() {
         &errs,
         "providers[0].api",
         Some(2),
-        "`api: responses` is for `kind: openai` providers",
+        "`api: responses` is for `kind: openai` and `kind: azure` providers",
     );
 }
 
