@@ -253,10 +253,15 @@ async fn issue11_lease_holder_killed_survivor_takes_monitor_and_relay_within_15s
 
 /// One chat turn of `agent` through `base`: the status.
 async fn turn(http: &reqwest::Client, base: &str, agent: &str) -> (u16, String) {
+    chat_turn(http, base, agent, "ok").await
+}
+
+/// One chat turn of `agent` for `model` through `base`: status and body.
+async fn chat_turn(http: &reqwest::Client, base: &str, agent: &str, model: &str) -> (u16, String) {
     let r = http
         .post(format!("{base}/v1/chat/completions"))
         .header("x-hale-agent", agent)
-        .json(&serde_json::json!({"model": "ok", "messages": [{"role": "user", "content": "hi"}]}))
+        .json(&serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}))
         .send()
         .await
         .expect("turn");
@@ -272,9 +277,21 @@ async fn until_status(
     want: u16,
     limit: Duration,
 ) -> (Duration, String) {
+    until_status_of(http, base, agent, "ok", want, limit).await
+}
+
+/// [`until_status`] with turns for `model`.
+async fn until_status_of(
+    http: &reqwest::Client,
+    base: &str,
+    agent: &str,
+    model: &str,
+    want: u16,
+    limit: Duration,
+) -> (Duration, String) {
     let t0 = Instant::now();
     loop {
-        let (status, body) = turn(http, base, agent).await;
+        let (status, body) = chat_turn(http, base, agent, model).await;
         if status == want {
             return (t0.elapsed(), body);
         }
@@ -895,15 +912,7 @@ async fn issue11_guard_event_cap_of_a_task_served_by_a_and_b_is_reached_once() {
 
 /// A chat turn of `agent` (model m1) through `base`: the status and body.
 async fn agent_turn(http: &reqwest::Client, base: &str, agent: &str) -> (u16, String) {
-    let r = http
-        .post(format!("{base}/v1/chat/completions"))
-        .header("x-hale-agent", agent)
-        .json(&serde_json::json!({"model": "m1", "messages": [{"role": "user", "content": "hi"}]}))
-        .send()
-        .await
-        .expect("turn");
-    let status = r.status().as_u16();
-    (status, r.text().await.unwrap_or_default())
+    chat_turn(http, base, agent, "m1").await
 }
 
 /// What two instances must agree on: the state, the pause's author, the
@@ -1058,18 +1067,7 @@ async fn until_status_m1(
     want: u16,
     limit: Duration,
 ) -> (Duration, String) {
-    let t0 = Instant::now();
-    loop {
-        let (status, body) = agent_turn(http, base, agent).await;
-        if status == want {
-            return (t0.elapsed(), body);
-        }
-        assert!(
-            t0.elapsed() < limit,
-            "{base}: no {want} for {agent} within {limit:?}; last {status}: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_status_of(http, base, agent, "m1", want, limit).await
 }
 
 /// Issue 28 §5 on SQLite (one instance, the real binary): an operator's

@@ -17,77 +17,34 @@ use common::*;
 use hale_testkit::python_or_skip;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// The key chaos's Azure routes want, and hale reads from `AZ_KEY`.
 const KEY: &str = "az-test-key-1";
 
 /// `hale chaos --azure-api-key` and `hale serve` with `config` (`{chaos}` in
-/// it is the chaos base URL, the Azure resource endpoint).
-struct Rig {
-    _dir: tempfile::TempDir,
-    _chaos: Proc,
-    chaos_base: String,
-    hale: Proc,
-    base: String,
-    http: reqwest::Client,
+/// it is the chaos base URL, the Azure resource endpoint): the shared
+/// [`ChaosRig`].
+struct Rig(ChaosRig);
+
+impl std::ops::Deref for Rig {
+    type Target = ChaosRig;
+    fn deref(&self) -> &ChaosRig {
+        &self.0
+    }
 }
 
 impl Rig {
     async fn start(config: &str) -> Rig {
-        hale_testkit::install_crypto();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let http = hale_testkit::client(Duration::from_secs(60));
-        let (chaos, chaos_base) =
-            start_chaos_with(&http, dir.path(), &["--azure-api-key", KEY]).await;
-        let config = config.replace("{chaos}", &chaos_base);
-        let (hale, base) = start_serve(&http, dir.path(), &config, &[("AZ_KEY", KEY)]).await;
-        Rig {
-            _dir: dir,
-            _chaos: chaos,
-            chaos_base,
-            hale,
-            base,
-            http,
-        }
+        Rig(ChaosRig::start_with(config, &["--azure-api-key", KEY], &[("AZ_KEY", KEY)]).await)
     }
 
     /// Runs `script` (under tests/sdk) in `mode` for `model`; its JSON.
     async fn sdk(&self, py: &Path, script: &str, mode: &str, model: &str) -> Value {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/sdk")
-            .join(script);
-        let base_url = format!("{}/v1", self.base);
-        let out = tokio::process::Command::new(py)
-            .arg(&script)
-            .args([mode, base_url.as_str(), model])
-            .output()
-            .await
-            .expect("python runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "the SDK script failed:\n{stdout}\n{stderr}\nhale:\n{}",
-            self.hale.stderr()
-        );
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
-    }
-
-    async fn chaos_bodies(&self) -> Vec<Value> {
-        let v = hale_testkit::get_json(&self.http, &format!("{}/chaos/requests", self.chaos_base))
-            .await;
-        v.as_array().cloned().unwrap_or_default()
-    }
-
-    async fn chaos_stats(&self) -> Value {
-        hale_testkit::get_json(&self.http, &format!("{}/chaos/stats", self.chaos_base)).await
+        self.0.sdk(py, script, &[mode, model]).await
     }
 
     async fn requests_for(&self, model: &str) -> u64 {
-        self.chaos_stats().await["requests_per_model"][model]
-            .as_u64()
-            .unwrap_or(0)
+        self.chaos_requests(model).await
     }
 }
 

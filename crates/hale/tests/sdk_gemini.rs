@@ -19,7 +19,6 @@ use common::*;
 use hale_testkit::python_or_skip;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// The key hale sends (chaos only checks that one is sent).
 const KEY_ENV: &str = "HALE_TEST_GEMINI_KEY";
@@ -44,68 +43,25 @@ retry:
   server_error: {max_attempts: 2, initial_ms: 20, max_ms: 50}
 ";
 
-struct Rig {
-    _dir: tempfile::TempDir,
-    _chaos: Proc,
-    chaos_base: String,
-    hale: Proc,
-    base: String,
-    http: reqwest::Client,
+/// chaos and hale over [`PROVIDERS`]: the shared [`ChaosRig`].
+struct Rig(ChaosRig);
+
+impl std::ops::Deref for Rig {
+    type Target = ChaosRig;
+    fn deref(&self) -> &ChaosRig {
+        &self.0
+    }
 }
 
 impl Rig {
     /// chaos and hale with `routes` (YAML lines under `routes:`) over [`PROVIDERS`].
     async fn start(routes: &str) -> Rig {
-        hale_testkit::install_crypto();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let http = hale_testkit::client(Duration::from_secs(60));
-        let (chaos, chaos_base) = start_chaos(&http, dir.path()).await;
-        let config = format!("routes:\n{routes}{PROVIDERS}").replace("{chaos}", &chaos_base);
-        let (hale, base) =
-            start_serve(&http, dir.path(), &config, &[(KEY_ENV, "k-gemini-test")]).await;
-        Rig {
-            _dir: dir,
-            _chaos: chaos,
-            chaos_base,
-            hale,
-            base,
-            http,
-        }
+        let config = format!("routes:\n{routes}{PROVIDERS}");
+        Rig(ChaosRig::start_with(&config, &[], &[(KEY_ENV, "k-gemini-test")]).await)
     }
 
     async fn py(&self, py: &Path, script: &str, args: &[&str]) -> Value {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/sdk")
-            .join(script);
-        let base_url = format!("{}/v1", self.base);
-        let mut all = vec![args[0], base_url.as_str()];
-        all.extend_from_slice(&args[1..]);
-        let out = tokio::process::Command::new(py)
-            .arg(&script)
-            .args(&all)
-            .output()
-            .await
-            .expect("python runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "the SDK script failed:\n{stdout}\n{stderr}\nhale:\n{}",
-            self.hale.stderr()
-        );
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
-    }
-
-    async fn chaos_bodies(&self) -> Vec<Value> {
-        let v = hale_testkit::get_json(&self.http, &format!("{}/chaos/requests", self.chaos_base))
-            .await;
-        v.as_array().cloned().unwrap_or_default()
-    }
-
-    async fn chaos_requests(&self, model: &str) -> u64 {
-        let v =
-            hale_testkit::get_json(&self.http, &format!("{}/chaos/stats", self.chaos_base)).await;
-        v["requests_per_model"][model].as_u64().unwrap_or(0)
+        self.sdk(py, script, args).await
     }
 
     /// One Messages call: (status, JSON body or the SSE text as a string).

@@ -17,69 +17,26 @@ use common::*;
 use hale_testkit::python_or_skip;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// `hale chaos` and `hale serve` with `config` (its `providers:` may name
-/// `{chaos}`, the chaos base URL).
-struct Rig {
-    _dir: tempfile::TempDir,
-    _chaos: Proc,
-    chaos_base: String,
-    hale: Proc,
-    base: String,
-    http: reqwest::Client,
+/// `{chaos}`, the chaos base URL): the shared [`ChaosRig`].
+struct Rig(ChaosRig);
+
+impl std::ops::Deref for Rig {
+    type Target = ChaosRig;
+    fn deref(&self) -> &ChaosRig {
+        &self.0
+    }
 }
 
 impl Rig {
     async fn start(config: &str) -> Rig {
-        hale_testkit::install_crypto();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let http = hale_testkit::client(Duration::from_secs(60));
-        let (chaos, chaos_base) = start_chaos(&http, dir.path()).await;
-        let config = config.replace("{chaos}", &chaos_base);
-        let (hale, base) = start_serve(&http, dir.path(), &config, &[]).await;
-        Rig {
-            _dir: dir,
-            _chaos: chaos,
-            chaos_base,
-            hale,
-            base,
-            http,
-        }
+        Rig(ChaosRig::start(config, None).await)
     }
 
     /// Runs the SDK script in `mode` for `model`; its JSON.
     async fn sdk(&self, py: &Path, mode: &str, model: &str) -> Value {
-        let script =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/responses_client.py");
-        let base_url = format!("{}/v1", self.base);
-        let out = tokio::process::Command::new(py)
-            .arg(&script)
-            .args([mode, base_url.as_str(), model])
-            .output()
-            .await
-            .expect("python runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "the SDK script failed:\n{stdout}\n{stderr}\nhale:\n{}",
-            self.hale.stderr()
-        );
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
-    }
-
-    /// The request bodies chaos received, oldest first.
-    async fn chaos_bodies(&self) -> Vec<Value> {
-        let v = hale_testkit::get_json(&self.http, &format!("{}/chaos/requests", self.chaos_base))
-            .await;
-        v.as_array().cloned().unwrap_or_default()
-    }
-
-    async fn chaos_requests(&self, model: &str) -> u64 {
-        let v =
-            hale_testkit::get_json(&self.http, &format!("{}/chaos/stats", self.chaos_base)).await;
-        v["requests_per_model"][model].as_u64().unwrap_or(0)
+        self.0.sdk(py, "responses_client.py", &[mode, model]).await
     }
 }
 

@@ -182,9 +182,7 @@ pub struct ChaosRig {
 
 impl ChaosRig {
     pub async fn start(config: &str, script: Option<&str>) -> ChaosRig {
-        hale_testkit::install_crypto();
         let dir = tempfile::tempdir().expect("tempdir");
-        let http = hale_testkit::client(Duration::from_secs(60));
         let script_path = dir.path().join("chaos-script.yaml");
         let script_arg = script_path.to_string_lossy().into_owned();
         let extra: Vec<&str> = match script {
@@ -194,9 +192,27 @@ impl ChaosRig {
             }
             None => Vec::new(),
         };
-        let (chaos, chaos_base) = start_chaos_with(&http, dir.path(), &extra).await;
+        ChaosRig::start_in(dir, config, &extra, &[]).await
+    }
+
+    /// [`ChaosRig::start`] with chaos's extra arguments (e.g. `--azure-api-key
+    /// K`) and environment variables for `hale serve` (e.g. a provider key).
+    pub async fn start_with(config: &str, chaos_args: &[&str], env: &[(&str, &str)]) -> ChaosRig {
+        let dir = tempfile::tempdir().expect("tempdir");
+        ChaosRig::start_in(dir, config, chaos_args, env).await
+    }
+
+    async fn start_in(
+        dir: tempfile::TempDir,
+        config: &str,
+        chaos_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> ChaosRig {
+        hale_testkit::install_crypto();
+        let http = hale_testkit::client(Duration::from_secs(60));
+        let (chaos, chaos_base) = start_chaos_with(&http, dir.path(), chaos_args).await;
         let config = config.replace("{chaos}", &chaos_base);
-        let (hale, base) = start_serve(&http, dir.path(), &config, &[]).await;
+        let (hale, base) = start_serve(&http, dir.path(), &config, env).await;
         ChaosRig {
             dir,
             chaos,
@@ -205,6 +221,41 @@ impl ChaosRig {
             base,
             http,
         }
+    }
+
+    /// Runs the Python script `script` (under tests/sdk) with `py` as
+    /// `script ARGS[0] BASE_URL ARGS[1..]`, where BASE_URL is hale's `/v1`;
+    /// its stdout parsed as JSON (a failing script fails the test, with
+    /// hale's stderr).
+    pub async fn sdk(&self, py: &Path, script: &str, args: &[&str]) -> serde_json::Value {
+        let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/sdk")
+            .join(script);
+        let base_url = format!("{}/v1", self.base);
+        let mut argv = args.first().into_iter().copied().collect::<Vec<_>>();
+        argv.push(base_url.as_str());
+        argv.extend(args.iter().skip(1).copied());
+        let out = tokio::process::Command::new(py)
+            .arg(&script)
+            .args(&argv)
+            .output()
+            .await
+            .expect("python runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "the SDK script failed:\n{stdout}\n{stderr}\nhale:\n{}",
+            self.hale.stderr()
+        );
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    }
+
+    /// How many requests chaos received for `model`.
+    pub async fn chaos_requests(&self, model: &str) -> u64 {
+        let v =
+            hale_testkit::get_json(&self.http, &format!("{}/chaos/stats", self.chaos_base)).await;
+        v["requests_per_model"][model].as_u64().unwrap_or(0)
     }
 
     /// The request bodies chaos received (the last 32), oldest first.
