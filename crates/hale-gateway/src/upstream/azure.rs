@@ -35,13 +35,21 @@ struct Held {
 
 type Slot = Arc<tokio::sync::Mutex<Option<Held>>>;
 
-/// The token slot of a provider (by name; one entry per configured provider).
-fn slot(provider: &str) -> Slot {
-    static SLOTS: LazyLock<Mutex<HashMap<String, Slot>>> = LazyLock::new(Default::default);
+/// The token slot of a provider: by its name, endpoint and command, so a
+/// reloaded config that points the same name elsewhere (or runs another
+/// command) never sends the old token.
+fn slot(provider: &ProviderConfig, command: &str) -> Slot {
+    static SLOTS: LazyLock<Mutex<HashMap<(String, String, String), Slot>>> =
+        LazyLock::new(Default::default);
+    let key = (
+        provider.name.clone(),
+        provider.base_url.clone(),
+        command.to_owned(),
+    );
     SLOTS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .entry(provider.to_owned())
+        .entry(key)
         .or_default()
         .clone()
 }
@@ -62,7 +70,7 @@ pub(super) async fn authorize(
         // Validation requires the key or token; none is sent without one.
         (AzureAuth::ApiKey | AzureAuth::EntraToken, None) => Ok(rb),
         (AzureAuth::EntraCommand { command, refresh }, _) => {
-            let slot = slot(&provider.name);
+            let slot = slot(provider, command);
             let mut held = slot.lock().await;
             let now = Instant::now();
             let due = azure::token_due(
@@ -89,9 +97,9 @@ pub(super) async fn authorize(
 
 /// A 401 from the provider: a command's token is fetched again next time.
 pub(super) async fn refused(provider: &ProviderConfig, az: &AzureConfig) {
-    match az.auth {
-        AzureAuth::EntraCommand { .. } => {
-            if let Some(h) = slot(&provider.name).lock().await.as_mut() {
+    match &az.auth {
+        AzureAuth::EntraCommand { command, .. } => {
+            if let Some(h) = slot(provider, command).lock().await.as_mut() {
                 h.refused = true;
             }
         }
@@ -188,6 +196,45 @@ mod tests {
             .await
             .expect("authorized");
         assert_eq!(bearer(rb), "Bearer tok-2");
+    }
+
+    /// A provider of the same name reloaded with another command (or
+    /// endpoint) gets that command's token, not the one kept before.
+    #[tokio::test]
+    async fn a_reloaded_provider_with_another_command_does_not_reuse_the_old_token() {
+        let http = client();
+        let (p, az) = provider("azure-token-reload", "echo tok-old");
+        let rb = authorize(http.post("http://127.0.0.1:9/x"), &p, &az)
+            .await
+            .expect("authorized");
+        assert_eq!(bearer(rb), "Bearer tok-old");
+        let (p, az) = provider("azure-token-reload", "echo tok-new");
+        let rb = authorize(http.post("http://127.0.0.1:9/x"), &p, &az)
+            .await
+            .expect("authorized");
+        assert_eq!(bearer(rb), "Bearer tok-new");
+        // The same name and command at another endpoint: fetched again.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let count = dir.path().join("n");
+        let cmd = format!(
+            "n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; echo tok-$n",
+            c = count.display()
+        );
+        let (p, az) = provider("azure-token-moved", &cmd);
+        let rb = authorize(http.post("http://127.0.0.1:9/x"), &p, &az)
+            .await
+            .expect("authorized");
+        assert_eq!(bearer(rb), "Bearer tok-1");
+        let mut moved = p.clone();
+        moved.base_url = "http://127.0.0.1:10".into();
+        let rb = authorize(http.post("http://127.0.0.1:10/x"), &moved, &az)
+            .await
+            .expect("authorized");
+        assert_eq!(
+            bearer(rb),
+            "Bearer tok-2",
+            "fetched again for the new endpoint"
+        );
     }
 
     /// A failing command is an error whose message holds no output.
