@@ -35,12 +35,14 @@ struct Held {
 
 type Slot = Arc<tokio::sync::Mutex<Option<Held>>>;
 
+/// A token slot's key: the provider's name, endpoint and command.
+type SlotKey = (String, String, String);
+
 /// The token slot of a provider: by its name, endpoint and command, so a
 /// reloaded config that points the same name elsewhere (or runs another
 /// command) never sends the old token.
 fn slot(provider: &ProviderConfig, command: &str) -> Slot {
-    static SLOTS: LazyLock<Mutex<HashMap<(String, String, String), Slot>>> =
-        LazyLock::new(Default::default);
+    static SLOTS: LazyLock<Mutex<HashMap<SlotKey, Slot>>> = LazyLock::new(Default::default);
     let key = (
         provider.name.clone(),
         provider.base_url.clone(),
