@@ -143,6 +143,45 @@ pub async fn start_bare(work: &Path, chaos: SocketAddr, hyper: bool) -> anyhow::
     Ok(p)
 }
 
+/// How long a peer gateway (`--peer`) may take to start answering: a Python
+/// proxy imports for a while before it listens.
+pub const PEER_READY_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// A peer gateway to measure beside hale (`--peer NAME=COMMAND`): `COMMAND`
+/// runs under `sh -c` with `{port}` replaced by a free loopback port and
+/// `{upstream}` by chaos's base URL (`http://ADDR`); it must serve OpenAI's
+/// `/v1/chat/completions` there, the model names passed through. Ready when
+/// `GET ready_path` answers 200.
+pub async fn start_peer(
+    name: &str,
+    command: &str,
+    ready_path: &str,
+    chaos: SocketAddr,
+    work: &Path,
+) -> anyhow::Result<Proc> {
+    let addr = free_port()?;
+    let cmd = command
+        .replace("{port}", &addr.port().to_string())
+        .replace("{upstream}", &format!("http://{chaos}"));
+    let log = work.join(format!("peer-{name}-{}.log", addr.port()));
+    let err = std::fs::File::create(&log)?;
+    let child = Command::new("sh")
+        .args(["-c", &format!("exec {cmd}")])
+        .stdin(Stdio::null())
+        .stdout(err.try_clone()?)
+        .stderr(err)
+        .spawn()
+        .with_context(|| format!("cannot start peer {name}: {cmd}"))?;
+    let mut p = Proc {
+        name: "peer",
+        child,
+        addr,
+        log,
+    };
+    wait_ready_for(&mut p, ready_path, PEER_READY_TIMEOUT).await?;
+    Ok(p)
+}
+
 /// Resident memory of a process from `/proc/PID/status`: (VmRSS, VmHWM =
 /// its peak so far), in KiB; `None` off Linux or once it has exited.
 pub fn rss_kib(pid: u32) -> Option<(u64, u64)> {
@@ -224,7 +263,11 @@ async fn start_instance(
 
 /// Polls `GET path` until a 200, the child exits, or [`READY_TIMEOUT`].
 async fn wait_ready(p: &mut Proc, path: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + READY_TIMEOUT;
+    wait_ready_for(p, path, READY_TIMEOUT).await
+}
+
+async fn wait_ready_for(p: &mut Proc, path: &str, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
     loop {
         if let Some(status) = p.child.try_wait()? {
             let log = std::fs::read_to_string(&p.log).unwrap_or_default();
@@ -237,7 +280,7 @@ async fn wait_ready(p: &mut Proc, path: &str) -> anyhow::Result<()> {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("{} did not get ready in {READY_TIMEOUT:?}", p.name);
+            bail!("{} did not get ready in {timeout:?}", p.name);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
