@@ -17,6 +17,7 @@
 //! the client competes for CPU (through hale there are two servers to run).
 
 mod bare;
+mod hash;
 mod health;
 mod load;
 mod procs;
@@ -346,6 +347,10 @@ fn main() -> anyhow::Result<()> {
             .enable_all()
             .build()?;
         std::process::exit(rt.block_on(health::child(args))?);
+    }
+    // `hale-bench hash …`: the request hash's native cost (hash.rs).
+    if std::env::args().nth(1).as_deref() == Some("hash") {
+        return hash::run(hash::HashArgs::parse_from(std::env::args().skip(1)));
     }
     // `hale-bench bare-proxy …`: the floor, run as its own process (bare.rs).
     if std::env::args().nth(1).as_deref() == Some("bare-proxy") {
