@@ -107,11 +107,13 @@ impl Rig {
 
     async fn start_config(config: &str) -> Rig {
         let pem = throwaway_key();
-        Rig::start_keys(config, &pem, &pem).await
+        Rig::start_keys(config, &pem, &pem, false).await
     }
 
-    /// chaos checks assertions against `chaos_pem`; hale signs with `hale_pem`.
-    async fn start_keys(config: &str, chaos_pem: &str, hale_pem: &str) -> Rig {
+    /// chaos checks assertions against `chaos_pem`; hale signs with
+    /// `hale_pem`, from the key file `GOOGLE_APPLICATION_CREDENTIALS` names
+    /// when `by_env`.
+    async fn start_keys(config: &str, chaos_pem: &str, hale_pem: &str, by_env: bool) -> Rig {
         hale_testkit::install_crypto();
         let dir = tempfile::tempdir().expect("tempdir");
         let http = hale_testkit::client(Duration::from_secs(60));
@@ -126,7 +128,13 @@ impl Rig {
         let config = config
             .replace("{chaos}", &chaos_base)
             .replace("{key}", &key.to_string_lossy());
-        let (hale, base) = start_serve(&http, dir.path(), &config, &[]).await;
+        let key_path = key.to_string_lossy().into_owned();
+        let env: &[(&str, &str)] = if by_env {
+            &[("GOOGLE_APPLICATION_CREDENTIALS", key_path.as_str())]
+        } else {
+            &[]
+        };
+        let (hale, base) = start_serve(&http, dir.path(), &config, env).await;
         Rig(ChaosRig {
             dir,
             chaos,
@@ -427,13 +435,28 @@ async fn the_token_comes_from_the_key_files_token_endpoint_and_is_kept() {
 /// token; chaos's chat routes saw nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_assertion_signed_by_another_key_gets_no_token() {
-    let rig = Rig::start_keys(ONE_PROVIDER, &throwaway_key(), &throwaway_key()).await;
+    let rig = Rig::start_keys(ONE_PROVIDER, &throwaway_key(), &throwaway_key(), false).await;
     let (status, v) = rig.messages(&hello()).await;
     assert!(status >= 400, "{status}: {v}");
     assert!(v.to_string().contains("Vertex token"), "{v}");
     let t = rig.tokens().await;
     assert_eq!(t["minted"], 0, "{t}");
     assert_eq!(rig.chaos_requests("claude-sonnet-4").await, 0);
+}
+
+/// Without `credentials_file`, the key `GOOGLE_APPLICATION_CREDENTIALS`
+/// names is used: its token comes from its token endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn google_application_credentials_names_the_key_when_no_file_is_configured() {
+    let pem = throwaway_key();
+    let config = ONE_PROVIDER.replace("    credentials_file: {key}\n", "");
+    assert!(!config.contains("credentials_file"), "{config}");
+    let rig = Rig::start_keys(&config, &pem, &pem, true).await;
+    let (status, v) = rig.messages(&hello()).await;
+    assert_eq!(status, 200, "{v}");
+    let t = rig.tokens().await;
+    assert_eq!(t["minted"], 1, "{t}");
+    assert_eq!(t["grants"][0]["iss"], CLIENT_EMAIL, "{t}");
 }
 
 /// A token Vertex stops accepting (401) is fetched again and the request
