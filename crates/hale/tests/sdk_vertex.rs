@@ -526,3 +526,26 @@ async fn a_stream_cut_on_vertex_is_resumed() {
         "resumed on Gemini"
     );
 }
+
+/// A Gemini safety block on Vertex (a 200 whose `promptFeedback.blockReason`
+/// says `SAFETY`) is the content-policy class: final for the caller, in its
+/// own shape, with no failover to the next target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gemini_safety_block_on_vertex_is_a_content_policy_error() {
+    let rig = Rig::start("  r: [vg/content-filter, an/claude-sonnet-4]\n").await;
+    let (status, b) = rig
+        .messages(&json!({"model": "r", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}))
+        .await;
+    assert_eq!(status, 400, "{b}");
+    assert_eq!(b["error"]["type"], "content_policy", "{b}");
+    assert!(
+        b.to_string().contains("blockReason SAFETY"),
+        "the reason is named: {b}"
+    );
+    assert_eq!(rig.chaos_requests("content-filter").await, 1);
+    assert_eq!(
+        rig.chaos_requests("claude-sonnet-4").await,
+        0,
+        "no failover"
+    );
+}
