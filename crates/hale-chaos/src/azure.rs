@@ -22,6 +22,9 @@ pub enum Flavor {
     /// (deployment URLs): it picks the fault, as the model name does
     /// elsewhere; `None` on the v1 API, where the body's `model` does.
     Azure { deployment: Option<String> },
+    /// Vertex AI's: `/v1/projects/…/publishers/…` (the model and streaming
+    /// named in the URL; a rate limit is Google's `RESOURCE_EXHAUSTED`).
+    Vertex,
 }
 
 /// Whether an Azure request may go on: its credentials (an `api-key`, or an

@@ -11,7 +11,8 @@
 //!
 //! Module map: [`fault`] parses the grammar, [`script`] the YAML scripts,
 //! `azure` what Azure OpenAI's wire changes (routes' checks, error shapes,
-//! filter annotations),
+//! filter annotations), `vertex` Vertex AI's (publisher routes, bearer
+//! check, the loopback OAuth2 token endpoint),
 //! `answer` builds the deterministic answers, `wire` renders the four
 //! dialects (with `frame`'s shared pieces; `responses` reads and frames the
 //! Responses API, `gemini` Google's Generative Language API), `state` keeps counters, `request` holds what the handlers
@@ -31,6 +32,7 @@ pub mod script;
 mod server;
 mod state;
 pub mod tools;
+mod vertex;
 mod wire;
 
 use std::future::Future;
@@ -56,6 +58,10 @@ pub struct ChaosConfig {
     /// an `Authorization: Bearer` token (`--azure-api-key`); `None`: any
     /// non-empty one. A wrong or missing one gets Azure's 401.
     pub azure_api_key: Option<String>,
+    /// A service-account key file's JSON (`--vertex-key FILE`): the token
+    /// endpoint (`POST /token`) then takes only assertions issued by its
+    /// `client_email` and signed by its key. `None`: any well-formed one.
+    pub vertex_key: Option<String>,
 }
 
 /// A running chaos server. Dropping the handle stops the server too;
@@ -143,7 +149,7 @@ pub async fn spawn(addr: SocketAddr, cfg: ChaosConfig) -> anyhow::Result<ChaosHa
 /// before hands it over without a moment where another socket could take it).
 pub fn spawn_on(listener: TcpListener, cfg: ChaosConfig) -> anyhow::Result<ChaosHandle> {
     let addr = listener.local_addr()?;
-    let shared = Arc::new(shared(cfg));
+    let shared = Arc::new(shared(cfg)?);
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(server::run(listener, shared.clone(), async move {
         // A dropped sender also means stop.
@@ -166,12 +172,18 @@ pub async fn serve(
     cfg: ChaosConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let shared = Arc::new(shared(cfg));
+    let shared = Arc::new(shared(cfg)?);
     server::run(listener, shared, shutdown).await
 }
 
-fn shared(cfg: ChaosConfig) -> state::Shared {
+fn shared(cfg: ChaosConfig) -> anyhow::Result<state::Shared> {
     let mut s = state::Shared::new(cfg.script);
     s.azure_key = cfg.azure_api_key;
-    s
+    if let Some(text) = &cfg.vertex_key {
+        s.vertex_key = Some(
+            vertex::Key::from_json(text)
+                .map_err(|e| anyhow::anyhow!("hale-chaos: the vertex key: {e}"))?,
+        );
+    }
+    Ok(s)
 }

@@ -39,7 +39,7 @@ use crate::frame::Ctx;
 use crate::request::{APPLIED_HEADER, ConnKill, FAULT_HEADER};
 use crate::state::Shared;
 use crate::wire::{self, Dialect, ErrorKind};
-use crate::{gemini, responses};
+use crate::{gemini, responses, vertex};
 
 /// Largest request body accepted (long contexts are the point of some tests).
 pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
@@ -111,6 +111,13 @@ fn router(shared: Arc<Shared>) -> Router {
         )
         .route("/openai/v1/chat/completions", post(azure_v1_chat))
         .route("/openai/v1/responses", post(azure_v1_responses))
+        .route(
+            "/v1/projects/{project}/locations/{location}/publishers/{publisher}/models/{action}",
+            post(vertex_predict),
+        )
+        .route("/token", post(vertex_token))
+        .route("/chaos/vertex/tokens", get(vertex_tokens))
+        .route("/chaos/vertex/revoke", post(vertex_revoke))
         .route("/v1/models", get(models))
         .route("/chaos/stats", get(stats))
         .route("/chaos/requests", get(requests))
@@ -272,6 +279,105 @@ async fn gemini_generate(
     chat_with(Dialect::Gemini, Flavor::Plain, s, kill, headers, body, url).await
 }
 
+/// `POST /v1/projects/{p}/locations/{l}/publishers/{publisher}/models/{model}:{method}`:
+/// Vertex AI. The bearer must be a token this server minted (else Google's
+/// 401), the body what Vertex takes ([`vertex::body_problem`]); then the one
+/// chat path, in Google's dialect or Anthropic's.
+async fn vertex_predict(
+    State(s): State<Arc<Shared>>,
+    kill: Option<Extension<ConnKill>>,
+    Path((_project, _location, publisher, action)): Path<(String, String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some((model, method)) = vertex::split_action(&publisher, &action) else {
+        let msg = format!("hale-chaos: no such Vertex method `{publisher}/{action}`");
+        return json_response(
+            404,
+            gemini::error(404, "NOT_FOUND", &msg, serde_json::json!([])),
+            "bad-request",
+        );
+    };
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let admitted = s
+        .vertex_tokens
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .admits(bearer);
+    if !admitted {
+        s.record_fault("vertex-refused");
+        return json_response(401, vertex::unauthenticated(), "vertex-refused");
+    }
+    let dialect = match method {
+        vertex::Method::GenerateContent | vertex::Method::StreamGenerateContent => Dialect::Gemini,
+        vertex::Method::RawPredict | vertex::Method::StreamRawPredict => Dialect::Anthropic,
+    };
+    if let Some(problem) = vertex::body_problem(method, &body) {
+        let body = match dialect {
+            Dialect::Gemini => {
+                gemini::error(400, "INVALID_ARGUMENT", &problem, serde_json::json!([]))
+            }
+            Dialect::OpenAi | Dialect::Anthropic | Dialect::Responses => {
+                wire::bad_request_body(dialect, &problem)
+            }
+        };
+        return json_response(400, body, "bad-request");
+    }
+    let url = Some((model.to_owned(), method.stream()));
+    chat_with(dialect, Flavor::Vertex, s, kill, headers, body, url).await
+}
+
+/// `POST /token`: the OAuth2 JWT-bearer grant of a service-account key
+/// ([`vertex::check_assertion`]); a token this server then accepts.
+async fn vertex_token(
+    State(s): State<Arc<Shared>>,
+    axum::Form(form): axum::Form<std::collections::HashMap<String, String>>,
+) -> Response {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    match vertex::check_assertion(
+        form.get("grant_type").map(String::as_str),
+        form.get("assertion").map(String::as_str),
+        s.vertex_key.as_ref(),
+        now,
+    ) {
+        Ok(claims) => {
+            let token = s
+                .vertex_tokens
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .mint(&s.tag, claims);
+            json_response(200, vertex::token_body(&token), "token")
+        }
+        Err(why) => json_response(400, vertex::grant_error(&why), "token-refused"),
+    }
+}
+
+/// `GET /chaos/vertex/tokens`: tokens minted and valid, the grants' claims,
+/// requests refused for their token.
+async fn vertex_tokens(State(s): State<Arc<Shared>>) -> Json<serde_json::Value> {
+    Json(
+        s.vertex_tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .view(),
+    )
+}
+
+/// `POST /chaos/vertex/revoke`: every token minted so far is refused from
+/// now on (a client must fetch a new one).
+async fn vertex_revoke(State(s): State<Arc<Shared>>) -> StatusCode {
+    s.vertex_tokens
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .revoke();
+    StatusCode::NO_CONTENT
+}
+
 async fn stats(State(s): State<Arc<Shared>>) -> Json<crate::Stats> {
     Json(s.stats())
 }
@@ -357,7 +463,7 @@ fn error_response(
     applied: &'static str,
 ) -> Response {
     match flavor {
-        Flavor::Plain => json_response(
+        Flavor::Plain | Flavor::Vertex => json_response(
             kind.status_in(dialect),
             wire::error_body(dialect, kind),
             applied,
@@ -392,8 +498,18 @@ async fn chat_with(
     url: Option<(String, bool)>,
 ) -> Response {
     let read = match (dialect, &url) {
-        (Dialect::OpenAi | Dialect::Anthropic, _) => serde_json::from_slice::<ChatRequest>(&body)
-            .map(|r| (r, serde_json::Map::new()))
+        (Dialect::OpenAi, _) | (Dialect::Anthropic, None) => {
+            serde_json::from_slice::<ChatRequest>(&body)
+                .map(|r| (r, serde_json::Map::new()))
+                .map_err(|e| e.to_string())
+        }
+        // Vertex's rawPredict: the URL names the model and the method whether to stream.
+        (Dialect::Anthropic, Some((model, stream))) => serde_json::from_slice::<ChatRequest>(&body)
+            .map(|mut r| {
+                r.model = Some(model.clone());
+                r.stream = Some(*stream);
+                (r, serde_json::Map::new())
+            })
             .map_err(|e| e.to_string()),
         (Dialect::Responses, _) => responses::read_request(&body),
         (Dialect::Gemini, Some((model, stream))) => {
@@ -484,11 +600,14 @@ async fn chat_with(
     shared.record_fault(applied);
 
     match fault {
+        Fault::RateLimit { retry_after } if flavor == Flavor::Vertex => {
+            json_response(429, vertex::rate_limit_body(*retry_after), applied)
+        }
         Fault::RateLimit { retry_after } => {
             let mut r = error_response(&flavor, dialect, ErrorKind::RateLimit, applied);
             if let Some(secs) = retry_after {
                 match flavor {
-                    Flavor::Plain => {
+                    Flavor::Plain | Flavor::Vertex => {
                         r.headers_mut()
                             .insert(header::RETRY_AFTER, HeaderValue::from(*secs));
                     }

@@ -68,6 +68,11 @@ pub struct Shared {
     /// The key Azure requests must carry (`api-key` or a bearer); `None`:
     /// any non-empty one ([`crate::ChaosConfig::azure_api_key`]).
     pub azure_key: Option<String>,
+    /// The service-account key the token endpoint checks assertions
+    /// against ([`crate::ChaosConfig::vertex_key`]).
+    pub vertex_key: Option<crate::vertex::Key>,
+    /// Vertex tokens minted by `POST /token`, the grants, the refusals.
+    pub vertex_tokens: Mutex<crate::vertex::Tokens>,
 }
 
 /// What the counters say about one request.
@@ -89,6 +94,8 @@ impl Shared {
             stored: Mutex::new((HashSet::new(), VecDeque::new())),
             tag: server_tag(),
             azure_key: None,
+            vertex_key: None,
+            vertex_tokens: Mutex::new(Default::default()),
         }
     }
 

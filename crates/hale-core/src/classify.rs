@@ -1269,6 +1269,16 @@ mod tests {
             ("400 other", Some(400), None, Some(openai("", "invalid_request_error", "Invalid value for 'temperature'")), None, C::BadRequest),
             ("400 bare", Some(400), None, None, None, C::BadRequest),
             ("google INVALID_ARGUMENT", Some(400), None, Some(google(400, "INVALID_ARGUMENT", "Invalid value at 'generation_config.temperature' (TYPE_FLOAT), \"hot\"")), None, C::BadRequest),
+            // Vertex AI (kind: vertex): Google's shape for both publishers, Anthropic's for Claude's own errors.
+            ("vertex NOT_FOUND publisher model", Some(404), None, Some(google(404, "NOT_FOUND", "Publisher Model `projects/p/locations/us-east5/publishers/anthropic/models/claude-x` was not found or your project does not have access to it.")), None, C::ModelNotFound),
+            ("vertex RESOURCE_EXHAUSTED quota", Some(429), None, Some(google(429, "RESOURCE_EXHAUSTED", "Quota exceeded for aiplatform.googleapis.com/generate_content_requests_per_minute_per_project_per_base_model with base model: gemini-2.5-pro.")), None, C::RateLimit),
+            ("vertex PERMISSION_DENIED", Some(403), None, Some(google(403, "PERMISSION_DENIED", "Permission 'aiplatform.endpoints.predict' denied on resource '//aiplatform.googleapis.com/projects/p/locations/us-east5/publishers/google/models/gemini-2.5-pro' (or it may not exist).")), None, C::Auth),
+            ("vertex UNAUTHENTICATED", Some(401), None, Some(google(401, "UNAUTHENTICATED", "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential.")), None, C::Auth),
+            ("vertex UNAVAILABLE", Some(503), None, Some(google(503, "UNAVAILABLE", "The service is currently unavailable.")), None, C::Overloaded),
+            ("vertex DEADLINE_EXCEEDED", Some(504), None, Some(google(504, "DEADLINE_EXCEEDED", "Deadline Exceeded")), None, C::Timeout),
+            ("vertex gemini INVALID_ARGUMENT token count", Some(400), None, Some(google(400, "INVALID_ARGUMENT", "The input token count (1500000) exceeds the maximum number of tokens allowed (1048576).")), None, C::ContextOverflow),
+            ("vertex claude overloaded_error", Some(529), None, Some(anthropic("overloaded_error", "Overloaded")), None, C::Overloaded),
+            ("vertex claude prompt too long", Some(400), None, Some(anthropic("invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum")), None, C::ContextOverflow),
             ("422", Some(422), None, Some(r#"{"detail":[{"loc":["body","messages"],"msg":"field required"}]}"#.into()), None, C::BadRequest),
             ("400 with weak capacity text", Some(400), None, Some(openai("", "invalid_request_error", "max_tokens exceeds the model capacity setting")), None, C::BadRequest),
             // format

@@ -201,6 +201,10 @@ pub enum ProviderKind {
     /// Azure OpenAI: OpenAI's wire dialects behind Azure's URLs, headers
     /// and error shapes ([`AzureConfig`], [`crate::azure`]).
     Azure,
+    /// Google Vertex AI: Gemini models through `generateContent`, Claude
+    /// models through `rawPredict` with Anthropic's body, an OAuth2 token
+    /// from a service account ([`VertexConfig`], [`crate::vertex`]).
+    Vertex,
 }
 
 impl ProviderKind {
@@ -212,13 +216,19 @@ impl ProviderKind {
             // A trailing `model` turn is not continued word for word: a
             // resumed stream is a fresh answer aligned with what was delivered.
             ProviderKind::Gemini => false,
+            // Set from the publisher at validation (Claude: true).
+            ProviderKind::Vertex => false,
         }
     }
 
-    /// The `base_url` of a provider that names none; `None`: it is required.
+    /// The `base_url` of a provider that names none; `None`: it is required
+    /// (a `vertex` provider's comes from its `location`, [`crate::vertex::base_url`]).
     pub fn default_base_url(self) -> Option<&'static str> {
         match self {
-            ProviderKind::OpenAi | ProviderKind::Anthropic | ProviderKind::Azure => None,
+            ProviderKind::OpenAi
+            | ProviderKind::Anthropic
+            | ProviderKind::Azure
+            | ProviderKind::Vertex => None,
             ProviderKind::Gemini => Some(GEMINI_BASE_URL),
         }
     }
@@ -271,6 +281,40 @@ pub struct ProviderConfig {
     pub context_windows: BTreeMap<String, u32>,
     /// An `azure` provider's settings; `None` for every other kind.
     pub azure: Option<AzureConfig>,
+    /// A `vertex` provider's settings; `None` for every other kind.
+    pub vertex: Option<VertexConfig>,
+}
+
+/// Who publishes a model on Vertex AI: the URL segment and the wire dialect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Publisher {
+    /// Gemini models: `generateContent` / `streamGenerateContent`.
+    Google,
+    /// Claude models: `rawPredict` / `streamRawPredict` with Anthropic's body.
+    Anthropic,
+}
+
+/// Where a `vertex` provider's OAuth2 tokens come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VertexCredentials {
+    /// `credentials_file`: a service-account key (JSON) at this path.
+    KeyFile(String),
+    /// No `credentials_file`: the key named by `GOOGLE_APPLICATION_CREDENTIALS`
+    /// when set, else the metadata server (a GCP VM, GKE, Cloud Run).
+    Default,
+}
+
+/// What a `vertex` provider adds to [`ProviderConfig`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VertexConfig {
+    /// `project`: the Google Cloud project id.
+    pub project: String,
+    /// `location`: a region such as `us-east5`, or `global`.
+    pub location: String,
+    /// `publisher`: `None` = from each model's name ([`crate::vertex::publisher`]).
+    pub publisher: Option<Publisher>,
+    pub credentials: VertexCredentials,
 }
 
 /// How an `azure` provider authenticates.
@@ -331,6 +375,7 @@ impl ProviderConfig {
             supports_prefill: kind.default_supports_prefill(),
             context_windows: BTreeMap::new(),
             azure: None,
+            vertex: None,
         }
     }
 

@@ -38,3 +38,4 @@ pub mod retry;
 pub mod select;
 pub mod severity;
 pub mod tools;
+pub mod vertex;

@@ -61,7 +61,8 @@ use std::time::Instant;
 /// once at start.
 pub struct Gateway {
     pub cfg: Arc<Config>,
-    pub http: reqwest::Client,
+    /// The provider clients: HTTP, and the vertex providers' token sources.
+    pub upstream: upstream::Client,
     pub store: Store,
     pub metrics: Arc<Metrics>,
     /// The store and the metrics, as the components receive them.
@@ -92,6 +93,7 @@ impl Gateway {
             .pool_idle_timeout(std::time::Duration::from_secs(90))
             .tcp_nodelay(true)
             .build()?;
+        let upstream = upstream::Client::new(&cfg, http)?;
         let deployments = Deployments::new(cfg.clone(), Instant::now());
         // Paused agents, agents never seen, and the most recently seen up to
         // the idle bound; the rest are read back when they return.
@@ -102,7 +104,7 @@ impl Gateway {
         let agents = Arc::new(Agents::new(cfg.clone(), emitter.clone(), records));
         let counted = store.counted();
         let gw = Arc::new(Self {
-            http,
+            upstream,
             idempotency: Arc::new(Idempotency::new(store.clone())),
             tasks: Arc::new(Tasks::new(cfg.clone(), emitter.clone())),
             compaction: Compaction::new(cfg.clone(), emitter.clone()),
@@ -143,7 +145,7 @@ impl Gateway {
     pub fn env(&self) -> turn::Env<'_> {
         turn::Env {
             cfg: &self.cfg,
-            http: &self.http,
+            upstream: &self.upstream,
             emit: &self.emitter,
             deployments: &self.deployments,
             history: &self.history,

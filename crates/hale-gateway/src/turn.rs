@@ -39,7 +39,8 @@ use tracing::Instrument;
 #[derive(Clone, Copy)]
 pub struct Env<'a> {
     pub cfg: &'a Config,
-    pub http: &'a reqwest::Client,
+    /// The provider clients (HTTP, vertex token sources).
+    pub upstream: &'a upstream::Client,
     pub emit: &'a Emitter,
     pub deployments: &'a Deployments,
     pub history: &'a HistoryRt,
@@ -346,7 +347,7 @@ pub async fn run(
             let upstream::Sent {
                 result: sent,
                 changes,
-            } = upstream::send(env.http, provider, req, model, pf, &limits)
+            } = upstream::send(env.upstream, provider, req, model, pf, &limits)
                 .instrument(span.clone())
                 .await;
             let result = match sent {

@@ -12,13 +12,14 @@ use crate::proto::{self, ChatRequest, ChatResponse, Dialect, StreamEvent};
 use futures::{Stream, StreamExt};
 use hale_core::class::ErrorClass;
 use hale_core::classify::{self, Classified, Observation, Transport};
-use hale_core::config::{ProviderApi, ProviderConfig, ProviderKind};
+use hale_core::config::{Config, ProviderApi, ProviderConfig, ProviderKind, Publisher};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 mod azure;
+mod vertex;
 
 /// The Anthropic API version hale speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -138,14 +139,32 @@ pub struct AttemptLimits {
 }
 
 /// The dialect a provider speaks: its kind's, and for `openai` and `azure`
-/// its `api`'s.
+/// its `api`'s; for `vertex` its default model's publisher's
+/// ([`dialect_for`] gives a model's).
 pub fn dialect_of(provider: &ProviderConfig) -> Dialect {
+    dialect_for(provider, &provider.default_model)
+}
+
+/// The dialect an attempt at `model` speaks: [`dialect_of`] but for
+/// `vertex`, where the model's publisher decides (Claude: Anthropic's
+/// Messages, Gemini: Google's `generateContent`).
+pub fn dialect_for(provider: &ProviderConfig, model: &str) -> Dialect {
     match (provider.kind, provider.api) {
         (ProviderKind::OpenAi | ProviderKind::Azure, ProviderApi::Chat) => Dialect::OpenAi,
         (ProviderKind::OpenAi | ProviderKind::Azure, ProviderApi::Responses) => Dialect::Responses,
         // Config validation keeps `api: responses` to `openai` providers.
         (ProviderKind::Anthropic, ProviderApi::Chat | ProviderApi::Responses) => Dialect::Anthropic,
         (ProviderKind::Gemini, ProviderApi::Chat | ProviderApi::Responses) => Dialect::Gemini,
+        (ProviderKind::Vertex, ProviderApi::Chat | ProviderApi::Responses) => {
+            match provider
+                .vertex
+                .as_ref()
+                .map(|v| hale_core::vertex::publisher(v, model))
+            {
+                Some(Publisher::Anthropic) => Dialect::Anthropic,
+                Some(Publisher::Google) | None => Dialect::Gemini,
+            }
+        }
     }
 }
 
@@ -223,6 +242,24 @@ pub struct Sent {
     pub changes: Vec<String>,
 }
 
+/// The provider clients' shared parts, built once from the config: the
+/// HTTP client, and the OAuth2 token sources of `vertex` providers.
+pub struct Client {
+    pub http: reqwest::Client,
+    vertex: vertex::Tokens,
+}
+
+impl Client {
+    /// Builds the token sources of the config's vertex providers (reading
+    /// their key files: a bad one stops the start, its provider named).
+    pub fn new(cfg: &Config, http: reqwest::Client) -> anyhow::Result<Self> {
+        Ok(Self {
+            http,
+            vertex: vertex::Tokens::new(cfg)?,
+        })
+    }
+}
+
 /// Sends one attempt. `prefill` is delivered text to continue from.
 ///
 /// The body is the client's own when the provider speaks its dialect
@@ -232,9 +269,12 @@ pub struct Sent {
 ///
 /// An `azure` provider's body names the model as Azure wants it
 /// ([`hale_core::azure::body_model`]): on deployment URLs hale's model (so
-/// the client's bytes stay whole), on the v1 API the deployment.
+/// the client's bytes stay whole), on the v1 API the deployment. A
+/// `vertex` provider's dialect is its model's publisher's
+/// ([`dialect_for`]); a Claude body loses `model` and gains Vertex's
+/// `anthropic_version`.
 pub async fn send(
-    http: &reqwest::Client,
+    client: &Client,
     provider: &ProviderConfig,
     req: &ChatRequest,
     model: &str,
@@ -245,22 +285,51 @@ pub async fn send(
         Some(az) => hale_core::azure::body_model(az, model),
         None => model,
     };
-    let out = proto::render_for(dialect_of(provider), req, body_model, prefill);
-    let result = attempt(http, provider, model, &out, req.stream, limits).await;
+    let dialect = dialect_for(provider, model);
+    let out = proto::render_for(dialect, req, body_model, prefill);
+    let result = attempt(client, provider, model, &out, dialect, req.stream, limits).await;
     Sent {
         result,
         changes: out.changes,
     }
 }
 
-async fn attempt(
-    http: &reqwest::Client,
+/// The request of one attempt, with its credentials; for a vertex provider
+/// also the token it carries (a 401 refuses that one).
+async fn request(
+    client: &Client,
     provider: &ProviderConfig,
     model: &str,
     out: &proto::Outgoing,
     stream: bool,
     limits: &AttemptLimits,
-) -> Result<Answer, Failure> {
+) -> Result<(reqwest::RequestBuilder, Option<vertex::Bearer>), Failure> {
+    let http = &client.http;
+    if let Some(v) = &provider.vertex {
+        let mut rb = http.post(vertex::url(provider, v, model, stream));
+        rb = match hale_core::vertex::publisher(v, model) {
+            Publisher::Anthropic => rb.json(&vertex::anthropic_body(&out.body)),
+            Publisher::Google => match &out.raw {
+                Some(raw) => rb
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(raw.clone()),
+                None => rb.json(&out.body),
+            },
+        };
+        let bearer = client
+            .vertex
+            .bearer(provider, limits.headers)
+            .await
+            .map_err(|vertex::TokenError(why)| Failure::auth(why))?;
+        rb = rb.bearer_auth(bearer.token());
+        // The version is in the body on Vertex; the betas go as headers.
+        for (k, v) in &out.headers {
+            if *k != proto::fidelity::ANTHROPIC_VERSION {
+                rb = rb.header(*k, v);
+            }
+        }
+        return Ok((rb, Some(bearer)));
+    }
     let rb = match (&provider.azure, endpoint(provider, model, stream)) {
         // Azure's URL names the deployment (the model): built per attempt.
         (Some(az), _) => http.post(azure::url(provider, az, model)),
@@ -279,7 +348,7 @@ async fn attempt(
         (ProviderKind::OpenAi, Some(k)) => rb.bearer_auth(k.expose()),
         (ProviderKind::Anthropic, Some(k)) => rb.header("x-api-key", k.expose()),
         (ProviderKind::Gemini, Some(k)) => rb.header(GEMINI_KEY_HEADER, k.expose()),
-        (ProviderKind::Azure, _) | (_, None) => rb,
+        (ProviderKind::Azure | ProviderKind::Vertex, _) | (_, None) => rb,
     };
     if let Some(az) = &provider.azure {
         rb = azure::authorize(rb, provider, az)
@@ -296,22 +365,47 @@ async fn attempt(
     for (k, v) in &out.headers {
         rb = rb.header(*k, v);
     }
-    let sent_at = std::time::Instant::now();
-    let resp = match tokio::time::timeout(limits.headers, rb.send()).await {
-        Err(_) => {
-            return Err(Failure::transport(
-                Transport::HeadersTimeout,
-                "no response headers in time",
-            ));
+    Ok((rb, None))
+}
+
+async fn attempt(
+    client: &Client,
+    provider: &ProviderConfig,
+    model: &str,
+    out: &proto::Outgoing,
+    dialect: Dialect,
+    stream: bool,
+    limits: &AttemptLimits,
+) -> Result<Answer, Failure> {
+    let mut refetched = false;
+    let resp = loop {
+        let (rb, bearer) = request(client, provider, model, out, stream, limits).await?;
+        let sent_at = std::time::Instant::now();
+        let resp = match tokio::time::timeout(limits.headers, rb.send()).await {
+            Err(_) => {
+                return Err(Failure::transport(
+                    Transport::HeadersTimeout,
+                    "no response headers in time",
+                ));
+            }
+            // No response byte came: how long the upstream was silent before the
+            // failure decides whether a close was a blip or a hang (hale-core).
+            Ok(Err(e)) => {
+                let t = classify::transport_of(&e)
+                    .after_silence(sent_at.elapsed(), provider.first_byte_expectation());
+                return Err(Failure::transport(t, &redact(&e)));
+            }
+            Ok(Ok(r)) => r,
+        };
+        // A vertex token refused: fetched again and sent once more.
+        if let Some(b) = &bearer
+            && hale_core::vertex::resend_after_refusal(resp.status().as_u16(), refetched)
+        {
+            client.vertex.refused(provider, b).await;
+            refetched = true;
+            continue;
         }
-        // No response byte came: how long the upstream was silent before the
-        // failure decides whether a close was a blip or a hang (hale-core).
-        Ok(Err(e)) => {
-            let t = classify::transport_of(&e)
-                .after_silence(sent_at.elapsed(), provider.first_byte_expectation());
-            return Err(Failure::transport(t, &redact(&e)));
-        }
-        Ok(Ok(r)) => r,
+        break resp;
     };
     let status = resp.status().as_u16();
     if !resp.status().is_success() {
@@ -344,7 +438,7 @@ async fn attempt(
     if stream {
         Ok(Answer::Stream(event_stream(
             resp,
-            dialect_of(provider),
+            dialect,
             limits.stream_idle,
         )))
     } else {
@@ -362,7 +456,6 @@ async fn attempt(
             Ok(Err(e)) => return Err(Failure::transport(Transport::BodyCut, &redact(&e))),
             Ok(Ok(b)) => b,
         };
-        let dialect = dialect_of(provider);
         let value = serde_json::from_slice::<serde_json::Value>(&bytes);
         // A `failed` Responses answer (a 2xx) is the provider's error.
         if dialect == Dialect::Responses

@@ -55,7 +55,7 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: DlqCmd,
     },
-    /// A fault-injecting OpenAI/Anthropic/Azure OpenAI-compatible provider.
+    /// A fault-injecting OpenAI/Anthropic/Azure OpenAI/Gemini/Vertex AI-compatible provider.
     Chaos {
         #[arg(long, default_value = "127.0.0.1:4000")]
         listen: SocketAddr,
@@ -66,6 +66,11 @@ pub enum Cmd {
         /// bearer token; without it any non-empty one is accepted.
         #[arg(long)]
         azure_api_key: Option<String>,
+        /// A Google service-account key file: the Vertex token endpoint
+        /// (POST /token) then takes only assertions of its client_email,
+        /// signed by its key.
+        #[arg(long)]
+        vertex_key: Option<PathBuf>,
     },
     /// Supervise an agent process: restart it from its last valid checkpoint after a crash or termination.
     Run(crate::run::RunArgs),
@@ -237,7 +242,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             listen,
             script,
             azure_api_key,
+            vertex_key,
         } => {
+            let vertex_key = match vertex_key {
+                Some(p) => Some(
+                    std::fs::read_to_string(&p)
+                        .with_context(|| format!("cannot read the vertex key {}", p.display()))?,
+                ),
+                None => None,
+            };
             let script = match script {
                 Some(p) => {
                     let text = std::fs::read_to_string(&p)
@@ -253,7 +266,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await
                 .with_context(|| format!("cannot listen on {listen}"))?;
             eprintln!(
-                "hale chaos listening on http://{} (OpenAI: /v1, Anthropic: /, Azure: /, tools: /tools and /mcp)",
+                "hale chaos listening on http://{} (OpenAI: /v1, Anthropic: /, Azure: /, Gemini: /v1beta, Vertex: / with its token endpoint at /token, tools: /tools and /mcp)",
                 listener.local_addr()?
             );
             hale_chaos::serve(
@@ -261,6 +274,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 hale_chaos::ChaosConfig {
                     script,
                     azure_api_key,
+                    vertex_key,
                 },
                 shutdown_signal(),
             )

@@ -329,6 +329,15 @@ struct RawProvider {
     token_command: Opt<String>,
     #[serde(default)]
     token_refresh_ms: Opt<u64>,
+    // `kind: vertex` only (validate/vertex.rs).
+    #[serde(default)]
+    project: Opt<String>,
+    #[serde(default)]
+    location: Opt<String>,
+    #[serde(default)]
+    publisher: Opt<String>,
+    #[serde(default)]
+    credentials_file: Opt<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

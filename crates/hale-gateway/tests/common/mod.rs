@@ -721,6 +721,8 @@ pub async fn pair(
         ProviderKind::Anthropic => anthropic("backup", &c, BACKUP_MODEL),
         ProviderKind::Gemini => gemini("backup", &c, BACKUP_MODEL),
         ProviderKind::Azure => azure("backup", &c, BACKUP_MODEL),
+        // Its token flow needs a service-account key: crates/hale/tests/sdk_vertex.rs.
+        ProviderKind::Vertex => panic!("pair: no vertex backup here (see sdk_vertex.rs)"),
     };
     let mut cfg = config(vec![primary, backup]);
     tweak(&mut cfg);

@@ -526,6 +526,114 @@ fn a_gemini_provider_defaults_its_base_url() {
     );
 }
 
+/// A `kind: vertex` provider: its endpoint from `location`, its publisher
+/// from its models' names (Claude continues a prefill, Gemini not), its key
+/// file kept as a path; what is missing or wrong is reported per key.
+#[test]
+fn vertex_providers_load_and_their_mistakes_are_named() {
+    use crate::config::{Publisher, VertexCredentials};
+    let c = load_ok(
+        "providers:
+  - {name: c, kind: vertex, project: my-proj, location: us-east5, credentials_file: /k.json, default_model: claude-sonnet-4@20250514}
+  - {name: g, kind: vertex, project: my-proj, location: global, default_model: gemini-2.5-pro}
+  - {name: t, kind: vertex, project: my-proj, location: europe-west1, base_url: \"http://127.0.0.1:9/\", publisher: anthropic, default_model: my-tuned}
+",
+    );
+    let (cl, g, t) = (&c.providers[0], &c.providers[1], &c.providers[2]);
+    assert_eq!(cl.kind, ProviderKind::Vertex);
+    assert_eq!(cl.base_url, "https://us-east5-aiplatform.googleapis.com");
+    assert!(cl.supports_prefill, "Claude continues a prefill");
+    let v = cl.vertex.as_ref().expect("vertex settings");
+    assert_eq!(v.project, "my-proj");
+    assert_eq!(v.publisher, None);
+    assert_eq!(v.credentials, VertexCredentials::KeyFile("/k.json".into()));
+    assert_eq!(g.base_url, "https://aiplatform.googleapis.com");
+    assert!(!g.supports_prefill);
+    assert_eq!(
+        g.vertex.as_ref().map(|v| &v.credentials),
+        Some(&VertexCredentials::Default)
+    );
+    assert_eq!(t.base_url, "http://127.0.0.1:9");
+    assert_eq!(
+        t.vertex.as_ref().and_then(|v| v.publisher),
+        Some(Publisher::Anthropic)
+    );
+    assert!(t.supports_prefill);
+
+    let errs = load_err(
+        "providers:
+  - name: v
+    kind: vertex
+    location: US East
+    publisher: meta
+    api_key_env: OPENAI_API_KEY
+    api: responses
+    default_model: llama
+  - name: w
+    kind: vertex
+    project: p-1
+    location: us-east5
+    base_url: https://us-east5-aiplatform.googleapis.com/v1/projects/p-1
+    default_model: llama
+  - {name: o, kind: openai, base_url: \"https://x\", default_model: m, project: p, credentials_file: k}
+",
+    );
+    assert_error(
+        &errs,
+        "providers[0].project",
+        Some(2),
+        "`project` is required",
+    );
+    assert_error(
+        &errs,
+        "providers[0].location",
+        Some(4),
+        "a region such as us-east5",
+    );
+    assert_error(
+        &errs,
+        "providers[0].publisher",
+        Some(5),
+        "unknown publisher `meta`",
+    );
+    assert_error(
+        &errs,
+        "providers[0].api_key_env",
+        Some(6),
+        "takes no API key",
+    );
+    assert_error(
+        &errs,
+        "providers[0].api",
+        Some(7),
+        "`api: responses` is for",
+    );
+    assert_error(
+        &errs,
+        "providers[1].base_url",
+        Some(13),
+        "leave out `/v1/projects/…`",
+    );
+    assert_error(
+        &errs,
+        "providers[1].publisher",
+        Some(9),
+        "`publisher` is required: the model `llama`",
+    );
+    assert_error(
+        &errs,
+        "providers[2].project",
+        Some(15),
+        "is for `kind: vertex` providers",
+    );
+    assert_error(
+        &errs,
+        "providers[2].credentials_file",
+        Some(15),
+        "is for `kind: vertex`",
+    );
+}
+
 #[test]
 fn missing_required_provider_keys_are_all_reported() {
     let errs = load_err("providers:\n  - name: p\n");

@@ -26,7 +26,10 @@ impl Ctx<'_> {
         ];
         match pc.kind {
             ProviderKind::Azure => {}
-            ProviderKind::OpenAi | ProviderKind::Anthropic | ProviderKind::Gemini => {
+            ProviderKind::OpenAi
+            | ProviderKind::Anthropic
+            | ProviderKind::Gemini
+            | ProviderKind::Vertex => {
                 for (key, line) in azure_only {
                     if let Some(line) = line {
                         self.err(

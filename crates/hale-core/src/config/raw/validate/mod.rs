@@ -34,6 +34,7 @@ mod storage;
 mod telemetry;
 mod tool_jobs;
 mod tool_nodes;
+mod vertex;
 
 use super::{ConfigErrors, RawConfig};
 use crate::config::Config;

@@ -61,12 +61,13 @@ impl Ctx<'_> {
                 "anthropic" => Some(ProviderKind::Anthropic),
                 "gemini" => Some(ProviderKind::Gemini),
                 "azure" => Some(ProviderKind::Azure),
+                "vertex" => Some(ProviderKind::Vertex),
                 other => {
                     self.at(
                         format!("{path}.kind"),
                         k,
                         format!(
-                            "unknown provider kind `{other}`: expected openai, anthropic, azure or gemini"
+                            "unknown provider kind `{other}`: expected openai, anthropic, azure, gemini or vertex"
                         ),
                     );
                     None
@@ -75,6 +76,8 @@ impl Ctx<'_> {
         let default_base = kind.and_then(ProviderKind::default_base_url);
         let base_url = match (&r.base_url, default_base) {
             (None, Some(d)) => Some(d.to_owned()),
+            // A vertex provider's comes from its `location` (validate/vertex.rs).
+            (None, None) if kind == Some(ProviderKind::Vertex) => Some(String::new()),
             (Some(_), _) | (None, None) => self
                 .required(path, "base_url", &r.base_url, pl)
                 .and_then(|u| {
@@ -118,6 +121,7 @@ impl Ctx<'_> {
         let mut pc = ProviderConfig::new(&name, kind, &base_url, &default_model);
         pc.api_key = api_key;
         self.azure(path, p, &mut pc);
+        self.vertex(path, p, &mut pc);
         pc.models = models;
         pc.timeout = self.positive_ms(&format!("{path}.timeout_ms"), &r.timeout_ms, pc.timeout);
         pc.first_token_timeout = self.positive_ms(
@@ -136,7 +140,10 @@ impl Ctx<'_> {
                 ("responses", ProviderKind::OpenAi | ProviderKind::Azure) => {
                     pc.api = ProviderApi::Responses
                 }
-                ("responses", ProviderKind::Anthropic | ProviderKind::Gemini) => self.at(
+                (
+                    "responses",
+                    ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Vertex,
+                ) => self.at(
                     format!("{path}.api"),
                     a,
                     "`api: responses` is for `kind: openai` and `kind: azure` providers",
