@@ -29,6 +29,9 @@ model_list:
 litellm_settings:
   telemetry: false
   drop_params: true
+general_settings:
+  # hale runs here without keys (loopback only), so LiteLLM does too.
+  dangerously_permit_weak_or_unset_master_key: true
 YAML
   export LITELLM_LOCAL_MODEL_COST_MAP=True LITELLM_LOG=ERROR
   exec "$VENV/bin/litellm" --config "$cfg" --host 127.0.0.1 --port "$port" --num_workers 1
@@ -41,7 +44,7 @@ if [ "$installed" != "$LITELLM_VERSION" ]; then
   "$VENV/bin/pip" install -q --disable-pip-version-check "litellm[proxy]==$LITELLM_VERSION"
 fi
 
-BENCH=target/release/hale-bench
+BENCH=${BENCH:-target/release/hale-bench} # or another build
 [ -x "$BENCH" ] || { echo "build first: cargo build --release -p hale -p hale-bench" >&2; exit 1; }
 MODEL="ok:tokens=16"
 exec "$BENCH" --bare-client hyper --model "$MODEL" \
