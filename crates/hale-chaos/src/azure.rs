@@ -22,6 +22,9 @@ pub enum Flavor {
     /// (deployment URLs): it picks the fault, as the model name does
     /// elsewhere; `None` on the v1 API, where the body's `model` does.
     Azure { deployment: Option<String> },
+    /// AWS Bedrock's: `/model/{modelId}/…` (`crate::bedrock`). The model is
+    /// the one in the URL; `api` says how the answer is framed.
+    Bedrock { api: crate::bedrock::Api },
 }
 
 /// Whether an Azure request may go on: its credentials (an `api-key`, or an

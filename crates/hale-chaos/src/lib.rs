@@ -11,7 +11,8 @@
 //!
 //! Module map: [`fault`] parses the grammar, [`script`] the YAML scripts,
 //! `azure` what Azure OpenAI's wire changes (routes' checks, error shapes,
-//! filter annotations),
+//! filter annotations), `bedrock` AWS Bedrock's (SigV4 verified, Converse
+//! JSON, the binary event stream, a loopback STS),
 //! `answer` builds the deterministic answers, `wire` renders the four
 //! dialects (with `frame`'s shared pieces; `responses` reads and frames the
 //! Responses API, `gemini` Google's Generative Language API), `state` keeps counters, `request` holds what the handlers
@@ -22,6 +23,7 @@
 
 mod answer;
 mod azure;
+mod bedrock;
 pub mod fault;
 mod frame;
 mod gemini;
@@ -56,6 +58,11 @@ pub struct ChaosConfig {
     /// an `Authorization: Bearer` token (`--azure-api-key`); `None`: any
     /// non-empty one. A wrong or missing one gets Azure's 401.
     pub azure_api_key: Option<String>,
+    /// The Bedrock API key a `Authorization: Bearer` must equal
+    /// (`--bedrock-api-key`); `None`: Bedrock requests must carry a SigV4
+    /// signature chaos can verify (`bedrock::DEFAULT_ACCESS_KEY_ID`, or the
+    /// loopback STS's temporary credentials).
+    pub bedrock_api_key: Option<String>,
 }
 
 /// A running chaos server. Dropping the handle stops the server too;
@@ -173,5 +180,6 @@ pub async fn serve(
 fn shared(cfg: ChaosConfig) -> state::Shared {
     let mut s = state::Shared::new(cfg.script);
     s.azure_key = cfg.azure_api_key;
+    s.bedrock_key = cfg.bedrock_api_key;
     s
 }

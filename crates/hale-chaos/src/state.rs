@@ -68,6 +68,9 @@ pub struct Shared {
     /// The key Azure requests must carry (`api-key` or a bearer); `None`:
     /// any non-empty one ([`crate::ChaosConfig::azure_api_key`]).
     pub azure_key: Option<String>,
+    /// The Bedrock API key a bearer must equal; `None`: Bedrock requests
+    /// must be SigV4-signed ([`crate::ChaosConfig::bedrock_api_key`]).
+    pub bedrock_key: Option<String>,
 }
 
 /// What the counters say about one request.
@@ -89,6 +92,7 @@ impl Shared {
             stored: Mutex::new((HashSet::new(), VecDeque::new())),
             tag: server_tag(),
             azure_key: None,
+            bedrock_key: None,
         }
     }
 

@@ -201,6 +201,10 @@ pub enum ProviderKind {
     /// Azure OpenAI: OpenAI's wire dialects behind Azure's URLs, headers
     /// and error shapes ([`AzureConfig`], [`crate::azure`]).
     Azure,
+    /// AWS Bedrock: Converse, or Anthropic's Messages body through
+    /// InvokeModel, signed with SigV4 or a Bedrock API key
+    /// ([`BedrockConfig`], [`crate::bedrock`]).
+    Bedrock,
 }
 
 impl ProviderKind {
@@ -212,13 +216,20 @@ impl ProviderKind {
             // A trailing `model` turn is not continued word for word: a
             // resumed stream is a fresh answer aligned with what was delivered.
             ProviderKind::Gemini => false,
+            // Converse serves many families; not every one continues a
+            // trailing assistant turn (`supports_prefill: true` for Claude).
+            ProviderKind::Bedrock => false,
         }
     }
 
-    /// The `base_url` of a provider that names none; `None`: it is required.
+    /// The `base_url` of a provider that names none; `None`: it is required
+    /// (a bedrock provider's is made from its `region`).
     pub fn default_base_url(self) -> Option<&'static str> {
         match self {
-            ProviderKind::OpenAi | ProviderKind::Anthropic | ProviderKind::Azure => None,
+            ProviderKind::OpenAi
+            | ProviderKind::Anthropic
+            | ProviderKind::Azure
+            | ProviderKind::Bedrock => None,
             ProviderKind::Gemini => Some(GEMINI_BASE_URL),
         }
     }
@@ -271,6 +282,44 @@ pub struct ProviderConfig {
     pub context_windows: BTreeMap<String, u32>,
     /// An `azure` provider's settings; `None` for every other kind.
     pub azure: Option<AzureConfig>,
+    /// A `bedrock` provider's settings; `None` for every other kind.
+    pub bedrock: Option<BedrockConfig>,
+}
+
+/// The API a `bedrock` attempt uses ([`crate::bedrock::api_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BedrockApi {
+    /// `/model/{id}/converse` and `/converse-stream`: one shape for every family.
+    Converse,
+    /// `/model/{id}/invoke` and `/invoke-with-response-stream` with
+    /// Anthropic's Messages body.
+    Invoke,
+}
+
+/// How a `bedrock` provider authenticates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BedrockAuth {
+    /// `auth: sigv4` (the default): requests signed with AWS credentials
+    /// from the environment, the shared profile files or a web identity.
+    SigV4 {
+        /// `profile`: the shared-file profile to read (else `AWS_PROFILE`,
+        /// else `default`).
+        profile: Option<String>,
+    },
+    /// `auth: api_key`: a Bedrock API key (held in
+    /// [`ProviderConfig::api_key`]) sent as `Authorization: Bearer`.
+    ApiKey,
+}
+
+/// What a `bedrock` provider adds to [`ProviderConfig`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BedrockConfig {
+    /// The AWS region: the default `base_url`'s and the signature's.
+    pub region: String,
+    /// `api`; `None`: by model id ([`crate::bedrock::api_for`]).
+    pub api: Option<BedrockApi>,
+    pub auth: BedrockAuth,
 }
 
 /// How an `azure` provider authenticates.
@@ -331,6 +380,7 @@ impl ProviderConfig {
             supports_prefill: kind.default_supports_prefill(),
             context_windows: BTreeMap::new(),
             azure: None,
+            bedrock: None,
         }
     }
 

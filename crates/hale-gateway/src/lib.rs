@@ -62,6 +62,8 @@ use std::time::Instant;
 pub struct Gateway {
     pub cfg: Arc<Config>,
     pub http: reqwest::Client,
+    /// Cloud providers' credentials (AWS for bedrock), held across attempts.
+    pub keys: upstream::Keys,
     pub store: Store,
     pub metrics: Arc<Metrics>,
     /// The store and the metrics, as the components receive them.
@@ -103,6 +105,7 @@ impl Gateway {
         let counted = store.counted();
         let gw = Arc::new(Self {
             http,
+            keys: upstream::Keys::default(),
             idempotency: Arc::new(Idempotency::new(store.clone())),
             tasks: Arc::new(Tasks::new(cfg.clone(), emitter.clone())),
             compaction: Compaction::new(cfg.clone(), emitter.clone()),
@@ -144,6 +147,7 @@ impl Gateway {
         turn::Env {
             cfg: &self.cfg,
             http: &self.http,
+            keys: &self.keys,
             emit: &self.emitter,
             deployments: &self.deployments,
             history: &self.history,

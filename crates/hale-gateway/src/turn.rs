@@ -40,6 +40,8 @@ use tracing::Instrument;
 pub struct Env<'a> {
     pub cfg: &'a Config,
     pub http: &'a reqwest::Client,
+    /// Cloud credentials held across attempts (a bedrock provider's).
+    pub keys: &'a upstream::Keys,
     pub emit: &'a Emitter,
     pub deployments: &'a Deployments,
     pub history: &'a HistoryRt,
@@ -346,7 +348,7 @@ pub async fn run(
             let upstream::Sent {
                 result: sent,
                 changes,
-            } = upstream::send(env.http, provider, req, model, pf, &limits)
+            } = upstream::send(env.http, env.keys, provider, req, model, pf, &limits)
                 .instrument(span.clone())
                 .await;
             let result = match sent {

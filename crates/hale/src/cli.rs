@@ -55,7 +55,7 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: DlqCmd,
     },
-    /// A fault-injecting OpenAI/Anthropic/Azure OpenAI-compatible provider.
+    /// A fault-injecting OpenAI/Anthropic/Azure OpenAI/Bedrock-compatible provider.
     Chaos {
         #[arg(long, default_value = "127.0.0.1:4000")]
         listen: SocketAddr,
@@ -66,6 +66,11 @@ pub enum Cmd {
         /// bearer token; without it any non-empty one is accepted.
         #[arg(long)]
         azure_api_key: Option<String>,
+        /// The Bedrock API key (a bearer) Bedrock requests (/model/...) may
+        /// carry; without it they must be SigV4-signed with AKIDEXAMPLE's
+        /// documented secret or the loopback STS's credentials (POST /).
+        #[arg(long)]
+        bedrock_api_key: Option<String>,
     },
     /// Supervise an agent process: restart it from its last valid checkpoint after a crash or termination.
     Run(crate::run::RunArgs),
@@ -237,6 +242,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             listen,
             script,
             azure_api_key,
+            bedrock_api_key,
         } => {
             let script = match script {
                 Some(p) => {
@@ -253,7 +259,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await
                 .with_context(|| format!("cannot listen on {listen}"))?;
             eprintln!(
-                "hale chaos listening on http://{} (OpenAI: /v1, Anthropic: /, Azure: /, tools: /tools and /mcp)",
+                "hale chaos listening on http://{} (OpenAI: /v1, Anthropic: /, Azure: /, Bedrock: /, tools: /tools and /mcp)",
                 listener.local_addr()?
             );
             hale_chaos::serve(
@@ -261,6 +267,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 hale_chaos::ChaosConfig {
                     script,
                     azure_api_key,
+                    bedrock_api_key,
                 },
                 shutdown_signal(),
             )

@@ -329,6 +329,11 @@ struct RawProvider {
     token_command: Opt<String>,
     #[serde(default)]
     token_refresh_ms: Opt<u64>,
+    // `kind: bedrock` only (validate/bedrock.rs); `auth` is shared with azure.
+    #[serde(default)]
+    region: Opt<String>,
+    #[serde(default)]
+    profile: Opt<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

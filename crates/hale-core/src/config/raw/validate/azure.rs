@@ -26,8 +26,16 @@ impl Ctx<'_> {
         ];
         match pc.kind {
             ProviderKind::Azure => {}
-            ProviderKind::OpenAi | ProviderKind::Anthropic | ProviderKind::Gemini => {
-                for (key, line) in azure_only {
+            ProviderKind::OpenAi
+            | ProviderKind::Anthropic
+            | ProviderKind::Gemini
+            | ProviderKind::Bedrock => {
+                // `auth` is a bedrock key too (validate/bedrock.rs reads it).
+                let bedrock = pc.kind == ProviderKind::Bedrock;
+                for (key, line) in azure_only
+                    .into_iter()
+                    .filter(|(k, _)| !(bedrock && *k == "auth"))
+                {
                     if let Some(line) = line {
                         self.err(
                             format!("{path}.{key}"),

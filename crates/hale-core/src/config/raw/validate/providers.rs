@@ -2,6 +2,7 @@
 //! names are unique and may not contain `/`.
 
 use super::ctx::{Ctx, is_http_url, line_of};
+use crate::bedrock;
 use crate::config::raw::{RawConfig, RawProvider};
 use crate::config::{ProviderApi, ProviderConfig, ProviderKind};
 use serde_saphyr::Spanned;
@@ -61,20 +62,29 @@ impl Ctx<'_> {
                 "anthropic" => Some(ProviderKind::Anthropic),
                 "gemini" => Some(ProviderKind::Gemini),
                 "azure" => Some(ProviderKind::Azure),
+                "bedrock" => Some(ProviderKind::Bedrock),
                 other => {
                     self.at(
                         format!("{path}.kind"),
                         k,
                         format!(
-                            "unknown provider kind `{other}`: expected openai, anthropic, azure or gemini"
+                            "unknown provider kind `{other}`: expected openai, anthropic, azure, bedrock or gemini"
                         ),
                     );
                     None
                 }
             });
-        let default_base = kind.and_then(ProviderKind::default_base_url);
+        // A bedrock provider's default is its region's endpoint (a missing
+        // region is named by validate/bedrock.rs).
+        let default_base = match kind {
+            Some(ProviderKind::Bedrock) => Some(bedrock::default_base_url(
+                r.region.as_ref().map_or("", |g| g.value.trim()),
+            )),
+            Some(k) => k.default_base_url().map(str::to_owned),
+            None => None,
+        };
         let base_url = match (&r.base_url, default_base) {
-            (None, Some(d)) => Some(d.to_owned()),
+            (None, Some(d)) => Some(d),
             (Some(_), _) | (None, None) => self
                 .required(path, "base_url", &r.base_url, pl)
                 .and_then(|u| {
@@ -118,6 +128,7 @@ impl Ctx<'_> {
         let mut pc = ProviderConfig::new(&name, kind, &base_url, &default_model);
         pc.api_key = api_key;
         self.azure(path, p, &mut pc);
+        self.bedrock(path, p, &mut pc);
         pc.models = models;
         pc.timeout = self.positive_ms(&format!("{path}.timeout_ms"), &r.timeout_ms, pc.timeout);
         pc.first_token_timeout = self.positive_ms(
@@ -132,6 +143,15 @@ impl Ctx<'_> {
         );
         if let Some(a) = &r.api {
             match (a.value.trim(), kind) {
+                // validate/bedrock.rs reads a bedrock provider's `api`.
+                ("converse" | "invoke", ProviderKind::Bedrock) => {}
+                (other, ProviderKind::Bedrock) => self.at(
+                    format!("{path}.api"),
+                    a,
+                    format!(
+                        "unknown api `{other}` for `kind: bedrock`: expected converse or invoke"
+                    ),
+                ),
                 ("chat", _) => {}
                 ("responses", ProviderKind::OpenAi | ProviderKind::Azure) => {
                     pc.api = ProviderApi::Responses
