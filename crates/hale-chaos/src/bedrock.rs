@@ -131,8 +131,8 @@ fn secret_of(akid: &str, token: Option<&str>) -> Option<&'static str> {
     }
 }
 
-/// Whether a Bedrock request may go on: a bearer equal to `api_key` (when
-/// the server has one), or a SigV4 signature that chaos, recomputing it
+/// Whether a Bedrock request may go on: a bearer (a Bedrock API key) equal
+/// to `api_key` when the server has one, else any non-empty one; or a SigV4 signature that chaos, recomputing it
 /// from the named access key's secret, gets the same. `Err`: the exception
 /// and its message.
 pub fn admit(req: &Signed<'_>, api_key: Option<&str>) -> Result<(), (&'static str, String)> {
@@ -142,9 +142,13 @@ pub fn admit(req: &Signed<'_>, api_key: Option<&str>) -> Result<(), (&'static st
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     if let Some(bearer) = auth.strip_prefix("Bearer ") {
-        return match api_key {
-            Some(k) if bearer == k => Ok(()),
-            Some(_) | None => Err((
+        let ok = match api_key {
+            Some(k) => bearer == k,
+            None => !bearer.trim().is_empty(),
+        };
+        return match ok {
+            true => Ok(()),
+            false => Err((
                 "UnrecognizedClientException",
                 "The security token included in the request is invalid.".into(),
             )),
@@ -550,14 +554,17 @@ pub fn converse_piece(a: &Answer, piece: &str) -> Bytes {
     )
 }
 
-/// The closing events; `no_done` leaves out `messageStop` and `metadata`.
+/// The closing events; `no_done` leaves out `metadata` (the last event,
+/// with the usage), as other dialects' `no-done` leave out their end.
 pub fn converse_finish(ctx: &Ctx, a: &Answer, no_done: bool) -> Vec<Bytes> {
-    let mut out = vec![event("contentBlockStop", &json!({"contentBlockIndex": 0}))];
-    if !no_done {
-        out.push(event(
+    let mut out = vec![
+        event("contentBlockStop", &json!({"contentBlockIndex": 0})),
+        event(
             "messageStop",
             &json!({"stopReason": converse_stop(a.finish)}),
-        ));
+        ),
+    ];
+    if !no_done {
         out.push(event(
             "metadata",
             &json!({"usage": converse_usage(ctx, a), "metrics": {"latencyMs": 1}}),
@@ -650,7 +657,7 @@ mod tests {
         };
         assert!(admit(&req, Some("k")).is_ok());
         assert!(admit(&req, Some("other")).is_err());
-        assert!(admit(&req, None).is_err());
+        assert!(admit(&req, None).is_ok());
     }
 
     #[test]

@@ -58,10 +58,11 @@ pub struct ChaosConfig {
     /// an `Authorization: Bearer` token (`--azure-api-key`); `None`: any
     /// non-empty one. A wrong or missing one gets Azure's 401.
     pub azure_api_key: Option<String>,
-    /// The Bedrock API key a `Authorization: Bearer` must equal
-    /// (`--bedrock-api-key`); `None`: Bedrock requests must carry a SigV4
-    /// signature chaos can verify (`bedrock::DEFAULT_ACCESS_KEY_ID`, or the
-    /// loopback STS's temporary credentials).
+    /// The Bedrock API key an `Authorization: Bearer` must equal
+    /// (`--bedrock-api-key`); `None`: any non-empty one. A request without a
+    /// bearer must carry a SigV4 signature chaos can verify
+    /// (`bedrock::DEFAULT_ACCESS_KEY_ID`, or the loopback STS's temporary
+    /// credentials).
     pub bedrock_api_key: Option<String>,
 }
 

@@ -68,8 +68,8 @@ pub struct Shared {
     /// The key Azure requests must carry (`api-key` or a bearer); `None`:
     /// any non-empty one ([`crate::ChaosConfig::azure_api_key`]).
     pub azure_key: Option<String>,
-    /// The Bedrock API key a bearer must equal; `None`: Bedrock requests
-    /// must be SigV4-signed ([`crate::ChaosConfig::bedrock_api_key`]).
+    /// The Bedrock API key a bearer must equal; `None`: any non-empty one
+    /// ([`crate::ChaosConfig::bedrock_api_key`]).
     pub bedrock_key: Option<String>,
 }
 

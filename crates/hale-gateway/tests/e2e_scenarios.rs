@@ -101,6 +101,7 @@ async fn stream_cut_after_40_of_60_tokens_caller_gets_the_complete_answer() {
         ProviderKind::OpenAi,
         ProviderKind::Anthropic,
         ProviderKind::Gemini,
+        ProviderKind::Bedrock,
     ] {
         for caller in [Dialect::OpenAi, Dialect::Anthropic] {
             let fault = "cut:after=40:tokens=60";
@@ -176,6 +177,7 @@ async fn malformed_chunk_mid_stream_is_skipped_answer_complete() {
         ProviderKind::Anthropic,
         ProviderKind::Gemini,
         ProviderKind::Azure,
+        ProviderKind::Bedrock,
     ] {
         for fault in ["malformed:at=10", "malformed:at=0"] {
             let c = chaos().await;
@@ -184,6 +186,7 @@ async fn malformed_chunk_mid_stream_is_skipped_answer_complete() {
                 ProviderKind::Anthropic => anthropic("primary", &c, fault),
                 ProviderKind::Gemini => gemini("primary", &c, fault),
                 ProviderKind::Azure => azure("primary", &c, fault),
+                ProviderKind::Bedrock => bedrock("primary", &c, fault),
             };
             let h = Hale::start(config(vec![primary, openai("backup", &c, BACKUP_MODEL)])).await;
             let r = h.openai(ROUTE).stream(true).send().await;
@@ -212,6 +215,7 @@ async fn stream_without_done_is_finalised_within_1s_with_usage() {
         ProviderKind::Anthropic,
         ProviderKind::Gemini,
         ProviderKind::Azure,
+        ProviderKind::Bedrock,
     ] {
         for caller in [Dialect::OpenAi, Dialect::Anthropic] {
             let c = chaos().await;
@@ -220,6 +224,7 @@ async fn stream_without_done_is_finalised_within_1s_with_usage() {
                 ProviderKind::Anthropic => anthropic("primary", &c, "no-done"),
                 ProviderKind::Gemini => gemini("primary", &c, "no-done"),
                 ProviderKind::Azure => azure("primary", &c, "no-done"),
+                ProviderKind::Bedrock => bedrock("primary", &c, "no-done"),
             };
             let h = Hale::start(config(vec![primary])).await;
             let call = match caller {

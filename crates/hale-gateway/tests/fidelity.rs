@@ -74,7 +74,9 @@ impl Recorder {
             ProviderKind::OpenAi => format!("http://{}/v1", self.addr),
             ProviderKind::Gemini => format!("http://{}/v1beta", self.addr),
             // The resource endpoint (these servers serve no `/openai/…`).
-            ProviderKind::Anthropic | ProviderKind::Azure => format!("http://{}", self.addr),
+            ProviderKind::Anthropic | ProviderKind::Azure | ProviderKind::Bedrock => {
+                format!("http://{}", self.addr)
+            }
         };
         with_test_timeouts(ProviderConfig::new(name, kind, &base, model))
     }
@@ -644,7 +646,9 @@ impl CutOnce {
             ProviderKind::OpenAi => format!("http://{}/v1", self.addr),
             ProviderKind::Gemini => format!("http://{}/v1beta", self.addr),
             // The resource endpoint (these servers serve no `/openai/…`).
-            ProviderKind::Anthropic | ProviderKind::Azure => format!("http://{}", self.addr),
+            ProviderKind::Anthropic | ProviderKind::Azure | ProviderKind::Bedrock => {
+                format!("http://{}", self.addr)
+            }
         };
         let mut p = ProviderConfig::new(name, kind, &base, SERVED);
         p.timeout = TEST_TIMEOUT;

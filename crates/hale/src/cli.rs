@@ -66,9 +66,10 @@ pub enum Cmd {
         /// bearer token; without it any non-empty one is accepted.
         #[arg(long)]
         azure_api_key: Option<String>,
-        /// The Bedrock API key (a bearer) Bedrock requests (/model/...) may
-        /// carry; without it they must be SigV4-signed with AKIDEXAMPLE's
-        /// documented secret or the loopback STS's credentials (POST /).
+        /// The Bedrock API key a bearer on Bedrock requests (/model/...) must
+        /// equal; without it any non-empty one. Requests without a bearer must
+        /// be SigV4-signed with AKIDEXAMPLE's documented secret or the
+        /// loopback STS's credentials (POST /).
         #[arg(long)]
         bedrock_api_key: Option<String>,
     },

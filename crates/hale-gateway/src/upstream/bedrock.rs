@@ -87,11 +87,14 @@ type Slot = Arc<tokio::sync::Mutex<Option<Held>>>;
 /// A slot's key: the provider's name, region, endpoint and auth.
 type SlotKey = (String, String, String, String);
 
+/// A lookup of environment variables.
+type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// Where the environment and files are read from (the process's, or a
 /// test's).
 #[derive(Clone)]
 pub struct Sources {
-    env: Arc<dyn Fn(&str) -> Option<String> + Send + Sync>,
+    env: EnvLookup,
 }
 
 impl Sources {
