@@ -183,6 +183,12 @@ pub fn admit(req: &Signed<'_>, api_key: Option<&str>) -> Result<(), (&'static st
             "The credential scope is malformed.".into(),
         ));
     };
+    if service != "bedrock" {
+        return Err((
+            "InvalidSignatureException",
+            "Credential should be scoped to correct service: 'bedrock'.".into(),
+        ));
+    }
     let token = req
         .headers
         .get("x-amz-security-token")

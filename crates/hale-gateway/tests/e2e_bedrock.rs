@@ -78,12 +78,16 @@ async fn a_bedrock_exception_or_cut_mid_stream_is_resumed() {
     }
 }
 
-/// A malformed event in a Bedrock stream is counted and skipped.
+/// A malformed event in a Bedrock stream is counted and skipped: the
+/// primary completes the answer, the backup is not asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_bedrock_event_is_skipped() {
     for api in APIS {
-        let (_c, h) = world("malformed:at=5", api).await;
+        let (c, h) = world("malformed:at=5", api).await;
         let r = h.openai(ROUTE).stream(true).send().await;
         r.assert_complete(&full());
+        assert_eq!(r.provider, "primary", "{api:?}");
+        assert_eq!(c.requests_for(BACKUP_MODEL), 0, "{api:?}");
+        assert_eq!(classes_of(&h.timeline(&r.turn_id).await), ["ok"]);
     }
 }
