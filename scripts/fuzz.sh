@@ -10,7 +10,8 @@
 # openai_request, anthropic_request, responses_request (request parsers and
 # their render round trip), upstream_sse, responses_stream (upstream event
 # streams through the decoders and back through the encoders), classify,
-# config_yaml.
+# config_yaml, bedrock_eventstream (Bedrock's binary event stream through the
+# framing and the Converse/InvokeModel decoders).
 #
 # The committed seeds in fuzz/corpus/TARGET are read; the corpus a run grows
 # is kept in fuzz/target/corpus/TARGET (gitignored), crashes in

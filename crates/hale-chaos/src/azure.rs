@@ -25,6 +25,9 @@ pub enum Flavor {
     /// Vertex AI's: `/v1/projects/…/publishers/…` (the model and streaming
     /// named in the URL; a rate limit is Google's `RESOURCE_EXHAUSTED`).
     Vertex,
+    /// AWS Bedrock's: `/model/{modelId}/…` (`crate::bedrock`). The model is
+    /// the one in the URL; `api` says how the answer is framed.
+    Bedrock { api: crate::bedrock::Api },
 }
 
 /// Whether an Azure request may go on: its credentials (an `api-key`, or an

@@ -12,7 +12,8 @@
 //! Module map: [`fault`] parses the grammar, [`script`] the YAML scripts,
 //! `azure` what Azure OpenAI's wire changes (routes' checks, error shapes,
 //! filter annotations), `vertex` Vertex AI's (publisher routes, bearer
-//! check, the loopback OAuth2 token endpoint),
+//! check, the loopback OAuth2 token endpoint), `bedrock` AWS Bedrock's (SigV4 verified, Converse
+//! JSON, the binary event stream, a loopback STS),
 //! `answer` builds the deterministic answers, `wire` renders the four
 //! dialects (with `frame`'s shared pieces; `responses` reads and frames the
 //! Responses API, `gemini` Google's Generative Language API), `state` keeps counters, `request` holds what the handlers
@@ -23,6 +24,7 @@
 
 mod answer;
 mod azure;
+mod bedrock;
 pub mod fault;
 mod frame;
 mod gemini;
@@ -62,6 +64,12 @@ pub struct ChaosConfig {
     /// endpoint (`POST /token`) then takes only assertions issued by its
     /// `client_email` and signed by its key. `None`: any well-formed one.
     pub vertex_key: Option<String>,
+    /// The Bedrock API key an `Authorization: Bearer` must equal
+    /// (`--bedrock-api-key`); `None`: any non-empty one. A request without a
+    /// bearer must carry a SigV4 signature chaos can verify
+    /// (`bedrock::DEFAULT_ACCESS_KEY_ID`, or the loopback STS's temporary
+    /// credentials).
+    pub bedrock_api_key: Option<String>,
 }
 
 /// A running chaos server. Dropping the handle stops the server too;
@@ -185,5 +193,6 @@ fn shared(cfg: ChaosConfig) -> anyhow::Result<state::Shared> {
                 .map_err(|e| anyhow::anyhow!("hale-chaos: the vertex key: {e}"))?,
         );
     }
+    s.bedrock_key = cfg.bedrock_api_key;
     Ok(s)
 }

@@ -34,6 +34,7 @@ use tower::ServiceExt;
 
 use crate::answer::{self, Answer, ChatRequest};
 use crate::azure::{self, Flavor};
+use crate::bedrock::{self, Api};
 use crate::fault::{self, Fault, FaultSpec, InBand};
 use crate::frame::Ctx;
 use crate::request::{APPLIED_HEADER, ConnKill, FAULT_HEADER};
@@ -118,6 +119,8 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/token", post(vertex_token))
         .route("/chaos/vertex/tokens", get(vertex_tokens))
         .route("/chaos/vertex/revoke", post(vertex_revoke))
+        .route("/model/{model}/{op}", post(bedrock_call))
+        .route("/", post(sts))
         .route("/v1/models", get(models))
         .route("/chaos/stats", get(stats))
         .route("/chaos/requests", get(requests))
@@ -378,6 +381,81 @@ async fn vertex_revoke(State(s): State<Arc<Shared>>) -> StatusCode {
     StatusCode::NO_CONTENT
 }
 
+/// `POST /model/{modelId}/{converse|converse-stream|invoke|invoke-with-response-stream}`:
+/// AWS Bedrock. The signature (or API key) is checked first
+/// ([`bedrock::admit`]); a refused one is Bedrock's 403.
+async fn bedrock_call(
+    State(s): State<Arc<Shared>>,
+    kill: Option<Extension<ConnKill>>,
+    Path((model, op)): Path<(String, String)>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some((api, stream)) = bedrock::split_op(&op) else {
+        return bedrock_error(
+            404,
+            "UnknownOperationException",
+            &format!("hale-chaos: no Bedrock operation `{op}`"),
+            "bad-request",
+        );
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("localhost");
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let signed = bedrock::Signed {
+        method: "POST",
+        url: format!("http://{host}{path}"),
+        headers: &headers,
+        body: &body,
+    };
+    if let Err((exception, message)) = bedrock::admit(&signed, s.bedrock_key.as_deref()) {
+        s.record_fault("bedrock-refused");
+        return bedrock_error(403, exception, &message, "bedrock-refused");
+    }
+    let dialect = match api {
+        // A Converse answer is built as an OpenAI one, framed by `bedrock`.
+        Api::Converse => Dialect::OpenAi,
+        Api::Invoke => Dialect::Anthropic,
+    };
+    let url = Some((model, stream));
+    chat_with(
+        dialect,
+        Flavor::Bedrock { api },
+        s,
+        kill,
+        headers,
+        body,
+        url,
+    )
+    .await
+}
+
+fn bedrock_error(status: u16, exception: &str, message: &str, applied: &'static str) -> Response {
+    let body = serde_json::json!({ "message": message }).to_string();
+    let mut r = json_response(status, body, applied);
+    if let Ok(v) = HeaderValue::from_str(&bedrock::error_type_header(exception)) {
+        r.headers_mut().insert("x-amzn-errortype", v);
+    }
+    r
+}
+
+/// `POST /`: a loopback STS for AssumeRoleWithWebIdentity ([`bedrock::assume_role`]).
+async fn sts(body: Bytes) -> Response {
+    let (status, xml) =
+        match bedrock::assume_role(&String::from_utf8_lossy(&body), SystemTime::now()) {
+            Ok(xml) => (200, xml),
+            Err(e) => e,
+        };
+    let mut r = Response::new(Body::from(xml));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
+    r
+}
+
 async fn stats(State(s): State<Arc<Shared>>) -> Json<crate::Stats> {
     Json(s.stats())
 }
@@ -472,6 +550,14 @@ fn error_response(
             let (status, body) = azure::error(kind);
             json_response(status, body, applied)
         }
+        Flavor::Bedrock { .. } => {
+            let (status, exception, body) = bedrock::error(kind);
+            let mut r = json_response(status, body, applied);
+            if let Ok(v) = HeaderValue::from_str(&bedrock::error_type_header(exception)) {
+                r.headers_mut().insert("x-amzn-errortype", v);
+            }
+            r
+        }
     }
 }
 
@@ -498,6 +584,15 @@ async fn chat_with(
     url: Option<(String, bool)>,
 ) -> Response {
     let read = match (dialect, &url) {
+        _ if matches!(flavor, Flavor::Bedrock { .. }) => match (&flavor, &url) {
+            (Flavor::Bedrock { api: Api::Converse }, Some((model, stream))) => {
+                bedrock::read_converse(&body, model, *stream).map(|r| (r, serde_json::Map::new()))
+            }
+            (Flavor::Bedrock { api: Api::Invoke }, Some((model, stream))) => {
+                read_invoke(&body, model, *stream).map(|r| (r, serde_json::Map::new()))
+            }
+            _ => Err("no model in the URL".to_owned()),
+        },
         (Dialect::OpenAi, _) | (Dialect::Anthropic, None) => {
             serde_json::from_slice::<ChatRequest>(&body)
                 .map(|r| (r, serde_json::Map::new()))
@@ -612,6 +707,8 @@ async fn chat_with(
                             .insert(header::RETRY_AFTER, HeaderValue::from(*secs));
                     }
                     Flavor::Azure { .. } => azure::retry_headers(r.headers_mut(), *secs),
+                    // Bedrock sends no retry header.
+                    Flavor::Bedrock { .. } => {}
                 }
             }
             r
@@ -948,10 +1045,25 @@ fn answer(
     let applied = fault.name();
     // Azure's Chat Completions answers carry its content-filter results.
     let azure_chat = dialect == Dialect::OpenAi && matches!(flavor, Flavor::Azure { .. });
+    let bedrock = match flavor {
+        Flavor::Bedrock { api } => Some(*api),
+        Flavor::Plain | Flavor::Azure { .. } | Flavor::Vertex => None,
+    };
     if req.is_stream() {
-        stream_response(dialect, azure_chat, &ctx, &answer, &shape, applied)
+        match bedrock {
+            Some(api) => bedrock_stream(api, &ctx, &answer, &shape, applied),
+            None => stream_response(dialect, azure_chat, &ctx, &answer, &shape, applied),
+        }
     } else {
-        full_response(dialect, azure_chat, &ctx, &answer, &shape, fault, applied)
+        match bedrock {
+            Some(Api::Converse) if !matches!(fault, Fault::Malformed { .. }) => {
+                let body = bedrock::converse_body(&ctx, &answer);
+                shaped_full(Bytes::from(body), &shape, applied)
+            }
+            Some(Api::Converse | Api::Invoke) | None => {
+                full_response(dialect, azure_chat, &ctx, &answer, &shape, fault, applied)
+            }
+        }
     }
 }
 
@@ -1039,6 +1151,122 @@ fn stream_response(
     r
 }
 
+/// An InvokeModel body: Anthropic's Messages body as Bedrock takes it — no
+/// `model` or `stream` (the URL names them), `anthropic_version`
+/// `bedrock-2023-05-31` — read for `model`.
+fn read_invoke(body: &[u8], model: &str, stream: bool) -> Result<ChatRequest, String> {
+    let m: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    for key in ["model", "stream"] {
+        if m.contains_key(key) {
+            return Err(format!("extraneous key [{key}] is not permitted"));
+        }
+    }
+    if m.get("anthropic_version").and_then(|v| v.as_str()) != Some("bedrock-2023-05-31") {
+        return Err("anthropic_version must be bedrock-2023-05-31".to_owned());
+    }
+    let mut req: ChatRequest =
+        serde_json::from_value(serde_json::Value::Object(m)).map_err(|e| e.to_string())?;
+    req.model = Some(model.to_owned());
+    req.stream = Some(stream);
+    Ok(req)
+}
+
+/// A Bedrock event stream: Converse's events, or InvokeModel's chunks of
+/// Anthropic events; a mid-stream error is an exception message.
+fn bedrock_stream(
+    api: Api,
+    ctx: &Ctx,
+    a: &Answer,
+    shape: &Shape,
+    applied: &'static str,
+) -> Response {
+    let anthropic = Dialect::Anthropic;
+    let pieces = a.pieces();
+    let len = pieces.len();
+    let mut seq = 0u64;
+    let mut steps = Vec::with_capacity(len + 10);
+    if let Some(d) = shape.delay {
+        steps.push(Step::Sleep(d));
+    }
+    let head = match api {
+        Api::Converse => bedrock::converse_head(a),
+        Api::Invoke => wire::stream_head(anthropic, ctx, a, &mut seq)
+            .iter()
+            .map(|b| bedrock::chunks(b))
+            .collect(),
+    };
+    steps.extend(head.into_iter().map(Step::Frame));
+    let at = |x: Option<usize>| x.map(|x| x.min(len));
+    let (cut, malformed) = (at(shape.cut), at(shape.malformed));
+    let stream_error = shape.stream_error.map(|(after, ev)| (after.min(len), ev));
+    let stall = shape.stall.map(|(after, d)| (after.min(len), d));
+    let framer = wire::PieceFramer::new(anthropic, ctx, a);
+    let mut ended = false;
+    for i in 0..=len {
+        if malformed == Some(i) {
+            steps.push(Step::Frame(match api {
+                Api::Converse => bedrock::malformed_event(),
+                Api::Invoke => bedrock::chunks(&wire::malformed_frame(anthropic)),
+            }));
+        }
+        if cut == Some(i) {
+            steps.push(Step::Flush);
+            steps.push(Step::Fail);
+            ended = true;
+            break;
+        }
+        if let Some((after, which)) = stream_error
+            && after == i
+        {
+            let (kind, msg) = match which {
+                InBand::Failed => ("modelStreamErrorException", "The model stream failed."),
+                InBand::Error | InBand::Both => (
+                    "internalServerException",
+                    "The server encountered an internal error while processing the request.",
+                ),
+            };
+            steps.push(Step::Frame(bedrock::exception(kind, msg)));
+            ended = true;
+            break;
+        }
+        if let Some((after, d)) = stall
+            && after == i
+        {
+            steps.push(Step::Sleep(d));
+        }
+        if let Some(p) = pieces.get(i) {
+            steps.push(Step::Frame(match api {
+                Api::Converse => bedrock::converse_piece(a, p),
+                Api::Invoke => bedrock::chunks(&framer.frame(p, &mut seq)),
+            }));
+        }
+    }
+    if !ended {
+        let finish = match api {
+            Api::Converse => bedrock::converse_finish(ctx, a, shape.no_done),
+            Api::Invoke => wire::stream_finish(anthropic, ctx, a, shape.no_done, &mut seq)
+                .iter()
+                .map(|b| bedrock::chunks(b))
+                .collect(),
+        };
+        steps.extend(finish.into_iter().map(Step::Frame));
+    }
+    let mut steps = coalesce(steps);
+    let body = match steps.as_mut_slice() {
+        [Step::Frame(b)] => Body::from(std::mem::take(b)),
+        _ => play(steps),
+    };
+    let mut r = Response::new(body);
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/vnd.amazon.eventstream"),
+    );
+    h.insert(APPLIED_HEADER, HeaderValue::from_static(applied));
+    r
+}
+
 /// Google's safety block of `req`: a 200, streamed or not.
 fn gemini_blocked(req: &ChatRequest, body_len: usize, applied: &'static str) -> Response {
     let ctx = Ctx {
@@ -1079,11 +1307,22 @@ fn full_response(
     if azure_chat {
         body = azure::annotate_full(body);
     }
+    shaped_full(Bytes::from(body), shape, applied)
+}
+
+/// A complete JSON body, delayed, cut or stalled as `shape` says.
+fn shaped_full(body: Bytes, shape: &Shape, applied: &'static str) -> Response {
     if shape.delay.is_none() && shape.cut.is_none() && shape.stall.is_none() {
-        return json_response(200, body, applied);
+        let mut r = Response::new(Body::from(body));
+        let h = r.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert(APPLIED_HEADER, HeaderValue::from_static(applied));
+        return r;
     }
     let total = body.len();
-    let body = Bytes::from(body);
     let half = total / 2;
     let mut steps = Vec::with_capacity(4);
     if let Some(d) = shape.delay {

@@ -73,6 +73,9 @@ pub struct Shared {
     pub vertex_key: Option<crate::vertex::Key>,
     /// Vertex tokens minted by `POST /token`, the grants, the refusals.
     pub vertex_tokens: Mutex<crate::vertex::Tokens>,
+    /// The Bedrock API key a bearer must equal; `None`: any non-empty one
+    /// ([`crate::ChaosConfig::bedrock_api_key`]).
+    pub bedrock_key: Option<String>,
 }
 
 /// What the counters say about one request.
@@ -96,6 +99,7 @@ impl Shared {
             azure_key: None,
             vertex_key: None,
             vertex_tokens: Mutex::new(Default::default()),
+            bedrock_key: None,
         }
     }
 

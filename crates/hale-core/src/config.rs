@@ -205,6 +205,10 @@ pub enum ProviderKind {
     /// models through `rawPredict` with Anthropic's body, an OAuth2 token
     /// from a service account ([`VertexConfig`], [`crate::vertex`]).
     Vertex,
+    /// AWS Bedrock: Converse, or Anthropic's Messages body through
+    /// InvokeModel, signed with SigV4 or a Bedrock API key
+    /// ([`BedrockConfig`], [`crate::bedrock`]).
+    Bedrock,
 }
 
 impl ProviderKind {
@@ -218,17 +222,22 @@ impl ProviderKind {
             ProviderKind::Gemini => false,
             // Set from the publisher at validation (Claude: true).
             ProviderKind::Vertex => false,
+            // Converse serves many families; not every one continues a
+            // trailing assistant turn (`supports_prefill: true` for Claude).
+            ProviderKind::Bedrock => false,
         }
     }
 
     /// The `base_url` of a provider that names none; `None`: it is required
-    /// (a `vertex` provider's comes from its `location`, [`crate::vertex::base_url`]).
+    /// (a `vertex` provider's comes from its `location`, [`crate::vertex::base_url`],
+    /// a `bedrock` provider's from its `region`).
     pub fn default_base_url(self) -> Option<&'static str> {
         match self {
             ProviderKind::OpenAi
             | ProviderKind::Anthropic
             | ProviderKind::Azure
-            | ProviderKind::Vertex => None,
+            | ProviderKind::Vertex
+            | ProviderKind::Bedrock => None,
             ProviderKind::Gemini => Some(GEMINI_BASE_URL),
         }
     }
@@ -283,6 +292,8 @@ pub struct ProviderConfig {
     pub azure: Option<AzureConfig>,
     /// A `vertex` provider's settings; `None` for every other kind.
     pub vertex: Option<VertexConfig>,
+    /// A `bedrock` provider's settings; `None` for every other kind.
+    pub bedrock: Option<BedrockConfig>,
 }
 
 /// Who publishes a model on Vertex AI: the URL segment and the wire dialect.
@@ -315,6 +326,42 @@ pub struct VertexConfig {
     /// `publisher`: `None` = from each model's name ([`crate::vertex::publisher`]).
     pub publisher: Option<Publisher>,
     pub credentials: VertexCredentials,
+}
+
+/// The API a `bedrock` attempt uses ([`crate::bedrock::api_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BedrockApi {
+    /// `/model/{id}/converse` and `/converse-stream`: one shape for every family.
+    Converse,
+    /// `/model/{id}/invoke` and `/invoke-with-response-stream` with
+    /// Anthropic's Messages body.
+    Invoke,
+}
+
+/// How a `bedrock` provider authenticates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BedrockAuth {
+    /// `auth: sigv4` (the default): requests signed with AWS credentials
+    /// from the environment, the shared profile files or a web identity.
+    SigV4 {
+        /// `profile`: the shared-file profile to read (else `AWS_PROFILE`,
+        /// else `default`).
+        profile: Option<String>,
+    },
+    /// `auth: api_key`: a Bedrock API key (held in
+    /// [`ProviderConfig::api_key`]) sent as `Authorization: Bearer`.
+    ApiKey,
+}
+
+/// What a `bedrock` provider adds to [`ProviderConfig`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BedrockConfig {
+    /// The AWS region: the default `base_url`'s and the signature's.
+    pub region: String,
+    /// `api`; `None`: by model id ([`crate::bedrock::api_for`]).
+    pub api: Option<BedrockApi>,
+    pub auth: BedrockAuth,
 }
 
 /// How an `azure` provider authenticates.
@@ -376,6 +423,7 @@ impl ProviderConfig {
             context_windows: BTreeMap::new(),
             azure: None,
             vertex: None,
+            bedrock: None,
         }
     }
 

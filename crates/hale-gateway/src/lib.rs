@@ -61,7 +61,8 @@ use std::time::Instant;
 /// once at start.
 pub struct Gateway {
     pub cfg: Arc<Config>,
-    /// The provider clients: HTTP, and the vertex providers' token sources.
+    /// The provider clients: HTTP, the vertex providers' token sources and
+    /// the bedrock providers' AWS credentials.
     pub upstream: upstream::Client,
     pub store: Store,
     pub metrics: Arc<Metrics>,

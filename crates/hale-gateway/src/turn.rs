@@ -39,7 +39,7 @@ use tracing::Instrument;
 #[derive(Clone, Copy)]
 pub struct Env<'a> {
     pub cfg: &'a Config,
-    /// The provider clients (HTTP, vertex token sources).
+    /// The provider clients (HTTP, vertex token sources, bedrock credentials).
     pub upstream: &'a upstream::Client,
     pub emit: &'a Emitter,
     pub deployments: &'a Deployments,

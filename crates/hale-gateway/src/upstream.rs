@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime};
 
 mod azure;
 mod vertex;
+pub mod bedrock;
 
 /// The Anthropic API version hale speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -139,17 +140,26 @@ pub struct AttemptLimits {
 }
 
 /// The dialect a provider speaks: its kind's, and for `openai` and `azure`
-/// its `api`'s; for `vertex` its default model's publisher's
-/// ([`dialect_for`] gives a model's).
+/// its `api`'s; for `vertex` its default model's publisher's, for
+/// `bedrock` its default model's API ([`dialect_for`] gives a model's).
 pub fn dialect_of(provider: &ProviderConfig) -> Dialect {
     dialect_for(provider, &provider.default_model)
 }
 
 /// The dialect an attempt at `model` speaks: [`dialect_of`] but for
 /// `vertex`, where the model's publisher decides (Claude: Anthropic's
-/// Messages, Gemini: Google's `generateContent`).
+/// Messages, Gemini: Google's `generateContent`), and `bedrock`, where
+/// the model decides the API (`hale_core::bedrock::api_for`: Converse, or
+/// Anthropic's Messages through InvokeModel).
 pub fn dialect_for(provider: &ProviderConfig, model: &str) -> Dialect {
     match (provider.kind, provider.api) {
+        (ProviderKind::Bedrock, ProviderApi::Chat | ProviderApi::Responses) => {
+            let configured = provider.bedrock.as_ref().and_then(|b| b.api);
+            match hale_core::bedrock::api_for(configured, model) {
+                hale_core::config::BedrockApi::Converse => Dialect::Bedrock,
+                hale_core::config::BedrockApi::Invoke => Dialect::Anthropic,
+            }
+        }
         (ProviderKind::OpenAi | ProviderKind::Azure, ProviderApi::Chat) => Dialect::OpenAi,
         (ProviderKind::OpenAi | ProviderKind::Azure, ProviderApi::Responses) => Dialect::Responses,
         // Config validation keeps `api: responses` to `openai` providers.
@@ -172,6 +182,12 @@ pub fn dialect_for(provider: &ProviderConfig, model: &str) -> Dialect {
 /// whether to stream in the URL; the other dialects in the body.
 fn endpoint_str(provider: &ProviderConfig, model: &str, stream: bool) -> String {
     match dialect_of(provider) {
+        // A bedrock provider's URL is built per attempt (`bedrock::url`).
+        Dialect::Bedrock => format!(
+            "{}{}",
+            provider.base_url,
+            hale_core::bedrock::path(hale_core::config::BedrockApi::Converse, model, stream)
+        ),
         Dialect::OpenAi => format!("{}/chat/completions", provider.base_url),
         Dialect::Anthropic => format!("{}/v1/messages", provider.base_url),
         Dialect::Responses => format!("{}/responses", provider.base_url),
@@ -218,8 +234,10 @@ fn endpoint(provider: &ProviderConfig, model: &str, stream: bool) -> Option<reqw
         Dialect::OpenAi => &OPENAI,
         Dialect::Anthropic => &ANTHROPIC,
         Dialect::Responses => &RESPONSES,
-        // The model is in a Gemini URL: parsed per attempt.
-        Dialect::Gemini => return reqwest::Url::parse(&endpoint_str(provider, model, stream)).ok(),
+        // The model is in a Gemini or Bedrock URL: parsed per attempt.
+        Dialect::Gemini | Dialect::Bedrock => {
+            return reqwest::Url::parse(&endpoint_str(provider, model, stream)).ok();
+        }
     };
     if let Some(u) = map
         .read()
@@ -243,10 +261,14 @@ pub struct Sent {
 }
 
 /// The provider clients' shared parts, built once from the config: the
-/// HTTP client, and the OAuth2 token sources of `vertex` providers.
+/// HTTP client, the OAuth2 token sources of `vertex` providers and the AWS
+/// credentials of `bedrock` ones.
 pub struct Client {
     pub http: reqwest::Client,
     vertex: vertex::Tokens,
+    /// The AWS credentials of `bedrock` providers, resolved and refreshed
+    /// across attempts.
+    pub bedrock: bedrock::Keychain,
 }
 
 impl Client {
@@ -256,6 +278,7 @@ impl Client {
         Ok(Self {
             http,
             vertex: vertex::Tokens::new(cfg)?,
+            bedrock: bedrock::Keychain::default(),
         })
     }
 }
@@ -330,25 +353,51 @@ async fn request(
         }
         return Ok((rb, Some(bearer)));
     }
-    let rb = match (&provider.azure, endpoint(provider, model, stream)) {
+    let rb = match (
+        &provider.azure,
+        &provider.bedrock,
+        endpoint(provider, model, stream),
+    ) {
         // Azure's URL names the deployment (the model): built per attempt.
-        (Some(az), _) => http.post(azure::url(provider, az, model)),
-        (None, Some(url)) => http.post(url),
+        (Some(az), _, _) => http.post(azure::url(provider, az, model)),
+        // Bedrock's names the model and the API.
+        (None, Some(bc), _) => http.post(bedrock::url(provider, bc, model, stream)),
+        (None, None, Some(url)) => http.post(url),
         // Not a URL: reqwest reports it as it always did.
-        (None, None) => http.post(endpoint_str(provider, model, stream)),
+        (None, None, None) => http.post(endpoint_str(provider, model, stream)),
     };
-    let mut rb = match &out.raw {
+    let dialect = dialect_for(provider, model);
+    let mut rb = match (&out.raw, &provider.bedrock, dialect) {
+        // InvokeModel takes Anthropic's body without `model`, with
+        // `anthropic_version`: the client's fields otherwise as they came.
+        (raw, Some(_), Dialect::Anthropic) => {
+            let fields = match raw
+                .as_ref()
+                .and_then(|r| serde_json::from_slice::<serde_json::Value>(r).ok())
+                .unwrap_or_else(|| out.body.clone())
+            {
+                serde_json::Value::Object(m) => m,
+                _ => serde_json::Map::new(),
+            };
+            let beta = out
+                .headers
+                .iter()
+                .find(|(k, _)| *k == "anthropic-beta")
+                .map(|(_, v)| v.as_str());
+            rb.json(&bedrock::invoke_body(fields, beta))
+        }
         // The client's own bytes: hale changed nothing in the body.
-        Some(raw) => rb
+        (Some(raw), _, _) => rb
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(raw.clone()),
-        None => rb.json(&out.body),
+        (None, _, _) => rb.json(&out.body),
     };
     rb = match (provider.kind, &provider.api_key) {
         (ProviderKind::OpenAi, Some(k)) => rb.bearer_auth(k.expose()),
         (ProviderKind::Anthropic, Some(k)) => rb.header("x-api-key", k.expose()),
         (ProviderKind::Gemini, Some(k)) => rb.header(GEMINI_KEY_HEADER, k.expose()),
-        (ProviderKind::Azure | ProviderKind::Vertex, _) | (_, None) => rb,
+        // Set on the built request (a signature covers the whole of it).
+        (ProviderKind::Azure | ProviderKind::Vertex | ProviderKind::Bedrock, _) | (_, None) => rb,
     };
     if let Some(az) = &provider.azure {
         rb = azure::authorize(rb, provider, az)
@@ -362,8 +411,17 @@ async fn request(
     if provider.kind == ProviderKind::Anthropic && !client_version {
         rb = rb.header(proto::fidelity::ANTHROPIC_VERSION, ANTHROPIC_VERSION);
     }
-    for (k, v) in &out.headers {
-        rb = rb.header(*k, v);
+    // Bedrock takes Anthropic's feature headers in the body (above).
+    if provider.bedrock.is_none() {
+        for (k, v) in &out.headers {
+            rb = rb.header(*k, v);
+        }
+    }
+    if provider.bedrock.is_some() && stream {
+        rb = rb.header(
+            reqwest::header::ACCEPT,
+            "application/vnd.amazon.eventstream",
+        );
     }
     Ok((rb, None))
 }
@@ -377,11 +435,27 @@ async fn attempt(
     stream: bool,
     limits: &AttemptLimits,
 ) -> Result<Answer, Failure> {
+    let http = &client.http;
     let mut refetched = false;
     let resp = loop {
         let (rb, bearer) = request(client, provider, model, out, stream, limits).await?;
+        let mut request = match rb.build() {
+            Ok(r) => r,
+            Err(e) => {
+                let t = classify::transport_of(&e);
+                return Err(Failure::transport(t, &redact(&e)));
+            }
+        };
+        // Bedrock signs the built request: the signature covers all of it.
+        if let Some(bc) = &provider.bedrock {
+            client
+                .bedrock
+                .authorize(http, provider, bc, &mut request)
+                .await
+                .map_err(|bedrock::CredentialError(why)| Failure::auth(why))?;
+        }
         let sent_at = std::time::Instant::now();
-        let resp = match tokio::time::timeout(limits.headers, rb.send()).await {
+        let resp = match tokio::time::timeout(limits.headers, http.execute(request)).await {
             Err(_) => {
                 return Err(Failure::transport(
                     Transport::HeadersTimeout,
@@ -424,23 +498,37 @@ async fn attempt(
         {
             azure::refused(provider, az).await;
         }
+        let error_type = header(hale_core::bedrock::ERROR_TYPE_HEADER);
         let body = read_capped(resp, limits.headers).await;
-        let c = classify::classify(&Observation {
+        let obs = Observation {
             status: Some(status),
             retry_after: retry_after.as_deref(),
             retry_after_ms: retry_after_ms.as_deref(),
             body: Some(&body),
             transport: None,
             now_wall: SystemTime::now(),
-        });
+        };
+        let c = match &provider.bedrock {
+            Some(bc) => {
+                let named = hale_core::bedrock::error_type(error_type.as_deref(), &body);
+                let refused = named
+                    .as_deref()
+                    .and_then(hale_core::bedrock::exception_of)
+                    .is_some_and(hale_core::bedrock::refetch_credentials);
+                if refused {
+                    client.bedrock.refused(provider, bc).await;
+                }
+                hale_core::bedrock::classify(&obs, named.as_deref())
+            }
+            None => classify::classify(&obs),
+        };
         return Err(Failure::from_classified(c, Some(status)));
     }
     if stream {
-        Ok(Answer::Stream(event_stream(
-            resp,
-            dialect,
-            limits.stream_idle,
-        )))
+        Ok(Answer::Stream(match &provider.bedrock {
+            Some(_) => bedrock_stream(resp, dialect, limits.stream_idle),
+            None => event_stream(resp, dialect, limits.stream_idle),
+        }))
     } else {
         let bytes = match tokio::time::timeout(limits.headers, resp.bytes()).await {
             Err(_) => {
@@ -486,6 +574,13 @@ async fn attempt(
                     proto::responses::parse_response(&v).map_err(|e| e.to_string())
                 }
                 Dialect::Gemini => proto::gemini::parse_response(&v).map_err(|e| e.to_string()),
+                // Converse names no model: the one in the URL served.
+                Dialect::Bedrock => proto::bedrock::parse_response(&v)
+                    .map(|mut a| {
+                        a.model = model.to_owned();
+                        a
+                    })
+                    .map_err(|e| e.to_string()),
             });
         match parsed {
             Ok(answer) => Ok(Answer::Complete(Reply {
@@ -553,6 +648,8 @@ fn event_stream(resp: reqwest::Response, dialect: Dialect, idle: Duration) -> Ev
         Dialect::Anthropic => Decoder::Anthropic(proto::anthropic::StreamDecoder::new()),
         Dialect::Responses => Decoder::Responses(proto::responses::StreamDecoder::new()),
         Dialect::Gemini => Decoder::Gemini(proto::gemini::StreamDecoder::new()),
+        // Bedrock's streams are event streams (`bedrock_stream`).
+        Dialect::Bedrock => Decoder::Converse(proto::bedrock::StreamDecoder::new()),
     };
     Box::pin(Events {
         sse: Box::pin(sse_stream::SseByteStream::new(resp.bytes_stream())),
@@ -570,6 +667,139 @@ enum Decoder {
     Anthropic(proto::anthropic::StreamDecoder),
     Responses(proto::responses::StreamDecoder),
     Gemini(proto::gemini::StreamDecoder),
+    /// Bedrock's ConverseStream (event-stream messages as [`bedrock_sse`]
+    /// gives them).
+    Converse(proto::bedrock::StreamDecoder),
+    /// Bedrock's InvokeModelWithResponseStream of an Anthropic model: each
+    /// chunk an Anthropic event.
+    Invoke(proto::anthropic::StreamDecoder),
+}
+
+/// The SSE event name [`bedrock_sse`] gives an event-stream exception (its
+/// exception type in the event's `id`); only the two Bedrock decoders read it.
+const BEDROCK_EXCEPTION: &str = ":exception";
+
+/// One event-stream message as the SSE event a [`Decoder`] reads: an event
+/// by its type and payload; an InvokeModel `chunk` as the Anthropic event it
+/// carries (named by its `type`); an exception as [`BEDROCK_EXCEPTION`].
+fn bedrock_sse(frame: bedrock::Frame) -> sse_stream::Sse {
+    match frame {
+        bedrock::Frame::Exception { kind, payload } => sse_stream::Sse::default()
+            .event(BEDROCK_EXCEPTION)
+            .id(kind)
+            .data(String::from_utf8_lossy(&payload).into_owned()),
+        bedrock::Frame::Event { kind, payload } if kind == "chunk" => {
+            match bedrock::chunk_json(&payload) {
+                Ok(json) => {
+                    let data = String::from_utf8_lossy(&json).into_owned();
+                    let name = serde_json::from_str::<serde_json::Value>(&data)
+                        .ok()
+                        .and_then(|v| v.get("type")?.as_str().map(str::to_owned))
+                        .unwrap_or_default();
+                    sse_stream::Sse::default().event(name).data(data)
+                }
+                // Counted and skipped as a malformed event.
+                Err(_) => sse_stream::Sse::default()
+                    .event("chunk")
+                    .data("{not a chunk"),
+            }
+        }
+        bedrock::Frame::Event { kind, payload } => sse_stream::Sse::default()
+            .event(kind)
+            .data(String::from_utf8_lossy(&payload).into_owned()),
+    }
+}
+
+/// A Bedrock event stream read into SSE events, as they arrive.
+fn bedrock_frames(
+    resp: reqwest::Response,
+) -> impl Stream<Item = Result<sse_stream::Sse, bedrock::FrameError>> {
+    let state = (
+        Box::pin(resp.bytes_stream()),
+        bedrock::FrameReader::new(),
+        false,
+    );
+    futures::stream::unfold(state, |(mut body, mut reader, mut done)| async move {
+        loop {
+            if let Some(f) = reader.next_frame() {
+                let item = f.map(bedrock_sse);
+                return Some((item, (body, reader, done)));
+            }
+            if done {
+                return None;
+            }
+            match body.next().await {
+                Some(Ok(chunk)) => reader.push(&chunk),
+                Some(Err(e)) => {
+                    done = true;
+                    reader = bedrock::FrameReader::new();
+                    return Some((Err(bedrock::FrameError(redact(&e))), (body, reader, done)));
+                }
+                None if reader.pending() => {
+                    done = true;
+                    return Some((
+                        Err(bedrock::FrameError(
+                            "the stream ended inside a message".into(),
+                        )),
+                        (body, bedrock::FrameReader::new(), done),
+                    ));
+                }
+                None => return None,
+            }
+        }
+    })
+}
+
+/// Decodes a Bedrock event stream (Converse, or an Anthropic model through
+/// InvokeModel: `dialect`) into canonical events, with the idle timeout.
+fn bedrock_stream(resp: reqwest::Response, dialect: Dialect, idle: Duration) -> EventStream {
+    Box::pin(Events {
+        sse: Box::pin(bedrock_frames(resp)),
+        decoder: bedrock_decoder(dialect),
+        idle,
+        stall: Box::pin(tokio::time::sleep(idle)),
+        armed: false,
+        ended: false,
+    })
+}
+
+fn bedrock_decoder(dialect: Dialect) -> Decoder {
+    match dialect {
+        Dialect::Anthropic => Decoder::Invoke(proto::anthropic::StreamDecoder::new()),
+        Dialect::Bedrock | Dialect::OpenAi | Dialect::Responses | Dialect::Gemini => {
+            Decoder::Converse(proto::bedrock::StreamDecoder::new())
+        }
+    }
+}
+
+/// A Bedrock event stream's bytes, whole, through the decoding path of a
+/// live stream (framing, chunks, the dialect's decoder): one item per
+/// message, an `Err` ending it. For the fuzz target and tests.
+pub fn decode_bedrock_stream(
+    bytes: &[u8],
+    invoke: bool,
+) -> Vec<Result<Option<Vec<StreamEvent>>, Failure>> {
+    let dialect = if invoke {
+        Dialect::Anthropic
+    } else {
+        Dialect::Bedrock
+    };
+    let mut decoder = bedrock_decoder(dialect);
+    let mut reader = bedrock::FrameReader::new();
+    reader.push(bytes);
+    let mut out = Vec::new();
+    while let Some(f) = reader.next_frame() {
+        let item = match f {
+            Ok(frame) => decoder.decode(&bedrock_sse(frame)),
+            Err(e) => Err(Failure::transport(Transport::StreamCut, &e.to_string())),
+        };
+        let end = item.is_err();
+        out.push(item);
+        if end {
+            break;
+        }
+    }
+    out
 }
 
 /// An upstream event stream being decoded: one item per SSE event.
@@ -588,9 +818,10 @@ struct Events<S> {
     ended: bool,
 }
 
-impl<S> Stream for Events<S>
+impl<S, E> Stream for Events<S>
 where
-    S: Stream<Item = Result<sse_stream::Sse, sse_stream::Error>>,
+    S: Stream<Item = Result<sse_stream::Sse, E>>,
+    E: std::fmt::Display,
 {
     type Item = Result<Option<Vec<StreamEvent>>, Failure>;
 
@@ -641,11 +872,17 @@ impl Decoder {
         let Some(data) = ev.data.as_deref() else {
             return Ok(Some(Vec::new()));
         };
+        if matches!(self, Decoder::Converse(_) | Decoder::Invoke(_))
+            && ev.event.as_deref() == Some(BEDROCK_EXCEPTION)
+        {
+            return Err(bedrock_exception(ev.id.as_deref(), data));
+        }
         let decoded = match self {
             Decoder::OpenAi(d) => d.decode(ev.event.as_deref(), data),
-            Decoder::Anthropic(d) => d.decode(ev.event.as_deref(), data),
+            Decoder::Anthropic(d) | Decoder::Invoke(d) => d.decode(ev.event.as_deref(), data),
             Decoder::Responses(d) => d.decode(ev.event.as_deref(), data),
             Decoder::Gemini(d) => d.decode(data),
+            Decoder::Converse(d) => d.decode(ev.event.as_deref().unwrap_or(""), data.as_bytes()),
         };
         match decoded {
             Ok(evs) => Ok(Some(evs)),
@@ -658,7 +895,10 @@ impl Decoder {
                         proto::responses::error_body(ev.event.as_deref(), data)
                     }
                     Decoder::Gemini(_) => return gemini_chunk_failure(data, &e.to_string()),
-                    Decoder::OpenAi(_) | Decoder::Anthropic(_) => None,
+                    Decoder::OpenAi(_)
+                    | Decoder::Anthropic(_)
+                    | Decoder::Converse(_)
+                    | Decoder::Invoke(_) => None,
                 };
                 match responses {
                     Some(body) => Err(stream_error(&body, &e.to_string())),
@@ -686,6 +926,23 @@ fn gemini_chunk_failure(data: &str, fallback: &str) -> Result<Option<Vec<StreamE
         Some(f) => Err(Failure::from_gemini(f)),
         None => Ok(None),
     }
+}
+
+/// An exception inside a Bedrock event stream (`kind` its
+/// `:exception-type`, `payload` its `{"message"}`), classified by
+/// hale-core's Bedrock rule; one it does not know is a broken stream.
+fn bedrock_exception(kind: Option<&str>, payload: &str) -> Failure {
+    let mut obs = Observation::new(SystemTime::now());
+    obs.body = Some(payload);
+    let c = hale_core::bedrock::classify(&obs, kind);
+    let mut f = Failure::from_classified(c, None);
+    if f.class == ErrorClass::Unknown {
+        f.class = ErrorClass::StreamBroken;
+    }
+    if f.message.is_empty() {
+        f.message = format!("Bedrock stream exception {}", kind.unwrap_or("(unnamed)"));
+    }
+    f
 }
 
 /// An upstream's error event (or failed answer) `body`, classified; one

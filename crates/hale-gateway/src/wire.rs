@@ -32,6 +32,7 @@ pub fn render_answer(dialect: Dialect, answer: &ChatResponse, req: &ChatRequest)
             proto::responses::render_response_with(answer, &proto::responses::custom_tools(req))
         }
         Dialect::Gemini => proto::gemini::render_response(answer),
+        Dialect::Bedrock => proto::bedrock::render_response(answer),
     }
 }
 
@@ -42,6 +43,7 @@ pub fn render_error(dialect: Dialect, kind: &str, message: &str, hale: Value) ->
         Dialect::Anthropic => proto::anthropic::render_error(kind, message, hale),
         Dialect::Responses => proto::responses::render_error(kind, message, hale),
         Dialect::Gemini => proto::gemini::render_error(kind, message, hale),
+        Dialect::Bedrock => proto::bedrock::render_error(kind, message, hale),
     }
 }
 
@@ -51,6 +53,7 @@ pub enum Encoder {
     Anthropic(proto::anthropic::StreamEncoder),
     Responses(proto::responses::StreamEncoder),
     Gemini(proto::gemini::StreamEncoder),
+    Bedrock(proto::bedrock::StreamEncoder),
 }
 
 impl Encoder {
@@ -73,6 +76,9 @@ impl Encoder {
             Dialect::Gemini => {
                 Encoder::Gemini(proto::gemini::StreamEncoder::new(id, model, include_usage))
             }
+            Dialect::Bedrock => {
+                Encoder::Bedrock(proto::bedrock::StreamEncoder::new(id, model, include_usage))
+            }
         }
     }
 
@@ -83,6 +89,7 @@ impl Encoder {
             Encoder::Anthropic(e) => e.encode(ev),
             Encoder::Responses(e) => e.encode(ev),
             Encoder::Gemini(e) => e.encode(ev),
+            Encoder::Bedrock(e) => e.encode(ev),
         };
         frames_to_bytes(&frames)
     }
@@ -94,6 +101,7 @@ impl Encoder {
             Encoder::Anthropic(e) => e.error(kind, message),
             Encoder::Responses(e) => e.error(kind, message),
             Encoder::Gemini(e) => e.error(kind, message),
+            Encoder::Bedrock(e) => e.error(kind, message),
         };
         frames_to_bytes(&frames)
     }

@@ -101,6 +101,7 @@ async fn stream_cut_after_40_of_60_tokens_caller_gets_the_complete_answer() {
         ProviderKind::OpenAi,
         ProviderKind::Anthropic,
         ProviderKind::Gemini,
+        ProviderKind::Bedrock,
     ] {
         for caller in [Dialect::OpenAi, Dialect::Anthropic] {
             let fault = "cut:after=40:tokens=60";
@@ -176,6 +177,7 @@ async fn malformed_chunk_mid_stream_is_skipped_answer_complete() {
         ProviderKind::Anthropic,
         ProviderKind::Gemini,
         ProviderKind::Azure,
+        ProviderKind::Bedrock,
     ] {
         for fault in ["malformed:at=10", "malformed:at=0"] {
             let c = chaos().await;
@@ -186,6 +188,7 @@ async fn malformed_chunk_mid_stream_is_skipped_answer_complete() {
                 ProviderKind::Azure => azure("primary", &c, fault),
                 // Not in the list: its token flow is tested in crates/hale/tests/sdk_vertex.rs.
                 ProviderKind::Vertex => unreachable!("no vertex provider here"),
+                ProviderKind::Bedrock => bedrock("primary", &c, fault),
             };
             let h = Hale::start(config(vec![primary, openai("backup", &c, BACKUP_MODEL)])).await;
             let r = h.openai(ROUTE).stream(true).send().await;
@@ -214,6 +217,7 @@ async fn stream_without_done_is_finalised_within_1s_with_usage() {
         ProviderKind::Anthropic,
         ProviderKind::Gemini,
         ProviderKind::Azure,
+        ProviderKind::Bedrock,
     ] {
         for caller in [Dialect::OpenAi, Dialect::Anthropic] {
             let c = chaos().await;
@@ -224,6 +228,7 @@ async fn stream_without_done_is_finalised_within_1s_with_usage() {
                 ProviderKind::Azure => azure("primary", &c, "no-done"),
                 // Not in the list: its token flow is tested in crates/hale/tests/sdk_vertex.rs.
                 ProviderKind::Vertex => unreachable!("no vertex provider here"),
+                ProviderKind::Bedrock => bedrock("primary", &c, "no-done"),
             };
             let h = Hale::start(config(vec![primary])).await;
             let call = match caller {

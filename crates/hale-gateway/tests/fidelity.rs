@@ -74,7 +74,10 @@ impl Recorder {
             ProviderKind::OpenAi => format!("http://{}/v1", self.addr),
             ProviderKind::Gemini => format!("http://{}/v1beta", self.addr),
             // The resource endpoint (these servers serve no `/openai/…`).
-            ProviderKind::Anthropic | ProviderKind::Azure | ProviderKind::Vertex => {
+            ProviderKind::Anthropic
+            | ProviderKind::Azure
+            | ProviderKind::Vertex
+            | ProviderKind::Bedrock => {
                 format!("http://{}", self.addr)
             }
         };
@@ -646,7 +649,10 @@ impl CutOnce {
             ProviderKind::OpenAi => format!("http://{}/v1", self.addr),
             ProviderKind::Gemini => format!("http://{}/v1beta", self.addr),
             // The resource endpoint (these servers serve no `/openai/…`).
-            ProviderKind::Anthropic | ProviderKind::Azure | ProviderKind::Vertex => {
+            ProviderKind::Anthropic
+            | ProviderKind::Azure
+            | ProviderKind::Vertex
+            | ProviderKind::Bedrock => {
                 format!("http://{}", self.addr)
             }
         };

@@ -55,7 +55,7 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: DlqCmd,
     },
-    /// A fault-injecting OpenAI/Anthropic/Azure OpenAI/Gemini/Vertex AI-compatible provider.
+    /// A fault-injecting OpenAI/Anthropic/Azure OpenAI/Bedrock/Gemini/Vertex AI-compatible provider.
     Chaos {
         #[arg(long, default_value = "127.0.0.1:4000")]
         listen: SocketAddr,
@@ -71,6 +71,12 @@ pub enum Cmd {
         /// signed by its key.
         #[arg(long)]
         vertex_key: Option<PathBuf>,
+        /// The Bedrock API key a bearer on Bedrock requests (/model/...) must
+        /// equal; without it any non-empty one. Requests without a bearer must
+        /// be SigV4-signed with AKIDEXAMPLE's documented secret or the
+        /// loopback STS's credentials (POST /).
+        #[arg(long)]
+        bedrock_api_key: Option<String>,
     },
     /// Supervise an agent process: restart it from its last valid checkpoint after a crash or termination.
     Run(crate::run::RunArgs),
@@ -243,6 +249,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             script,
             azure_api_key,
             vertex_key,
+            bedrock_api_key,
         } => {
             let vertex_key = match vertex_key {
                 Some(p) => Some(
@@ -266,7 +273,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .await
                 .with_context(|| format!("cannot listen on {listen}"))?;
             eprintln!(
-                "hale chaos listening on http://{} (OpenAI: /v1, Anthropic: /, Azure: /, Gemini: /v1beta, Vertex: / with its token endpoint at /token, tools: /tools and /mcp)",
+                "hale chaos listening on http://{} (OpenAI: /v1, Anthropic: /, Azure: /, Bedrock: / with its STS at POST /, Gemini: /v1beta, Vertex: / with its token endpoint at /token, tools: /tools and /mcp)",
                 listener.local_addr()?
             );
             hale_chaos::serve(
@@ -275,6 +282,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     script,
                     azure_api_key,
                     vertex_key,
+                    bedrock_api_key,
                 },
                 shutdown_signal(),
             )

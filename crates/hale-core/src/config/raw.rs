@@ -338,6 +338,11 @@ struct RawProvider {
     publisher: Opt<String>,
     #[serde(default)]
     credentials_file: Opt<String>,
+    // `kind: bedrock` only (validate/bedrock.rs); `auth` is shared with azure.
+    #[serde(default)]
+    region: Opt<String>,
+    #[serde(default)]
+    profile: Opt<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -34,13 +34,16 @@ pub enum Dialect {
     /// Google's Generative Language API (`models/{model}:generateContent`);
     /// a provider dialect only, for now.
     Gemini,
+    /// AWS Bedrock's Converse API (`/model/{id}/converse`); a provider
+    /// dialect only.
+    Bedrock,
 }
 
 impl Dialect {
     /// The key of a request body holding its conversation.
     pub(super) fn conversation_key(self) -> &'static str {
         match self {
-            Dialect::OpenAi | Dialect::Anthropic => "messages",
+            Dialect::OpenAi | Dialect::Anthropic | Dialect::Bedrock => "messages",
             Dialect::Responses => "input",
             Dialect::Gemini => "contents",
         }

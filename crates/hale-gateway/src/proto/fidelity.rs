@@ -35,7 +35,7 @@
 //! and only to a provider of the kind they belong to.
 
 use super::canonical::{ChatRequest, Dialect, Group, Knobs, Message, fingerprint};
-use super::{anthropic, gemini, openai, responses};
+use super::{anthropic, bedrock, gemini, openai, responses};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
@@ -127,8 +127,8 @@ pub fn render_for(
             Dialect::OpenAi => patch_openai(origin, req, model, prefill, &mut changes),
             Dialect::Anthropic => patch_anthropic(origin, req, model, prefill, &mut changes),
             Dialect::Responses => patch_responses(origin, req, model, prefill, &mut changes),
-            // No client speaks Gemini yet: rendered from the canonical form.
-            Dialect::Gemini => canonical(target, req, model, prefill),
+            // No client speaks Gemini or Converse: rendered from the canonical form.
+            Dialect::Gemini | Dialect::Bedrock => canonical(target, req, model, prefill),
         };
         // Every patch names itself in `changes`: none named, none made.
         let raw = if changes.is_empty() {
@@ -166,6 +166,7 @@ fn canonical(target: Dialect, req: &ChatRequest, model: &str, prefill: Option<&s
         Dialect::Anthropic => anthropic::render_request(req, model, prefill),
         Dialect::Responses => responses::render_request(req, model, prefill),
         Dialect::Gemini => gemini::render_request(req, model, prefill),
+        Dialect::Bedrock => bedrock::render_request(req, model, prefill),
     }
 }
 
@@ -648,7 +649,10 @@ fn crossing_changes(
         Dialect::Anthropic => anthropic_losses(origin, &mut dropped),
         Dialect::OpenAi => openai_losses(origin, req, &mut dropped),
         Dialect::Responses => responses_losses(origin, target, &mut dropped),
-        Dialect::Gemini => {}
+        Dialect::Gemini | Dialect::Bedrock => {}
+    }
+    if target == Dialect::Bedrock {
+        bedrock_losses(origin, req, &mut dropped);
     }
     if target == Dialect::Gemini {
         // Mapped into `generationConfig` (JSON answers, thinking).
@@ -680,6 +684,34 @@ fn crossing_changes(
 fn note(dropped: &mut BTreeSet<String>, what: &str) {
     let what: String = what.chars().take(MAX_NAME_CHARS).collect();
     dropped.insert(format!("dropped: {what}"));
+}
+
+/// What Converse has no form for: `tool_choice: none` (Converse has no
+/// such choice, so the tools are left out) and images given by URL
+/// (Converse takes inline bytes only).
+fn bedrock_losses(origin: &Origin, req: &ChatRequest, dropped: &mut BTreeSet<String>) {
+    if !req.tools.is_empty() && req.tool_choice.as_ref().and_then(Value::as_str) == Some("none") {
+        note(dropped, "tools (Converse has no tool_choice none)");
+    }
+    let by_url = |v: &Value| {
+        v.as_str()
+            .or_else(|| v.get("url").and_then(Value::as_str))
+            .is_some_and(|u| !u.starts_with("data:"))
+    };
+    let url_image = origin.wire_messages().iter().any(|m| {
+        m.get("content")
+            .and_then(Value::as_array)
+            .is_some_and(|parts| {
+                parts.iter().any(|p| {
+                    p.get("image_url").is_some_and(by_url)
+                        || p.get("source")
+                            .is_some_and(|s| s.get("type").and_then(Value::as_str) == Some("url"))
+                })
+            })
+    });
+    if url_image {
+        note(dropped, "image by URL (Converse takes inline images only)");
+    }
 }
 
 fn has_key_deep(v: &Value, key: &str) -> bool {
@@ -922,7 +954,7 @@ fn responses_losses(origin: &Origin, target: Dialect, dropped: &mut BTreeSet<Str
                                 Dialect::Anthropic => {
                                     anthropic::image_from_responses(part).is_some()
                                 }
-                                Dialect::Responses | Dialect::Gemini => true,
+                                Dialect::Responses | Dialect::Gemini | Dialect::Bedrock => true,
                             };
                             if !has_form {
                                 note(dropped, "input_image part (without an image_url)");
@@ -982,7 +1014,7 @@ mod responses_tests {
             Dialect::OpenAi => openai::parse_request_traced(&v),
             Dialect::Anthropic => anthropic::parse_request_traced(&v),
             Dialect::Responses => responses::parse_request_traced(&v),
-            Dialect::Gemini => panic!("no client speaks Gemini"),
+            Dialect::Gemini | Dialect::Bedrock => panic!("no client speaks Gemini or Converse"),
         }
         .unwrap();
         let origin =

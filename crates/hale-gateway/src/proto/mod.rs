@@ -6,8 +6,9 @@
 //! request, response and stream event passes through the canonical types here,
 //! so a chain can mix provider kinds and the agent sees its own dialect
 //! whoever served it. [`openai`], [`anthropic`] and [`responses`] hold the
-//! codecs; [`gemini`] is a provider dialect (Google's Generative Language
-//! API), rendered to and read from, not yet spoken to clients.
+//! codecs; [`gemini`] (Google's Generative Language API) and [`bedrock`]
+//! (AWS Bedrock's Converse API) are provider dialects, rendered to and read
+//! from, not spoken to clients.
 //!
 //! The canonical model is what hale reasons about, not what it sends when it
 //! need not translate: a request parsed by [`parse_request`] keeps the client's
@@ -33,6 +34,7 @@
 //!   ([`parse_request`], [`parse_sent`]).
 
 pub mod anthropic;
+pub mod bedrock;
 mod canonical;
 pub mod fidelity;
 pub mod gemini;

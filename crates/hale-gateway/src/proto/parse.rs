@@ -60,7 +60,7 @@ pub fn parse_rewritten(
         Dialect::OpenAi => openai::parse_request_traced(&body)?,
         Dialect::Anthropic => anthropic::parse_request_traced(&body)?,
         Dialect::Responses => responses::parse_request_traced(&body)?,
-        Dialect::Gemini => return Err(not_a_client_dialect()),
+        Dialect::Gemini | Dialect::Bedrock => return Err(not_a_client_dialect()),
     };
     let mut origin = Origin::new(dialect, body, like.headers.clone(), &req, trace);
     origin.notes.push(note);
@@ -171,7 +171,7 @@ fn parse_with_origin(
         Dialect::OpenAi => openai::parse_request_traced(&body)?,
         Dialect::Anthropic => anthropic::parse_request_traced(&body)?,
         Dialect::Responses => responses::parse_request_traced(&body)?,
-        Dialect::Gemini => return Err(not_a_client_dialect()),
+        Dialect::Gemini | Dialect::Bedrock => return Err(not_a_client_dialect()),
     };
     let origin = Origin::new(
         dialect,
@@ -183,9 +183,13 @@ fn parse_with_origin(
     Ok((req, origin))
 }
 
-/// Gemini is a provider dialect: no client request is parsed in it yet.
+/// Gemini and Bedrock's Converse are provider dialects: no client request
+/// is parsed in them.
 fn not_a_client_dialect() -> ProtoError {
-    ProtoError::new("body", "requests in Gemini's dialect are not accepted")
+    ProtoError::new(
+        "body",
+        "requests in a provider-only dialect are not accepted",
+    )
 }
 
 #[cfg(test)]

@@ -117,6 +117,25 @@ pub fn azure(name: &str, chaos: &ChaosHandle, model: &str) -> ProviderConfig {
     p
 }
 
+/// A Bedrock-kind provider pointing at `chaos`'s Bedrock routes with a
+/// Bedrock API key (chaos takes any bearer); the model id decides
+/// Converse or InvokeModel (`anthropic.` ids), unless `api` is set after.
+pub fn bedrock(name: &str, chaos: &ChaosHandle, model: &str) -> ProviderConfig {
+    let mut p = with_test_timeouts(ProviderConfig::new(
+        name,
+        ProviderKind::Bedrock,
+        &chaos.base_url_anthropic,
+        model,
+    ));
+    p.api_key = Some(hale_core::config::Secret::new("bedrock-test-key"));
+    p.bedrock = Some(hale_core::config::BedrockConfig {
+        region: "us-east-1".into(),
+        api: None,
+        auth: hale_core::config::BedrockAuth::ApiKey,
+    });
+    p
+}
+
 /// How long [`Hale::turn`] waits for a streamed turn's journal row.
 pub const JOURNAL_WAIT: Duration = Duration::from_secs(3);
 
@@ -723,6 +742,7 @@ pub async fn pair(
         ProviderKind::Azure => azure("backup", &c, BACKUP_MODEL),
         // Its token flow needs a service-account key: crates/hale/tests/sdk_vertex.rs.
         ProviderKind::Vertex => panic!("pair: no vertex backup here (see sdk_vertex.rs)"),
+        ProviderKind::Bedrock => bedrock("backup", &c, BACKUP_MODEL),
     };
     let mut cfg = config(vec![primary, backup]);
     tweak(&mut cfg);

@@ -1668,3 +1668,106 @@ providers:
     );
     assert_eq!(errs.len(), 9, "{errs:#?}");
 }
+
+/// `kind: bedrock`: the region's default `base_url`, `api` unset or
+/// explicit, SigV4 with a profile, an API key from the default variable.
+#[test]
+fn bedrock_providers_load() {
+    use crate::config::{BedrockApi, BedrockAuth};
+    let yaml = "\
+providers:
+  - name: br
+    kind: bedrock
+    region: us-west-2
+    profile: work
+    default_model: us.anthropic.claude-sonnet-4-20250514-v1:0
+  - name: br2
+    kind: bedrock
+    region: eu-west-1
+    base_url: http://127.0.0.1:9000/
+    api: converse
+    auth: api_key
+    default_model: anthropic.claude-3-haiku-20240307-v1:0
+";
+    let env = |k: &str| match k {
+        "AWS_BEARER_TOKEN_BEDROCK" => Some("bedrock-key".to_owned()),
+        other => full_env(other),
+    };
+    let cfg = load(yaml, &env).unwrap_or_else(|e| panic!("{e}"));
+    let br = &cfg.providers[0];
+    assert_eq!(br.kind, ProviderKind::Bedrock);
+    assert_eq!(
+        br.base_url,
+        "https://bedrock-runtime.us-west-2.amazonaws.com"
+    );
+    assert!(br.api_key.is_none());
+    let b = br.bedrock.as_ref().expect("bedrock settings");
+    assert_eq!(b.region, "us-west-2");
+    assert_eq!(b.api, None);
+    assert_eq!(
+        b.auth,
+        BedrockAuth::SigV4 {
+            profile: Some("work".into())
+        }
+    );
+    let br2 = &cfg.providers[1];
+    assert_eq!(br2.base_url, "http://127.0.0.1:9000");
+    let b2 = br2.bedrock.as_ref().expect("bedrock settings");
+    assert_eq!(b2.api, Some(BedrockApi::Converse));
+    assert_eq!(b2.auth, BedrockAuth::ApiKey);
+    assert_eq!(
+        br2.api_key.as_ref().map(|k| k.expose()),
+        Some("bedrock-key")
+    );
+}
+
+/// Bedrock's keys are checked with their path and line, and refused on
+/// other kinds; a missing region or API key is named.
+#[test]
+fn bedrock_provider_errors() {
+    let errs = load_err(
+        "\
+providers:
+  - name: br
+    kind: bedrock
+    default_model: m
+    api: chat
+  - name: br1
+    kind: bedrock
+    region: US_EAST_1
+    auth: iam
+    default_model: m
+  - name: br2
+    kind: bedrock
+    region: us-east-1
+    auth: api_key
+    profile: work
+    default_model: m
+  - name: br3
+    kind: bedrock
+    region: us-east-1
+    api_key_env: OPENAI_API_KEY
+    default_model: m
+  - name: o
+    kind: openai
+    base_url: https://api.openai.com/v1
+    default_model: gpt-4o
+    region: us-east-1
+    api: converse
+",
+    );
+    assert_error(&errs, "providers[0].region", Some(2), "needs `region`");
+    assert_error(&errs, "providers[0].api", Some(5), "converse or invoke");
+    assert_error(&errs, "providers[1].region", Some(8), "AWS region");
+    assert_error(&errs, "providers[1].auth", Some(9), "sigv4 or api_key");
+    assert_error(&errs, "providers[2].profile", Some(15), "auth: sigv4");
+    assert_error(
+        &errs,
+        "providers[2].api_key_env",
+        Some(11),
+        "AWS_BEARER_TOKEN_BEDROCK",
+    );
+    assert_error(&errs, "providers[3].api_key_env", Some(20), "auth: api_key");
+    assert_error(&errs, "providers[4].region", Some(26), "kind: bedrock");
+    assert_error(&errs, "providers[4].api", Some(27), "unknown api");
+}

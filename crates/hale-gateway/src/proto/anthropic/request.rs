@@ -522,7 +522,7 @@ fn blocks_of(m: &Message) -> Vec<Value> {
             }
             // A Gemini answer's thought or data parts: no Anthropic form.
             Part::Opaque {
-                dialect: Dialect::Gemini,
+                dialect: Dialect::Gemini | Dialect::Bedrock,
                 ..
             } => {}
             Part::ToolCall {

@@ -120,7 +120,7 @@ pub fn render_response(resp: &ChatResponse) -> Value {
                 value,
             } => blocks.push(value.clone()),
             Part::Opaque {
-                dialect: Dialect::OpenAi | Dialect::Responses | Dialect::Gemini,
+                dialect: Dialect::OpenAi | Dialect::Responses | Dialect::Gemini | Dialect::Bedrock,
                 ..
             }
             | Part::ToolResult { .. } => {}

@@ -24,7 +24,7 @@ pub fn carries(dialect: Dialect, key: &str) -> bool {
         Dialect::OpenAi => matches!(key, "response_format" | "reasoning_effort"),
         Dialect::Anthropic => key == "thinking",
         Dialect::Responses => matches!(key, "text" | "reasoning"),
-        Dialect::Gemini => true,
+        Dialect::Gemini | Dialect::Bedrock => true,
     }
 }
 

@@ -179,7 +179,7 @@ pub fn render_response(r: &ChatResponse) -> Value {
             ),
             Part::Opaque { dialect, value } => match dialect {
                 Dialect::Gemini => parts.push(value.clone()),
-                Dialect::OpenAi | Dialect::Anthropic | Dialect::Responses => {}
+                Dialect::OpenAi | Dialect::Anthropic | Dialect::Responses | Dialect::Bedrock => {}
             },
             Part::ToolResult { content, .. } => parts.push(json!({"text": content})),
         }

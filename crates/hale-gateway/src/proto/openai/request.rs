@@ -542,7 +542,7 @@ fn render_user_like(parts: &[Part], out: &mut Vec<Value>) {
             }
             // A Gemini answer's thought or data parts: no OpenAI form.
             Part::Opaque {
-                dialect: Dialect::Gemini,
+                dialect: Dialect::Gemini | Dialect::Bedrock,
                 ..
             } => {}
             Part::ToolCall { .. } => {}

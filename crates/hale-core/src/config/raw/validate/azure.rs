@@ -29,8 +29,14 @@ impl Ctx<'_> {
             ProviderKind::OpenAi
             | ProviderKind::Anthropic
             | ProviderKind::Gemini
-            | ProviderKind::Vertex => {
-                for (key, line) in azure_only {
+            | ProviderKind::Vertex
+            | ProviderKind::Bedrock => {
+                // `auth` is a bedrock key too (validate/bedrock.rs reads it).
+                let bedrock = pc.kind == ProviderKind::Bedrock;
+                for (key, line) in azure_only
+                    .into_iter()
+                    .filter(|(k, _)| !(bedrock && *k == "auth"))
+                {
                     if let Some(line) = line {
                         self.err(
                             format!("{path}.{key}"),

@@ -26,7 +26,7 @@ pub(super) fn is_http_url(s: &str) -> bool {
 /// Validation state: the problems found so far and what is needed to check
 /// references.
 pub(super) struct Ctx<'a> {
-    env: &'a dyn Fn(&str) -> Option<String>,
+    pub(super) env: &'a dyn Fn(&str) -> Option<String>,
     errors: Vec<ConfigError>,
     /// Provider names written in the file (valid or not).
     defined: BTreeSet<String>,

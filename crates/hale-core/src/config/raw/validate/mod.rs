@@ -15,6 +15,7 @@ mod agents;
 mod alerting;
 mod auth;
 mod azure;
+mod bedrock;
 mod compaction;
 mod cooldown;
 mod ctx;

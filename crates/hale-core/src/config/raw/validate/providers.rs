@@ -2,6 +2,7 @@
 //! names are unique and may not contain `/`.
 
 use super::ctx::{Ctx, is_http_url, line_of};
+use crate::bedrock;
 use crate::config::raw::{RawConfig, RawProvider};
 use crate::config::{ProviderApi, ProviderConfig, ProviderKind};
 use serde_saphyr::Spanned;
@@ -62,20 +63,29 @@ impl Ctx<'_> {
                 "gemini" => Some(ProviderKind::Gemini),
                 "azure" => Some(ProviderKind::Azure),
                 "vertex" => Some(ProviderKind::Vertex),
+                "bedrock" => Some(ProviderKind::Bedrock),
                 other => {
                     self.at(
                         format!("{path}.kind"),
                         k,
                         format!(
-                            "unknown provider kind `{other}`: expected openai, anthropic, azure, gemini or vertex"
+                            "unknown provider kind `{other}`: expected openai, anthropic, azure, bedrock, gemini or vertex"
                         ),
                     );
                     None
                 }
             });
-        let default_base = kind.and_then(ProviderKind::default_base_url);
+        // A bedrock provider's default is its region's endpoint (a missing
+        // region is named by validate/bedrock.rs).
+        let default_base = match kind {
+            Some(ProviderKind::Bedrock) => Some(bedrock::default_base_url(
+                r.region.as_ref().map_or("", |g| g.value.trim()),
+            )),
+            Some(k) => k.default_base_url().map(str::to_owned),
+            None => None,
+        };
         let base_url = match (&r.base_url, default_base) {
-            (None, Some(d)) => Some(d.to_owned()),
+            (None, Some(d)) => Some(d),
             // A vertex provider's comes from its `location` (validate/vertex.rs).
             (None, None) if kind == Some(ProviderKind::Vertex) => Some(String::new()),
             (Some(_), _) | (None, None) => self
@@ -122,6 +132,7 @@ impl Ctx<'_> {
         pc.api_key = api_key;
         self.azure(path, p, &mut pc);
         self.vertex(path, p, &mut pc);
+        self.bedrock(path, p, &mut pc);
         pc.models = models;
         pc.timeout = self.positive_ms(&format!("{path}.timeout_ms"), &r.timeout_ms, pc.timeout);
         pc.first_token_timeout = self.positive_ms(
@@ -136,6 +147,15 @@ impl Ctx<'_> {
         );
         if let Some(a) = &r.api {
             match (a.value.trim(), kind) {
+                // validate/bedrock.rs reads a bedrock provider's `api`.
+                ("converse" | "invoke", ProviderKind::Bedrock) => {}
+                (other, ProviderKind::Bedrock) => self.at(
+                    format!("{path}.api"),
+                    a,
+                    format!(
+                        "unknown api `{other}` for `kind: bedrock`: expected converse or invoke"
+                    ),
+                ),
                 ("chat", _) => {}
                 ("responses", ProviderKind::OpenAi | ProviderKind::Azure) => {
                     pc.api = ProviderApi::Responses

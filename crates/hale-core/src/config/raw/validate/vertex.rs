@@ -26,7 +26,8 @@ impl Ctx<'_> {
             ProviderKind::OpenAi
             | ProviderKind::Anthropic
             | ProviderKind::Gemini
-            | ProviderKind::Azure => {
+            | ProviderKind::Azure
+            | ProviderKind::Bedrock => {
                 for (key, line) in vertex_only {
                     if let Some(line) = line {
                         self.err(
