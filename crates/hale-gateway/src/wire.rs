@@ -11,9 +11,15 @@ use serde_json::Value;
 
 /// The wire dialect of a path: its errors are in that dialect's shape
 /// (Anthropic's on `/v1/messages`, the Responses API's — OpenAI's error
-/// shape — on `/v1/responses`, OpenAI's everywhere else).
+/// shape — on `/v1/responses`, Google's under `/v1beta/` and on
+/// `/v1/models/{model}:{action}`, OpenAI's everywhere else).
 pub fn dialect_of(path: &str) -> Dialect {
-    if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+    let gemini_action = path
+        .strip_prefix("/v1/models/")
+        .is_some_and(|rest| rest.contains(':'));
+    if path == "/v1beta" || path.starts_with("/v1beta/") || gemini_action {
+        Dialect::Gemini
+    } else if path == "/v1/messages" || path.starts_with("/v1/messages/") {
         Dialect::Anthropic
     } else if path == "/v1/responses" || path.starts_with("/v1/responses/") {
         Dialect::Responses
@@ -35,13 +41,20 @@ pub fn render_answer(dialect: Dialect, answer: &ChatResponse, req: &ChatRequest)
     }
 }
 
-/// An error body in the caller's dialect, with hale's detail beside it.
-pub fn render_error(dialect: Dialect, kind: &str, message: &str, hale: Value) -> Value {
+/// An error body of HTTP `status` in the caller's dialect, with hale's
+/// detail beside it (Google's shape names the status; the others do not).
+pub fn render_error(
+    dialect: Dialect,
+    status: u16,
+    kind: &str,
+    message: &str,
+    hale: Value,
+) -> Value {
     match dialect {
         Dialect::OpenAi => proto::openai::render_error(kind, message, hale),
         Dialect::Anthropic => proto::anthropic::render_error(kind, message, hale),
         Dialect::Responses => proto::responses::render_error(kind, message, hale),
-        Dialect::Gemini => proto::gemini::render_error(kind, message, hale),
+        Dialect::Gemini => proto::gemini::render_error(status, kind, message, hale),
     }
 }
 
@@ -87,13 +100,14 @@ impl Encoder {
         frames_to_bytes(&frames)
     }
 
-    /// The in-band error event that ends a stream nothing could continue.
-    pub fn error(&mut self, kind: &str, message: &str) -> Bytes {
+    /// The in-band error event that ends a stream nothing could continue;
+    /// `status` is what hale would have answered before the stream began.
+    pub fn error(&mut self, status: u16, kind: &str, message: &str) -> Bytes {
         let frames = match self {
             Encoder::OpenAi(e) => e.error(kind, message),
             Encoder::Anthropic(e) => e.error(kind, message),
             Encoder::Responses(e) => e.error(kind, message),
-            Encoder::Gemini(e) => e.error(kind, message),
+            Encoder::Gemini(e) => e.error(status, kind, message),
         };
         frames_to_bytes(&frames)
     }
