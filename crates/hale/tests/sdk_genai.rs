@@ -130,7 +130,7 @@ async fn google_genai_function_call_round_trips_served_by_openai_and_anthropic()
     // message answering the call it names.
     let oa = bodies
         .iter()
-        .rfind(|b| b["messages"].is_array())
+        .rfind(|b| b["model"] == "tool:name=get_weather:times=1:args=city=Paris")
         .expect("an OpenAI body");
     let msgs = oa["messages"].as_array().unwrap();
     let call_id = msgs

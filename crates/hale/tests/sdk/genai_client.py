@@ -40,9 +40,16 @@ WEATHER = types.FunctionDeclaration(
 
 
 def client(root, version="v1beta"):
+    # The SDK's own retries off: the healing is hale's. (Keep the client in
+    # a variable while it is used: the SDK closes its connection pool when
+    # the client is collected.)
     return genai.Client(
         api_key=KEY,
-        http_options=types.HttpOptions(base_url=root, api_version=version),
+        http_options=types.HttpOptions(
+            base_url=root,
+            api_version=version,
+            retry_options=types.HttpRetryOptions(attempts=1),
+        ),
     )
 
 
@@ -94,7 +101,8 @@ def text_mode(root, model):
     s = stream(c, model)
     s.pop("calls")
     counted = c.models.count_tokens(model=model, contents=QUESTION)
-    v1 = client(root, "v1").models.generate_content(model=model, contents=QUESTION)
+    c1 = client(root, "v1")
+    v1 = c1.models.generate_content(model=model, contents=QUESTION)
     return {
         "nonstream": nonstream,
         "stream": s,
@@ -145,7 +153,8 @@ def main():
     if mode == "text":
         out = text_mode(root, model)
     elif mode == "stream":
-        s = stream(client(root), model)
+        c = client(root)
+        s = stream(c, model)
         s.pop("calls")
         out = {"stream": s}
     elif mode == "tool":
@@ -155,8 +164,9 @@ def main():
             "stream": tool_round(c, sys.argv[4], True),
         }
     elif mode == "error":
+        c = client(root)
         try:
-            client(root).models.generate_content(model=model, contents=QUESTION)
+            c.models.generate_content(model=model, contents=QUESTION)
             out = {"refused": False}
         except errors.APIError as e:
             out = {
