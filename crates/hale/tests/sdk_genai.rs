@@ -225,8 +225,8 @@ fn hi() -> Value {
 
 /// hale's own refusals on Gemini routes are in Google's error shape with
 /// Google's status names: an unknown action (404 NOT_FOUND), a bad body
-/// naming its JSON path (400 INVALID_ARGUMENT), a stream without alt=sse
-/// (400), a paused agent (423 FAILED_PRECONDITION).
+/// naming its JSON path (400 INVALID_ARGUMENT), a stream form hale does not
+/// write (400), a paused agent (423 FAILED_PRECONDITION).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hales_refusals_reach_a_gemini_client_in_googles_shape() {
     let rig = rig("  g: [oa/chat-ok]\n", "").await;
@@ -248,7 +248,13 @@ async fn hales_refusals_reach_a_gemini_client_in_googles_shape() {
         "{v}"
     );
 
-    let (s, v) = post(&rig, "/v1beta/models/g:streamGenerateContent", &[], hi()).await;
+    let (s, v) = post(
+        &rig,
+        "/v1beta/models/g:streamGenerateContent?alt=proto",
+        &[],
+        hi(),
+    )
+    .await;
     assert_eq!(
         (s, e(&v)),
         (400, (json!(400), json!("INVALID_ARGUMENT"))),
@@ -369,4 +375,33 @@ async fn a_gemini_clients_key_and_model_lists() {
     assert_eq!(v["object"], "list", "OpenAI's list for anyone else: {v}");
     let (_, v) = get(&rig, "/v1beta/models/g?key=hale-gem-key", &[]).await;
     assert_eq!(v["name"], "models/g", "{v}");
+}
+
+/// A stream asked for without `alt=sse` is Google's default form: one JSON
+/// array of the chunks, the last with the finish and the usage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_without_alt_sse_is_one_json_array_of_chunks() {
+    let rig = rig("  g: [primary/error-503, oa/chat-ok]\n", "").await;
+    let r = rig
+        .http
+        .post(format!(
+            "{}/v1beta/models/g:streamGenerateContent",
+            rig.base
+        ))
+        .json(&hi())
+        .send()
+        .await
+        .expect("hale answers");
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let v: Value = r.json().await.expect("one JSON array");
+    let chunks = v.as_array().expect("an array");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["candidates"][0]["content"]["parts"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, words(60), "{v}");
+    let last = chunks.last().expect("chunks");
+    assert_eq!(last["candidates"][0]["finishReason"], "STOP", "{last}");
+    assert_eq!(last["usageMetadata"]["candidatesTokenCount"], 60, "{last}");
 }

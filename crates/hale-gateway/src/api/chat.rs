@@ -78,6 +78,7 @@ async fn chat(
         headers,
         body,
         req,
+        framing: crate::wire::Framing::Sse,
     };
     pipeline::handle(gw, call).await
 }

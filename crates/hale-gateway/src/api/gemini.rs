@@ -6,7 +6,8 @@
 //!   `:streamGenerateContent?alt=sse`: the turn pipeline, as every chat
 //!   route ([`crate::pipeline::handle`]), answered in Gemini's shape; the
 //!   model in the URL is the route or model name. A stream asked for
-//!   without `alt=sse` (Google's JSON-array stream) is a 400 saying so.
+//!   without `alt=sse` is Google's default form, one JSON array of the
+//!   chunks written as it grows ([`Framing::JsonArray`]).
 //! - `POST …/models/{model}:countTokens`: hale's token count of the request
 //!   (`hale_tokens`), `{"totalTokens": N}`.
 //! - `GET …/models` and `GET …/models/{model}`: the routes' and providers'
@@ -26,6 +27,7 @@ use crate::Gateway;
 use crate::error::HaleError;
 use crate::pipeline::{self, ChatCall};
 use crate::proto::{self, Dialect};
+use crate::wire::Framing;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, Uri};
@@ -66,19 +68,14 @@ pub(super) async fn action(
         Ok(caller) => caller,
         Err(e) => return e.into_response(Dialect::Gemini),
     };
-    let stream = match action {
-        ClientAction::Generate | ClientAction::CountTokens => false,
+    let (stream, framing) = match action {
+        ClientAction::Generate | ClientAction::CountTokens => (false, Framing::Sse),
         ClientAction::StreamGenerate => match hale_core::gemini::stream_form(param(&q, "alt")) {
-            Ok(StreamForm::Sse) => true,
-            Ok(StreamForm::JsonArray) => {
-                return HaleError::bad_request(
-                    "hale streams Gemini answers as server-sent events only: call streamGenerateContent with ?alt=sse",
-                )
-                .into_response(Dialect::Gemini);
-            }
+            Ok(StreamForm::Sse) => (true, Framing::Sse),
+            Ok(StreamForm::JsonArray) => (true, Framing::JsonArray),
             Err(alt) => {
                 return HaleError::bad_request(format!(
-                    "unsupported alt={alt}: hale streams Gemini answers with alt=sse"
+                    "unsupported alt={alt}: hale streams Gemini answers as alt=sse or, without alt, as a JSON array"
                 ))
                 .into_response(Dialect::Gemini);
             }
@@ -107,6 +104,7 @@ pub(super) async fn action(
         headers,
         body,
         req,
+        framing,
     };
     pipeline::handle(gw, call).await
 }
