@@ -8,7 +8,8 @@
 #
 # The targets are the [[bin]]s of fuzz/Cargo.toml (`cargo fuzz list`):
 # openai_request, anthropic_request, responses_request (request parsers and
-# their render round trip), upstream_sse, responses_stream (upstream event
+# their render round trip), gemini_request (a Gemini client's body, the same),
+# upstream_sse, responses_stream, gemini_stream (upstream event
 # streams through the decoders and back through the encoders), classify,
 # config_yaml, bedrock_eventstream (Bedrock's binary event stream through the
 # framing and the Converse/InvokeModel decoders).

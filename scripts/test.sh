@@ -2,8 +2,9 @@
 # Runs hale's whole test suite from a clean clone.
 # Installs what a fresh machine lacks: nats-server, chromium and
 # chromium-driver (Debian packages), a Python venv with the official `openai`
-# and `mcp` SDKs and the pinned OpenAI Agents SDK used by the end-to-end SDK
-# tests, and the pinned agent CLIs (Codex, Claude Code; npm) in .clis/.
+# and `mcp` SDKs, the pinned OpenAI Agents SDK and the pinned google-genai SDK
+# used by the end-to-end SDK tests, and the pinned agent CLIs (Codex, Claude
+# Code, Gemini CLI; npm) in .clis/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,9 +37,15 @@ if [ "$(.venv/bin/python -c 'from importlib.metadata import version; print(versi
   echo "installing openai-agents==$AGENTS_VERSION into .venv"
   .venv/bin/pip install -q --disable-pip-version-check "openai-agents==$AGENTS_VERSION"
 fi
+# The google-genai SDK of crates/hale/tests/sdk_genai.rs (Gemini as a client), pinned.
+GENAI_VERSION=3.6.1
+if [ "$(.venv/bin/python -c 'from importlib.metadata import version; print(version("google-genai"))' 2>/dev/null)" != "$GENAI_VERSION" ]; then
+  echo "installing google-genai==$GENAI_VERSION into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check "google-genai==$GENAI_VERSION"
+fi
 export HALE_PYTHON="$PWD/.venv/bin/python"
 
-# The agent CLIs of crates/hale/tests/agent_clis.rs (Codex, Claude Code) at the
+# The agent CLIs of crates/hale/tests/agent_clis.rs (Codex, Claude Code, Gemini CLI) at the
 # versions pinned in scripts/clis/package-lock.json, installed with `npm ci`
 # into .clis/ (git ignores it); skipped when that lock file is installed.
 if ! command -v npm >/dev/null 2>&1; then

@@ -10,7 +10,10 @@
 //! renderers, with and without a prefill, and their parsers on those renderings must
 //! not panic.
 
-use hale_gateway::proto::{ChatRequest, Dialect, ProtoError, anthropic, openai, responses};
+use hale_gateway::proto::{ChatRequest, Dialect, ProtoError, anthropic, gemini, openai, responses};
+
+/// The model a Gemini body is read for (a Gemini URL names it, not the body).
+const GEMINI_MODEL: &str = "fuzz-model";
 use serde_json::Value;
 
 fn parse(d: Dialect, body: &Value) -> Result<ChatRequest, ProtoError> {
@@ -18,6 +21,7 @@ fn parse(d: Dialect, body: &Value) -> Result<ChatRequest, ProtoError> {
         Dialect::OpenAi => openai::parse_request(body),
         Dialect::Anthropic => anthropic::parse_request(body),
         Dialect::Responses => responses::parse_request(body),
+        Dialect::Gemini => gemini::parse_request(body, GEMINI_MODEL, false),
     }
 }
 
@@ -26,6 +30,7 @@ fn render(d: Dialect, req: &ChatRequest, prefill: Option<&str>) -> Value {
         Dialect::OpenAi => openai::render_request(req, &req.model, prefill),
         Dialect::Anthropic => anthropic::render_request(req, &req.model, prefill),
         Dialect::Responses => responses::render_request(req, &req.model, prefill),
+        Dialect::Gemini => gemini::render_request(req, &req.model, prefill),
     }
 }
 
@@ -89,7 +94,12 @@ pub fn request_round_trip(body: &Value, dialect: Dialect) {
         "body changed on the wire:\n{once}"
     );
 
-    for other in [Dialect::OpenAi, Dialect::Anthropic, Dialect::Responses] {
+    for other in [
+        Dialect::OpenAi,
+        Dialect::Anthropic,
+        Dialect::Responses,
+        Dialect::Gemini,
+    ] {
         if other == dialect {
             continue;
         }

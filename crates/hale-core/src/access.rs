@@ -110,6 +110,23 @@ pub fn decide<'k>(auth: &'k AuthConfig, req: &Request<'_>) -> Result<Grant<'k>, 
     }
 }
 
+/// The key a request presents, from the places each client dialect puts
+/// it, first found wins: `Authorization: Bearer` (OpenAI), `x-api-key`
+/// (Anthropic), `x-goog-api-key` and the `key=` query parameter (Google's
+/// API). Blank values are no key.
+pub fn presented_key<'a>(
+    bearer: Option<&'a str>,
+    x_api_key: Option<&'a str>,
+    x_goog_api_key: Option<&'a str>,
+    query_key: Option<&'a str>,
+) -> Option<&'a str> {
+    [bearer, x_api_key, x_goog_api_key, query_key]
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .find(|k| !k.is_empty())
+}
+
 /// The token of an `Authorization: Bearer …` value; the scheme is
 /// case-insensitive, the token is trimmed and must not be empty.
 pub fn bearer_token(authorization: &str) -> Option<&str> {
@@ -317,5 +334,24 @@ mod tests {
         assert!(is_loopback("::ffff:127.0.0.1".parse().unwrap()));
         assert!(is_loopback("127.0.0.2".parse().unwrap()));
         assert!(!is_loopback("::ffff:10.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn the_key_comes_from_the_first_place_that_holds_one() {
+        for (places, want) in [
+            ([Some("b"), Some("x"), Some("g"), Some("q")], Some("b")),
+            ([None, Some("x"), Some("g"), Some("q")], Some("x")),
+            ([None, None, Some("g"), Some("q")], Some("g")),
+            ([None, None, None, Some("q")], Some("q")),
+            ([None, Some("  "), Some(" g "), None], Some("g")),
+            ([None, None, None, None], None),
+            ([None, None, Some(""), Some("")], None),
+        ] {
+            assert_eq!(
+                presented_key(places[0], places[1], places[2], places[3]),
+                want,
+                "{places:?}"
+            );
+        }
     }
 }

@@ -13,6 +13,11 @@
 //! `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `INVALID_ARGUMENT`, …) are read by the
 //! one classifier ([`crate::classify`]), which asks [`retry_delay`] here for
 //! the wait of a `RetryInfo` detail.
+//!
+//! Gemini is also a client dialect (agents calling hale the way they call
+//! Google): [`client_action`] reads a `models/{model}:{action}` segment,
+//! [`stream_form`] the `alt` of a stream request, and [`google_status`]
+//! names hale's own HTTP statuses as Google does in its error shape.
 
 use crate::class::ErrorClass;
 use std::time::Duration;
@@ -141,6 +146,87 @@ fn parse_duration(s: &str) -> Option<Duration> {
     ))
 }
 
+/// What a Gemini client asks of a model, the part of the URL's last segment
+/// after its last `:` (`models/{model}:{action}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAction {
+    /// `:generateContent`: one complete answer.
+    Generate,
+    /// `:streamGenerateContent`: the answer as a stream.
+    StreamGenerate,
+    /// `:countTokens`: the request's size in tokens.
+    CountTokens,
+}
+
+/// The model and action of a `{model}:{action}` path segment, split on the
+/// last `:` (a model name may hold one, an action never does); `None` when
+/// there is no `:`, the model is empty or the action is not one hale serves.
+pub fn client_action(segment: &str) -> Option<(&str, ClientAction)> {
+    let (model, action) = segment.rsplit_once(':')?;
+    if model.is_empty() {
+        return None;
+    }
+    let action = match action {
+        "generateContent" => ClientAction::Generate,
+        "streamGenerateContent" => ClientAction::StreamGenerate,
+        "countTokens" => ClientAction::CountTokens,
+        _other => return None,
+    };
+    Some((model, action))
+}
+
+/// How a Gemini client asked for its stream: `alt=sse` (server-sent
+/// events), or Google's default, one JSON array written as it grows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamForm {
+    Sse,
+    JsonArray,
+}
+
+/// The stream form a `streamGenerateContent` query asks for: `alt=sse` is
+/// SSE; no `alt` (or `alt=json`) is the JSON array; any other `alt` is
+/// `Err` with the value.
+pub fn stream_form(alt: Option<&str>) -> Result<StreamForm, String> {
+    match alt {
+        Some("sse") => Ok(StreamForm::Sse),
+        None | Some("json") => Ok(StreamForm::JsonArray),
+        Some(other) => Err(other.chars().take(MAX_REASON_CHARS).collect()),
+    }
+}
+
+/// Whether a request on a path both dialects share (`GET /v1/models`) is
+/// a Google client's: it carries `x-goog-api-key`, a `key=` query
+/// parameter or Google's SDK header `x-goog-api-client`. OpenAI clients
+/// send none of them.
+pub fn is_google_client(goog_api_key: bool, query_key: bool, goog_api_client: bool) -> bool {
+    goog_api_key || query_key || goog_api_client
+}
+
+/// Google's status name (`google.rpc.Code`) of an HTTP status hale answers
+/// a Gemini client with, as Google's own API pairs them: 400
+/// `INVALID_ARGUMENT`, 401 `UNAUTHENTICATED`, 402 (a budget) and 429
+/// `RESOURCE_EXHAUSTED`, 403 `PERMISSION_DENIED`, 404 `NOT_FOUND`, 409 (a
+/// guard's stop) and 423 (a paused agent) `FAILED_PRECONDITION`, 503
+/// `UNAVAILABLE`, 504 `DEADLINE_EXCEEDED`, …
+pub fn google_status(http: u16) -> &'static str {
+    match http {
+        400 | 411 | 413 | 415 | 422 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        402 | 429 => "RESOURCE_EXHAUSTED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        405 | 501 => "UNIMPLEMENTED",
+        408 | 504 => "DEADLINE_EXCEEDED",
+        409 | 412 | 423 | 428 => "FAILED_PRECONDITION",
+        499 => "CANCELLED",
+        503 | 502 => "UNAVAILABLE",
+        500 => "INTERNAL",
+        // Explicitly: other 4xx are the caller's, other 5xx hale's.
+        s if (400..500).contains(&s) => "FAILED_PRECONDITION",
+        _other => "INTERNAL",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +306,71 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn client_actions_split_on_the_last_colon() {
+        use ClientAction as A;
+        for (seg, want) in [
+            (
+                "gemini-2.5-flash:generateContent",
+                Some(("gemini-2.5-flash", A::Generate)),
+            ),
+            ("m:streamGenerateContent", Some(("m", A::StreamGenerate))),
+            ("m:countTokens", Some(("m", A::CountTokens))),
+            (
+                "ft:my:model:generateContent",
+                Some(("ft:my:model", A::Generate)),
+            ),
+            ("m:embedContent", None),
+            ("m:", None),
+            (":generateContent", None),
+            ("gemini-2.5-flash", None),
+            ("", None),
+        ] {
+            assert_eq!(client_action(seg), want, "{seg}");
+        }
+    }
+
+    #[test]
+    fn a_google_client_is_told_by_its_key_or_sdk_header() {
+        for (k, q, c, want) in [
+            (false, false, false, false),
+            (true, false, false, true),
+            (false, true, false, true),
+            (false, false, true, true),
+            (true, true, true, true),
+        ] {
+            assert_eq!(is_google_client(k, q, c), want, "{k} {q} {c}");
+        }
+    }
+
+    #[test]
+    fn stream_forms_and_google_statuses() {
+        assert_eq!(stream_form(Some("sse")), Ok(StreamForm::Sse));
+        assert_eq!(stream_form(None), Ok(StreamForm::JsonArray));
+        assert_eq!(stream_form(Some("json")), Ok(StreamForm::JsonArray));
+        assert_eq!(stream_form(Some("proto")), Err("proto".to_owned()));
+        for (http, want) in [
+            (400, "INVALID_ARGUMENT"),
+            (401, "UNAUTHENTICATED"),
+            (402, "RESOURCE_EXHAUSTED"),
+            (403, "PERMISSION_DENIED"),
+            (404, "NOT_FOUND"),
+            (405, "UNIMPLEMENTED"),
+            (409, "FAILED_PRECONDITION"),
+            (413, "INVALID_ARGUMENT"),
+            (422, "INVALID_ARGUMENT"),
+            (423, "FAILED_PRECONDITION"),
+            (429, "RESOURCE_EXHAUSTED"),
+            (418, "FAILED_PRECONDITION"),
+            (500, "INTERNAL"),
+            (502, "UNAVAILABLE"),
+            (503, "UNAVAILABLE"),
+            (504, "DEADLINE_EXCEEDED"),
+            (599, "INTERNAL"),
+        ] {
+            assert_eq!(google_status(http), want, "{http}");
+        }
     }
 }

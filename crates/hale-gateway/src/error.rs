@@ -1,7 +1,8 @@
 //! hale's own error responses.
 //!
 //! Errors become responses only here, at the edge: the OpenAI error shape (or
-//! Anthropic's, for `/v1/messages` callers) with hale's detail beside it —
+//! Anthropic's, for `/v1/messages` callers, or Google's, with its status
+//! names, for Gemini callers) with hale's detail beside it —
 //! `{"error": {"type", "message", "hale": {turn_id, agent, timeline}}}`.
 //! Errors no handler made (an unknown route, a wrong method, a body over the
 //! limit, an extractor's rejection) are given the same shape by
@@ -116,6 +117,13 @@ impl HaleError {
         e
     }
 
+    /// The HTTP status hale answers a turn that failed with `f`
+    /// ([`HaleError::from_failure`]'s); a stream that broke past repair
+    /// names it in its in-band error.
+    pub fn failure_status(f: &Failure) -> StatusCode {
+        Self::from_failure("", "", serde_json::Value::Null, 0, f).status
+    }
+
     /// The response for a turn whose attempt loop gave up with `f`.
     pub fn from_failure(
         turn_id: &str,
@@ -175,7 +183,13 @@ impl HaleError {
 
     /// Renders in the caller's dialect.
     pub fn into_response(self, dialect: Dialect) -> Response {
-        let body = crate::wire::render_error(dialect, self.kind, &self.message, self.hale);
+        let body = crate::wire::render_error(
+            dialect,
+            self.status.as_u16(),
+            self.kind,
+            &self.message,
+            self.hale,
+        );
         let mut resp = Response::new(Body::from(serde_json::to_vec(&body).unwrap_or_default()));
         *resp.status_mut() = self.status;
         resp.headers_mut()

@@ -60,6 +60,9 @@ pub struct ChatCall {
     /// The canonical request; it keeps the client's JSON and provider-feature
     /// headers (same-dialect fidelity).
     pub req: ChatRequest,
+    /// How a streamed answer is written (SSE, but for a Gemini caller that
+    /// asked for Google's JSON-array stream).
+    pub framing: wire::Framing,
 }
 
 /// One chat call, in any dialect: the whole turn.
@@ -70,6 +73,7 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
         headers,
         body,
         mut req,
+        framing,
     } = call;
 
     // Agent gate. Traffic with no identity (no header, no key default)
@@ -332,13 +336,11 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
         Ok((served, Served::Stream(live))) => {
             let target = turn.targets[served].clone();
             let (tx, rx) = tokio::sync::mpsc::channel(STREAM_CHANNEL);
-            let enc = Encoder::new(dialect, &turn.id, &target.model, &req);
+            let enc = Encoder::new(dialect, &turn.id, &target.model, &req).framed(framing);
+            let content_type = enc.content_type();
             let mut resp = Response::new(Body::from_stream(tokio_stream_from(rx)));
             let h = resp.headers_mut();
-            h.insert(
-                "content-type",
-                HeaderValue::from_static("text/event-stream"),
-            );
+            h.insert("content-type", HeaderValue::from_static(content_type));
             h.insert("cache-control", HeaderValue::from_static("no-cache"));
             evidence(&mut resp, &turn, served, &target.model);
             let pairs = evidence_pairs(&resp);
@@ -359,7 +361,7 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
                     status: 200,
                     headers: pairs,
                     body: std::mem::take(&mut r.body),
-                    content_type: "text/event-stream".into(),
+                    content_type: content_type.into(),
                 };
                 let for_key = (r.failure.is_none() && idem_key.is_some()).then(|| stored.clone());
                 let pending = finish_turn(

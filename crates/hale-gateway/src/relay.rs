@@ -292,7 +292,11 @@ pub async fn relay(
             t.extend_from_slice(&enc.encode(&StreamEvent::Done));
             Bytes::from(t)
         }
-        Some(f) => enc.error(f.class.as_str(), &f.message),
+        Some(f) => enc.error(
+            crate::error::HaleError::failure_status(f).as_u16(),
+            f.class.as_str(),
+            &f.message,
+        ),
     };
     let mut body = out.body;
     body.extend_from_slice(&tail);
@@ -339,7 +343,7 @@ impl Closing {
 }
 
 /// A rough input-token count, for a stream whose provider reported no usage.
-fn input_tokens_estimate(req: &ChatRequest) -> u64 {
+pub(crate) fn input_tokens_estimate(req: &ChatRequest) -> u64 {
     let system = req
         .system
         .as_deref()

@@ -1,4 +1,5 @@
-//! The agent CLIs the client tests drive hale with (Codex, Claude Code):
+//! The agent CLIs the client tests drive hale with (Codex, Claude Code,
+//! Gemini CLI):
 //! an environment variable naming the binary, else the pinned install in
 //! `.clis/` at the workspace root (scripts/test.sh makes it with `npm ci`
 //! from `scripts/clis/`). A CLI counts as present when `--version` runs and
@@ -28,6 +29,13 @@ pub const CLAUDE: Cli = Cli {
     bin: "claude",
     env: "HALE_CLAUDE",
     version: "2.1.328",
+};
+
+/// Gemini CLI (npm `@google/gemini-cli`), as pinned in `scripts/clis/package.json`.
+pub const GEMINI: Cli = Cli {
+    bin: "gemini",
+    env: "HALE_GEMINI",
+    version: "0.61.0",
 };
 
 /// The CLI's binary, or why there is none.

@@ -18,7 +18,7 @@ pub mod process;
 pub mod python;
 pub mod wait;
 
-pub use clis::{CLAUDE, CODEX, Cli, cli, cli_or_skip};
+pub use clis::{CLAUDE, CODEX, Cli, GEMINI, cli, cli_or_skip};
 pub use hook::hook;
 pub use http::{client, get_json, get_text};
 pub use nats::{NatsServer, StreamMsg, jetstream_len, jetstream_messages, nats_server_bin};

@@ -1,6 +1,7 @@
 //! The real agent CLIs through the real `hale serve` → `hale chaos`
-//! (issue 27): the Codex CLI (`codex exec`, the Responses API) and Claude
-//! Code (`claude -p`, the Anthropic Messages API), each at the version
+//! (issues 27, 29): the Codex CLI (`codex exec`, the Responses API), Claude
+//! Code (`claude -p`, the Anthropic Messages API) and Gemini CLI
+//! (`gemini -p`, Google's Generative Language API), each at the version
 //! pinned in `scripts/clis/package.json`, each finishing a turn while the
 //! primary deployment answers 503 and the fallback's stream is cut once.
 //!
@@ -10,7 +11,7 @@
 //! own retries are off (the healing is hale's), and its non-essential
 //! traffic (telemetry, update checks) is switched off.
 //!
-//! The CLIs come from `HALE_CODEX` / `HALE_CLAUDE`, else `.clis/` at the
+//! The CLIs come from `HALE_CODEX` / `HALE_CLAUDE` / `HALE_GEMINI`, else `.clis/` at the
 //! workspace root (scripts/test.sh installs them). Without one at the pinned
 //! version a test prints why and returns — except under `CI=true`, where
 //! that is a failure.
@@ -18,7 +19,7 @@
 mod common;
 
 use common::*;
-use hale_testkit::{CLAUDE, CODEX, cli_or_skip};
+use hale_testkit::{CLAUDE, CODEX, GEMINI, cli_or_skip};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Output;
@@ -275,4 +276,102 @@ async fn claude_code_completes_a_turn_through_a_503_and_a_cut_stream() {
     let text = answer["content"][0]["text"].as_str().expect("text");
     assert!(text.len() > 20, "{answer}");
     assert_eq!(stdout.trim(), text.trim());
+}
+
+// ---------------------------------------------------------------------------
+// Gemini CLI
+// ---------------------------------------------------------------------------
+
+/// The default agent: a Gemini primary answering 503 for ever, then an
+/// OpenAI fallback whose stream is cut after five chunks (once), then an
+/// Anthropic one. Each offers one model, so whatever model Gemini CLI asks
+/// for, each serves its own.
+const GEMINI_CONFIG: &str = "
+agents:
+  default: {provider: primary, fallback: [fb, fb2]}
+retry:
+  server_error: {max_attempts: 2, initial_ms: 20, max_ms: 50}
+providers:
+  - {name: primary, kind: gemini, base_url: '{chaos}/v1beta', api_key_env: HALE_TEST_GEMINI_KEY, default_model: error-503, models: [error-503]}
+  - {name: fb, kind: openai, base_url: '{chaos}/v1', default_model: 'cut:after=5', models: ['cut:after=5']}
+  - {name: fb2, kind: anthropic, base_url: '{chaos}', default_model: claude-ok, models: [claude-ok]}
+";
+
+/// Gemini CLI's settings: the API-key auth (the only one that takes a
+/// base URL), no telemetry, no update checks.
+const GEMINI_SETTINGS: &str = r#"{
+  "security": {"auth": {"selectedType": "gemini-api-key"}},
+  "privacy": {"usageStatisticsEnabled": false},
+  "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
+  "telemetry": {"enabled": false}
+}"#;
+
+/// `gemini -p` with `GOOGLE_GEMINI_BASE_URL` = hale: the turn completes and
+/// prints the provider's whole answer although the Gemini primary answers
+/// 503 and the OpenAI fallback's stream is cut (resumed on the Anthropic
+/// one with the delivered text as a prefill). Gemini CLI's
+/// `streamGenerateContent?alt=sse` with its system instruction and tools
+/// reaches the providers translated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_cli_completes_a_turn_through_a_503_and_a_cut_stream() {
+    let Some(gemini) = cli_or_skip(GEMINI) else {
+        return;
+    };
+    let rig = ChaosRig::start_with(
+        GEMINI_CONFIG,
+        &[],
+        &[("HALE_TEST_GEMINI_KEY", "k-gemini-test")],
+    )
+    .await;
+    let home = rig.dir.path().join("gemini-home");
+    let work = rig.dir.path().join("work");
+    std::fs::create_dir_all(home.join(".gemini")).expect("HOME");
+    std::fs::create_dir_all(&work).expect("workdir");
+    std::fs::write(home.join(".gemini/settings.json"), GEMINI_SETTINGS).expect("settings");
+    let envs = [
+        ("HOME", home.to_string_lossy().into_owned()),
+        ("GOOGLE_GEMINI_BASE_URL", rig.base.clone()),
+        ("GEMINI_API_KEY", "hale-gemini-cli-key".to_string()),
+        // Headless in a fresh directory: trust it without asking.
+        ("GEMINI_CLI_TRUST_WORKSPACE", "true".to_string()),
+    ];
+    let args = ["-m", "gemini-2.5-flash", "-p", "Say hi."];
+    let out = run_cli(&gemini, &args, &work, &envs, &rig).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+
+    assert!(
+        rig.chaos_faults("error-503").await >= 1,
+        "the primary was tried"
+    );
+    assert_eq!(rig.chaos_faults("cut").await, 1, "the stream was cut once");
+    let bodies = rig.chaos_bodies().await;
+    let cut = bodies
+        .iter()
+        .find(|b| b["model"] == "cut:after=5")
+        .expect("the OpenAI fallback was called");
+    // Gemini CLI's systemInstruction and function declarations, translated.
+    assert_eq!(cut["messages"][0]["role"], "system", "{cut}");
+    assert!(
+        cut["messages"][0]["content"]
+            .as_str()
+            .is_some_and(|s| s.contains("Gemini CLI")),
+        "{cut}"
+    );
+    assert!(
+        cut["tools"].as_array().is_some_and(|t| !t.is_empty()),
+        "the CLI's tools reached the provider: {cut}"
+    );
+    assert_eq!(cut["stream"], true);
+    let resumed = bodies.last().expect("chaos got requests");
+    assert_eq!(resumed["model"], "claude-ok", "{resumed}");
+    assert_eq!(
+        resumed["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .map(|m| &m["role"]),
+        Some(&json!("assistant")),
+        "resumed with the delivered text as a prefill"
+    );
+    // The whole answer is what the provider says to the request uncut.
+    assert_eq!(stdout.trim(), words(60), "{stdout}");
 }

@@ -1,7 +1,8 @@
 //! The chat routes: a dialect's request in (auth at the edge, then the body
 //! parsed into the canonical [`ChatCall`]), the turn pipeline
 //! ([`crate::pipeline::handle`]), a response or an SSE stream out (rendered
-//! in the caller's dialect by `crate::wire`). A handler per wire dialect.
+//! in the caller's dialect by `crate::wire`). A handler per wire dialect;
+//! Gemini's, whose URL names the model and the action, are in [`super::gemini`].
 
 use super::edge::authorize;
 use crate::Gateway;
@@ -77,6 +78,7 @@ async fn chat(
         headers,
         body,
         req,
+        framing: crate::wire::Framing::Sse,
     };
     pipeline::handle(gw, call).await
 }
@@ -90,6 +92,11 @@ pub(super) async fn models(
     if let Err(e) = authorize(&gw, peer, &headers, false) {
         return e.into_response(Dialect::OpenAi);
     }
+    axum::Json(proto::openai::render_models(&model_ids(&gw))).into_response()
+}
+
+/// The names a model list answers: the routes' and the providers' models.
+pub(super) fn model_ids(gw: &Gateway) -> Vec<String> {
     let mut ids: Vec<String> = gw.cfg.routes.keys().cloned().collect();
     for p in &gw.cfg.providers {
         ids.push(p.default_model.clone());
@@ -97,5 +104,5 @@ pub(super) async fn models(
     }
     ids.sort();
     ids.dedup();
-    axum::Json(proto::openai::render_models(&ids)).into_response()
+    ids
 }

@@ -1,8 +1,8 @@
 //! The edge every route shares (DESIGN §1, §8): auth, the admin layer,
 //! error shaping, fallbacks and the body limit.
 //!
-//! Auth runs first: a bearer key (or Anthropic's `x-api-key`) maps to a
-//! scope ([`authorize`] → [`Caller`]); with no keys configured only direct
+//! Auth runs first: a bearer key (or Anthropic's `x-api-key`, or Google's
+//! `x-goog-api-key` or `key=` query parameter) maps to a scope ([`authorize`] → [`Caller`]); with no keys configured only direct
 //! loopback clients are served (the rule is `hale_core::access`). Admin
 //! endpoints need an admin key when keys exist ([`admin_refusal`], and the
 //! [`admin_only`] layer for routes added by the binary).
@@ -12,7 +12,8 @@
 //! a wrong method (405), and [`shape_errors`], which gives every error no
 //! handler shaped (axum's 413, 415, 422 and bad-query 400 rejections,
 //! plain-text 5xx) the error shape of the route's dialect: Anthropic's on
-//! `/v1/messages`, OpenAI's everywhere else.
+//! `/v1/messages`, Google's under `/v1beta/` and on
+//! `/v1/models/{model}:{action}`, OpenAI's everywhere else.
 
 use crate::Gateway;
 use crate::error::HaleError;
@@ -148,16 +149,29 @@ pub fn authorize(
     headers: &HeaderMap,
     admin: bool,
 ) -> Result<Caller, HaleError> {
-    let token = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(access::bearer_token)
-        .or_else(|| {
-            headers
-                .get("x-api-key")
-                .and_then(|v| v.to_str().ok())
-                .map(str::trim)
-        });
+    authorize_with(gw, peer, headers, None, admin)
+}
+
+/// Google's API key header.
+pub const GOOG_API_KEY: &str = "x-goog-api-key";
+
+/// [`authorize`], with the `key=` query parameter a Gemini client may
+/// send its key in (`query_key`); the key is read from the first place
+/// that holds one ([`access::presented_key`]).
+pub fn authorize_with(
+    gw: &Gateway,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    query_key: Option<&str>,
+    admin: bool,
+) -> Result<Caller, HaleError> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let token = access::presented_key(
+        text("authorization").and_then(access::bearer_token),
+        text("x-api-key"),
+        text(GOOG_API_KEY),
+        query_key,
+    );
     let req = access::Request {
         peer_loopback: access::is_loopback(peer.ip()),
         forwarded: access::FORWARDING_HEADERS

@@ -8,6 +8,8 @@
 //! (`hale_core::access::exposure_refusal`).
 //!
 //! - [`chat`]: a dialect's request in → the pipeline → a response or SSE out.
+//! - [`gemini`]: the same for Gemini clients (`/v1beta/models/{model}:{action}`,
+//!   under `/v1/` too), with `countTokens` and Google's model list.
 //! - [`agents`], [`deployments`], [`health`], [`checkpoints`], [`history`]:
 //!   the admin and agent APIs over the components.
 //! - [`responses`]: the Responses API's stored responses (GET, DELETE, input items).
@@ -19,6 +21,7 @@ pub mod checkpoints;
 pub mod dashboard;
 pub mod deployments;
 pub mod edge;
+pub mod gemini;
 pub mod health;
 pub mod history;
 pub mod ops;
@@ -46,7 +49,18 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             "/v1/responses/{id}/input_items",
             get(responses::input_items),
         )
-        .route("/v1/models", get(chat::models))
+        .route("/v1/models", get(gemini::models_either))
+        // Google's Generative Language API (Gemini CLI, google-genai):
+        // `{model}:{action}` is one segment, split by the handler.
+        .route("/v1beta/models", get(gemini::models))
+        .route(
+            "/v1beta/models/{model}",
+            get(gemini::model).post(gemini::action),
+        )
+        .route(
+            "/v1/models/{model}",
+            get(gemini::model).post(gemini::action),
+        )
         // Operations.
         .route("/live", get(|| async { "ok" }))
         .route("/ready", get(ops::ready))

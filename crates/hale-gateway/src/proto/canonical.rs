@@ -3,7 +3,7 @@
 //! Every request, response and stream event passes through these types on
 //! its way between a caller and a provider, so a chain can mix provider
 //! kinds: each dialect's codec ([`super::openai`], [`super::anthropic`],
-//! [`super::responses`])
+//! [`super::responses`], [`super::gemini`])
 //! translates its wire shapes to and from them. A request also keeps what
 //! its client sent ([`Origin`]) and which canonical messages the parser made
 //! of each wire message ([`Trace`]); they live here, beside the
@@ -31,8 +31,7 @@ pub enum Dialect {
     Anthropic,
     /// OpenAI Responses (`/v1/responses`).
     Responses,
-    /// Google's Generative Language API (`models/{model}:generateContent`);
-    /// a provider dialect only, for now.
+    /// Google's Generative Language API (`models/{model}:generateContent`).
     Gemini,
     /// AWS Bedrock's Converse API (`/model/{id}/converse`); a provider
     /// dialect only.

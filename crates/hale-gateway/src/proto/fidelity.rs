@@ -127,8 +127,9 @@ pub fn render_for(
             Dialect::OpenAi => patch_openai(origin, req, model, prefill, &mut changes),
             Dialect::Anthropic => patch_anthropic(origin, req, model, prefill, &mut changes),
             Dialect::Responses => patch_responses(origin, req, model, prefill, &mut changes),
-            // No client speaks Gemini or Converse: rendered from the canonical form.
-            Dialect::Gemini | Dialect::Bedrock => canonical(target, req, model, prefill),
+            Dialect::Gemini => patch_gemini(origin, req, model, prefill, &mut changes),
+            // No client speaks Converse: rendered from the canonical form.
+            Dialect::Bedrock => canonical(target, req, model, prefill),
         };
         // Every patch names itself in `changes`: none named, none made.
         let raw = if changes.is_empty() {
@@ -617,6 +618,192 @@ fn patch_responses(
     Value::Object(body)
 }
 
+/// A Gemini request for a Gemini provider: the client's JSON, patched.
+///
+/// The model and whether to stream are in the URL, not the body, so
+/// neither is patched: the client's bytes go as they are when hale changed
+/// nothing else. `generationConfig` keeps every field the client set;
+/// only the canonical ones hale changed are written into it.
+fn patch_gemini(
+    origin: &Origin,
+    req: &ChatRequest,
+    model: &str,
+    prefill: Option<&str>,
+    changes: &mut Vec<String>,
+) -> Value {
+    let mut body = origin.body_but_messages();
+    if req.system != origin.system {
+        match req.system.as_deref().filter(|s| !s.is_empty()) {
+            Some(s) => body.insert("systemInstruction".into(), json!({"parts": [{"text": s}]})),
+            None => body.remove("systemInstruction"),
+        };
+        changes.push("system".into());
+    }
+    let wire = origin.wire_messages();
+    let (pieces, changed) = align(origin, &req.messages);
+    let names = gemini::tool_names(&req.messages);
+    let mut contents: Vec<Value> = Vec::with_capacity(wire.len() + 1);
+    for p in pieces {
+        match p {
+            Piece::Wire(i) => contents.extend(wire.get(i).cloned()),
+            Piece::New(r) => {
+                for m in &req.messages[r] {
+                    // Later system messages (a nudge) are user text in place.
+                    gemini::render_message(m, &names, &mut contents);
+                }
+            }
+        }
+    }
+    if changed {
+        changes.push("messages".into());
+    }
+    if let Some(p) = prefill.filter(|p| !p.is_empty()) {
+        contents.push(json!({"role": "model", "parts": [{"text": p}]}));
+        changes.push("prefill".into());
+    }
+    body.insert("contents".into(), Value::Array(contents));
+
+    let mut config = match body.remove("generationConfig") {
+        Some(Value::Object(g)) => g,
+        Some(_) | None => Map::new(),
+    };
+    if req.max_tokens != origin.max_tokens {
+        match req.max_tokens {
+            Some(n) => config.insert("maxOutputTokens".into(), json!(n)),
+            None => config.remove("maxOutputTokens"),
+        };
+        changes.push("max_tokens".into());
+    }
+    let now = Knobs::of(req);
+    if now != origin.knobs {
+        let was = origin.knobs;
+        let full = gemini::render_request(req, model, None);
+        let gen_full = full.get("generationConfig");
+        for (changed, key, name) in [
+            (
+                now.temperature != was.temperature,
+                "temperature",
+                "temperature",
+            ),
+            (now.top_p != was.top_p, "topP", "top_p"),
+            (now.stop != was.stop, "stopSequences", "stop"),
+        ] {
+            if changed {
+                match gen_full.and_then(|g| g.get(key)) {
+                    Some(v) => config.insert(key.into(), v.clone()),
+                    None => config.remove(key),
+                };
+                changes.push(name.into());
+            }
+        }
+        for (changed, key, name) in [
+            (now.tools != was.tools, "tools", "tools"),
+            (
+                now.tool_choice != was.tool_choice,
+                "toolConfig",
+                "tool_choice",
+            ),
+        ] {
+            if changed {
+                match full.get(key) {
+                    Some(v) => body.insert(key.into(), v.clone()),
+                    None => body.remove(key),
+                };
+                changes.push(name.into());
+            }
+        }
+    }
+    if !config.is_empty() {
+        body.insert("generationConfig".into(), Value::Object(config));
+    }
+    Value::Object(body)
+}
+
+/// Top-level fields of a Gemini request the canonical model carries.
+const GEMINI_MAPPED: &[&str] = &[
+    "contents",
+    "systemInstruction",
+    "tools",
+    "toolConfig",
+    "generationConfig",
+];
+
+/// What a Gemini request loses on its way to a provider of another
+/// dialect: `safetySettings`, `cachedContent` and every other field the
+/// canonical model does not carry, `generationConfig` fields other than the
+/// limits and sampling (`topK`, `responseSchema`, `thinkingConfig`, …),
+/// tools other than function declarations (`googleSearch`,
+/// `codeExecution`, …), thought parts, `thoughtSignature`s and the parts
+/// with no form elsewhere (non-image data, code).
+fn gemini_losses(origin: &Origin, dropped: &mut BTreeSet<String>) {
+    let b = &origin.body;
+    for k in b.keys() {
+        if !GEMINI_MAPPED.contains(&k.as_str()) {
+            note(dropped, k);
+        }
+    }
+    if let Some(Value::Object(g)) = b.get("generationConfig") {
+        for k in g.keys() {
+            if !gemini::GENERATION_MAPPED.contains(&k.as_str()) {
+                note(dropped, &format!("generationConfig.{k}"));
+            }
+        }
+    }
+    if let Some(Value::Array(tools)) = b.get("tools") {
+        for t in tools {
+            if let Some(o) = t.as_object() {
+                for k in o.keys().filter(|k| *k != "functionDeclarations") {
+                    note(dropped, &format!("tools[].{k}"));
+                }
+            }
+        }
+    }
+    if let Some(names) = b
+        .get("toolConfig")
+        .and_then(|t| t.get("functionCallingConfig"))
+        .and_then(|f| f.get("allowedFunctionNames"))
+        .and_then(Value::as_array)
+        && names.len() > 1
+    {
+        note(
+            dropped,
+            "toolConfig.functionCallingConfig.allowedFunctionNames",
+        );
+    }
+    for c in origin.wire_messages() {
+        let Some(Value::Array(parts)) = c.get("parts") else {
+            continue;
+        };
+        for part in parts {
+            let Some(o) = part.as_object() else { continue };
+            if o.contains_key("thoughtSignature") {
+                note(dropped, "thoughtSignature");
+            }
+            if o.get("thought").and_then(Value::as_bool) == Some(true) {
+                note(dropped, "thought part");
+                continue;
+            }
+            for k in o.keys() {
+                match k.as_str() {
+                    "text" | "functionCall" | "functionResponse" | "thought"
+                    | "thoughtSignature" => {}
+                    "inlineData" | "fileData" => {
+                        let image = o
+                            .get(k)
+                            .and_then(|d| d.get("mimeType"))
+                            .and_then(Value::as_str)
+                            .is_some_and(|m| m.starts_with("image/"));
+                        if !image {
+                            note(dropped, &format!("{k} part (not an image)"));
+                        }
+                    }
+                    other => note(dropped, &format!("{other} part")),
+                }
+            }
+        }
+    }
+}
+
 /// What crossing dialects changes: hale's own changes (model, limits,
 /// messages, prefill) and what the client sent that the target's dialect
 /// cannot carry (`dropped: …`).
@@ -649,7 +836,9 @@ fn crossing_changes(
         Dialect::Anthropic => anthropic_losses(origin, &mut dropped),
         Dialect::OpenAi => openai_losses(origin, req, &mut dropped),
         Dialect::Responses => responses_losses(origin, target, &mut dropped),
-        Dialect::Gemini | Dialect::Bedrock => {}
+        Dialect::Gemini => gemini_losses(origin, &mut dropped),
+        // No client speaks Converse.
+        Dialect::Bedrock => {}
     }
     if target == Dialect::Bedrock {
         bedrock_losses(origin, req, &mut dropped);
@@ -1014,7 +1203,8 @@ mod responses_tests {
             Dialect::OpenAi => openai::parse_request_traced(&v),
             Dialect::Anthropic => anthropic::parse_request_traced(&v),
             Dialect::Responses => responses::parse_request_traced(&v),
-            Dialect::Gemini | Dialect::Bedrock => panic!("no client speaks Gemini or Converse"),
+            Dialect::Gemini => gemini::parse_request_traced(&v, "gemini-2.5-flash", false),
+            Dialect::Bedrock => panic!("no client speaks Converse"),
         }
         .unwrap();
         let origin =
@@ -1173,6 +1363,7 @@ mod responses_tests {
 #[cfg(test)]
 mod gemini_tests {
     use super::*;
+    use crate::proto::canonical::Role;
 
     /// Crossing to Gemini, what `generationConfig` carries (a JSON answer
     /// format, a reasoning effort) is not named dropped; what it cannot
@@ -1214,5 +1405,95 @@ mod gemini_tests {
             "application/json"
         );
         assert!(out.body.get("messages").is_none());
+    }
+
+    /// A Gemini client's request as `parse::parse_gemini_sent` keeps it.
+    fn gemini_client(body: &str) -> ChatRequest {
+        let v: Value = serde_json::from_str(body).unwrap();
+        let (mut req, trace) = gemini::parse_request_traced(&v, "route-g", true).unwrap();
+        let origin = Origin::new(Dialect::Gemini, v, Vec::new(), &req, trace)
+            .with_raw(Bytes::from(body.to_owned()));
+        req.origin = Some(std::sync::Arc::new(origin));
+        req
+    }
+
+    const CLI: &str = r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]},
+        {"role":"model","parts":[{"text":"plan","thought":true},{"functionCall":{"name":"ls","args":{}},"thoughtSignature":"c2ln"}]},
+        {"role":"user","parts":[{"functionResponse":{"name":"ls","response":{"output":"a b"}}}]}],
+        "systemInstruction":{"parts":[{"text":"S"}]},
+        "tools":[{"functionDeclarations":[{"name":"ls","parametersJsonSchema":{"type":"object"}}]},{"googleSearch":{}}],
+        "generationConfig":{"temperature":0,"topK":64,"thinkingConfig":{"includeThoughts":true}},
+        "safetySettings":[],"cachedContent":"cachedContents/x"}"#;
+
+    /// Same kind: the client's very bytes, whatever model serves (it is
+    /// in the URL, not the body), and nothing named changed.
+    #[test]
+    fn an_unchanged_gemini_request_reaches_a_gemini_provider_as_sent() {
+        let req = gemini_client(CLI);
+        let out = render_for(Dialect::Gemini, &req, "gemini-2.5-pro", None);
+        assert_eq!(out.changes, Vec::<String>::new());
+        assert_eq!(out.raw.as_deref(), Some(CLI.as_bytes()));
+        assert_eq!(out.body, serde_json::from_str::<Value>(CLI).unwrap());
+    }
+
+    /// A nudge and a prefill: the client's contents stay as sent (the
+    /// thought and its signature with them), the new ones are rendered,
+    /// and the client's own generationConfig fields survive.
+    #[test]
+    fn a_changed_gemini_request_keeps_the_clients_parts_and_fields() {
+        let mut req = gemini_client(CLI);
+        req.messages.push(Message::text(Role::System, "nudge"));
+        req.max_tokens = Some(77);
+        let out = render_for(Dialect::Gemini, &req, "gemini-2.5-pro", Some("Once"));
+        assert!(out.raw.is_none());
+        for c in ["messages", "prefill", "max_tokens"] {
+            assert!(out.changes.contains(&c.to_string()), "{:?}", out.changes);
+        }
+        let b = &out.body;
+        let contents = b["contents"].as_array().unwrap();
+        assert_eq!(contents[1]["parts"][1]["thoughtSignature"], "c2ln");
+        assert_eq!(contents[1]["parts"][0]["thought"], true);
+        // The nudge joins the user turn of the function response.
+        assert_eq!(contents[2]["parts"][1], json!({"text": "nudge"}));
+        assert_eq!(
+            contents[3],
+            json!({"role": "model", "parts": [{"text": "Once"}]})
+        );
+        assert_eq!(b["generationConfig"]["maxOutputTokens"], 77);
+        assert_eq!(b["generationConfig"]["topK"], 64);
+        assert_eq!(b["cachedContent"], "cachedContents/x");
+        assert_eq!(b["tools"][1], json!({"googleSearch": {}}));
+    }
+
+    /// Across kinds: the conversation is mapped (the call id minted for the
+    /// Gemini call matches its response) and what has no equivalent is
+    /// named dropped.
+    #[test]
+    fn a_gemini_request_crosses_to_openai_and_names_what_is_lost() {
+        let req = gemini_client(CLI);
+        let out = render_for(Dialect::OpenAi, &req, "gpt-4o", None);
+        for d in [
+            "dropped: safetySettings",
+            "dropped: cachedContent",
+            "dropped: generationConfig.topK",
+            "dropped: generationConfig.thinkingConfig",
+            "dropped: tools[].googleSearch",
+            "dropped: thoughtSignature",
+            "dropped: thought part",
+        ] {
+            assert!(
+                out.changes.contains(&d.to_string()),
+                "{d}: {:?}",
+                out.changes
+            );
+        }
+        let b = &out.body;
+        assert_eq!(b["messages"][0], json!({"role": "system", "content": "S"}));
+        let call = &b["messages"][2]["tool_calls"][0];
+        assert_eq!(call["function"]["name"], "ls");
+        assert_eq!(b["messages"][3]["tool_call_id"], call["id"]);
+        assert_eq!(b["messages"][3]["content"], "a b");
+        assert_eq!(b["temperature"], 0.0);
+        assert!(b.get("safetySettings").is_none() && b.get("contents").is_none());
     }
 }

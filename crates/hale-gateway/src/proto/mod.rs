@@ -1,14 +1,16 @@
 //! One canonical chat model, and translation to and from the three wire dialects.
 //!
 //! Agents speak OpenAI Chat Completions (`/v1/chat/completions`), Anthropic
-//! Messages (`/v1/messages`) or OpenAI Responses (`/v1/responses`);
+//! Messages (`/v1/messages`), OpenAI Responses (`/v1/responses`) or Gemini
+//! (`/v1beta/models/{model}:generateContent`);
 //! providers speak any of them too. Rather than translate dialect to dialect, every
 //! request, response and stream event passes through the canonical types here,
 //! so a chain can mix provider kinds and the agent sees its own dialect
-//! whoever served it. [`openai`], [`anthropic`] and [`responses`] hold the
-//! codecs; [`gemini`] (Google's Generative Language API) and [`bedrock`]
-//! (AWS Bedrock's Converse API) are provider dialects, rendered to and read
-//! from, not spoken to clients.
+//! whoever served it. [`openai`], [`anthropic`], [`responses`] and
+//! [`gemini`] (Google's Generative Language API) hold the codecs; each is
+//! spoken both ways, by clients calling hale and by providers hale calls.
+//! [`bedrock`] (AWS Bedrock's Converse API) is a provider dialect only,
+//! rendered to and read from, not spoken to clients.
 //!
 //! The canonical model is what hale reasons about, not what it sends when it
 //! need not translate: a request parsed by [`parse_request`] keeps the client's
@@ -23,7 +25,7 @@
 //! - `json.rs`: the small JSON readers every codec parses with (each error
 //!   names the JSON path of the offending field);
 //! - `sse.rs`: the server-sent event an encoder writes ([`openai::SseFrame`]);
-//! - [`openai`], [`anthropic`] and [`responses`]: one folder per wire dialect, each split
+//! - [`openai`], [`anthropic`], [`responses`] and [`gemini`]: one folder per wire dialect, each split
 //!   into `request.rs` (parse and render requests), `response.rs` (parse and
 //!   render responses, stop reasons, error bodies) and `stream.rs` (decode a
 //!   provider's stream, encode a caller's). A dialect depends on the
@@ -49,4 +51,6 @@ pub use canonical::{
     StreamEvent, Tool, Usage,
 };
 pub use fidelity::{Outgoing, render_for};
-pub use parse::{Sent, parse_request, parse_request_sent, parse_rewritten, parse_sent};
+pub use parse::{
+    Sent, parse_gemini_sent, parse_request, parse_request_sent, parse_rewritten, parse_sent,
+};

@@ -11,7 +11,7 @@ use serde_json::Value;
 use std::sync::Arc;
 
 use super::canonical::{ChatRequest, Dialect, Origin, ProtoError};
-use super::{anthropic, fidelity, openai, responses};
+use super::{anthropic, fidelity, gemini, openai, responses};
 
 /// Parses a client's request body of `dialect` and keeps what the client
 /// sent — the body itself and the provider-feature headers of
@@ -42,6 +42,30 @@ pub fn parse_request_sent(
         Some(raw) => origin.with_raw(raw),
         None => origin,
     };
+    req.origin = Some(Arc::new(origin));
+    Ok(req)
+}
+
+/// A Gemini client's body as it arrived: the model and whether to stream
+/// are the URL's (`models/{model}:{action}`), so they are given, not read.
+/// Kept as [`parse_request_sent`] keeps the other dialects' bodies.
+pub fn parse_gemini_sent(
+    sent: Sent,
+    headers: &axum::http::HeaderMap,
+    model: &str,
+    stream: bool,
+) -> Result<ChatRequest, ProtoError> {
+    let (mut req, trace) = gemini::parse_request_traced(&sent.value, model, stream)?;
+    let mut origin = Origin::new(
+        Dialect::Gemini,
+        sent.value,
+        fidelity::feature_headers(headers),
+        &req,
+        trace,
+    );
+    if let Some(raw) = sent.raw {
+        origin = origin.with_raw(raw);
+    }
     req.origin = Some(Arc::new(origin));
     Ok(req)
 }
@@ -183,12 +207,13 @@ fn parse_with_origin(
     Ok((req, origin))
 }
 
-/// Gemini and Bedrock's Converse are provider dialects: no client request
-/// is parsed in them.
+/// A Gemini body names neither its model nor whether to stream (the URL
+/// does): it is read by [`parse_gemini_sent`], never here; Bedrock's
+/// Converse is a provider dialect, in which no client request is parsed.
 fn not_a_client_dialect() -> ProtoError {
     ProtoError::new(
         "body",
-        "requests in a provider-only dialect are not accepted",
+        "a Gemini request is read with its URL's model and action; Converse requests are not accepted",
     )
 }
 

@@ -2,11 +2,26 @@
 //! `models/{model}:generateContent` and `:streamGenerateContent?alt=sse`.
 //!
 //! Translates between Gemini's wire shapes and the canonical types of
-//! [`super`]. Gemini is a provider dialect: hale renders requests for it and
-//! reads its answers and streams; the other direction (a Gemini client
-//! calling hale) is a later step, of which only the answer side exists here
-//! (a complete answer, an error body and a stream encoder, for
-//! [`crate::wire`]'s exhaustive matches).
+//! [`super`], both ways: hale renders requests for a `kind: gemini`
+//! provider and reads its answers and streams, and it reads a Gemini
+//! client's request (Gemini CLI, the `google-genai` SDKs) and answers it in
+//! Gemini's shape — a complete answer, a stream, an error in Google's
+//! `{"error": {"code", "message", "status"}}`.
+//!
+//! Reading a client's request ([`parse_request_traced`]; the model and
+//! whether to stream are the URL's): `contents` (roles `user` and `model`),
+//! text, `functionCall` (ids minted, `gemini_call_{n}`, when the client
+//! gives none; a `functionResponse` without an id answers the first
+//! unanswered call of its name), images in `inlineData` / `fileData` (as
+//! Anthropic-form images, which every dialect renders), thought parts and
+//! every other part kept opaque (so a Gemini provider gets them back,
+//! `thoughtSignature` included), `systemInstruction`,
+//! `tools[].functionDeclarations` (`parametersJsonSchema`, or `parameters`
+//! in Google's OpenAPI subset turned into JSON Schema), `toolConfig`, and
+//! `generationConfig`'s `maxOutputTokens`, `temperature`, `topP`,
+//! `stopSequences` (`candidateCount` above 1 is refused). The rest
+//! (`safetySettings`, `cachedContent`, the rest of `generationConfig`) is
+//! kept for a Gemini provider and named dropped for any other.
 //!
 //! What the rendering does that other dialects never had to:
 //!
@@ -40,6 +55,13 @@ mod request;
 mod response;
 mod stream;
 
-pub use request::{MAX_STOP_SEQUENCES, carries, render_request};
-pub use response::{answer_failure, parse_response, render_error, render_response, stop_reason};
+pub use request::{
+    GENERATION_MAPPED, MAX_STOP_SEQUENCES, MINTED_CALL_ID, carries, openapi_to_json_schema,
+    parse_request, render_request,
+};
+pub(crate) use request::{parse_request_traced, render_message, tool_names};
+pub use response::{
+    answer_failure, parse_response, render_count, render_error, render_model, render_models,
+    render_response, stop_reason,
+};
 pub use stream::{StreamDecoder, StreamEncoder};

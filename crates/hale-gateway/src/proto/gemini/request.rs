@@ -1,9 +1,475 @@
-//! Gemini requests: rendering a canonical request as a `generateContent` body.
+//! Gemini requests: a client's `generateContent` body read into a
+//! canonical request ([`parse_request_traced`]), and a canonical request
+//! rendered as a `generateContent` body ([`render_request`]).
 
 use serde_json::{Map, Value, json};
 
-use crate::proto::anthropic::arguments_to_input;
-use crate::proto::canonical::{ChatRequest, Dialect, Message, Part, Role};
+use crate::proto::anthropic::{arguments_to_input, input_to_arguments};
+use crate::proto::canonical::{ChatRequest, Dialect, Message, Part, ProtoError, Role, Tool, Trace};
+use crate::proto::json::{
+    as_object, at, empty_schema, err, field, join, kind_of, opt_array, opt_f64, opt_str, opt_u32,
+    req_array, req_str,
+};
+
+/// Top-level fields of a `generateContent` body the canonical model
+/// carries; every other one (`safetySettings`, `cachedContent`, `labels`,
+/// …) goes to `extra`, passed to a Gemini provider and named dropped for
+/// any other.
+const MODELED: &[&str] = &["contents", "systemInstruction", "tools", "toolConfig"];
+
+/// `generationConfig` fields the canonical model carries; the rest stay in
+/// the client's `generationConfig` (in `extra`).
+pub const GENERATION_MAPPED: &[&str] = &[
+    "maxOutputTokens",
+    "temperature",
+    "topP",
+    "stopSequences",
+    "candidateCount",
+];
+
+/// The prefix of the ids hale gives a client's function calls that carry
+/// none (Gemini's usually do not): `gemini_call_{n}`, numbered in order.
+pub const MINTED_CALL_ID: &str = "gemini_call_";
+
+/// [`parse_request_traced`] without the trace: a Gemini client's body for
+/// `model`, streamed or not.
+pub fn parse_request(body: &Value, model: &str, stream: bool) -> Result<ChatRequest, ProtoError> {
+    parse_request_traced(body, model, stream).map(|(r, _)| r)
+}
+
+/// Parses a Gemini client's `generateContent` body: the model and whether
+/// to stream come from the URL (`models/{model}:{action}`), not the body.
+/// Every error names the JSON path of the offending field.
+pub(crate) fn parse_request_traced(
+    body: &Value,
+    model: &str,
+    stream: bool,
+) -> Result<(ChatRequest, Trace), ProtoError> {
+    let obj = as_object(body, "")?;
+    let raw_contents = req_array(obj, "contents", "")?;
+
+    let system = match field(obj, "systemInstruction") {
+        None => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(v @ Value::Object(_)) => {
+            let so = as_object(v, "systemInstruction")?;
+            let mut texts = Vec::new();
+            if let Some(parts) = opt_array(so, "parts", "systemInstruction")? {
+                for (i, p) in parts.iter().enumerate() {
+                    let pp = at("systemInstruction.parts", i);
+                    let po = as_object(p, &pp)?;
+                    if let Some(t) = opt_str(po, "text", &pp)? {
+                        texts.push(t.to_owned());
+                    }
+                }
+            }
+            Some(texts.join("\n"))
+        }
+        Some(v) => {
+            return Err(err(
+                "systemInstruction",
+                format!("must be an object with `parts`, got {}", kind_of(v)),
+            ));
+        }
+    };
+
+    let mut calls = Calls::default();
+    let mut messages = Vec::with_capacity(raw_contents.len());
+    let mut trace = Trace::with_capacity(raw_contents.len());
+    for (i, c) in raw_contents.iter().enumerate() {
+        let before = messages.len();
+        let p = at("contents", i);
+        let co = as_object(c, &p)?;
+        let model_side = match opt_str(co, "role", &p)? {
+            None | Some("user" | "function" | "tool") => false,
+            Some("model") => true,
+            Some(other) => {
+                return Err(err(
+                    join(&p, "role"),
+                    format!("unknown role `{other}` (expected user or model)"),
+                ));
+            }
+        };
+        let pp = join(&p, "parts");
+        let raw_parts = opt_array(co, "parts", &p)?.map_or(&[][..], Vec::as_slice);
+        let mut parts = Vec::with_capacity(raw_parts.len());
+        for (j, part) in raw_parts.iter().enumerate() {
+            parts.push(parse_part(part, &at(&pp, j), &mut calls)?);
+        }
+        if model_side {
+            if !parts.is_empty() {
+                messages.push(Message {
+                    role: Role::Assistant,
+                    content: parts,
+                });
+            }
+        } else {
+            // Each function response becomes its own tool message; the other
+            // parts stay user messages, in order.
+            let mut run = Vec::new();
+            for part in parts {
+                match part {
+                    Part::ToolResult { .. } => {
+                        if !run.is_empty() {
+                            messages.push(Message {
+                                role: Role::User,
+                                content: std::mem::take(&mut run),
+                            });
+                        }
+                        messages.push(Message {
+                            role: Role::Tool,
+                            content: vec![part],
+                        });
+                    }
+                    Part::Text { .. } | Part::Opaque { .. } | Part::ToolCall { .. } => {
+                        run.push(part)
+                    }
+                }
+            }
+            if !run.is_empty() {
+                messages.push(Message {
+                    role: Role::User,
+                    content: run,
+                });
+            }
+        }
+        trace.spans.push(before..messages.len());
+    }
+
+    let mut tools = Vec::new();
+    if let Some(raw_tools) = opt_array(obj, "tools", "")? {
+        for (i, t) in raw_tools.iter().enumerate() {
+            let tp = at("tools", i);
+            let to = as_object(t, &tp)?;
+            let Some(decls) = opt_array(to, "functionDeclarations", &tp)? else {
+                continue;
+            };
+            for (j, d) in decls.iter().enumerate() {
+                tools.push(parse_declaration(
+                    d,
+                    &at(&join(&tp, "functionDeclarations"), j),
+                )?);
+            }
+        }
+    }
+    let tool_choice = match field(obj, "toolConfig") {
+        None => None,
+        Some(tc) => parse_tool_config(tc)?,
+    };
+
+    let mut max_tokens = None;
+    let mut temperature = None;
+    let mut top_p = None;
+    let mut stop = Vec::new();
+    if let Some(g) = field(obj, "generationConfig") {
+        let go = as_object(g, "generationConfig")?;
+        let gp = "generationConfig";
+        max_tokens = opt_u32(go, "maxOutputTokens", gp)?;
+        temperature = opt_f64(go, "temperature", gp)?;
+        top_p = opt_f64(go, "topP", gp)?;
+        if let Some(seqs) = opt_array(go, "stopSequences", gp)? {
+            for (i, s) in seqs.iter().enumerate() {
+                match s {
+                    Value::String(s) => stop.push(s.clone()),
+                    other => {
+                        return Err(err(
+                            at("generationConfig.stopSequences", i),
+                            format!("must be a string, got {}", kind_of(other)),
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(n) = opt_u32(go, "candidateCount", gp)?
+            && n > 1
+        {
+            return Err(err(
+                "generationConfig.candidateCount",
+                format!("hale serves one candidate per answer; candidateCount must be 1, got {n}"),
+            ));
+        }
+    }
+
+    let mut extra = Map::new();
+    for (k, v) in obj {
+        if !MODELED.contains(&k.as_str()) {
+            extra.insert(k.clone(), v.clone());
+        }
+    }
+    let req = ChatRequest {
+        model: model.to_owned(),
+        system: system.filter(|s| !s.is_empty()),
+        messages,
+        tools,
+        tool_choice,
+        max_tokens,
+        temperature,
+        top_p,
+        stop,
+        stream,
+        // Gemini streams always end with usage.
+        include_usage: true,
+        extra,
+        dialect: Dialect::Gemini,
+        origin: None,
+    };
+    Ok((req, trace))
+}
+
+/// The function calls of a conversation, in order, for function responses
+/// that name their call only by the function's name.
+#[derive(Default)]
+struct Calls {
+    /// (id, name, answered) of every call seen.
+    seen: Vec<(String, String, bool)>,
+    minted: usize,
+}
+
+impl Calls {
+    fn call(&mut self, id: Option<&str>, name: &str) -> String {
+        let id = match id.filter(|i| !i.is_empty()) {
+            Some(i) => i.to_owned(),
+            None => {
+                let i = format!("{MINTED_CALL_ID}{}", self.minted);
+                self.minted += 1;
+                i
+            }
+        };
+        self.seen.push((id.clone(), name.to_owned(), false));
+        id
+    }
+
+    /// The call a response answers: its own id, else the first unanswered
+    /// call of that name, else an id of its own.
+    fn answer(&mut self, id: Option<&str>, name: &str) -> String {
+        if let Some(i) = id.filter(|i| !i.is_empty()) {
+            if let Some(c) = self.seen.iter_mut().find(|c| c.0 == i) {
+                c.2 = true;
+            }
+            return i.to_owned();
+        }
+        match self.seen.iter_mut().find(|c| !c.2 && c.1 == name) {
+            Some(c) => {
+                c.2 = true;
+                c.0.clone()
+            }
+            None => {
+                let i = format!("{MINTED_CALL_ID}{}", self.minted);
+                self.minted += 1;
+                i
+            }
+        }
+    }
+}
+
+/// One part of a client's content.
+fn parse_part(p: &Value, path: &str, calls: &mut Calls) -> Result<Part, ProtoError> {
+    let po = as_object(p, path)?;
+    let opaque = || Part::Opaque {
+        dialect: Dialect::Gemini,
+        value: p.clone(),
+    };
+    if po.get("thought").and_then(Value::as_bool) == Some(true) {
+        return Ok(opaque());
+    }
+    if let Some(t) = field(po, "text") {
+        return match t {
+            Value::String(t) => Ok(Part::Text { text: t.clone() }),
+            other => Err(err(
+                join(path, "text"),
+                format!("must be a string, got {}", kind_of(other)),
+            )),
+        };
+    }
+    if let Some(fc) = field(po, "functionCall") {
+        let fp = join(path, "functionCall");
+        let fo = as_object(fc, &fp)?;
+        let name = req_str(fo, "name", &fp)?;
+        let id = calls.call(opt_str(fo, "id", &fp)?, name);
+        let arguments = match field(fo, "args") {
+            None => "{}".to_owned(),
+            Some(a @ Value::Object(_)) => input_to_arguments(a),
+            Some(other) => {
+                return Err(err(
+                    join(&fp, "args"),
+                    format!("must be an object, got {}", kind_of(other)),
+                ));
+            }
+        };
+        return Ok(Part::ToolCall {
+            id,
+            name: name.to_owned(),
+            arguments,
+        });
+    }
+    if let Some(fr) = field(po, "functionResponse") {
+        let fp = join(path, "functionResponse");
+        let fo = as_object(fr, &fp)?;
+        let name = req_str(fo, "name", &fp)?;
+        let tool_call_id = calls.answer(opt_str(fo, "id", &fp)?, name);
+        let (content, is_error) = match field(fo, "response") {
+            None => (String::new(), false),
+            Some(r @ Value::Object(_)) => response_content(r),
+            Some(other) => {
+                return Err(err(
+                    join(&fp, "response"),
+                    format!("must be an object, got {}", kind_of(other)),
+                ));
+            }
+        };
+        return Ok(Part::ToolResult {
+            tool_call_id,
+            content,
+            is_error,
+        });
+    }
+    for (key, source) in [("inlineData", "base64"), ("fileData", "url")] {
+        let Some(d) = field(po, key) else { continue };
+        let dp = join(path, key);
+        let d = as_object(d, &dp)?;
+        let mime = opt_str(d, "mimeType", &dp)?.unwrap_or("");
+        if !mime.starts_with("image/") {
+            return Ok(opaque());
+        }
+        // An image: in Anthropic's form, which every dialect renders.
+        let value = if source == "base64" {
+            let data = req_str(d, "data", &dp)?;
+            json!({"type": "image", "source": {"type": "base64", "media_type": mime, "data": data}})
+        } else {
+            let url = req_str(d, "fileUri", &dp)?;
+            json!({"type": "image", "source": {"type": "url", "url": url}})
+        };
+        return Ok(Part::Opaque {
+            dialect: Dialect::Anthropic,
+            value,
+        });
+    }
+    // executableCode, codeExecutionResult, videoMetadata, …: Gemini's own.
+    Ok(opaque())
+}
+
+/// A `functionResponse.response` as a tool result's text: the value of a
+/// lone `output`, `result` or `content` string (what Gemini CLI and the
+/// SDKs' helpers send), the text of a lone `error` (an error result), else
+/// the whole object as JSON.
+fn response_content(r: &Value) -> (String, bool) {
+    if let Some(o) = r.as_object()
+        && o.len() == 1
+        && let Some((k, Value::String(s))) = o.iter().next()
+    {
+        match k.as_str() {
+            "output" | "result" | "content" => return (s.clone(), false),
+            "error" => return (s.clone(), true),
+            _ => {}
+        }
+    }
+    (r.to_string(), false)
+}
+
+/// A `functionDeclarations` entry as a canonical tool: its
+/// `parametersJsonSchema` as it is, else its `parameters` (Google's OpenAPI
+/// subset) as JSON Schema ([`openapi_to_json_schema`]).
+fn parse_declaration(d: &Value, path: &str) -> Result<Tool, ProtoError> {
+    let o = as_object(d, path)?;
+    let name = req_str(o, "name", path)?.to_owned();
+    let description = opt_str(o, "description", path)?.map(str::to_owned);
+    let parameters = match (field(o, "parametersJsonSchema"), field(o, "parameters")) {
+        (Some(s), _) => s.clone(),
+        (None, Some(s @ Value::Object(_))) => openapi_to_json_schema(s),
+        (None, Some(other)) => {
+            return Err(err(
+                join(path, "parameters"),
+                format!("must be an object, got {}", kind_of(other)),
+            ));
+        }
+        (None, None) => empty_schema(),
+    };
+    Ok(Tool {
+        name,
+        description,
+        parameters,
+    })
+}
+
+/// Google's OpenAPI-subset schema (`type: "OBJECT"`, `nullable`,
+/// `propertyOrdering`) as JSON Schema: types in lower case, `nullable`
+/// as a `null` type, `propertyOrdering` left out; everything else kept.
+pub fn openapi_to_json_schema(s: &Value) -> Value {
+    match s {
+        Value::Object(o) => {
+            let mut out = Map::with_capacity(o.len());
+            let nullable = o.get("nullable") == Some(&Value::Bool(true));
+            for (k, v) in o {
+                match k.as_str() {
+                    "nullable" | "propertyOrdering" => {}
+                    "type" => {
+                        let t = match v {
+                            Value::String(t) => json!(t.to_ascii_lowercase()),
+                            other => other.clone(),
+                        };
+                        let t = match (nullable, t) {
+                            (true, Value::String(t)) => json!([t, "null"]),
+                            (_, t) => t,
+                        };
+                        out.insert(k.clone(), t);
+                    }
+                    "properties" | "$defs" | "definitions" => {
+                        let props = match v {
+                            Value::Object(p) => Value::Object(
+                                p.iter()
+                                    .map(|(n, s)| (n.clone(), openapi_to_json_schema(s)))
+                                    .collect(),
+                            ),
+                            other => other.clone(),
+                        };
+                        out.insert(k.clone(), props);
+                    }
+                    "items" | "anyOf" | "oneOf" | "allOf" | "not" | "additionalProperties" => {
+                        out.insert(k.clone(), openapi_to_json_schema(v));
+                    }
+                    _ => {
+                        out.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(openapi_to_json_schema).collect()),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => s.clone(),
+    }
+}
+
+/// `toolConfig.functionCallingConfig` as an OpenAI-shaped `tool_choice`:
+/// `AUTO` (and `VALIDATED`, which only adds checking) is `auto`, `NONE`
+/// `none`, `ANY` `required` — or the one function when
+/// `allowedFunctionNames` names one.
+fn parse_tool_config(tc: &Value) -> Result<Option<Value>, ProtoError> {
+    let o = as_object(tc, "toolConfig")?;
+    let Some(fc) = field(o, "functionCallingConfig") else {
+        return Ok(None);
+    };
+    let fp = "toolConfig.functionCallingConfig";
+    let fo = as_object(fc, fp)?;
+    let names: Vec<&str> = match opt_array(fo, "allowedFunctionNames", fp)? {
+        None => Vec::new(),
+        Some(a) => a.iter().filter_map(Value::as_str).collect(),
+    };
+    let choice = match opt_str(fo, "mode", fp)? {
+        None | Some("MODE_UNSPECIFIED" | "AUTO" | "VALIDATED") => json!("auto"),
+        Some("NONE") => json!("none"),
+        Some("ANY") => match names.as_slice() {
+            [one] => json!({"type": "function", "function": {"name": one}}),
+            _ => json!("required"),
+        },
+        Some(other) => {
+            return Err(err(
+                format!("{fp}.mode"),
+                format!("unknown mode `{other}` (expected AUTO, ANY, NONE or VALIDATED)"),
+            ));
+        }
+    };
+    Ok(Some(choice))
+}
 
 /// The most stop sequences Gemini accepts; the rest are left out.
 pub const MAX_STOP_SEQUENCES: usize = 5;
@@ -96,14 +562,7 @@ pub fn render_request(req: &ChatRequest, _model: &str, prefill: Option<&str>) ->
     for m in &req.messages[..lead] {
         system.push(m.joined_text());
     }
-    let mut names: Vec<(&str, &str)> = Vec::new();
-    for m in &req.messages {
-        for p in &m.content {
-            if let Part::ToolCall { id, name, .. } = p {
-                names.push((id, name));
-            }
-        }
-    }
+    let names = tool_names(&req.messages);
     let mut contents: Vec<Value> = Vec::with_capacity(req.messages.len());
     for m in &req.messages[lead..] {
         render_message(m, &names, &mut contents);
@@ -112,6 +571,13 @@ pub fn render_request(req: &ChatRequest, _model: &str, prefill: Option<&str>) ->
         push_turn(&mut contents, "model", vec![json!({"text": p})]);
     }
     let mut body = Map::new();
+    if req.dialect == Dialect::Gemini {
+        // A Gemini client's own fields (`safetySettings`, `cachedContent`,
+        // the rest of its `generationConfig`), for a Gemini provider only.
+        for (k, v) in &req.extra {
+            body.insert(k.clone(), v.clone());
+        }
+    }
     body.insert("contents".into(), Value::Array(contents));
     let system: Vec<String> = system.into_iter().filter(|s| !s.is_empty()).collect();
     if !system.is_empty() {
@@ -139,14 +605,40 @@ pub fn render_request(req: &ChatRequest, _model: &str, prefill: Option<&str>) ->
     if let Some(tc) = req.tool_choice.as_ref().and_then(tool_config) {
         body.insert("toolConfig".into(), tc);
     }
-    let config = generation_config(req);
+    let mut config = generation_config(req);
+    if req.dialect == Dialect::Gemini
+        && let Some(Value::Object(own)) = req.extra.get("generationConfig")
+    {
+        for (k, v) in own {
+            if !GENERATION_MAPPED.contains(&k.as_str()) {
+                config.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    body.remove("generationConfig");
     if !config.is_empty() {
         body.insert("generationConfig".into(), Value::Object(config));
     }
     Value::Object(body)
 }
 
-fn render_message(m: &Message, names: &[(&str, &str)], contents: &mut Vec<Value>) {
+/// (id, name) of every tool call of `messages`, for the function responses
+/// that must name their function.
+pub(crate) fn tool_names(messages: &[Message]) -> Vec<(&str, &str)> {
+    let mut names = Vec::new();
+    for m in messages {
+        for p in &m.content {
+            if let Part::ToolCall { id, name, .. } = p {
+                names.push((id.as_str(), name.as_str()));
+            }
+        }
+    }
+    names
+}
+
+/// Appends `m` to `contents` as Gemini content (merged into the previous
+/// turn of the same role); `names` from [`tool_names`].
+pub(crate) fn render_message(m: &Message, names: &[(&str, &str)], contents: &mut Vec<Value>) {
     let mut parts = Vec::with_capacity(m.content.len());
     for p in &m.content {
         match p {
@@ -155,6 +647,12 @@ fn render_message(m: &Message, names: &[(&str, &str)], contents: &mut Vec<Value>
                     parts.push(json!({"text": text}));
                 }
             }
+            // Gemini's own parts (thoughts with their signatures, files,
+            // code) as the client or the provider sent them.
+            Part::Opaque {
+                dialect: Dialect::Gemini,
+                value,
+            } => parts.push(value.clone()),
             Part::Opaque { value, .. } => {
                 if let Some(img) = image_part(value) {
                     parts.push(img);
@@ -399,5 +897,223 @@ mod tests {
             b["generationConfig"]["thinkingConfig"],
             json!({"thinkingBudget": 2048})
         );
+    }
+
+    fn gemini(body: Value) -> ChatRequest {
+        parse_request_traced(&body, "route-x", false)
+            .expect("a valid request")
+            .0
+    }
+
+    /// A Gemini CLI-like conversation: system instruction, a call without
+    /// an id answered by name, an image, tools in both schema spellings,
+    /// tool config and generation config.
+    #[test]
+    fn a_client_request_parses_into_the_canonical_model() {
+        let (req, trace) = parse_request_traced(
+            &json!({
+                "systemInstruction": {"role": "user", "parts": [{"text": "be brief"}, {"text": "and kind"}]},
+                "contents": [
+                    {"role": "user", "parts": [
+                        {"text": "look"},
+                        {"inlineData": {"mimeType": "image/png", "data": "AAAA"}},
+                        {"inlineData": {"mimeType": "application/pdf", "data": "BBBB"}},
+                    ]},
+                    {"role": "model", "parts": [
+                        {"text": "plan", "thought": true},
+                        {"functionCall": {"name": "look", "args": {"x": 1}}, "thoughtSignature": "c2ln"},
+                        {"functionCall": {"id": "fc_2", "name": "peek", "args": {}}},
+                    ]},
+                    {"role": "user", "parts": [
+                        {"functionResponse": {"name": "look", "response": {"output": "seen"}}},
+                        {"functionResponse": {"id": "fc_2", "name": "peek", "response": {"error": "boom"}}},
+                        {"functionResponse": {"name": "other", "response": {"a": 1, "b": 2}}},
+                    ]},
+                ],
+                "tools": [
+                    {"functionDeclarations": [
+                        {"name": "look", "description": "d", "parameters": {"type": "OBJECT", "properties": {"x": {"type": "INTEGER", "nullable": true}}, "propertyOrdering": ["x"]}},
+                        {"name": "peek", "parametersJsonSchema": {"type": "object", "additionalProperties": false}},
+                        {"name": "bare"},
+                    ]},
+                    {"googleSearch": {}},
+                ],
+                "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["look"]}},
+                "generationConfig": {"maxOutputTokens": 100, "temperature": 0.5, "topP": 0.9, "topK": 40,
+                                     "stopSequences": ["END"], "candidateCount": 1,
+                                     "thinkingConfig": {"thinkingBudget": 128}},
+                "safetySettings": [{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}],
+            }),
+            "gemini-2.5-pro",
+            true,
+        )
+        .unwrap();
+        assert_eq!(req.model, "gemini-2.5-pro");
+        assert!(req.stream && req.include_usage);
+        assert_eq!(req.dialect, Dialect::Gemini);
+        assert_eq!(req.system.as_deref(), Some("be brief\nand kind"));
+        // user, assistant, tool ×3
+        let roles: Vec<Role> = req.messages.iter().map(|m| m.role).collect();
+        assert_eq!(
+            roles,
+            [
+                Role::User,
+                Role::Assistant,
+                Role::Tool,
+                Role::Tool,
+                Role::Tool
+            ]
+        );
+        assert_eq!(trace.spans, vec![0..1, 1..2, 2..5]);
+        let user = &req.messages[0].content;
+        assert!(
+            matches!(&user[1], Part::Opaque { dialect: Dialect::Anthropic, value } if value["source"]["data"] == "AAAA")
+        );
+        assert!(matches!(
+            &user[2],
+            Part::Opaque {
+                dialect: Dialect::Gemini,
+                ..
+            }
+        ));
+        let model = &req.messages[1].content;
+        assert!(
+            matches!(&model[0], Part::Opaque { dialect: Dialect::Gemini, value } if value["thought"] == true)
+        );
+        assert_eq!(
+            model[1],
+            Part::ToolCall {
+                id: "gemini_call_0".into(),
+                name: "look".into(),
+                arguments: "{\"x\":1}".into()
+            }
+        );
+        assert!(matches!(&model[2], Part::ToolCall { id, .. } if id == "fc_2"));
+        assert_eq!(
+            req.messages[2].content[0],
+            Part::ToolResult {
+                tool_call_id: "gemini_call_0".into(),
+                content: "seen".into(),
+                is_error: false
+            }
+        );
+        assert_eq!(
+            req.messages[3].content[0],
+            Part::ToolResult {
+                tool_call_id: "fc_2".into(),
+                content: "boom".into(),
+                is_error: true
+            }
+        );
+        assert!(
+            matches!(&req.messages[4].content[0], Part::ToolResult { content, .. } if content == "{\"a\":1,\"b\":2}")
+        );
+        assert_eq!(req.tools.len(), 3);
+        assert_eq!(
+            req.tools[0].parameters,
+            json!({"type": "object", "properties": {"x": {"type": ["integer", "null"]}}})
+        );
+        assert_eq!(req.tools[1].parameters["additionalProperties"], false);
+        assert_eq!(req.tools[2].parameters, empty_schema());
+        assert_eq!(
+            req.tool_choice,
+            Some(json!({"type": "function", "function": {"name": "look"}}))
+        );
+        assert_eq!(req.max_tokens, Some(100));
+        assert_eq!(req.temperature, Some(0.5));
+        assert_eq!(req.top_p, Some(0.9));
+        assert_eq!(req.stop, vec!["END".to_string()]);
+        assert!(req.extra.contains_key("safetySettings"));
+        assert!(req.extra.contains_key("generationConfig"));
+
+        // Rendered back for a Gemini provider: its own fields come back.
+        let b = render_request(&req, "gemini-2.5-pro", None);
+        assert_eq!(b["safetySettings"][0]["threshold"], "BLOCK_NONE");
+        assert_eq!(b["generationConfig"]["topK"], 40);
+        assert_eq!(
+            b["generationConfig"]["thinkingConfig"]["thinkingBudget"],
+            128
+        );
+        assert_eq!(b["generationConfig"]["maxOutputTokens"], 100);
+        assert_eq!(b["contents"][1]["parts"][0]["thought"], true);
+    }
+
+    #[test]
+    fn tool_config_modes() {
+        for (mode, names, want) in [
+            ("AUTO", json!([]), json!("auto")),
+            ("VALIDATED", json!([]), json!("auto")),
+            ("NONE", json!([]), json!("none")),
+            ("ANY", json!([]), json!("required")),
+            ("ANY", json!(["a", "b"]), json!("required")),
+        ] {
+            let req = gemini(
+                json!({"contents": [], "toolConfig": {"functionCallingConfig": {"mode": mode, "allowedFunctionNames": names}}}),
+            );
+            assert_eq!(req.tool_choice, Some(want), "{mode}");
+        }
+    }
+
+    /// Every refusal names the JSON path of what is wrong.
+    #[test]
+    fn bad_requests_name_their_path() {
+        for (body, path) in [
+            (json!([]), "body"),
+            (json!({}), "contents"),
+            (json!({"contents": {}}), "contents"),
+            (json!({"contents": [1]}), "contents[0]"),
+            (
+                json!({"contents": [{"role": "system", "parts": []}]}),
+                "contents[0].role",
+            ),
+            (json!({"contents": [{"parts": "x"}]}), "contents[0].parts"),
+            (
+                json!({"contents": [{"parts": [{"text": 1}]}]}),
+                "contents[0].parts[0].text",
+            ),
+            (
+                json!({"contents": [{"parts": [{"functionCall": {"args": {}}}]}]}),
+                "contents[0].parts[0].functionCall.name",
+            ),
+            (
+                json!({"contents": [{"parts": [{"functionCall": {"name": "f", "args": [1]}}]}]}),
+                "contents[0].parts[0].functionCall.args",
+            ),
+            (
+                json!({"contents": [{"parts": [{"functionResponse": {"name": "f", "response": "x"}}]}]}),
+                "contents[0].parts[0].functionResponse.response",
+            ),
+            (
+                json!({"contents": [{"parts": [{"inlineData": {"mimeType": "image/png"}}]}]}),
+                "contents[0].parts[0].inlineData.data",
+            ),
+            (
+                json!({"contents": [], "systemInstruction": 3}),
+                "systemInstruction",
+            ),
+            (
+                json!({"contents": [], "tools": [{"functionDeclarations": [{}]}]}),
+                "tools[0].functionDeclarations[0].name",
+            ),
+            (
+                json!({"contents": [], "toolConfig": {"functionCallingConfig": {"mode": "SOMETIMES"}}}),
+                "toolConfig.functionCallingConfig.mode",
+            ),
+            (
+                json!({"contents": [], "generationConfig": {"maxOutputTokens": -1}}),
+                "generationConfig.maxOutputTokens",
+            ),
+            (
+                json!({"contents": [], "generationConfig": {"stopSequences": [1]}}),
+                "generationConfig.stopSequences[0]",
+            ),
+            (
+                json!({"contents": [], "generationConfig": {"candidateCount": 2}}),
+                "generationConfig.candidateCount",
+            ),
+        ] {
+            let e = parse_request_traced(&body, "m", false).unwrap_err();
+            assert_eq!(e.path, path, "{body}: {e}");
+        }
     }
 }

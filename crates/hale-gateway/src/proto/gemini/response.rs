@@ -77,8 +77,20 @@ pub(super) fn parts_of(
         .ok_or_else(|| err(&ppath, "must be an array"))?;
     let mut out = Vec::with_capacity(parts.len());
     for (i, p) in parts.iter().enumerate() {
-        let pp = at(&ppath, i);
-        let po = as_object(p, &pp)?;
+        out.extend(part_of(p, &at(&ppath, i), next_tool)?);
+    }
+    Ok(out)
+}
+
+/// One part of a candidate's content (`None`: an empty text).
+pub(super) fn part_of(
+    p: &Value,
+    pp: &str,
+    next_tool: &mut u32,
+) -> Result<Option<Part>, ProtoError> {
+    let po = as_object(p, pp)?;
+    let mut out = Vec::with_capacity(1);
+    {
         if po.get("thought").and_then(Value::as_bool) == Some(true) {
             out.push(Part::Opaque {
                 dialect: Dialect::Gemini,
@@ -120,7 +132,7 @@ pub(super) fn parts_of(
             });
         }
     }
-    Ok(out)
+    Ok(out.pop())
 }
 
 /// Parses a complete `generateContent` answer.
@@ -164,7 +176,7 @@ pub fn parse_response(body: &Value) -> Result<ChatResponse, ProtoError> {
     })
 }
 
-/// A complete answer in Gemini's shape (for a Gemini caller, a later step).
+/// A complete answer in Gemini's shape, for a Gemini caller.
 pub fn render_response(r: &ChatResponse) -> Value {
     let mut parts = Vec::with_capacity(r.content.len());
     for p in &r.content {
@@ -196,6 +208,31 @@ pub fn render_response(r: &ChatResponse) -> Value {
     })
 }
 
+/// What a Gemini caller may ask of each model hale lists.
+const METHODS: [&str; 3] = ["generateContent", "streamGenerateContent", "countTokens"];
+
+/// One model in Google's `Model` shape (`name` is `models/{id}`).
+pub fn render_model(id: &str) -> Value {
+    json!({
+        "name": format!("models/{id}"),
+        "baseModelId": id,
+        "version": "hale",
+        "displayName": id,
+        "supportedGenerationMethods": METHODS,
+    })
+}
+
+/// A model list in Google's `ListModelsResponse` shape.
+pub fn render_models(ids: &[String]) -> Value {
+    let models: Vec<Value> = ids.iter().map(|id| render_model(id)).collect();
+    json!({ "models": models })
+}
+
+/// A `countTokens` answer.
+pub fn render_count(total: u64) -> Value {
+    json!({ "totalTokens": total })
+}
+
 pub(super) fn usage_json(u: Usage) -> Value {
     json!({
         "promptTokenCount": u.input_tokens,
@@ -204,9 +241,21 @@ pub(super) fn usage_json(u: Usage) -> Value {
     })
 }
 
-/// hale's own error body in Google's shape.
-pub fn render_error(kind: &str, message: &str, hale: Value) -> Value {
-    json!({"error": {"status": kind, "message": message, "hale": hale}})
+/// hale's own error body in Google's shape: `code` the HTTP status,
+/// `status` its Google name ([`hale_core::gemini::google_status`]), hale's
+/// `kind` as an `ErrorInfo` detail's `reason`, and hale's detail beside.
+pub fn render_error(code: u16, kind: &str, message: &str, hale: Value) -> Value {
+    json!({"error": {
+        "code": code,
+        "message": message,
+        "status": hale_core::gemini::google_status(code),
+        "details": [{
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": kind,
+            "domain": "hale",
+        }],
+        "hale": hale,
+    }})
 }
 
 #[cfg(test)]

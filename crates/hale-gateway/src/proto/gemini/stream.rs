@@ -12,10 +12,10 @@
 use serde_json::{Value, json};
 
 use super::response::{
-    answer_failure, parse_stop_reason, parts_of, stop_reason, usage_json, usage_of,
+    answer_failure, parse_stop_reason, part_of, parts_of, stop_reason, usage_json, usage_of,
 };
 use crate::proto::anthropic::arguments_to_input;
-use crate::proto::canonical::{Part, ProtoError, StreamEvent, Usage};
+use crate::proto::canonical::{Dialect, Part, ProtoError, StopReason, StreamEvent, Usage};
 use crate::proto::json::{as_object, err, error_message, field};
 use crate::proto::sse::SseFrame;
 
@@ -70,21 +70,32 @@ impl StreamDecoder {
             return Ok(out);
         };
         let co = as_object(cand, "candidates[0]")?;
-        for p in parts_of(co, "candidates[0]", &mut self.next_tool)? {
-            match p {
-                Part::Text { text } => out.push(StreamEvent::TextDelta(text)),
-                Part::ToolCall {
-                    id,
-                    name,
-                    arguments,
-                } => {
-                    let index = self.tools;
-                    self.tools += 1;
-                    out.push(StreamEvent::ToolCallStart { index, id, name });
-                    out.push(StreamEvent::ToolCallDelta { index, arguments });
+        let raw_parts = co
+            .get("content")
+            .and_then(|c| c.get("parts"))
+            .and_then(Value::as_array);
+        if let Some(raw) = raw_parts {
+            for (i, rp) in raw.iter().enumerate() {
+                let path = format!("candidates[0].content.parts[{i}]");
+                let Some(p) = part_of(rp, &path, &mut self.next_tool)? else {
+                    continue;
+                };
+                // A signature on a text or call part goes just before it,
+                // for a Gemini caller (no other dialect has one).
+                if let Some(sig) = rp.get(SIGNATURE)
+                    && !matches!(p, Part::Opaque { .. })
+                {
+                    out.push(StreamEvent::OpaqueStart {
+                        dialect: Dialect::Gemini,
+                        block: json!({ SIGNATURE: sig }),
+                    });
                 }
-                // Thoughts and other parts have no form in another dialect's stream.
-                Part::Opaque { .. } | Part::ToolResult { .. } => {}
+                self.push_part(p, &mut out);
+            }
+        } else {
+            // Malformed content or parts: parts_of names the path.
+            for p in parts_of(co, "candidates[0]", &mut self.next_tool)? {
+                self.push_part(p, &mut out);
             }
         }
         if let Some(reason) = co.get("finishReason").and_then(Value::as_str) {
@@ -99,14 +110,48 @@ impl StreamDecoder {
         }
         Ok(out)
     }
+
+    fn push_part(&mut self, p: Part, out: &mut Vec<StreamEvent>) {
+        match p {
+            Part::Text { text } => out.push(StreamEvent::TextDelta(text)),
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                let index = self.tools;
+                self.tools += 1;
+                out.push(StreamEvent::ToolCallStart { index, id, name });
+                out.push(StreamEvent::ToolCallDelta { index, arguments });
+            }
+            // Thoughts and other parts: relayed to a Gemini caller only.
+            Part::Opaque { dialect, value } => out.push(StreamEvent::OpaqueStart {
+                dialect,
+                block: value,
+            }),
+            Part::ToolResult { .. } => {}
+        }
+    }
 }
 
-/// Encodes canonical events as a Gemini stream (for a Gemini caller, a later step).
+/// The key of a part's thought signature.
+const SIGNATURE: &str = "thoughtSignature";
+
+/// Encodes canonical events as a Gemini stream, for a Gemini caller: each
+/// text delta a chunk; a function call whole, in the closing chunk (Gemini
+/// never splits one); the finish held until the usage that follows it, so
+/// the last chunk carries `finishReason` and `usageMetadata` together, as
+/// Google's does. Gemini's own parts (thoughts) pass as sent, and a
+/// `thoughtSignature` rides on the part that follows it.
 #[derive(Debug)]
 pub struct StreamEncoder {
     id: String,
     model: String,
-    calls: Vec<(String, String, String)>,
+    /// (id, name, arguments, signature) of the calls not yet written.
+    calls: Vec<(String, String, String, Option<Value>)>,
+    /// A signature waiting for the part it belongs to.
+    signature: Option<Value>,
+    finish: Option<StopReason>,
     closed: bool,
 }
 
@@ -116,6 +161,8 @@ impl StreamEncoder {
             id: id.to_owned(),
             model: model.to_owned(),
             calls: Vec::new(),
+            signature: None,
+            finish: None,
             closed: false,
         }
     }
@@ -134,17 +181,51 @@ impl StreamEncoder {
         }
     }
 
+    fn parts_chunk(&self, parts: Vec<Value>) -> SseFrame {
+        self.chunk(
+            Some(json!({"content": {"role": "model", "parts": parts}, "index": 0})),
+            None,
+        )
+    }
+
+    /// The closing chunk: the calls, the finish and the usage.
+    fn closing(&mut self, usage: Option<Usage>) -> Vec<SseFrame> {
+        let Some(r) = self.finish.take() else {
+            return Vec::new();
+        };
+        let parts: Vec<Value> = self
+            .calls
+            .drain(..)
+            .map(|(id, name, args, sig)| {
+                let mut p = json!({"functionCall": {"id": id, "name": name, "args": arguments_to_input(&args)}});
+                if let Some(sig) = sig {
+                    p[SIGNATURE] = sig;
+                }
+                p
+            })
+            .collect();
+        vec![self.chunk(
+            Some(json!({"content": {"role": "model", "parts": parts}, "finishReason": stop_reason(r), "index": 0})),
+            usage,
+        )]
+    }
+
     pub fn encode(&mut self, ev: &StreamEvent) -> Vec<SseFrame> {
         if self.closed {
             return Vec::new();
         }
         match ev {
-            StreamEvent::TextDelta(t) => vec![self.chunk(
-                Some(json!({"content": {"role": "model", "parts": [{"text": t}]}, "index": 0})),
-                None,
-            )],
+            StreamEvent::TextDelta(t) => {
+                let mut part = json!({"text": t});
+                if let Some(sig) = self.signature.take() {
+                    part[SIGNATURE] = sig;
+                }
+                vec![self.parts_chunk(vec![part])]
+            }
             StreamEvent::ToolCallStart { id, name, .. } => {
-                self.calls.push((id.clone(), name.clone(), String::new()));
+                let sig = self.signature.take();
+                self.calls
+                    .push((id.clone(), name.clone(), String::new(), sig));
                 Vec::new()
             }
             StreamEvent::ToolCallDelta { index, arguments } => {
@@ -154,22 +235,28 @@ impl StreamEncoder {
                 Vec::new()
             }
             StreamEvent::Finish(r) => {
-                let parts: Vec<Value> = self
-                    .calls
-                    .drain(..)
-                    .map(|(id, name, args)| {
-                        json!({"functionCall": {"id": id, "name": name, "args": arguments_to_input(&args)}})
-                    })
-                    .collect();
-                vec![self.chunk(
-                    Some(json!({"content": {"role": "model", "parts": parts}, "finishReason": stop_reason(*r), "index": 0})),
-                    None,
-                )]
-            }
-            StreamEvent::Usage(u) => vec![self.chunk(None, Some(*u))],
-            StreamEvent::Done => {
-                self.closed = true;
+                self.finish = Some(*r);
                 Vec::new()
+            }
+            StreamEvent::Usage(u) => self.closing(Some(*u)),
+            StreamEvent::Done => {
+                let out = self.closing(None);
+                self.closed = true;
+                out
+            }
+            StreamEvent::OpaqueStart {
+                dialect: Dialect::Gemini,
+                block,
+            } => {
+                let only_signature = block
+                    .as_object()
+                    .is_some_and(|o| o.len() == 1 && o.contains_key(SIGNATURE));
+                if only_signature {
+                    self.signature = block.get(SIGNATURE).cloned();
+                    Vec::new()
+                } else {
+                    vec![self.parts_chunk(vec![block.clone()])]
+                }
             }
             StreamEvent::Start { .. }
             | StreamEvent::OpaqueStart { .. }
@@ -177,15 +264,16 @@ impl StreamEncoder {
         }
     }
 
-    /// The in-band error that ends the stream, in Google's error shape.
-    pub fn error(&mut self, kind: &str, message: &str) -> Vec<SseFrame> {
+    /// The in-band error that ends the stream, in Google's error shape
+    /// (`code` the HTTP status hale would have answered).
+    pub fn error(&mut self, code: u16, kind: &str, message: &str) -> Vec<SseFrame> {
         if self.closed {
             return Vec::new();
         }
         self.closed = true;
         vec![SseFrame {
             event: None,
-            data: json!({"error": {"status": kind, "message": message}}).to_string(),
+            data: super::render_error(code, kind, message, json!({})).to_string(),
         }]
     }
 }
@@ -193,7 +281,6 @@ impl StreamEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::canonical::StopReason;
 
     #[test]
     fn chunks_decode_to_events() {
@@ -285,16 +372,106 @@ mod tests {
                 arguments: "2}".into(),
             },
             StreamEvent::Finish(StopReason::ToolUse),
+            StreamEvent::Usage(Usage {
+                input_tokens: 3,
+                output_tokens: 4,
+            }),
+            StreamEvent::Done,
         ] {
             for f in e.encode(&ev) {
                 got.extend(d.decode(&f.data).unwrap());
             }
         }
+        assert!(got.contains(&StreamEvent::Usage(Usage {
+            input_tokens: 3,
+            output_tokens: 4
+        })));
         assert!(got.contains(&StreamEvent::TextDelta("a".into())));
         assert!(got.contains(&StreamEvent::ToolCallDelta {
             index: 0,
             arguments: "{\"k\":2}".into()
         }));
         assert!(got.contains(&StreamEvent::Finish(StopReason::ToolUse)));
+    }
+
+    /// The last chunk carries the calls, the finish and the usage together
+    /// (Google's own streams end so, and clients read the usage there); a
+    /// thought passes as sent and a signature rides on the call after it.
+    #[test]
+    fn the_closing_chunk_holds_finish_and_usage_and_signatures_ride_along() {
+        let mut e = StreamEncoder::new("r1", "m", true);
+        let mut frames = Vec::new();
+        for ev in [
+            StreamEvent::OpaqueStart {
+                dialect: Dialect::Gemini,
+                block: json!({"text": "hmm", "thought": true}),
+            },
+            StreamEvent::TextDelta("a".into()),
+            StreamEvent::OpaqueStart {
+                dialect: Dialect::Gemini,
+                block: json!({"thoughtSignature": "c2ln"}),
+            },
+            StreamEvent::ToolCallStart {
+                index: 0,
+                id: "c1".into(),
+                name: "t".into(),
+            },
+            StreamEvent::ToolCallDelta {
+                index: 0,
+                arguments: "{}".into(),
+            },
+            StreamEvent::Finish(StopReason::ToolUse),
+        ] {
+            frames.extend(e.encode(&ev));
+        }
+        assert_eq!(frames.len(), 2, "the finish waits for the usage");
+        let thought: Value = serde_json::from_str(&frames[0].data).unwrap();
+        assert_eq!(
+            thought["candidates"][0]["content"]["parts"][0]["thought"],
+            true
+        );
+        let last = e.encode(&StreamEvent::Usage(Usage {
+            input_tokens: 5,
+            output_tokens: 6,
+        }));
+        assert_eq!(last.len(), 1);
+        let v: Value = serde_json::from_str(&last[0].data).unwrap();
+        assert_eq!(v["candidates"][0]["finishReason"], "STOP");
+        assert_eq!(v["usageMetadata"]["totalTokenCount"], 11);
+        let call = &v["candidates"][0]["content"]["parts"][0];
+        assert_eq!(call["functionCall"]["name"], "t");
+        assert_eq!(call["thoughtSignature"], "c2ln");
+        assert!(e.encode(&StreamEvent::Done).is_empty());
+        // A stream the relay closes without usage still finishes.
+        let mut e = StreamEncoder::new("r1", "m", true);
+        assert!(
+            e.encode(&StreamEvent::Finish(StopReason::EndTurn))
+                .is_empty()
+        );
+        let v: Value = serde_json::from_str(&e.encode(&StreamEvent::Done)[0].data).unwrap();
+        assert_eq!(v["candidates"][0]["finishReason"], "STOP");
+        // The in-band error is Google's shape.
+        let mut e = StreamEncoder::new("r1", "m", true);
+        let v: Value = serde_json::from_str(&e.error(503, "stream_broken", "cut")[0].data).unwrap();
+        assert_eq!(v["error"]["code"], 503);
+        assert_eq!(v["error"]["status"], "UNAVAILABLE");
+    }
+
+    /// A provider's signature and thought reach a Gemini caller's stream.
+    #[test]
+    fn signatures_and_thoughts_decode_as_gemini_opaque_events() {
+        let mut d = StreamDecoder::new();
+        let evs = d
+            .decode(r#"{"candidates":[{"content":{"role":"model","parts":[{"text":"plan","thought":true},{"functionCall":{"name":"f","args":{}},"thoughtSignature":"c2ln"}]},"finishReason":"STOP"}]}"#)
+            .unwrap();
+        assert!(
+            matches!(&evs[1], StreamEvent::OpaqueStart { dialect: Dialect::Gemini, block } if block["thought"] == true),
+            "{evs:?}"
+        );
+        assert!(
+            matches!(&evs[2], StreamEvent::OpaqueStart { dialect: Dialect::Gemini, block } if block == &json!({"thoughtSignature": "c2ln"})),
+            "{evs:?}"
+        );
+        assert!(matches!(&evs[3], StreamEvent::ToolCallStart { name, .. } if name == "f"));
     }
 }
