@@ -19,8 +19,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 mod azure;
-mod vertex;
 pub mod bedrock;
+mod vertex;
 
 /// The Anthropic API version hale speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";

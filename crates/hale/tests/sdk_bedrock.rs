@@ -61,26 +61,7 @@ impl Rig {
         let (chaos, chaos_base) = start_chaos_with(&http, dir.path(), &[]).await;
         let config = config.replace("{chaos}", &chaos_base);
         // No AWS settings of the machine running the tests leak in.
-        let mut all: Vec<(String, String)> = [
-            "AWS_ACCESS_KEY_ID",
-            "AWS_SECRET_ACCESS_KEY",
-            "AWS_SESSION_TOKEN",
-            "AWS_PROFILE",
-            "AWS_ROLE_ARN",
-            "AWS_WEB_IDENTITY_TOKEN_FILE",
-            "AWS_ENDPOINT_URL_STS",
-        ]
-        .iter()
-        .map(|k| (k.to_string(), String::new()))
-        .collect();
-        all.push((
-            "AWS_SHARED_CREDENTIALS_FILE".into(),
-            dir.path().join("no-credentials").display().to_string(),
-        ));
-        all.push((
-            "AWS_CONFIG_FILE".into(),
-            dir.path().join("no-config").display().to_string(),
-        ));
+        let mut all = aws_env_isolated(dir.path());
         for (k, v) in env {
             all.retain(|(kk, _)| *kk != k);
             all.push((k, v.replace("{chaos}", &chaos_base)));

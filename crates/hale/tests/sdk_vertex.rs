@@ -27,9 +27,6 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The service account the test key belongs to.
-const CLIENT_EMAIL: &str = "hale-test@chaos-proj.iam.gserviceaccount.com";
-
 /// Two vertex providers over chaos (Claude and Gemini, both publishers
 /// named since chaos's fault names are neither claude-* nor gemini-*), a
 /// second Gemini one, and an Anthropic-kind one; `{key}` is the key file.
@@ -58,36 +55,6 @@ providers:
 retry:
   server_error: {max_attempts: 2, initial_ms: 20, max_ms: 50}
 ";
-
-/// A throwaway 2048-bit RSA key (PKCS#8 PEM), from `openssl`.
-fn throwaway_key() -> String {
-    let out = std::process::Command::new("openssl")
-        .args([
-            "genpkey",
-            "-algorithm",
-            "RSA",
-            "-pkeyopt",
-            "rsa_keygen_bits:2048",
-        ])
-        .output()
-        .expect("openssl runs (a test dependency: it makes the throwaway service-account key)");
-    assert!(out.status.success(), "openssl genpkey failed");
-    String::from_utf8(out.stdout).expect("PEM is text")
-}
-
-/// A service-account key file's JSON for `pem`, its token endpoint `token_uri`.
-fn key_json(pem: &str, token_uri: &str) -> String {
-    json!({
-        "type": "service_account",
-        "project_id": "chaos-proj",
-        "private_key_id": "throwaway-test-key",
-        "private_key": pem,
-        "client_email": CLIENT_EMAIL,
-        "client_id": "1",
-        "token_uri": token_uri,
-    })
-    .to_string()
-}
 
 /// chaos (`--vertex-key`: the test key) and hale with `config` (`{chaos}`:
 /// chaos's base URL, `{key}`: the key file, whose `token_uri` is chaos's).
@@ -118,13 +85,16 @@ impl Rig {
         let dir = tempfile::tempdir().expect("tempdir");
         let http = hale_testkit::client(Duration::from_secs(60));
         let chaos_key = dir.path().join("chaos-key.json");
-        std::fs::write(&chaos_key, key_json(chaos_pem, "unused")).expect("key written");
+        std::fs::write(&chaos_key, vertex_key_json(chaos_pem, "unused")).expect("key written");
         let chaos_key_arg = chaos_key.to_string_lossy().into_owned();
         let (chaos, chaos_base) =
             start_chaos_with(&http, dir.path(), &["--vertex-key", &chaos_key_arg]).await;
         let key = dir.path().join("service-account.json");
-        std::fs::write(&key, key_json(hale_pem, &format!("{chaos_base}/token")))
-            .expect("key written");
+        std::fs::write(
+            &key,
+            vertex_key_json(hale_pem, &format!("{chaos_base}/token")),
+        )
+        .expect("key written");
         let config = config
             .replace("{chaos}", &chaos_base)
             .replace("{key}", &key.to_string_lossy());
@@ -412,7 +382,7 @@ async fn the_token_comes_from_the_key_files_token_endpoint_and_is_kept() {
     assert_eq!(t["minted"], 1, "one token for three turns: {t}");
     assert_eq!(t["refused"], 0, "{t}");
     let grant = &t["grants"][0];
-    assert_eq!(grant["iss"], CLIENT_EMAIL, "{t}");
+    assert_eq!(grant["iss"], VERTEX_CLIENT_EMAIL, "{t}");
     assert_eq!(
         grant["scope"],
         "https://www.googleapis.com/auth/cloud-platform"
@@ -456,7 +426,7 @@ async fn google_application_credentials_names_the_key_when_no_file_is_configured
     assert_eq!(status, 200, "{v}");
     let t = rig.tokens().await;
     assert_eq!(t["minted"], 1, "{t}");
-    assert_eq!(t["grants"][0]["iss"], CLIENT_EMAIL, "{t}");
+    assert_eq!(t["grants"][0]["iss"], VERTEX_CLIENT_EMAIL, "{t}");
 }
 
 /// A token Vertex stops accepting (401) is fetched again and the request

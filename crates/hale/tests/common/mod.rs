@@ -272,3 +272,65 @@ impl ChaosRig {
         v["requests_per_fault"][fault].as_u64().unwrap_or(0)
     }
 }
+
+/// The service account of the throwaway Vertex keys ([`vertex_key_json`]).
+pub const VERTEX_CLIENT_EMAIL: &str = "hale-test@chaos-proj.iam.gserviceaccount.com";
+
+/// A throwaway 2048-bit RSA key (PKCS#8 PEM), from `openssl` (a test
+/// dependency, like Python): a Vertex service-account key for one test.
+pub fn throwaway_key() -> String {
+    let out = std::process::Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+        ])
+        .output()
+        .expect("openssl runs (a test dependency: it makes the throwaway service-account key)");
+    assert!(out.status.success(), "openssl genpkey failed");
+    String::from_utf8(out.stdout).expect("PEM is text")
+}
+
+/// A service-account key file's JSON for `pem`, its token endpoint
+/// `token_uri` (chaos's `/token` in the tests).
+pub fn vertex_key_json(pem: &str, token_uri: &str) -> String {
+    serde_json::json!({
+        "type": "service_account",
+        "project_id": "chaos-proj",
+        "private_key_id": "throwaway-test-key",
+        "private_key": pem,
+        "client_email": VERTEX_CLIENT_EMAIL,
+        "client_id": "1",
+        "token_uri": token_uri,
+    })
+    .to_string()
+}
+
+/// The AWS settings of the machine running the tests, blanked, with the
+/// shared files pointed at nothing in `dir`: a Bedrock test's hale sees
+/// only the credentials the test gives it.
+pub fn aws_env_isolated(dir: &Path) -> Vec<(String, String)> {
+    let mut all: Vec<(String, String)> = [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_ROLE_ARN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ENDPOINT_URL_STS",
+    ]
+    .iter()
+    .map(|k| (k.to_string(), String::new()))
+    .collect();
+    all.push((
+        "AWS_SHARED_CREDENTIALS_FILE".into(),
+        dir.join("no-credentials").display().to_string(),
+    ));
+    all.push((
+        "AWS_CONFIG_FILE".into(),
+        dir.join("no-config").display().to_string(),
+    ));
+    all
+}
