@@ -220,8 +220,8 @@ fn merge_counts<'a>(
 /// with `RETURNING`; SQLite runs the upsert and then reads the row back in
 /// the same transaction (`*_TOTALS`), because its `RETURNING` gathers the
 /// rows in an ephemeral table first — a temporary b-tree opened and closed
-/// per statement, which callgrind counted at ~7k instructions per count
-/// (stop 24), more than the read-back.
+/// per statement, ~9k instructions each under callgrind; the read-back
+/// costs less (a c=1 turn: −24k in SQLite, +9k in sqlx, BENCHMARKS.md).
 macro_rules! agent_count_sql {
     () => {
         "INSERT INTO agents (id, paused, consecutive_failures, turns, \
