@@ -35,15 +35,17 @@ use crate::writer::{self, Msg, Shared};
 
 /// The SQLite file inside the data directory.
 pub const SQLITE_FILE: &str = "hale.db";
-/// Connections of the SQLite pool (readers; the writer borrows one per commit).
+/// Connections of the SQLite pool (readers; the group-commit writer has one
+/// more of its own, `backend::WriterConn`).
 pub const SQLITE_POOL_SIZE: u32 = 4;
 /// Each SQLite connection's page cache, in KiB (`PRAGMA cache_size = -N`).
-/// SQLite's default is 2,000 KiB per connection, and the writer borrows any
-/// of the pool's connections, so each came to cache the same hot pages of
-/// the journal's indexes: under a busy journal the four caches filled for
+/// SQLite's default is 2,000 KiB per connection, and the writer used to
+/// borrow any of the pool's connections, so each came to cache the same hot
+/// pages of the journal's indexes: under a busy journal the four caches filled for
 /// more than ten minutes, the last of a gateway's memory still growing
 /// after warm-up (measured at stop 23; the run is in the git history of BENCHMARKS.md). 512 KiB is
 /// 128 pages of 4 KiB; a same-run A/B at c=64 showed no throughput change.
+/// The writer's own connection is opened with the same options.
 pub const SQLITE_CACHE_KIB: u32 = 512;
 /// Released idempotency claims buffered per waiter before it counts as
 /// lagged (and re-reads the store).
@@ -374,8 +376,8 @@ async fn check_version(pool: &Pool, backend: &'static str, location: &str) -> Re
 mod tests {
     use super::*;
 
-    /// Every connection of the SQLite pool, whichever the writer borrows,
-    /// has the bounded page cache (SQLite's default is 2,000 KiB each).
+    /// Every connection of the SQLite pool (and the writer's own, opened
+    /// with the pool's options) has the bounded page cache (SQLite's default is 2,000 KiB each).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_sqlite_connection_has_the_bounded_page_cache() {
         let dir = tempfile::tempdir().expect("tempdir");

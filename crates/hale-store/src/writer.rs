@@ -31,7 +31,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::backend::{self, Pool};
+use crate::backend::{self, Pool, WriterConn};
 use crate::error::StoreError;
 use crate::rows::Encoded;
 
@@ -171,8 +171,13 @@ pub(crate) async fn run(
     linger: Duration,
 ) {
     let batch_max = batch_max.max(1);
+    let mut conn = WriterConn::new(&pool);
+    drop(pool);
     loop {
-        let Some(first) = rx.recv().await else { return };
+        let Some(first) = rx.recv().await else {
+            conn.close().await;
+            return;
+        };
         let deadline = match &first {
             Msg::Writes { at, .. } => *at + linger,
             Msg::Flush(_) | Msg::Close(_) => Instant::now(),
@@ -200,12 +205,13 @@ pub(crate) async fn run(
             }
         }
         let close = batch.close.take();
-        commit_batch(&pool, &shared, batch).await;
+        commit_batch(&mut conn, &shared, batch).await;
         let at = u64::try_from(shared.born.elapsed().as_millis()).unwrap_or(u64::MAX);
         shared.last_batch_ms.store(at, Ordering::Relaxed);
         shared.room.notify_waiters();
         if let Some(reply) = close {
             refuse_after_close(&shared, &mut rx);
+            conn.close().await;
             let _ = reply.send(());
             return;
         }
@@ -295,7 +301,7 @@ pub(crate) fn committed(shared: &Shared, applied: backend::Applied) {
     }
 }
 
-async fn commit_batch(pool: &Pool, shared: &Shared, batch: Batch) {
+async fn commit_batch(conn: &mut WriterConn, shared: &Shared, batch: Batch) {
     let jobs: Vec<Job> = batch
         .jobs
         .into_iter()
@@ -303,7 +309,7 @@ async fn commit_batch(pool: &Pool, shared: &Shared, batch: Batch) {
         .collect();
     if !jobs.is_empty() {
         let all: Vec<&[Encoded]> = jobs.iter().map(|j| j.rows.as_slice()).collect();
-        match backend::apply(pool, &all).await {
+        match backend::apply(conn, &all).await {
             Ok(applied) => {
                 committed(shared, applied);
                 for job in jobs {
@@ -322,7 +328,7 @@ async fn commit_batch(pool: &Pool, shared: &Shared, batch: Batch) {
             Err(e) => {
                 tracing::warn!(error = %e, jobs = jobs.len(), "group commit failed; retrying its writes one caller at a time");
                 for job in jobs {
-                    let result = match backend::apply(pool, &[job.rows.as_slice()]).await {
+                    let result = match backend::apply(conn, &[job.rows.as_slice()]).await {
                         Ok(applied) => {
                             committed(shared, applied);
                             Ok(())
