@@ -833,7 +833,7 @@ fn crossing_changes(
     }
     let mut dropped = BTreeSet::new();
     match origin.dialect {
-        Dialect::Anthropic => anthropic_losses(origin, &mut dropped),
+        Dialect::Anthropic => anthropic_losses(origin, target, &mut dropped),
         Dialect::OpenAi => openai_losses(origin, req, &mut dropped),
         Dialect::Responses => responses_losses(origin, target, &mut dropped),
         Dialect::Gemini => gemini_losses(origin, &mut dropped),
@@ -925,8 +925,10 @@ const ANTHROPIC_MAPPED: &[&str] = &[
     "tool_choice",
 ];
 
-/// What an Anthropic request loses on its way to an OpenAI provider.
-fn anthropic_losses(origin: &Origin, dropped: &mut BTreeSet<String>) {
+/// What an Anthropic request loses on its way to a provider of another
+/// dialect (`target`: Gemini and Converse carry a tool result's error mark,
+/// OpenAI's dialects do not).
+fn anthropic_losses(origin: &Origin, target: Dialect, dropped: &mut BTreeSet<String>) {
     let b = &origin.body;
     for k in b.keys() {
         if !ANTHROPIC_MAPPED.contains(&k.as_str()) {
@@ -964,7 +966,8 @@ fn anthropic_losses(origin: &Origin, dropped: &mut BTreeSet<String>) {
                     }
                 }
                 "tool_result" => {
-                    if block.get("is_error") == Some(&Value::Bool(true)) {
+                    let error_mark = matches!(target, Dialect::Gemini | Dialect::Bedrock);
+                    if block.get("is_error") == Some(&Value::Bool(true)) && !error_mark {
                         note(dropped, "tool_result.is_error");
                     }
                     if let Some(Value::Array(inner)) = block.get("content") {
@@ -1215,6 +1218,27 @@ mod responses_tests {
 
     fn parsed(body: &str, headers: Vec<(&'static str, String)>) -> ChatRequest {
         parsed_as(Dialect::Responses, body, headers)
+    }
+
+    /// A tool result's error mark is named dropped only where it is:
+    /// OpenAI's dialects have none; Gemini (`{"error": …}`) and Converse
+    /// (`status: error`) carry it.
+    #[test]
+    fn a_tool_results_error_mark_is_named_dropped_only_where_it_is_lost() {
+        let body = r#"{"model":"claude-x","max_tokens":64,"messages":[
+            {"role":"user","content":"weather?"},
+            {"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"w","input":{}}]},
+            {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"down","is_error":true}]}]}"#;
+        let req = parsed_as(Dialect::Anthropic, body, vec![]);
+        let named = |target| {
+            render_for(target, &req, "m", None)
+                .changes
+                .contains(&"dropped: tool_result.is_error".to_string())
+        };
+        assert!(named(Dialect::OpenAi));
+        assert!(named(Dialect::Responses));
+        assert!(!named(Dialect::Gemini));
+        assert!(!named(Dialect::Bedrock));
     }
 
     #[test]
