@@ -369,22 +369,15 @@ async fn request(
     let dialect = dialect_for(provider, model);
     let mut rb = match (&out.raw, &provider.bedrock, dialect) {
         // InvokeModel takes Anthropic's body without `model`, with
-        // `anthropic_version`: the client's fields otherwise as they came.
-        (raw, Some(_), Dialect::Anthropic) => {
-            let fields = match raw
-                .as_ref()
-                .and_then(|r| serde_json::from_slice::<serde_json::Value>(r).ok())
-                .unwrap_or_else(|| out.body.clone())
-            {
-                serde_json::Value::Object(m) => m,
-                _ => serde_json::Map::new(),
-            };
+        // `anthropic_version`: the client's fields otherwise as they came
+        // (`out.body` is the client's bytes as JSON when `raw` is set).
+        (_, Some(_), Dialect::Anthropic) => {
             let beta = out
                 .headers
                 .iter()
                 .find(|(k, _)| *k == "anthropic-beta")
                 .map(|(_, v)| v.as_str());
-            rb.json(&bedrock::invoke_body(fields, beta))
+            rb.json(&bedrock::invoke_body(&out.body, beta))
         }
         // The client's own bytes: hale changed nothing in the body.
         (Some(raw), _, _) => rb

@@ -491,3 +491,18 @@ pub(super) fn fingerprint<T: Serialize + ?Sized>(v: &T) -> u64 {
     let _ = serde_json::to_writer(&mut s, v);
     s.0.finish()
 }
+
+/// The system texts of a dialect with one system field (Gemini's
+/// `systemInstruction`, Converse's `system`): the system prompt and the
+/// leading system messages' text, in order; and the messages after them
+/// (a later system message, such as a nudge, stays in place).
+pub(crate) fn lead_system(req: &ChatRequest) -> (Vec<String>, &[Message]) {
+    let lead = req
+        .messages
+        .iter()
+        .take_while(|m| m.role == Role::System)
+        .count();
+    let mut system: Vec<String> = req.system.iter().cloned().collect();
+    system.extend(req.messages[..lead].iter().map(Message::joined_text));
+    (system, &req.messages[lead..])
+}

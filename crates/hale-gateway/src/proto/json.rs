@@ -222,3 +222,20 @@ pub(crate) fn json_object(pairs: Vec<(&str, String)>, as_array: bool) -> String 
         format!("{{{}}}", kv.join(","))
     }
 }
+
+/// Appends `items` as a turn `{"role": role, key: items}`, merged into the
+/// previous turn when it has the same role: the dialects whose turns must
+/// alternate (Gemini's `contents[].parts`, Converse's `messages[].content`).
+pub(crate) fn push_turn(turns: &mut Vec<Value>, role: &str, key: &str, items: Vec<Value>) {
+    if items.is_empty() {
+        return;
+    }
+    if let Some(last) = turns.last_mut()
+        && last.get("role").and_then(Value::as_str) == Some(role)
+        && let Some(Value::Array(existing)) = last.get_mut(key)
+    {
+        existing.extend(items);
+        return;
+    }
+    turns.push(json!({"role": role, key: items}));
+}

@@ -42,21 +42,14 @@ pub fn url(provider: &ProviderConfig, bc: &BedrockConfig, model: &str, stream: b
     format!("{}{}", provider.base_url, bedrock::path(api, model, stream))
 }
 
-/// An Anthropic Messages body (the client's bytes or hale's rendering) as
-/// InvokeModel takes it: no `model` (the URL names it) and no `stream` (the
-/// operation says it), `anthropic_version` added, and the client's
+/// An Anthropic Messages body (the client's JSON or hale's rendering) as
+/// InvokeModel takes it: [`proto::anthropic::platform_body`] with Bedrock's
+/// version, no `stream` either (the operation says it), and the client's
 /// `anthropic-beta` header as the body's `anthropic_beta` list. Every other
 /// field stays as it came.
-pub fn invoke_body(
-    mut body: serde_json::Map<String, serde_json::Value>,
-    beta: Option<&str>,
-) -> serde_json::Value {
-    body.remove("model");
+pub fn invoke_body(body: &serde_json::Value, beta: Option<&str>) -> serde_json::Value {
+    let mut body = crate::proto::anthropic::platform_body(body, bedrock::ANTHROPIC_VERSION);
     body.remove("stream");
-    body.insert(
-        "anthropic_version".into(),
-        serde_json::Value::String(bedrock::ANTHROPIC_VERSION.into()),
-    );
     if let Some(b) = beta {
         let list: Vec<serde_json::Value> = b
             .split(',')
@@ -595,10 +588,7 @@ mod tests {
     fn invoke_bodies_drop_model_and_stream_and_name_the_version() {
         let body = serde_json::json!({"model": "claude", "stream": true, "max_tokens": 5,
             "messages": [], "thinking": {"type": "enabled", "budget_tokens": 1024}});
-        let serde_json::Value::Object(m) = body else {
-            unreachable!()
-        };
-        let out = invoke_body(m, Some("interleaved-thinking-2025-05-14, x"));
+        let out = invoke_body(&body, Some("interleaved-thinking-2025-05-14, x"));
         assert_eq!(
             out,
             serde_json::json!({"max_tokens": 5, "messages": [],

@@ -175,17 +175,12 @@ pub(super) fn url(
 }
 
 /// A Claude body as Vertex wants it: Anthropic's Messages body without
-/// `model` (the URL names it), with `anthropic_version`.
+/// `model` (the URL names it), with Vertex's `anthropic_version`.
 pub(super) fn anthropic_body(body: &serde_json::Value) -> serde_json::Value {
-    let mut body = body.clone();
-    if let Some(o) = body.as_object_mut() {
-        o.remove("model");
-        o.insert(
-            "anthropic_version".into(),
-            serde_json::Value::from(vertex::ANTHROPIC_VERSION),
-        );
-    }
-    body
+    serde_json::Value::Object(crate::proto::anthropic::platform_body(
+        body,
+        vertex::ANTHROPIC_VERSION,
+    ))
 }
 
 #[cfg(test)]

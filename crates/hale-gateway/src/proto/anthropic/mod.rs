@@ -51,7 +51,7 @@ mod stream;
 pub use super::sse::SseFrame;
 pub use request::{
     DEFAULT_MAX_TOKENS, RAW_ARGUMENTS_KEY, arguments_to_input, effective_prefill,
-    input_to_arguments, parse_request, render_request,
+    input_to_arguments, parse_request, platform_body, render_request,
 };
 pub(crate) use request::{
     image_from_openai, image_from_responses, parse_request_traced, text_block, turn_of,

@@ -672,3 +672,19 @@ pub fn render_request(req: &ChatRequest, model: &str, prefill: Option<&str>) -> 
     }
     Value::Object(body)
 }
+
+/// Anthropic's Messages body as a cloud platform takes it (Vertex's
+/// `rawPredict`, Bedrock's InvokeModel): without `model`, which the URL
+/// names, and with the platform's `anthropic_version`; every other field as
+/// it came. `body` is the client's (patched) JSON or hale's rendering.
+pub fn platform_body(body: &Value, anthropic_version: &str) -> Map<String, Value> {
+    let mut out = match body {
+        Value::Object(m) => m.clone(),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) | Value::Array(_) => {
+            Map::new()
+        }
+    };
+    out.remove("model");
+    out.insert("anthropic_version".into(), Value::from(anthropic_version));
+    out
+}

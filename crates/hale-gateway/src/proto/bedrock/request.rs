@@ -3,7 +3,8 @@
 use serde_json::{Map, Value, json};
 
 use crate::proto::anthropic::arguments_to_input;
-use crate::proto::canonical::{ChatRequest, Dialect, Message, Part, Role};
+use crate::proto::canonical::{ChatRequest, Dialect, Message, Part, Role, lead_system};
+use crate::proto::json::push_turn;
 
 /// The image formats Converse takes, by MIME type.
 fn image_format(mime: &str) -> Option<&'static str> {
@@ -43,36 +44,12 @@ fn image_block(value: &Value) -> Option<Value> {
     Some(json!({"image": {"format": image_format(&mime)?, "source": {"bytes": data}}}))
 }
 
-/// Appends `blocks` as a turn of `role`, merged into the previous turn when
-/// it has the same role (Converse requires turns to alternate).
-fn push_turn(messages: &mut Vec<Value>, role: &str, blocks: Vec<Value>) {
-    if blocks.is_empty() {
-        return;
-    }
-    if let Some(last) = messages.last_mut()
-        && last.get("role").and_then(Value::as_str) == Some(role)
-        && let Some(Value::Array(existing)) = last.get_mut("content")
-    {
-        existing.extend(blocks);
-        return;
-    }
-    messages.push(json!({"role": role, "content": blocks}));
-}
-
 /// The Converse body for `req` (the model is named in the URL, not the
 /// body), with `prefill` as a final assistant turn when given.
 pub fn render_request(req: &ChatRequest, _model: &str, prefill: Option<&str>) -> Value {
-    let mut system: Vec<String> = req.system.iter().cloned().collect();
-    let lead = req
-        .messages
-        .iter()
-        .take_while(|m| m.role == Role::System)
-        .count();
-    for m in &req.messages[..lead] {
-        system.push(m.joined_text());
-    }
-    let mut messages: Vec<Value> = Vec::with_capacity(req.messages.len());
-    for m in &req.messages[lead..] {
+    let (system, rest) = lead_system(req);
+    let mut messages: Vec<Value> = Vec::with_capacity(rest.len());
+    for m in rest {
         render_message(m, &mut messages);
     }
     if let Some(p) = prefill.filter(|p| !p.trim().is_empty()) {
@@ -80,6 +57,7 @@ pub fn render_request(req: &ChatRequest, _model: &str, prefill: Option<&str>) ->
         push_turn(
             &mut messages,
             "assistant",
+            "content",
             vec![json!({"text": p.trim_end()})],
         );
     }
@@ -181,7 +159,7 @@ fn render_message(m: &Message, messages: &mut Vec<Value>) {
         Role::Assistant => "assistant",
         Role::User | Role::Tool | Role::System => "user",
     };
-    push_turn(messages, role, blocks);
+    push_turn(messages, role, "content", blocks);
 }
 
 /// OpenAI-shaped `tool_choice` as Converse's `toolChoice` (`none` has no

@@ -5,10 +5,12 @@
 use serde_json::{Map, Value, json};
 
 use crate::proto::anthropic::{arguments_to_input, input_to_arguments};
-use crate::proto::canonical::{ChatRequest, Dialect, Message, Part, ProtoError, Role, Tool, Trace};
+use crate::proto::canonical::{
+    ChatRequest, Dialect, Message, Part, ProtoError, Role, Tool, Trace, lead_system,
+};
 use crate::proto::json::{
     as_object, at, empty_schema, err, field, join, kind_of, opt_array, opt_f64, opt_str, opt_u32,
-    req_array, req_str,
+    push_turn, req_array, req_str,
 };
 
 /// Top-level fields of a `generateContent` body the canonical model
@@ -534,41 +536,17 @@ fn response_object(content: &str, is_error: bool) -> Value {
     }
 }
 
-/// Appends `parts` as a turn of `role`, merged into the previous turn when
-/// it has the same role.
-fn push_turn(contents: &mut Vec<Value>, role: &str, parts: Vec<Value>) {
-    if parts.is_empty() {
-        return;
-    }
-    if let Some(last) = contents.last_mut()
-        && last.get("role").and_then(Value::as_str) == Some(role)
-        && let Some(Value::Array(existing)) = last.get_mut("parts")
-    {
-        existing.extend(parts);
-        return;
-    }
-    contents.push(json!({"role": role, "parts": parts}));
-}
-
 /// The `generateContent` body for `req`, served by `model` (named in the
 /// URL, not the body), with `prefill` as a final `model` turn when given.
 pub fn render_request(req: &ChatRequest, _model: &str, prefill: Option<&str>) -> Value {
-    let mut system: Vec<String> = req.system.iter().cloned().collect();
-    let lead = req
-        .messages
-        .iter()
-        .take_while(|m| m.role == Role::System)
-        .count();
-    for m in &req.messages[..lead] {
-        system.push(m.joined_text());
-    }
+    let (system, rest) = lead_system(req);
     let names = tool_names(&req.messages);
-    let mut contents: Vec<Value> = Vec::with_capacity(req.messages.len());
-    for m in &req.messages[lead..] {
+    let mut contents: Vec<Value> = Vec::with_capacity(rest.len());
+    for m in rest {
         render_message(m, &names, &mut contents);
     }
     if let Some(p) = prefill.filter(|p| !p.is_empty()) {
-        push_turn(&mut contents, "model", vec![json!({"text": p})]);
+        push_turn(&mut contents, "model", "parts", vec![json!({"text": p})]);
     }
     let mut body = Map::new();
     if req.dialect == Dialect::Gemini {
@@ -684,7 +662,7 @@ pub(crate) fn render_message(m: &Message, names: &[(&str, &str)], contents: &mut
         Role::Assistant => "model",
         Role::User | Role::Tool | Role::System => "user",
     };
-    push_turn(contents, role, parts);
+    push_turn(contents, role, "parts", parts);
 }
 
 /// OpenAI-shaped `tool_choice` as Gemini's `toolConfig`.
