@@ -2,17 +2,18 @@
 //!
 //! `hale-bench bare-proxy --listen ADDR --upstream http://HOST:PORT` runs, as
 //! its own process like hale, a hyper HTTP/1.1 server that forwards every
-//! request to the upstream with the same client stack hale uses for
-//! providers (reqwest, the same pool and `TCP_NODELAY` settings, mimalloc) and
-//! relays the answer's status, content type and body frame by frame. No
-//! pipeline, no parsing, no journal: the difference between direct and bare
-//! is the cost of an extra loopback hop through this stack, and the
-//! difference between bare and hale is what hale itself adds.
+//! request to the upstream with reqwest (the same pool and `TCP_NODELAY`
+//! settings as hale, mimalloc) and relays the answer's status, content type
+//! and body frame by frame. No pipeline, no parsing, no journal: the
+//! difference between direct and bare is the cost of an extra loopback hop
+//! through this stack, and the difference between bare and hale is what
+//! hale itself adds.
 //!
 //! With `--hyper` the upstream client is hyper-util's pooled client, plain
 //! HTTP only, without reqwest's layers (reqwest's redirect layer parses
-//! every request's URL again, whatever the redirect policy): what a lighter
-//! client would take off the floor, for hale and the bare proxy alike.
+//! every request's URL again, whatever the redirect policy): the client
+//! hale's provider attempts use (hale-gateway `upstream/http_client.rs`;
+//! reqwest only behind a proxy variable).
 
 use bytes::Bytes;
 use clap::Parser;
@@ -54,7 +55,7 @@ enum Client {
 
 /// Serves until killed.
 pub async fn run(args: BareArgs) -> anyhow::Result<()> {
-    // The same TLS provider and client settings as hale's gateway (hale-gateway state.rs).
+    // The same TLS provider and client settings as hale's gateway (hale-gateway upstream/http_client.rs).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let idle = std::time::Duration::from_secs(90);
     let client = if args.hyper {

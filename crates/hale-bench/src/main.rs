@@ -192,10 +192,11 @@ async fn sample_rss(
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 enum BareClient {
-    /// reqwest, as hale uses it: the floor of hale's own stack.
+    /// reqwest, as hale used it for providers before hyper-util (and still
+    /// does behind a proxy variable).
     Reqwest,
-    /// hyper-util's pooled client without reqwest's layers: what a lighter
-    /// client would take off the floor.
+    /// hyper-util's pooled client without reqwest's layers: the client of
+    /// hale's provider attempts, so the floor of hale's own stack.
     Hyper,
 }
 

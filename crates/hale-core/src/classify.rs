@@ -31,7 +31,7 @@
 //! transport forces a decision here. What nothing recognises is returned as
 //! [`ErrorClass::Unknown`], explicitly.
 //!
-//! [`transport_of`] maps a client error (e.g. reqwest's) to a [`Transport`]
+//! [`transport_of`] maps a client error (hyper-util's, reqwest's) to a [`Transport`]
 //! by walking its `source()` chain, as linkerd's `is_caused_by` does: the
 //! error itself and up to [`MAX_SOURCE_DEPTH`] causes below it.
 

@@ -61,8 +61,8 @@ use std::time::Instant;
 /// once at start.
 pub struct Gateway {
     pub cfg: Arc<Config>,
-    /// The provider clients: HTTP, the vertex providers' token sources and
-    /// the bedrock providers' AWS credentials.
+    /// The provider clients: HTTP, the vertex providers' token sources, the
+    /// azure providers' Entra tokens and the bedrock providers' AWS credentials.
     pub upstream: upstream::Client,
     pub store: Store,
     pub metrics: Arc<Metrics>,
@@ -90,11 +90,7 @@ impl Gateway {
     pub async fn new(cfg: Arc<Config>, store: Store) -> anyhow::Result<Arc<Self>> {
         // One TLS crypto library (ring) for every client; a provider already installed is kept.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .pool_idle_timeout(std::time::Duration::from_secs(90))
-            .tcp_nodelay(true)
-            .build()?;
-        let upstream = upstream::Client::new(&cfg, http)?;
+        let upstream = upstream::Client::new(&cfg)?;
         let deployments = Deployments::new(cfg.clone(), Instant::now());
         // Paused agents, agents never seen, and the most recently seen up to
         // the idle bound; the rest are read back when they return.

@@ -20,7 +20,10 @@ use std::time::{Duration, SystemTime};
 
 mod azure;
 pub mod bedrock;
+mod http_client;
 mod vertex;
+
+use http_client::{Body, HttpClient, Post};
 
 /// The Anthropic API version hale speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -221,22 +224,26 @@ fn model_segment(model: &str) -> String {
 
 /// The chat endpoint of `provider`, parsed once per base URL and kind, not
 /// per attempt (formatting and parsing it was ~1.5 % of a turn's
-/// instructions); `None` when it is not a URL. The map holds one entry per
-/// configured provider's base URL.
-fn endpoint(provider: &ProviderConfig, model: &str, stream: bool) -> Option<reqwest::Url> {
+/// instructions); the parser's reason when it is not a URL. The map holds
+/// one entry per configured provider's base URL.
+fn endpoint(
+    provider: &ProviderConfig,
+    model: &str,
+    stream: bool,
+) -> Result<http::Uri, http_client::SendError> {
     use std::collections::HashMap;
     use std::sync::{LazyLock, RwLock};
-    type Urls = RwLock<HashMap<String, reqwest::Url>>;
-    static OPENAI: LazyLock<Urls> = LazyLock::new(Default::default);
-    static ANTHROPIC: LazyLock<Urls> = LazyLock::new(Default::default);
-    static RESPONSES: LazyLock<Urls> = LazyLock::new(Default::default);
+    type Uris = RwLock<HashMap<String, http::Uri>>;
+    static OPENAI: LazyLock<Uris> = LazyLock::new(Default::default);
+    static ANTHROPIC: LazyLock<Uris> = LazyLock::new(Default::default);
+    static RESPONSES: LazyLock<Uris> = LazyLock::new(Default::default);
     let map = match dialect_of(provider) {
         Dialect::OpenAi => &OPENAI,
         Dialect::Anthropic => &ANTHROPIC,
         Dialect::Responses => &RESPONSES,
         // The model is in a Gemini or Bedrock URL: parsed per attempt.
         Dialect::Gemini | Dialect::Bedrock => {
-            return reqwest::Url::parse(&endpoint_str(provider, model, stream)).ok();
+            return http_client::uri(&endpoint_str(provider, model, stream));
         }
     };
     if let Some(u) = map
@@ -244,13 +251,13 @@ fn endpoint(provider: &ProviderConfig, model: &str, stream: bool) -> Option<reqw
         .unwrap_or_else(|e| e.into_inner())
         .get(&provider.base_url)
     {
-        return Some(u.clone());
+        return Ok(u.clone());
     }
-    let url = reqwest::Url::parse(&endpoint_str(provider, model, stream)).ok()?;
+    let uri = http_client::uri(&endpoint_str(provider, model, stream))?;
     map.write()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(provider.base_url.clone(), url.clone());
-    Some(url)
+        .insert(provider.base_url.clone(), uri.clone());
+    Ok(uri)
 }
 
 /// One attempt as sent: its outcome, and what hale changed or dropped from
@@ -261,23 +268,27 @@ pub struct Sent {
 }
 
 /// The provider clients' shared parts, built once from the config: the
-/// HTTP client, the OAuth2 token sources of `vertex` providers and the AWS
-/// credentials of `bedrock` ones.
+/// HTTP client ([`http_client`]: hyper-util, reqwest where a proxy variable
+/// applies), the OAuth2 token sources of `vertex` providers, the Entra
+/// tokens of `azure` ones and the AWS credentials of `bedrock` ones.
 pub struct Client {
-    pub http: reqwest::Client,
+    http: HttpClient,
     vertex: vertex::Tokens,
+    azure: azure::Tokens,
     /// The AWS credentials of `bedrock` providers, resolved and refreshed
     /// across attempts.
     pub bedrock: bedrock::Keychain,
 }
 
 impl Client {
-    /// Builds the token sources of the config's vertex providers (reading
+    /// Builds the HTTP client (the ring crypto provider installed first)
+    /// and the token sources of the config's vertex providers (reading
     /// their key files: a bad one stops the start, its provider named).
-    pub fn new(cfg: &Config, http: reqwest::Client) -> anyhow::Result<Self> {
+    pub fn new(cfg: &Config) -> anyhow::Result<Self> {
         Ok(Self {
-            http,
+            http: HttpClient::new()?,
             vertex: vertex::Tokens::new(cfg)?,
+            azure: azure::Tokens::default(),
             bedrock: bedrock::Keychain::default(),
         })
     }
@@ -326,17 +337,15 @@ async fn request(
     out: &proto::Outgoing,
     stream: bool,
     limits: &AttemptLimits,
-) -> Result<(reqwest::RequestBuilder, Option<vertex::Bearer>), Failure> {
-    let http = &client.http;
+) -> Result<(http::Request<bytes::Bytes>, Option<vertex::Bearer>), Failure> {
+    let unsendable = |e: http_client::SendError| Failure::transport(e.transport(), &e.redacted());
     if let Some(v) = &provider.vertex {
-        let mut rb = http.post(vertex::url(provider, v, model, stream));
-        rb = match hale_core::vertex::publisher(v, model) {
-            Publisher::Anthropic => rb.json(&vertex::anthropic_body(&out.body)),
+        let uri = http_client::uri(&vertex::url(provider, v, model, stream));
+        let mut post = match hale_core::vertex::publisher(v, model) {
+            Publisher::Anthropic => Post::json(uri, &vertex::anthropic_body(&out.body)),
             Publisher::Google => match &out.raw {
-                Some(raw) => rb
-                    .header(reqwest::header::CONTENT_TYPE, "application/json")
-                    .body(raw.clone()),
-                None => rb.json(&out.body),
+                Some(raw) => Post::raw_json(uri, raw.clone()),
+                None => Post::json(uri, &out.body),
             },
         };
         let bearer = client
@@ -344,30 +353,24 @@ async fn request(
             .bearer(provider, limits.headers)
             .await
             .map_err(|vertex::TokenError(why)| Failure::auth(why))?;
-        rb = rb.bearer_auth(bearer.token());
+        post.bearer(bearer.token());
         // The version is in the body on Vertex; the betas go as headers.
         for (k, v) in &out.headers {
             if *k != proto::fidelity::ANTHROPIC_VERSION {
-                rb = rb.header(*k, v);
+                post.header(k, v);
             }
         }
-        return Ok((rb, Some(bearer)));
+        return Ok((post.finish().map_err(unsendable)?, Some(bearer)));
     }
-    let rb = match (
-        &provider.azure,
-        &provider.bedrock,
-        endpoint(provider, model, stream),
-    ) {
+    let uri = match (&provider.azure, &provider.bedrock) {
         // Azure's URL names the deployment (the model): built per attempt.
-        (Some(az), _, _) => http.post(azure::url(provider, az, model)),
+        (Some(az), _) => http_client::uri(&azure::url(provider, az, model)),
         // Bedrock's names the model and the API.
-        (None, Some(bc), _) => http.post(bedrock::url(provider, bc, model, stream)),
-        (None, None, Some(url)) => http.post(url),
-        // Not a URL: reqwest reports it as it always did.
-        (None, None, None) => http.post(endpoint_str(provider, model, stream)),
+        (None, Some(bc)) => http_client::uri(&bedrock::url(provider, bc, model, stream)),
+        (None, None) => endpoint(provider, model, stream),
     };
     let dialect = dialect_for(provider, model);
-    let mut rb = match (&out.raw, &provider.bedrock, dialect) {
+    let mut post = match (&out.raw, &provider.bedrock, dialect) {
         // InvokeModel takes Anthropic's body without `model`, with
         // `anthropic_version`: the client's fields otherwise as they came
         // (`out.body` is the client's bytes as JSON when `raw` is set).
@@ -377,23 +380,23 @@ async fn request(
                 .iter()
                 .find(|(k, _)| *k == "anthropic-beta")
                 .map(|(_, v)| v.as_str());
-            rb.json(&bedrock::invoke_body(&out.body, beta))
+            Post::json(uri, &bedrock::invoke_body(&out.body, beta))
         }
         // The client's own bytes: hale changed nothing in the body.
-        (Some(raw), _, _) => rb
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(raw.clone()),
-        (None, _, _) => rb.json(&out.body),
+        (Some(raw), _, _) => Post::raw_json(uri, raw.clone()),
+        (None, _, _) => Post::json(uri, &out.body),
     };
-    rb = match (provider.kind, &provider.api_key) {
-        (ProviderKind::OpenAi, Some(k)) => rb.bearer_auth(k.expose()),
-        (ProviderKind::Anthropic, Some(k)) => rb.header("x-api-key", k.expose()),
-        (ProviderKind::Gemini, Some(k)) => rb.header(GEMINI_KEY_HEADER, k.expose()),
-        // Set on the built request (a signature covers the whole of it).
-        (ProviderKind::Azure | ProviderKind::Vertex | ProviderKind::Bedrock, _) | (_, None) => rb,
-    };
+    match (provider.kind, &provider.api_key) {
+        (ProviderKind::OpenAi, Some(k)) => post.bearer(k.expose()),
+        (ProviderKind::Anthropic, Some(k)) => post.secret("x-api-key", k.expose()),
+        (ProviderKind::Gemini, Some(k)) => post.secret(GEMINI_KEY_HEADER, k.expose()),
+        // Set below, or on the built request (a signature covers the whole of it).
+        (ProviderKind::Azure | ProviderKind::Vertex | ProviderKind::Bedrock, _) | (_, None) => {}
+    }
     if let Some(az) = &provider.azure {
-        rb = azure::authorize(rb, provider, az)
+        client
+            .azure
+            .authorize(&mut post, provider, az)
             .await
             .map_err(|azure::TokenError(why)| Failure::auth(why))?;
     }
@@ -402,21 +405,18 @@ async fn request(
         .iter()
         .any(|(k, _)| *k == proto::fidelity::ANTHROPIC_VERSION);
     if provider.kind == ProviderKind::Anthropic && !client_version {
-        rb = rb.header(proto::fidelity::ANTHROPIC_VERSION, ANTHROPIC_VERSION);
+        post.header(proto::fidelity::ANTHROPIC_VERSION, ANTHROPIC_VERSION);
     }
     // Bedrock takes Anthropic's feature headers in the body (above).
     if provider.bedrock.is_none() {
         for (k, v) in &out.headers {
-            rb = rb.header(*k, v);
+            post.header(k, v);
         }
     }
     if provider.bedrock.is_some() && stream {
-        rb = rb.header(
-            reqwest::header::ACCEPT,
-            "application/vnd.amazon.eventstream",
-        );
+        post.header("accept", "application/vnd.amazon.eventstream");
     }
-    Ok((rb, None))
+    Ok((post.finish().map_err(unsendable)?, None))
 }
 
 async fn attempt(
@@ -428,27 +428,19 @@ async fn attempt(
     stream: bool,
     limits: &AttemptLimits,
 ) -> Result<Answer, Failure> {
-    let http = &client.http;
     let mut refetched = false;
     let resp = loop {
-        let (rb, bearer) = request(client, provider, model, out, stream, limits).await?;
-        let mut request = match rb.build() {
-            Ok(r) => r,
-            Err(e) => {
-                let t = classify::transport_of(&e);
-                return Err(Failure::transport(t, &redact(&e)));
-            }
-        };
+        let (mut request, bearer) = request(client, provider, model, out, stream, limits).await?;
         // Bedrock signs the built request: the signature covers all of it.
         if let Some(bc) = &provider.bedrock {
             client
                 .bedrock
-                .authorize(http, provider, bc, &mut request)
+                .authorize(client.http.reqwest(), provider, bc, &mut request)
                 .await
                 .map_err(|bedrock::CredentialError(why)| Failure::auth(why))?;
         }
         let sent_at = std::time::Instant::now();
-        let resp = match tokio::time::timeout(limits.headers, http.execute(request)).await {
+        let resp = match tokio::time::timeout(limits.headers, client.http.send(request)).await {
             Err(_) => {
                 return Err(Failure::transport(
                     Transport::HeadersTimeout,
@@ -458,9 +450,10 @@ async fn attempt(
             // No response byte came: how long the upstream was silent before the
             // failure decides whether a close was a blip or a hang (hale-core).
             Ok(Err(e)) => {
-                let t = classify::transport_of(&e)
+                let t = e
+                    .transport()
                     .after_silence(sent_at.elapsed(), provider.first_byte_expectation());
-                return Err(Failure::transport(t, &redact(&e)));
+                return Err(Failure::transport(t, &e.redacted()));
             }
             Ok(Ok(r)) => r,
         };
@@ -482,17 +475,17 @@ async fn attempt(
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
         };
-        let retry_after = header(reqwest::header::RETRY_AFTER.as_str());
+        let retry_after = header(http::header::RETRY_AFTER.as_str());
         let retry_after_ms = classify::RETRY_AFTER_MS_HEADERS
             .iter()
             .find_map(|name| header(name));
         if status == 401
             && let Some(az) = &provider.azure
         {
-            azure::refused(provider, az).await;
+            client.azure.refused(provider, az).await;
         }
         let error_type = header(hale_core::bedrock::ERROR_TYPE_HEADER);
-        let body = read_capped(resp, limits.headers).await;
+        let body = read_capped(resp.into_body(), limits.headers).await;
         let obs = Observation {
             status: Some(status),
             retry_after: retry_after.as_deref(),
@@ -519,11 +512,12 @@ async fn attempt(
     }
     if stream {
         Ok(Answer::Stream(match &provider.bedrock {
-            Some(_) => bedrock_stream(resp, dialect, limits.stream_idle),
-            None => event_stream(resp, dialect, limits.stream_idle),
+            Some(_) => bedrock_stream(resp.into_body(), dialect, limits.stream_idle),
+            None => event_stream(resp.into_body(), dialect, limits.stream_idle),
         }))
     } else {
-        let bytes = match tokio::time::timeout(limits.headers, resp.bytes()).await {
+        use http_body_util::BodyExt;
+        let bytes = match tokio::time::timeout(limits.headers, resp.into_body().collect()).await {
             Err(_) => {
                 return Err(Failure::transport(
                     Transport::HeadersTimeout,
@@ -531,11 +525,11 @@ async fn attempt(
                 ));
             }
             // The headers said 2xx and the body broke off before its end
-            // (reqwest calls it "error decoding response body"; nothing was
-            // parsed yet). Nothing reached the caller, so this is a body cut:
-            // the classifier makes it retryable on the same target.
-            Ok(Err(e)) => return Err(Failure::transport(Transport::BodyCut, &redact(&e))),
-            Ok(Ok(b)) => b,
+            // (nothing was parsed yet). Nothing reached the caller, so this
+            // is a body cut: the classifier makes it retryable on the same
+            // target.
+            Ok(Err(e)) => return Err(Failure::transport(Transport::BodyCut, &e.to_string())),
+            Ok(Ok(b)) => b.to_bytes(),
         };
         let value = serde_json::from_slice::<serde_json::Value>(&bytes);
         // A `failed` Responses answer (a 2xx) is the provider's error.
@@ -590,9 +584,9 @@ async fn attempt(
 }
 
 /// Reads at most [`MAX_ERROR_BODY`] of an error body, within `limit`.
-async fn read_capped(resp: reqwest::Response, limit: Duration) -> String {
+async fn read_capped(body: Body, limit: Duration) -> String {
     let mut out = Vec::new();
-    let mut s = resp.bytes_stream();
+    let mut s = http_body_util::BodyDataStream::new(body);
     let read = async {
         while let Some(Ok(chunk)) = s.next().await {
             out.extend_from_slice(&chunk);
@@ -606,36 +600,8 @@ async fn read_capped(resp: reqwest::Response, limit: Duration) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// A transport error's text without the URL (which could carry a key in a
-/// query string): a short head, then the causes, at most 5 levels deep.
-fn redact(e: &reqwest::Error) -> String {
-    let head = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "connection failed"
-    } else if e.is_body() || e.is_decode() {
-        "body error"
-    } else {
-        "request failed"
-    };
-    let mut parts = Vec::new();
-    let mut src = std::error::Error::source(e);
-    while let Some(cause) = src {
-        if parts.len() == 5 {
-            break;
-        }
-        parts.push(cause.to_string());
-        src = cause.source();
-    }
-    if parts.is_empty() {
-        head.to_owned()
-    } else {
-        format!("{head}: {}", parts.join(": "))
-    }
-}
-
 /// Decodes an upstream SSE body into canonical events, with the idle timeout.
-fn event_stream(resp: reqwest::Response, dialect: Dialect, idle: Duration) -> EventStream {
+fn event_stream(body: Body, dialect: Dialect, idle: Duration) -> EventStream {
     let decoder = match dialect {
         Dialect::OpenAi => Decoder::OpenAi(proto::openai::StreamDecoder::new()),
         Dialect::Anthropic => Decoder::Anthropic(proto::anthropic::StreamDecoder::new()),
@@ -645,7 +611,9 @@ fn event_stream(resp: reqwest::Response, dialect: Dialect, idle: Duration) -> Ev
         Dialect::Bedrock => Decoder::Converse(proto::bedrock::StreamDecoder::new()),
     };
     Box::pin(Events {
-        sse: Box::pin(sse_stream::SseByteStream::new(resp.bytes_stream())),
+        sse: Box::pin(sse_stream::SseByteStream::new(
+            http_body_util::BodyDataStream::new(body),
+        )),
         decoder,
         idle,
         stall: Box::pin(tokio::time::sleep(idle)),
@@ -704,11 +672,9 @@ fn bedrock_sse(frame: bedrock::Frame) -> sse_stream::Sse {
 }
 
 /// A Bedrock event stream read into SSE events, as they arrive.
-fn bedrock_frames(
-    resp: reqwest::Response,
-) -> impl Stream<Item = Result<sse_stream::Sse, bedrock::FrameError>> {
+fn bedrock_frames(body: Body) -> impl Stream<Item = Result<sse_stream::Sse, bedrock::FrameError>> {
     let state = (
-        Box::pin(resp.bytes_stream()),
+        Box::pin(http_body_util::BodyDataStream::new(body)),
         bedrock::FrameReader::new(),
         false,
     );
@@ -726,7 +692,8 @@ fn bedrock_frames(
                 Some(Err(e)) => {
                     done = true;
                     reader = bedrock::FrameReader::new();
-                    return Some((Err(bedrock::FrameError(redact(&e))), (body, reader, done)));
+                    let cut = bedrock::FrameError(e.to_string());
+                    return Some((Err(cut), (body, reader, done)));
                 }
                 None if reader.pending() => {
                     done = true;
@@ -745,9 +712,9 @@ fn bedrock_frames(
 
 /// Decodes a Bedrock event stream (Converse, or an Anthropic model through
 /// InvokeModel: `dialect`) into canonical events, with the idle timeout.
-fn bedrock_stream(resp: reqwest::Response, dialect: Dialect, idle: Duration) -> EventStream {
+fn bedrock_stream(body: Body, dialect: Dialect, idle: Duration) -> EventStream {
     Box::pin(Events {
-        sse: Box::pin(bedrock_frames(resp)),
+        sse: Box::pin(bedrock_frames(body)),
         decoder: bedrock_decoder(dialect),
         idle,
         stall: Box::pin(tokio::time::sleep(idle)),

@@ -192,6 +192,45 @@ async fn a_provider_over_tls_is_reached_over_http2_when_its_ca_is_trusted() {
     assert!(seen.iter().all(|v| *v == Version::HTTP_2), "{seen:?}");
 }
 
+/// `HTTPS_PROXY` set: the provider is reached through the proxy's
+/// `CONNECT` tunnel (`common/proxy.rs`), the certificate checked and
+/// HTTP/2 chosen inside it, as without a proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_over_tls_is_reached_through_the_https_proxy_in_the_environment() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let http = reqwest::Client::new();
+    let ca = tls_dir().join("ca.pem");
+    let (proxy_url, seen) = common::proxy::start().await;
+    let (versions, _hale, base) = hale_over_tls(
+        dir.path(),
+        &http,
+        "",
+        &[
+            ("SSL_CERT_FILE", ca.to_str().expect("path")),
+            ("HTTPS_PROXY", &proxy_url),
+            ("NO_PROXY", ""),
+        ],
+    )
+    .await;
+    for k in 0..4 {
+        let (status, body) = chat(&http, &base, k % 2 == 1).await;
+        assert_eq!(status, 200, "turn {k}: {body}");
+        assert!(body.contains(ANSWER), "{body}");
+    }
+    let lines = seen.lines();
+    assert!(!lines.is_empty(), "nothing went through the proxy");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.starts_with("CONNECT 127.0.0.1:") && l.ends_with(" HTTP/1.1")),
+        "{lines:?}"
+    );
+    let seen = versions.lock().expect("versions").clone();
+    assert_eq!(seen.len(), 4);
+    assert!(seen.iter().all(|v| *v == Version::HTTP_2), "{seen:?}");
+}
+
 /// A provider whose certificate is not trusted: no request ever reaches
 /// it. Each turn's attempts — retried on the same target, as network
 /// failures are — are `network` failures naming the certificate (a failure

@@ -3,7 +3,8 @@
 //! a Microsoft Entra ID token as a bearer. The rules (URL, body model, when
 //! a token is due) are `hale_core::azure`'s; this file carries them out.
 //!
-//! An Entra token from `token_command` is kept per provider and fetched
+//! An Entra token from `token_command` is kept per provider ([`Tokens`],
+//! owned by the upstream client, not a process-wide map) and fetched
 //! again when `hale_core::azure::token_due` says so (too old, or refused
 //! with a 401). One fetch at a time per provider: attempts that find the
 //! token due wait for the one fetching it rather than each running the
@@ -11,10 +12,11 @@
 //! command is a [`TokenError`] (the caller makes it an `auth` failure of the
 //! provider), without the command's output.
 
+use super::http_client::Post;
 use hale_core::azure;
 use hale_core::config::{AzureAuth, AzureConfig, ProviderConfig, Secret};
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The attempt's URL for `model`.
@@ -38,74 +40,84 @@ type Slot = Arc<tokio::sync::Mutex<Option<Held>>>;
 /// A token slot's key: the provider's name, endpoint and command.
 type SlotKey = (String, String, String);
 
-/// The token slot of a provider: by its name, endpoint and command, so a
-/// reloaded config that points the same name elsewhere (or runs another
-/// command) never sends the old token.
-fn slot(provider: &ProviderConfig, command: &str) -> Slot {
-    static SLOTS: LazyLock<Mutex<HashMap<SlotKey, Slot>>> = LazyLock::new(Default::default);
-    let key = (
-        provider.name.clone(),
-        provider.base_url.clone(),
-        command.to_owned(),
-    );
-    SLOTS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .entry(key)
-        .or_default()
-        .clone()
+/// The Entra tokens of `azure` providers with a `token_command`, one slot
+/// per provider: by its name, endpoint and command, so a reloaded config
+/// that points the same name elsewhere (or runs another command) never
+/// sends the old token. Owned by the upstream client beside the Vertex
+/// tokens and the Bedrock keychain.
+#[derive(Default)]
+pub struct Tokens {
+    slots: Mutex<HashMap<SlotKey, Slot>>,
 }
 
 /// Why no Entra token could be had: safe to show (no token, no output).
 #[derive(Debug)]
 pub(super) struct TokenError(pub(super) String);
 
-/// `rb` with the provider's credentials.
-pub(super) async fn authorize(
-    rb: reqwest::RequestBuilder,
-    provider: &ProviderConfig,
-    az: &AzureConfig,
-) -> Result<reqwest::RequestBuilder, TokenError> {
-    match (&az.auth, &provider.api_key) {
-        (AzureAuth::ApiKey, Some(k)) => Ok(rb.header(azure::API_KEY_HEADER, k.expose())),
-        (AzureAuth::EntraToken, Some(t)) => Ok(rb.bearer_auth(t.expose())),
-        // Validation requires the key or token; none is sent without one.
-        (AzureAuth::ApiKey | AzureAuth::EntraToken, None) => Ok(rb),
-        (AzureAuth::EntraCommand { command, refresh }, _) => {
-            let slot = slot(provider, command);
-            let mut held = slot.lock().await;
-            let now = Instant::now();
-            let due = azure::token_due(
-                held.as_ref().map(|h| h.fetched),
-                now,
-                *refresh,
-                held.as_ref().is_some_and(|h| h.refused),
-            );
-            if due {
-                let token = run_token_command(command, provider.timeout).await?;
-                *held = Some(Held {
-                    token,
-                    fetched: now,
-                    refused: false,
-                });
-            }
-            match held.as_ref() {
-                Some(h) => Ok(rb.bearer_auth(h.token.expose())),
-                None => Err(token_failure("no Entra token")),
-            }
-        }
+impl Tokens {
+    fn slot(&self, provider: &ProviderConfig, command: &str) -> Slot {
+        let key = (
+            provider.name.clone(),
+            provider.base_url.clone(),
+            command.to_owned(),
+        );
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key)
+            .or_default()
+            .clone()
     }
-}
 
-/// A 401 from the provider: a command's token is fetched again next time.
-pub(super) async fn refused(provider: &ProviderConfig, az: &AzureConfig) {
-    match &az.auth {
-        AzureAuth::EntraCommand { command, .. } => {
-            if let Some(h) = slot(provider, command).lock().await.as_mut() {
-                h.refused = true;
+    /// Sets the provider's credentials on `post`.
+    pub(super) async fn authorize(
+        &self,
+        post: &mut Post,
+        provider: &ProviderConfig,
+        az: &AzureConfig,
+    ) -> Result<(), TokenError> {
+        match (&az.auth, &provider.api_key) {
+            (AzureAuth::ApiKey, Some(k)) => post.secret(azure::API_KEY_HEADER, k.expose()),
+            (AzureAuth::EntraToken, Some(t)) => post.bearer(t.expose()),
+            // Validation requires the key or token; none is sent without one.
+            (AzureAuth::ApiKey | AzureAuth::EntraToken, None) => {}
+            (AzureAuth::EntraCommand { command, refresh }, _) => {
+                let slot = self.slot(provider, command);
+                let mut held = slot.lock().await;
+                let now = Instant::now();
+                let due = azure::token_due(
+                    held.as_ref().map(|h| h.fetched),
+                    now,
+                    *refresh,
+                    held.as_ref().is_some_and(|h| h.refused),
+                );
+                if due {
+                    let token = run_token_command(command, provider.timeout).await?;
+                    *held = Some(Held {
+                        token,
+                        fetched: now,
+                        refused: false,
+                    });
+                }
+                match held.as_ref() {
+                    Some(h) => post.bearer(h.token.expose()),
+                    None => return Err(token_failure("no Entra token")),
+                }
             }
         }
-        AzureAuth::ApiKey | AzureAuth::EntraToken => {}
+        Ok(())
+    }
+
+    /// A 401 from the provider: a command's token is fetched again next time.
+    pub(super) async fn refused(&self, provider: &ProviderConfig, az: &AzureConfig) {
+        match &az.auth {
+            AzureAuth::EntraCommand { command, .. } => {
+                if let Some(h) = self.slot(provider, command).lock().await.as_mut() {
+                    h.refused = true;
+                }
+            }
+            AzureAuth::ApiKey | AzureAuth::EntraToken => {}
+        }
     }
 }
 
@@ -162,14 +174,20 @@ mod tests {
         (p, az)
     }
 
-    fn client() -> reqwest::Client {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        reqwest::Client::new()
+    fn post() -> Post {
+        Post::raw_json(
+            Ok(http::Uri::from_static("http://127.0.0.1:9/x")),
+            bytes::Bytes::new(),
+        )
     }
 
-    fn bearer(rb: reqwest::RequestBuilder) -> String {
-        let req = rb.build().expect("request");
-        req.headers()["authorization"]
+    async fn bearer(tokens: &Tokens, p: &ProviderConfig, az: &AzureConfig) -> String {
+        let mut post = post();
+        tokens
+            .authorize(&mut post, p, az)
+            .await
+            .expect("authorized");
+        post.headers()["authorization"]
             .to_str()
             .expect("ascii")
             .to_owned()
@@ -185,36 +203,26 @@ mod tests {
             "n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; echo \" tok-$n \"",
             c = count.display()
         );
-        let (p, az) = provider("azure-token-test", &cmd);
-        let http = client();
+        let (p, az) = provider("azure", &cmd);
+        let tokens = Tokens::default();
         for _ in 0..3 {
-            let rb = authorize(http.post("http://127.0.0.1:9/x"), &p, &az)
-                .await
-                .expect("authorized");
-            assert_eq!(bearer(rb), "Bearer tok-1");
+            assert_eq!(bearer(&tokens, &p, &az).await, "Bearer tok-1");
         }
-        refused(&p, &az).await;
-        let rb = authorize(http.post("http://127.0.0.1:9/x"), &p, &az)
-            .await
-            .expect("authorized");
-        assert_eq!(bearer(rb), "Bearer tok-2");
+        tokens.refused(&p, &az).await;
+        assert_eq!(bearer(&tokens, &p, &az).await, "Bearer tok-2");
+        // Each owner holds its own tokens: another client runs the command.
+        assert_eq!(bearer(&Tokens::default(), &p, &az).await, "Bearer tok-3");
     }
 
     /// A provider of the same name reloaded with another command (or
     /// endpoint) gets that command's token, not the one kept before.
     #[tokio::test]
     async fn a_reloaded_provider_with_another_command_does_not_reuse_the_old_token() {
-        let http = client();
-        let (p, az) = provider("azure-token-reload", "echo tok-old");
-        let rb = authorize(http.post("http://127.0.0.1:9/x"), &p, &az)
-            .await
-            .expect("authorized");
-        assert_eq!(bearer(rb), "Bearer tok-old");
-        let (p, az) = provider("azure-token-reload", "echo tok-new");
-        let rb = authorize(http.post("http://127.0.0.1:9/x"), &p, &az)
-            .await
-            .expect("authorized");
-        assert_eq!(bearer(rb), "Bearer tok-new");
+        let tokens = Tokens::default();
+        let (p, az) = provider("azure", "echo tok-old");
+        assert_eq!(bearer(&tokens, &p, &az).await, "Bearer tok-old");
+        let (p, az) = provider("azure", "echo tok-new");
+        assert_eq!(bearer(&tokens, &p, &az).await, "Bearer tok-new");
         // The same name and command at another endpoint: fetched again.
         let dir = tempfile::tempdir().expect("tempdir");
         let count = dir.path().join("n");
@@ -222,18 +230,12 @@ mod tests {
             "n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; echo tok-$n",
             c = count.display()
         );
-        let (p, az) = provider("azure-token-moved", &cmd);
-        let rb = authorize(http.post("http://127.0.0.1:9/x"), &p, &az)
-            .await
-            .expect("authorized");
-        assert_eq!(bearer(rb), "Bearer tok-1");
+        let (p, az) = provider("azure-moved", &cmd);
+        assert_eq!(bearer(&tokens, &p, &az).await, "Bearer tok-1");
         let mut moved = p.clone();
         moved.base_url = "http://127.0.0.1:10".into();
-        let rb = authorize(http.post("http://127.0.0.1:10/x"), &moved, &az)
-            .await
-            .expect("authorized");
         assert_eq!(
-            bearer(rb),
+            bearer(&tokens, &moved, &az).await,
             "Bearer tok-2",
             "fetched again for the new endpoint"
         );
@@ -242,17 +244,36 @@ mod tests {
     /// A failing command is an error whose message holds no output.
     #[tokio::test]
     async fn a_failing_token_command_is_an_error_without_its_output() {
+        let tokens = Tokens::default();
         let (p, az) = provider("azure-token-fail", "echo secret-output; exit 3");
-        let http = client();
-        let f = authorize(http.post("http://127.0.0.1:9/x"), &p, &az)
+        let f = tokens
+            .authorize(&mut post(), &p, &az)
             .await
             .expect_err("a failure");
         assert!(f.0.contains("failed"), "{}", f.0);
         assert!(!f.0.contains("secret-output"), "{}", f.0);
         let (p, az) = provider("azure-token-empty", "true");
-        let f = authorize(http.post("http://127.0.0.1:9/x"), &p, &az)
+        let f = tokens
+            .authorize(&mut post(), &p, &az)
             .await
             .expect_err("a failure");
         assert!(f.0.contains("no token"), "{}", f.0);
+    }
+
+    /// An `api-key` provider's key goes as the `api-key` header, marked
+    /// sensitive.
+    #[tokio::test]
+    async fn an_api_key_is_a_sensitive_header() {
+        let (mut p, mut az) = provider("azure-key", "true");
+        az.auth = AzureAuth::ApiKey;
+        p.api_key = Some(Secret::new("azure-key-1"));
+        let mut post = post();
+        Tokens::default()
+            .authorize(&mut post, &p, &az)
+            .await
+            .expect("authorized");
+        let v = &post.headers()[azure::API_KEY_HEADER];
+        assert_eq!(v, "azure-key-1");
+        assert!(v.is_sensitive());
     }
 }

@@ -29,7 +29,7 @@
 use aws_credential_types::Credentials;
 use aws_smithy_eventstream::frame::{DecodedFrame, MessageFrameDecoder};
 use aws_smithy_types::event_stream::{HeaderValue, Message};
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use hale_core::bedrock;
 use hale_core::config::{BedrockAuth, BedrockConfig, ProviderConfig};
 use std::collections::HashMap;
@@ -146,25 +146,26 @@ impl Keychain {
     }
 
     /// Signs `req` (method, URL, `content-type` and body as built) with the
-    /// provider's credentials, or sets its API key as a bearer.
+    /// provider's credentials, or sets its API key as a bearer. `http`
+    /// reaches STS for a web identity.
     pub async fn authorize(
         &self,
         http: &reqwest::Client,
         provider: &ProviderConfig,
         bc: &BedrockConfig,
-        req: &mut reqwest::Request,
+        req: &mut http::Request<Bytes>,
     ) -> Result<(), CredentialError> {
         let profile = match &bc.auth {
             BedrockAuth::ApiKey => {
                 if let Some(k) = &provider.api_key {
-                    let v =
-                        reqwest::header::HeaderValue::from_str(&format!("Bearer {}", k.expose()))
-                            .map_err(|_| {
+                    let mut v = http::HeaderValue::from_str(&format!("Bearer {}", k.expose()))
+                        .map_err(|_| {
                             CredentialError(
                                 "the Bedrock API key is not a valid header value".into(),
                             )
                         })?;
-                    req.headers_mut().insert(reqwest::header::AUTHORIZATION, v);
+                    v.set_sensitive(true);
+                    req.headers_mut().insert(http::header::AUTHORIZATION, v);
                 }
                 return Ok(());
             }
@@ -353,9 +354,10 @@ fn form_encode(v: &str) -> String {
     out
 }
 
-/// Signs `req` with SigV4 for the `bedrock` service in `region` at `now`.
+/// Signs `req` with SigV4 for the `bedrock` service in `region` at `now`:
+/// its method, URL, headers and body bytes as built.
 pub fn sign(
-    req: &mut reqwest::Request,
+    req: &mut http::Request<Bytes>,
     creds: Credentials,
     region: &str,
     now: SystemTime,
@@ -371,21 +373,14 @@ pub fn sign(
         .build()
         .map_err(|_| CredentialError("the SigV4 parameters are incomplete".into()))?
         .into();
-    let body = req
-        .body()
-        .and_then(reqwest::Body::as_bytes)
-        .unwrap_or_default()
-        .to_vec();
-    let headers: Vec<(String, String)> = req
-        .headers()
-        .iter()
-        .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
-        .collect();
+    let uri = req.uri().to_string();
     let signable = SignableRequest::new(
         req.method().as_str(),
-        req.url().as_str(),
-        headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        SignableBody::Bytes(&body),
+        &uri,
+        req.headers()
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?))),
+        SignableBody::Bytes(req.body()),
     )
     .map_err(|_| CredentialError("the request could not be signed".into()))?;
     let (instructions, _) = aws_sigv4::http_request::sign(signable, &params)
@@ -393,9 +388,11 @@ pub fn sign(
         .into_parts();
     let (headers, _) = instructions.into_parts();
     for h in headers {
-        let value = reqwest::header::HeaderValue::from_str(h.value())
+        let mut value = http::HeaderValue::from_str(h.value())
             .map_err(|_| CredentialError("a signature header is not a valid value".into()))?;
-        req.headers_mut().insert(h.name(), value);
+        value.set_sensitive(h.sensitive());
+        let name = http::HeaderName::from_static(h.name());
+        req.headers_mut().insert(name, value);
     }
     Ok(())
 }
@@ -561,14 +558,12 @@ mod tests {
     /// the session token, and the secret in none of them.
     #[test]
     fn a_signed_request_carries_the_signature_and_no_secret() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::new();
-        let mut req = http
-            .post("https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-v2%3A1/invoke")
-            .header("content-type", "application/json")
-            .body("{}")
-            .build()
-            .unwrap();
+        let mut req = http::Request::post(
+            "https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-v2%3A1/invoke",
+        )
+        .header("content-type", "application/json")
+        .body(Bytes::from_static(b"{}"))
+        .unwrap();
         let creds = Credentials::new("AKID", "SECRETKEY", Some("TOKEN".into()), None, "t");
         sign(&mut req, creds, "us-east-1", SystemTime::now()).unwrap();
         let auth = req.headers()["authorization"].to_str().unwrap();
@@ -579,6 +574,7 @@ mod tests {
         assert!(auth.contains("/us-east-1/bedrock/aws4_request"), "{auth}");
         assert_eq!(req.headers()["x-amz-security-token"], "TOKEN");
         assert!(req.headers().contains_key("x-amz-date"));
+        assert!(req.headers()["x-amz-security-token"].is_sensitive());
         for (_, v) in req.headers() {
             assert!(!v.to_str().unwrap().contains("SECRETKEY"));
         }
@@ -596,6 +592,12 @@ mod tests {
                 "anthropic_version": "bedrock-2023-05-31",
                 "anthropic_beta": ["interleaved-thinking-2025-05-14", "x"]})
         );
+    }
+
+    fn post() -> http::Request<Bytes> {
+        http::Request::post("http://127.0.0.1:9/x")
+            .body(Bytes::from_static(b"{}"))
+            .unwrap()
     }
 
     fn bedrock_provider(auth: BedrockAuth) -> (ProviderConfig, BedrockConfig) {
@@ -620,11 +622,7 @@ mod tests {
             "AWS_SECRET_ACCESS_KEY" => Some("s".into()),
             _ => None,
         }));
-        let mut req = http
-            .post("http://127.0.0.1:9/x")
-            .body("{}")
-            .build()
-            .unwrap();
+        let mut req = post();
         chain.authorize(&http, &p, &bc, &mut req).await.unwrap();
         let auth = req.headers()["authorization"].to_str().unwrap().to_owned();
         assert!(auth.contains("Credential=AKIDENV/"), "{auth}");
@@ -645,11 +643,7 @@ mod tests {
         let (p, bc) = bedrock_provider(BedrockAuth::SigV4 {
             profile: Some("work".into()),
         });
-        let mut req = http
-            .post("http://127.0.0.1:9/x")
-            .body("{}")
-            .build()
-            .unwrap();
+        let mut req = post();
         chain.authorize(&http, &p, &bc, &mut req).await.unwrap();
         let auth = req.headers()["authorization"].to_str().unwrap().to_owned();
         assert!(auth.contains("Credential=AKIDFILE/"), "{auth}");
@@ -657,11 +651,7 @@ mod tests {
         // Nothing anywhere: an error naming what was tried, no secret.
         let chain = Keychain::new(Sources::from_env(|_| None));
         let (p, bc) = bedrock_provider(BedrockAuth::SigV4 { profile: None });
-        let mut req = http
-            .post("http://127.0.0.1:9/x")
-            .body("{}")
-            .build()
-            .unwrap();
+        let mut req = post();
         let e = chain.authorize(&http, &p, &bc, &mut req).await.unwrap_err();
         assert!(e.0.contains("AWS_ACCESS_KEY_ID"), "{}", e.0);
     }
@@ -673,11 +663,7 @@ mod tests {
         let (mut p, bc) = bedrock_provider(BedrockAuth::ApiKey);
         p.api_key = Some(Secret::new("bedrock-key"));
         let chain = Keychain::new(Sources::from_env(|_| None));
-        let mut req = http
-            .post("http://127.0.0.1:9/x")
-            .body("{}")
-            .build()
-            .unwrap();
+        let mut req = post();
         chain.authorize(&http, &p, &bc, &mut req).await.unwrap();
         assert_eq!(req.headers()["authorization"], "Bearer bedrock-key");
     }

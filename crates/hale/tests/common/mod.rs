@@ -4,6 +4,8 @@
 //! waiting for a server to answer.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::path::Path;
 use std::time::Duration;
 
