@@ -47,8 +47,8 @@ pub mod responses;
 mod sse;
 
 pub use canonical::{
-    ChatRequest, ChatResponse, Dialect, Message, Origin, Part, ProtoError, Role, StopReason,
-    StreamEvent, Tool, Usage,
+    AnswerError, ChatRequest, ChatResponse, Dialect, Message, Origin, Part, ProtoError, Role,
+    StopReason, StreamEvent, Tool, Usage,
 };
 pub use fidelity::{Outgoing, render_for};
 pub use parse::{
