@@ -30,12 +30,14 @@ use std::time::Duration;
 pub const OTHER: &str = "other";
 
 /// The agents, providers and models the config names: the only values those
-/// labels take; anything else is [`OTHER`].
+/// labels take; anything else is [`OTHER`]. The sets hold the config's
+/// names only (a client's name is looked up, never added), so they hash
+/// with foldhash rather than std's SipHash.
 #[derive(Debug, Clone, Default)]
 pub struct LabelBounds {
-    agents: HashSet<String>,
-    providers: HashSet<String>,
-    models: HashSet<String>,
+    agents: HashSet<String, foldhash::fast::RandomState>,
+    providers: HashSet<String, foldhash::fast::RandomState>,
+    models: HashSet<String, foldhash::fast::RandomState>,
 }
 
 impl LabelBounds {

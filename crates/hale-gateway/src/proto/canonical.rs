@@ -16,7 +16,7 @@ use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
-use std::hash::{DefaultHasher, Hasher};
+use std::hash::{BuildHasher, Hasher};
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
@@ -690,11 +690,24 @@ impl Origin {
     }
 }
 
-/// A stable fingerprint of a value's JSON form (to tell whether hale
-/// changed a message or a field since it was parsed).
+/// The hasher of the fingerprints a process compares with one another (a
+/// request's messages here, a request for the repeated-call rule in
+/// `health`): foldhash, several times cheaper than std's SipHash on a
+/// message's text, seeded once per process. A fingerprint is never stored
+/// nor sent, and never keys a table, so it needs no HashDoS resistance:
+/// crafting two requests that collide only misleads hale about the
+/// crafter's own requests.
+pub(crate) fn fingerprint_hasher() -> impl Hasher {
+    static SEED: std::sync::LazyLock<foldhash::quality::RandomState> =
+        std::sync::LazyLock::new(foldhash::quality::RandomState::default);
+    SEED.build_hasher()
+}
+
+/// A fingerprint of a value's JSON form, stable within the process (to
+/// tell whether hale changed a message or a field since it was parsed).
 pub(super) fn fingerprint<T: Serialize + ?Sized>(v: &T) -> u64 {
-    struct Sink(DefaultHasher);
-    impl std::io::Write for Sink {
+    struct Sink<H>(H);
+    impl<H: Hasher> std::io::Write for Sink<H> {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
             self.0.write(b);
             Ok(b.len())
@@ -703,7 +716,7 @@ pub(super) fn fingerprint<T: Serialize + ?Sized>(v: &T) -> u64 {
             Ok(())
         }
     }
-    let mut s = Sink(DefaultHasher::new());
+    let mut s = Sink(fingerprint_hasher());
     // Serialising canonical types into a hasher cannot fail.
     let _ = serde_json::to_writer(&mut s, v);
     s.0.finish()

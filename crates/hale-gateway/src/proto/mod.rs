@@ -46,6 +46,7 @@ mod parse;
 pub mod responses;
 mod sse;
 
+pub(crate) use canonical::fingerprint_hasher;
 pub use canonical::{
     AnswerError, ChatRequest, ChatResponse, Dialect, Message, Origin, Part, ProtoError, Role,
     StopReason, StreamEvent, Tool, Usage,
