@@ -85,7 +85,8 @@ pub struct Deployments {
     scopes: Mutex<Scopes>,
     /// agent → deployment → breaker: looked up by `&str`, no allocation per turn.
     breakers: RwLock<HashMap<String, HashMap<String, Arc<SharedBreaker>>>>,
-    budgets: HashMap<String, Mutex<RetryBudget>>,
+    /// One per configured provider (foldhash: the keys are the config's).
+    budgets: HashMap<String, Mutex<RetryBudget>, foldhash::fast::RandomState>,
     /// The configuration every breaker shares (one copy, not one per breaker).
     breaker_cfg: Arc<hale_core::config::BreakerConfig>,
 }
@@ -347,10 +348,10 @@ impl Deployments {
                 Scope::BaseUrl => self.base_url(t),
             };
             let m = s.map(scope);
-            if !m.contains_key(k) {
-                m.insert(k.to_owned(), Health::default());
-            }
-            let recovered = m.get_mut(k).is_some_and(|h| h.on_success(ej, now));
+            let recovered = match m.get_mut(k) {
+                Some(h) => h.on_success(ej, now),
+                None => m.entry(k.to_owned()).or_default().on_success(ej, now),
+            };
             if recovered {
                 out.push(Effect::Recovered {
                     scope,
