@@ -14,18 +14,43 @@ pub(crate) fn err(path: impl Into<String>, message: impl Into<String>) -> ProtoE
     ProtoError::new(path, message)
 }
 
+// The parsers build a path for every message and part they read, error or
+// not, so these two are written without `format!` (~800 instructions a
+// call under callgrind, against ~100 pushed by hand).
+
 /// `parent.key`, or `key` at the root.
 pub(crate) fn join(parent: &str, key: &str) -> String {
     if parent.is_empty() {
-        key.to_string()
-    } else {
-        format!("{parent}.{key}")
+        return key.to_string();
     }
+    let mut s = String::with_capacity(parent.len() + 1 + key.len());
+    s.push_str(parent);
+    s.push('.');
+    s.push_str(key);
+    s
 }
 
 /// `parent[i]`.
 pub(crate) fn at(parent: &str, i: usize) -> String {
-    format!("{parent}[{i}]")
+    let mut digits = [0u8; 20];
+    let mut n = i;
+    let mut k = digits.len();
+    loop {
+        k -= 1;
+        digits[k] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut s = String::with_capacity(parent.len() + 2 + digits.len() - k);
+    s.push_str(parent);
+    s.push('[');
+    for &d in &digits[k..] {
+        s.push(char::from(d));
+    }
+    s.push(']');
+    s
 }
 
 /// What kind of JSON value this is, for error messages.
@@ -238,6 +263,21 @@ pub(crate) fn push_turn(turns: &mut Vec<Value>, role: &str, key: &str, items: Ve
         return;
     }
     turns.push(json!({"role": role, key: items}));
+}
+
+#[cfg(test)]
+mod path_tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        /// `at` and `join` write what `format!` wrote.
+        #[test]
+        fn paths_read_as_format_wrote_them(parent in "[a-z.\\[\\]0-9]{0,12}", key in "[a-z_]{0,8}", i in any::<usize>()) {
+            prop_assert_eq!(super::at(&parent, i), format!("{parent}[{i}]"));
+            let joined = if parent.is_empty() { key.clone() } else { format!("{parent}.{key}") };
+            prop_assert_eq!(super::join(&parent, &key), joined);
+        }
+    }
 }
 
 /// Strategies for the property tests of the typed answer reads
