@@ -459,6 +459,10 @@ fn tokio_stream_from(
 /// The guard's task of a request: `X-Hale-Task`, else its conversation root
 /// (the system prompt and the first user message; `hale_core::guard::task_of`).
 fn conversation_task(explicit: Option<&str>, req: &ChatRequest) -> String {
+    if explicit.is_some() {
+        // Named by the header: the conversation's text is not read (nor copied).
+        return hale_core::guard::task_of(explicit, "", "");
+    }
     let first_user = req
         .messages
         .iter()
