@@ -145,10 +145,16 @@ impl Deployments {
 
     /// The combined gate of `t`'s scopes, without taking a probe.
     fn gate_locked(&self, s: &Scopes, t: &Target, dkey: &str, now: Instant) -> Gate {
+        self.gate_of(s, t, s.deployments.get(dkey), now)
+    }
+
+    /// [`Deployments::gate_locked`] with the deployment's own health
+    /// already looked up (`own`).
+    fn gate_of(&self, s: &Scopes, t: &Target, own: Option<&Health>, now: Instant) -> Gate {
         let pi = self.cfg.retry.probe_interval;
         let g = |h: Option<&Health>| h.map_or(Gate::Open, |h| h.gate(pi, now));
         deployment::combine(&[
-            g(s.deployments.get(dkey)),
+            g(own),
             g(s.providers.get(&t.provider)),
             g(s.urls.get(self.base_url(t))),
         ])
@@ -280,11 +286,9 @@ impl Deployments {
         let dkey = key(t);
         let (gate, success_ratio) = {
             let s = self.scopes();
-            let gate = self.gate_locked(&s, t, &dkey, now);
-            let ratio = s
-                .deployments
-                .get(&dkey)
-                .and_then(|h| h.success_ratio(&self.cfg.ejection, now));
+            let own = s.deployments.get(&dkey);
+            let gate = self.gate_of(&s, t, own, now);
+            let ratio = own.and_then(|h| h.success_ratio(&self.cfg.ejection, now));
             (gate, ratio)
         };
         let breaker = if tried {
