@@ -308,9 +308,13 @@ impl Agents {
     /// Applies `f` to an agent's record and returns the updated copy.
     pub fn update(&self, agent: &str, f: impl FnOnce(&mut AgentRecord)) -> AgentRecord {
         let mut map = self.map();
-        let rt = map
-            .entry(agent.to_owned())
-            .or_insert_with(|| Box::new(AgentRt::new(new_agent(agent))));
+        // Looked up by `&str` first: a held agent's id is not copied.
+        let rt = match map.get_mut(agent) {
+            Some(rt) => rt,
+            None => map
+                .entry(agent.to_owned())
+                .or_insert_with(|| Box::new(AgentRt::new(new_agent(agent)))),
+        };
         f(&mut rt.record);
         rt.record.clone()
     }
@@ -319,9 +323,13 @@ impl Agents {
     /// returns what it returned and the updated record.
     pub fn update_rt<R>(&self, agent: &str, f: impl FnOnce(&mut AgentRt) -> R) -> (R, AgentRecord) {
         let mut map = self.map();
-        let rt = map
-            .entry(agent.to_owned())
-            .or_insert_with(|| Box::new(AgentRt::new(new_agent(agent))));
+        // Looked up by `&str` first: a held agent's id is not copied.
+        let rt = match map.get_mut(agent) {
+            Some(rt) => rt,
+            None => map
+                .entry(agent.to_owned())
+                .or_insert_with(|| Box::new(AgentRt::new(new_agent(agent)))),
+        };
         let r = f(rt);
         (r, rt.record.clone())
     }

@@ -85,14 +85,21 @@ pub struct Deployments {
     scopes: Mutex<Scopes>,
     /// agent → deployment → breaker: looked up by `&str`, no allocation per turn.
     breakers: RwLock<HashMap<String, HashMap<String, Arc<SharedBreaker>>>>,
-    budgets: HashMap<String, Mutex<RetryBudget>>,
+    /// One per configured provider (foldhash: the keys are the config's).
+    budgets: HashMap<String, Mutex<RetryBudget>, foldhash::fast::RandomState>,
     /// The configuration every breaker shares (one copy, not one per breaker).
     breaker_cfg: Arc<hale_core::config::BreakerConfig>,
 }
 
-/// The key of a deployment.
+/// The key of a deployment: `provider/model`, as `Target` displays. Pushed
+/// by hand: a turn makes several and `format!` costs ~750 instructions each
+/// (callgrind).
 pub fn key(t: &Target) -> String {
-    format!("{}/{}", t.provider, t.model)
+    let mut k = String::with_capacity(t.provider.len() + 1 + t.model.len());
+    k.push_str(&t.provider);
+    k.push('/');
+    k.push_str(&t.model);
+    k
 }
 
 impl Deployments {
@@ -138,10 +145,16 @@ impl Deployments {
 
     /// The combined gate of `t`'s scopes, without taking a probe.
     fn gate_locked(&self, s: &Scopes, t: &Target, dkey: &str, now: Instant) -> Gate {
+        self.gate_of(s, t, s.deployments.get(dkey), now)
+    }
+
+    /// [`Deployments::gate_locked`] with the deployment's own health
+    /// already looked up (`own`).
+    fn gate_of(&self, s: &Scopes, t: &Target, own: Option<&Health>, now: Instant) -> Gate {
         let pi = self.cfg.retry.probe_interval;
         let g = |h: Option<&Health>| h.map_or(Gate::Open, |h| h.gate(pi, now));
         deployment::combine(&[
-            g(s.deployments.get(dkey)),
+            g(own),
             g(s.providers.get(&t.provider)),
             g(s.urls.get(self.base_url(t))),
         ])
@@ -273,11 +286,9 @@ impl Deployments {
         let dkey = key(t);
         let (gate, success_ratio) = {
             let s = self.scopes();
-            let gate = self.gate_locked(&s, t, &dkey, now);
-            let ratio = s
-                .deployments
-                .get(&dkey)
-                .and_then(|h| h.success_ratio(&self.cfg.ejection, now));
+            let own = s.deployments.get(&dkey);
+            let gate = self.gate_of(&s, t, own, now);
+            let ratio = own.and_then(|h| h.success_ratio(&self.cfg.ejection, now));
             (gate, ratio)
         };
         let breaker = if tried {
@@ -347,10 +358,10 @@ impl Deployments {
                 Scope::BaseUrl => self.base_url(t),
             };
             let m = s.map(scope);
-            if !m.contains_key(k) {
-                m.insert(k.to_owned(), Health::default());
-            }
-            let recovered = m.get_mut(k).is_some_and(|h| h.on_success(ej, now));
+            let recovered = match m.get_mut(k) {
+                Some(h) => h.on_success(ej, now),
+                None => m.entry(k.to_owned()).or_default().on_success(ej, now),
+            };
             if recovered {
                 out.push(Effect::Recovered {
                     scope,
@@ -501,6 +512,19 @@ impl Deployments {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A deployment's key is its target as displayed (the timeline, the
+    /// events and `GET /deployments` name it either way).
+    #[test]
+    fn a_key_is_the_target_displayed() {
+        for (provider, model) in [("p", "m"), ("", ""), ("openai", "gpt-4o/x:y"), ("é", "ü")] {
+            let t = Target {
+                provider: provider.into(),
+                model: model.into(),
+            };
+            assert_eq!(key(&t), t.to_string());
+        }
+    }
     use hale_core::config::{ProviderConfig, ProviderKind};
     use std::collections::HashSet;
 

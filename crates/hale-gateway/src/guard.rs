@@ -64,14 +64,16 @@ impl TaskRt {
     }
 }
 
-/// Every task's state, keyed by (agent, task).
+/// Every task's state, keyed by agent, then task.
 pub struct Tasks {
     cfg: Arc<Config>,
     emit: Emitter,
-    /// Boxed: the table's empty slots (hashbrown grows at 7/8 full, so
-    /// just after a growth more than half are empty) then cost a pointer
-    /// each, not a whole task's state.
-    map: Mutex<HashMap<(String, String), Box<TaskRt>>>,
+    /// agent → task → state: looked up by `&str`, so a turn's four
+    /// lookups allocate no key (a `(String, String)` key was two
+    /// allocations a lookup). Boxed: the table's empty slots (hashbrown
+    /// grows at 7/8 full, so just after a growth more than half are empty)
+    /// then cost a pointer each, not a whole task's state.
+    map: Mutex<HashMap<String, HashMap<String, Box<TaskRt>>>>,
     /// When idle tasks were last swept.
     swept: Mutex<Option<Instant>>,
 }
@@ -100,9 +102,13 @@ impl Tasks {
         let now = Instant::now();
         self.sweep(now);
         let mut map = self.map.lock().expect("tasks lock");
-        let rt = map
-            .entry((agent.to_owned(), task.to_owned()))
-            .or_insert_with(|| {
+        let tasks = match map.get_mut(agent) {
+            Some(tasks) => tasks,
+            None => map.entry(agent.to_owned()).or_default(),
+        };
+        let rt = match tasks.get_mut(task) {
+            Some(rt) => rt,
+            None => tasks.entry(task.to_owned()).or_insert_with(|| {
                 Box::new(TaskRt {
                     guard: TaskGuard::new(now),
                     spend: Tally::default(),
@@ -110,7 +116,8 @@ impl Tasks {
                     last_used: now,
                     agent_left: false,
                 })
-            });
+            }),
+        };
         rt.last_used = now;
         rt.agent_left = false;
         f(rt)
@@ -125,10 +132,10 @@ impl Tasks {
                 Some(_) | None => *swept = Some(now),
             }
         }
-        self.map
-            .lock()
-            .expect("tasks lock")
-            .retain(|_, rt| now.saturating_duration_since(rt.last_used) < IDLE_TASK_TTL);
+        self.map.lock().expect("tasks lock").retain(|_, tasks| {
+            tasks.retain(|_, rt| now.saturating_duration_since(rt.last_used) < IDLE_TASK_TTL);
+            !tasks.is_empty()
+        });
     }
 
     /// Sheds idle tasks beyond `keep` (`hale_core::memory::task_idle_enough`:
@@ -150,33 +157,41 @@ impl Tasks {
         let mut map = self.map.lock().expect("tasks lock");
         // Keyed by last use, as an age from `now` turned around: the oldest
         // (largest age) sorts first.
-        let idle: Vec<(u64, &(String, String))> = map
+        let idle: Vec<(u64, (&str, &str))> = map
             .iter_mut()
-            .filter_map(|(k, rt)| {
-                rt.agent_left |= agents_gone.contains(&k.0);
-                if rt.guard.hit().is_some() {
-                    return None;
-                }
-                let age = now.saturating_duration_since(rt.last_used);
-                hale_core::memory::task_idle_enough(age, rt.agent_left).then(|| {
-                    let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
-                    (u64::MAX - age_ms, k)
+            .flat_map(|(agent, tasks)| {
+                let left = agents_gone.contains(agent);
+                tasks.iter_mut().filter_map(move |(task, rt)| {
+                    rt.agent_left |= left;
+                    if rt.guard.hit().is_some() {
+                        return None;
+                    }
+                    let age = now.saturating_duration_since(rt.last_used);
+                    hale_core::memory::task_idle_enough(age, rt.agent_left).then(|| {
+                        let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+                        (u64::MAX - age_ms, (agent.as_str(), task.as_str()))
+                    })
                 })
             })
             .collect();
         let gone: Vec<(String, String)> = hale_core::memory::to_shed(idle, keep)
             .into_iter()
-            .map(|(_, k)| k.clone())
+            .map(|(_, (a, t))| (a.to_owned(), t.to_owned()))
             .collect();
-        for k in &gone {
-            map.remove(k);
+        for (agent, task) in &gone {
+            remove(&mut map, agent, task);
         }
         gone.len()
     }
 
     /// How many tasks are held.
     pub fn len(&self) -> usize {
-        self.map.lock().expect("tasks lock").len()
+        self.map
+            .lock()
+            .expect("tasks lock")
+            .values()
+            .map(HashMap::len)
+            .sum()
     }
 
     /// Whether no task is held.
@@ -188,9 +203,10 @@ impl Tasks {
     pub fn of_agent(&self, agent: &str) -> Vec<(String, GuardSnapshot, Spend)> {
         let now = Instant::now();
         let map = self.map.lock().expect("tasks lock");
-        map.iter()
-            .filter(|((a, _), _)| a == agent)
-            .map(|((_, t), rt)| (t.clone(), rt.guard.snapshot(now), rt.spend.view()))
+        map.get(agent)
+            .into_iter()
+            .flatten()
+            .map(|(t, rt)| (t.clone(), rt.guard.snapshot(now), rt.spend.view()))
             .collect()
     }
 
@@ -198,7 +214,7 @@ impl Tasks {
     /// (a task forgotten meanwhile is not brought back).
     pub fn confirm(&self, agent: &str, t: &hale_store::TaskCounted) {
         let mut map = self.map.lock().expect("tasks lock");
-        if let Some(rt) = map.get_mut(&(agent.to_owned(), t.task.clone())) {
+        if let Some(rt) = map.get_mut(agent).and_then(|tasks| tasks.get_mut(&t.task)) {
             rt.spend.confirm(t.n, t.spend);
             rt.guard.adopt_totals(t.events, t.tool_calls);
         }
@@ -206,16 +222,26 @@ impl Tasks {
 
     /// Forgets a task (a reset or a terminated task starting over).
     pub fn reset(&self, agent: &str, task: &str) -> Reset {
-        let gone = self
-            .map
-            .lock()
-            .expect("tasks lock")
-            .remove(&(agent.to_owned(), task.to_owned()));
+        let gone = remove(&mut self.map.lock().expect("tasks lock"), agent, task);
         Reset {
             existed: gone.is_some(),
             guard_hit: gone.is_some_and(|rt| rt.guard.hit().is_some()),
         }
     }
+}
+
+/// Removes `agent`'s `task`, and the agent's table when it was its last.
+fn remove(
+    map: &mut HashMap<String, HashMap<String, Box<TaskRt>>>,
+    agent: &str,
+    task: &str,
+) -> Option<Box<TaskRt>> {
+    let tasks = map.get_mut(agent)?;
+    let gone = tasks.remove(task);
+    if tasks.is_empty() {
+        map.remove(agent);
+    }
+    gone
 }
 
 /// The tool results a request carries.

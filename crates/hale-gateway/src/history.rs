@@ -27,7 +27,13 @@ impl HistoryRt {
     /// Counts one attempt on `target` that ended now.
     pub fn record(&self, target: &Target, ok: bool, latency: Duration) {
         let ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
-        self.lock().record(&target.to_string(), wall_ms(), ok, ms);
+        // `provider/model`, as `Target` displays, without `format!` (a turn
+        // records one per attempt).
+        let mut key = String::with_capacity(target.provider.len() + 1 + target.model.len());
+        key.push_str(&target.provider);
+        key.push('/');
+        key.push_str(&target.model);
+        self.lock().record(&key, wall_ms(), ok, ms);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, MinuteAggregator> {

@@ -30,12 +30,14 @@ use std::time::Duration;
 pub const OTHER: &str = "other";
 
 /// The agents, providers and models the config names: the only values those
-/// labels take; anything else is [`OTHER`].
+/// labels take; anything else is [`OTHER`]. The sets hold the config's
+/// names only (a client's name is looked up, never added), so they hash
+/// with foldhash rather than std's SipHash.
 #[derive(Debug, Clone, Default)]
 pub struct LabelBounds {
-    agents: HashSet<String>,
-    providers: HashSet<String>,
-    models: HashSet<String>,
+    agents: HashSet<String, foldhash::fast::RandomState>,
+    providers: HashSet<String, foldhash::fast::RandomState>,
+    models: HashSet<String, foldhash::fast::RandomState>,
 }
 
 impl LabelBounds {
@@ -87,24 +89,30 @@ impl LabelBounds {
 
     /// `provider/model`, each part folded.
     pub fn target(&self, t: &Target) -> String {
-        format!("{}/{}", self.provider(&t.provider), self.model(&t.model))
+        let (provider, model) = (self.provider(&t.provider), self.model(&t.model));
+        let mut s = String::with_capacity(provider.len() + 1 + model.len());
+        s.push_str(provider);
+        s.push('/');
+        s.push_str(model);
+        s
     }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AttemptLabels {
     target: String,
-    class: String,
+    /// `ok` or an error class's name (static: no copy per attempt).
+    class: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
-    outcome: String,
+    outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
-    kind: String,
+    kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -611,11 +619,7 @@ impl Metrics {
 
     pub fn turn_finished(&self, ok: bool, latency: Duration) {
         let outcome = if ok { "ok" } else { "failed" };
-        self.turns
-            .get_or_create(&OutcomeLabels {
-                outcome: outcome.into(),
-            })
-            .inc();
+        self.turns.get_or_create(&OutcomeLabels { outcome }).inc();
         self.turn_latency.observe(latency.as_secs_f64());
     }
 
@@ -624,7 +628,7 @@ impl Metrics {
         self.attempts
             .get_or_create(&AttemptLabels {
                 target: self.bounds.target(target),
-                class: class.into(),
+                class,
             })
             .inc();
         self.attempt_latency.observe(latency.as_secs_f64());
@@ -633,7 +637,7 @@ impl Metrics {
     pub fn event(&self, kind: EventKind) {
         self.events
             .get_or_create(&KindLabels {
-                kind: kind.as_str().into(),
+                kind: kind.as_str(),
             })
             .inc();
     }

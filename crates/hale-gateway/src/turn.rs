@@ -371,7 +371,7 @@ pub async fn run(
             match result {
                 Ok(served) => {
                     turn.timeline.push(AttemptRecord {
-                        target: target.to_string(),
+                        target: deployment.clone(),
                         start_ms: turn.since_start(start),
                         duration_ms: elapsed.as_millis() as u64,
                         mode,
@@ -387,7 +387,7 @@ pub async fn run(
                 }
                 Err(f) => {
                     turn.timeline.push(AttemptRecord {
-                        target: target.to_string(),
+                        target: deployment.clone(),
                         start_ms: turn.since_start(start),
                         duration_ms: elapsed.as_millis() as u64,
                         mode,

@@ -531,44 +531,55 @@ async fn attempt(
             Ok(Err(e)) => return Err(Failure::transport(Transport::BodyCut, &e.to_string())),
             Ok(Ok(b)) => b.to_bytes(),
         };
-        let value = serde_json::from_slice::<serde_json::Value>(&bytes);
-        // A `failed` Responses answer (a 2xx) is the provider's error.
-        if dialect == Dialect::Responses
-            && let Ok(v) = &value
-            && v.get("status").and_then(serde_json::Value::as_str) == Some("failed")
-            && let Some(body) = proto::responses::error_body(
-                Some("response.failed"),
-                &serde_json::json!({ "response": v }).to_string(),
-            )
-        {
-            return Err(stream_error(&body, "the response failed"));
-        }
-        // A Gemini safety block (or unusable answer) comes as a 200.
-        if dialect == Dialect::Gemini
-            && let Ok(v) = &value
-            && let Some(f) = proto::gemini::answer_failure(v)
-        {
-            return Err(Failure::from_gemini(f));
-        }
-        let parsed = value
-            .map_err(|e| e.to_string())
-            .and_then(|v| match dialect {
-                Dialect::OpenAi => proto::openai::parse_response(&v).map_err(|e| e.to_string()),
-                Dialect::Anthropic => {
-                    proto::anthropic::parse_response(&v).map_err(|e| e.to_string())
+        // OpenAI's and Anthropic's answers are read straight from the bytes
+        // (a `Value` tree only for an odd one: `parse_response_bytes`).
+        let parsed = match dialect {
+            Dialect::OpenAi => {
+                proto::openai::parse_response_bytes(&bytes).map_err(|e| e.to_string())
+            }
+            Dialect::Anthropic => {
+                proto::anthropic::parse_response_bytes(&bytes).map_err(|e| e.to_string())
+            }
+            Dialect::Responses => {
+                let value = serde_json::from_slice::<serde_json::Value>(&bytes);
+                // A `failed` Responses answer (a 2xx) is the provider's error.
+                if let Ok(v) = &value
+                    && v.get("status").and_then(serde_json::Value::as_str) == Some("failed")
+                    && let Some(body) = proto::responses::error_body(
+                        Some("response.failed"),
+                        &serde_json::json!({ "response": v }).to_string(),
+                    )
+                {
+                    return Err(stream_error(&body, "the response failed"));
                 }
-                Dialect::Responses => {
-                    proto::responses::parse_response(&v).map_err(|e| e.to_string())
+                value
+                    .map_err(|e| e.to_string())
+                    .and_then(|v| proto::responses::parse_response(&v).map_err(|e| e.to_string()))
+            }
+            Dialect::Gemini => {
+                let value = serde_json::from_slice::<serde_json::Value>(&bytes);
+                // A Gemini safety block (or unusable answer) comes as a 200.
+                if let Ok(v) = &value
+                    && let Some(f) = proto::gemini::answer_failure(v)
+                {
+                    return Err(Failure::from_gemini(f));
                 }
-                Dialect::Gemini => proto::gemini::parse_response(&v).map_err(|e| e.to_string()),
-                // Converse names no model: the one in the URL served.
-                Dialect::Bedrock => proto::bedrock::parse_response(&v)
-                    .map(|mut a| {
-                        a.model = model.to_owned();
-                        a
-                    })
-                    .map_err(|e| e.to_string()),
-            });
+                value
+                    .map_err(|e| e.to_string())
+                    .and_then(|v| proto::gemini::parse_response(&v).map_err(|e| e.to_string()))
+            }
+            // Converse names no model: the one in the URL served.
+            Dialect::Bedrock => serde_json::from_slice::<serde_json::Value>(&bytes)
+                .map_err(|e| e.to_string())
+                .and_then(|v| {
+                    proto::bedrock::parse_response(&v)
+                        .map(|mut a| {
+                            a.model = model.to_owned();
+                            a
+                        })
+                        .map_err(|e| e.to_string())
+                }),
+        };
         match parsed {
             Ok(answer) => Ok(Answer::Complete(Reply {
                 answer,

@@ -106,7 +106,8 @@ pub(super) async fn action(
         req,
         framing,
     };
-    pipeline::handle(gw, call).await
+    // Boxed, as in `chat`: the turn's future is large and axum moves it.
+    Box::pin(pipeline::handle(gw, call)).await
 }
 
 /// `:countTokens`: the body is a `generateContent` body, or one inside

@@ -605,7 +605,7 @@ impl HealthRt {
 /// text and tool calls, and the tools offered. Trailing system messages are
 /// skipped: they are hale's nudges (or instructions), not the agent's move.
 pub fn fingerprint(req: &ChatRequest) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
+    let mut h = crate::proto::fingerprint_hasher();
     if let Some(m) = req.messages.iter().rev().find(|m| m.role != Role::System) {
         for p in &m.content {
             match p {

@@ -16,7 +16,7 @@ use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
-use std::hash::{DefaultHasher, Hasher};
+use std::hash::{BuildHasher, Hasher};
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
@@ -303,6 +303,223 @@ impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
 }
 
 // ---------------------------------------------------------------------------
+// Typed reading of a provider's complete answer.
+// ---------------------------------------------------------------------------
+
+/// A provider's complete answer that hale could not read: not JSON, or JSON
+/// it does not understand. Its text is the error's own, as the `Value`
+/// path has always said it (`parse_response_bytes` of each dialect).
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Proto(#[from] ProtoError),
+}
+
+/// Any JSON value, read and dropped, checked as a `serde_json::Value` parse
+/// checks it: each string's UTF-8 and escapes, each number's range, the
+/// nesting depth (serde's `IgnoredAny` checks none of these, so a typed read
+/// that skipped with it would accept answers the `Value` path refuses).
+pub(crate) struct Skip;
+
+impl<'de> Deserialize<'de> for Skip {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(SkipVisitor)
+    }
+}
+
+struct SkipVisitor;
+
+impl<'de> Visitor<'de> for SkipVisitor {
+    type Value = Skip;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_unit<E>(self) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_none<E>(self) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Skip, D::Error> {
+        Skip::deserialize(d)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Skip, A::Error> {
+        while seq.next_element::<Skip>()?.is_some() {}
+        Ok(Skip)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Skip, A::Error> {
+        while map.next_key::<Skip>()?.is_some() {
+            map.next_value::<Skip>()?;
+        }
+        Ok(Skip)
+    }
+}
+
+/// A struct read from a JSON object one field at a time: the fields it
+/// knows by [`Fields::field`], every other one [`Skip`]ped. A key repeated
+/// is read again and the last one stays, as in a `Value` (an earlier one of
+/// the wrong type still fails the read).
+pub(crate) trait Fields<'de>: Default {
+    /// Reads the value of `key` from `map` when this struct has such a
+    /// field; `false` when it has not (the value is then skipped).
+    fn field<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error>;
+}
+
+/// A JSON object read as the [`Fields`] `T`; anything but an object fails.
+pub(crate) struct Typed<T>(pub(crate) T);
+
+struct TypedVisitor<T>(PhantomData<T>);
+
+impl<'de, T: Fields<'de>> Visitor<'de> for TypedVisitor<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
+        let mut t = T::default();
+        while let Some(Str(key)) = map.next_key::<Str>()? {
+            if !t.field(&key, &mut map)? {
+                map.next_value::<Skip>()?;
+            }
+        }
+        Ok(t)
+    }
+}
+
+impl<'de, T: Fields<'de>> Deserialize<'de> for Typed<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(TypedVisitor(PhantomData)).map(Typed)
+    }
+}
+
+/// Where a `Value` reader takes `field.and_then(Value::as_object)` (an
+/// answer's `usage`): an object is read as `T`; any other value, `null`
+/// included, is skipped and reads as `T::default()`.
+pub(crate) struct IfObject<T>(pub(crate) T);
+
+impl<'de, T: Fields<'de>> Deserialize<'de> for IfObject<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Any<T>(PhantomData<T>);
+        impl<'de, T: Fields<'de>> Visitor<'de> for Any<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                TypedVisitor(PhantomData).visit_map(map)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<T, A::Error> {
+                SkipVisitor.visit_seq(seq).map(|_| T::default())
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<T, E> {
+                Ok(T::default())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<T, E> {
+                Ok(T::default())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<T, E> {
+                Ok(T::default())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<T, E> {
+                Ok(T::default())
+            }
+            fn visit_str<E>(self, _: &str) -> Result<T, E> {
+                Ok(T::default())
+            }
+            fn visit_unit<E>(self) -> Result<T, E> {
+                Ok(T::default())
+            }
+        }
+        d.deserialize_any(Any(PhantomData)).map(IfObject)
+    }
+}
+
+/// A token count read as `json::count` reads one (`Value::as_u64`): a
+/// non-negative integer that fits a `u64`; any other value counts 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Count(pub(crate) u64);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Lenient;
+        impl<'de> Visitor<'de> for Lenient {
+            type Value = u64;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<u64, E> {
+                Ok(n)
+            }
+            // `Number::from(i64)` keeps a non-negative one as an unsigned.
+            fn visit_i64<E>(self, n: i64) -> Result<u64, E> {
+                Ok(u64::try_from(n).unwrap_or(0))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<u64, E> {
+                Ok(0)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<u64, E> {
+                Ok(0)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<u64, E> {
+                Ok(0)
+            }
+            fn visit_unit<E>(self) -> Result<u64, E> {
+                Ok(0)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<u64, A::Error> {
+                SkipVisitor.visit_seq(seq).map(|_| 0)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<u64, A::Error> {
+                SkipVisitor.visit_map(map).map(|_| 0)
+            }
+        }
+        d.deserialize_any(Lenient).map(Count)
+    }
+}
+
+/// The first element of a JSON array read as `T`, the others [`Skip`]ped
+/// (`None` for an empty array); anything but an array fails.
+pub(crate) struct First<T>(pub(crate) Option<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for First<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Seq<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Seq<T> {
+            type Value = Option<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Option<T>, A::Error> {
+                let first = seq.next_element::<T>()?;
+                while seq.next_element::<Skip>()?.is_some() {}
+                Ok(first)
+            }
+        }
+        d.deserialize_seq(Seq(PhantomData)).map(First)
+    }
+}
+
+// ---------------------------------------------------------------------------
 // What a request keeps of what its client sent (for the fidelity module).
 // ---------------------------------------------------------------------------
 
@@ -473,11 +690,24 @@ impl Origin {
     }
 }
 
-/// A stable fingerprint of a value's JSON form (to tell whether hale
-/// changed a message or a field since it was parsed).
+/// The hasher of the fingerprints a process compares with one another (a
+/// request's messages here, a request for the repeated-call rule in
+/// `health`): foldhash, several times cheaper than std's SipHash on a
+/// message's text, seeded once per process. A fingerprint is never stored
+/// nor sent, and never keys a table, so it needs no HashDoS resistance:
+/// crafting two requests that collide only misleads hale about the
+/// crafter's own requests.
+pub(crate) fn fingerprint_hasher() -> impl Hasher {
+    static SEED: std::sync::LazyLock<foldhash::quality::RandomState> =
+        std::sync::LazyLock::new(foldhash::quality::RandomState::default);
+    SEED.build_hasher()
+}
+
+/// A fingerprint of a value's JSON form, stable within the process (to
+/// tell whether hale changed a message or a field since it was parsed).
 pub(super) fn fingerprint<T: Serialize + ?Sized>(v: &T) -> u64 {
-    struct Sink(DefaultHasher);
-    impl std::io::Write for Sink {
+    struct Sink<H>(H);
+    impl<H: Hasher> std::io::Write for Sink<H> {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
             self.0.write(b);
             Ok(b.len())
@@ -486,7 +716,7 @@ pub(super) fn fingerprint<T: Serialize + ?Sized>(v: &T) -> u64 {
             Ok(())
         }
     }
-    let mut s = Sink(DefaultHasher::new());
+    let mut s = Sink(fingerprint_hasher());
     // Serialising canonical types into a hasher cannot fail.
     let _ = serde_json::to_writer(&mut s, v);
     s.0.finish()

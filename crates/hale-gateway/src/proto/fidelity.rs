@@ -69,13 +69,21 @@ const MAX_NAME_CHARS: usize = 64;
 /// The provider-feature headers of [`FEATURE_HEADERS`] in a client's
 /// request; repeated headers are joined with `,` (as HTTP allows).
 pub fn feature_headers(h: &axum::http::HeaderMap) -> Vec<(&'static str, String)> {
+    // Named once: a `&str` name is parsed again at every lookup.
+    static NAMES: std::sync::LazyLock<Vec<(&str, axum::http::HeaderName)>> =
+        std::sync::LazyLock::new(|| {
+            FEATURE_HEADERS
+                .iter()
+                .map(|(name, _)| (*name, axum::http::HeaderName::from_static(name)))
+                .collect()
+        });
     let mut out: Vec<(&'static str, String)> = Vec::new();
-    for (name, _) in FEATURE_HEADERS {
+    for (name, header) in NAMES.iter() {
         if out.iter().any(|(n, _)| n == name) {
             continue;
         }
         let values: Vec<&str> = h
-            .get_all(*name)
+            .get_all(header)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .map(str::trim)

@@ -46,9 +46,10 @@ mod parse;
 pub mod responses;
 mod sse;
 
+pub(crate) use canonical::fingerprint_hasher;
 pub use canonical::{
-    ChatRequest, ChatResponse, Dialect, Message, Origin, Part, ProtoError, Role, StopReason,
-    StreamEvent, Tool, Usage,
+    AnswerError, ChatRequest, ChatResponse, Dialect, Message, Origin, Part, ProtoError, Role,
+    StopReason, StreamEvent, Tool, Usage,
 };
 pub use fidelity::{Outgoing, render_for};
 pub use parse::{

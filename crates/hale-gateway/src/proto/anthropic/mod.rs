@@ -56,5 +56,8 @@ pub use request::{
 pub(crate) use request::{
     image_from_openai, image_from_responses, parse_request_traced, text_block, turn_of,
 };
-pub use response::{parse_response, parse_stop_reason, render_error, render_response, stop_reason};
+pub use response::{
+    parse_response, parse_response_bytes, parse_stop_reason, render_error, render_response,
+    stop_reason,
+};
 pub use stream::{StreamDecoder, StreamEncoder};

@@ -48,7 +48,7 @@ pub(crate) use request::{
 };
 pub use request::{parse_request, render_request};
 pub use response::{
-    finish_reason, parse_finish_reason, parse_response, render_error, render_models,
-    render_response,
+    finish_reason, parse_finish_reason, parse_response, parse_response_bytes, render_error,
+    render_models, render_response,
 };
 pub use stream::{StreamDecoder, StreamEncoder};
