@@ -4,9 +4,9 @@
 //! crash, idempotency keys). Under callgrind that hash is the largest self
 //! cost of a turn, but valgrind hides the CPU's SHA extensions, so the
 //! software path is what it counts; this measures the path a real run takes
-//! — the same steps as `hale_gateway::pipeline::request_hash`
-//! (`sha2::Sha256`, then `hex::encode_to_slice` and a `String`) — on this
-//! machine, in ns per body.
+//! — the same steps as `hale_gateway::pipeline::request_hash` (ring's
+//! SHA-256, then `hex::encode_to_slice` and a `String`) — on this machine,
+//! in ns per body; `--sha2` measures the sha2 crate hale used before.
 
 use clap::Parser;
 use sha2::{Digest, Sha256};
@@ -21,6 +21,20 @@ pub struct HashArgs {
     /// Hashes per size.
     #[arg(long, default_value_t = 200_000)]
     rounds: u32,
+    /// Hash with the sha2 crate (what hale used before) instead of ring.
+    #[arg(long)]
+    sha2: bool,
+}
+
+/// The request hash as hale computes it, by `ring` or by `sha2`.
+fn request_hash(body: &[u8], sha2: bool) -> String {
+    let mut hex = [0u8; 64];
+    let _ = if sha2 {
+        hex::encode_to_slice(Sha256::digest(body), &mut hex)
+    } else {
+        hex::encode_to_slice(ring::digest::digest(&ring::digest::SHA256, body), &mut hex)
+    };
+    String::from_utf8_lossy(&hex).into_owned()
 }
 
 pub fn run(args: HashArgs) -> anyhow::Result<()> {
@@ -29,6 +43,7 @@ pub fn run(args: HashArgs) -> anyhow::Result<()> {
     #[cfg(not(target_arch = "x86_64"))]
     let sha_ni = false;
     println!("CPU SHA extensions: {}", if sha_ni { "yes" } else { "no" });
+    println!("hash: {}", if args.sha2 { "sha2" } else { "ring" });
     println!("| body bytes | ns per hash (hex included) | MB/s |\n|--:|--:|--:|");
     for &n in &args.bytes {
         let body: Vec<u8> = (0..n).map(|i| b"lorem ipsum "[i % 12]).collect();
@@ -39,9 +54,7 @@ pub fn run(args: HashArgs) -> anyhow::Result<()> {
             if let Some(x) = b.first_mut() {
                 *x = r as u8;
             }
-            let mut hex = [0u8; 64];
-            let _ = hex::encode_to_slice(Sha256::digest(std::hint::black_box(&b)), &mut hex);
-            let h = String::from_utf8_lossy(&hex).into_owned();
+            let h = request_hash(std::hint::black_box(&b), args.sha2);
             sink ^= h.as_bytes()[0];
         }
         let hashing = t0.elapsed();

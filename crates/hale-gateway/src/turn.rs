@@ -344,12 +344,23 @@ pub async fn run(
                 mode = ?mode,
                 class = tracing::field::Empty,
             );
+            // Boxed: the attempt's future (the HTTP client's state) was
+            // most of the size of every future that awaits it (this loop,
+            // compaction's summaries, the turn: ~8 KB), and a future is
+            // copied whole each time it is moved before its first poll
+            // (into `instrument`, a box, a task).
+            let attempt = Box::pin(upstream::send(
+                env.upstream,
+                provider,
+                req,
+                model,
+                pf,
+                &limits,
+            ));
             let upstream::Sent {
                 result: sent,
                 changes,
-            } = upstream::send(env.upstream, provider, req, model, pf, &limits)
-                .instrument(span.clone())
-                .await;
+            } = attempt.instrument(span.clone()).await;
             let result = match sent {
                 Ok(Answer::Complete(r)) => Ok(Served::Complete(r)),
                 Ok(Answer::Stream(s)) => {
