@@ -164,7 +164,7 @@ static X_GOOG_API_KEY: HeaderName = HeaderName::from_static(GOOG_API_KEY);
 static FORWARDING: LazyLock<Vec<HeaderName>> = LazyLock::new(|| {
     access::FORWARDING_HEADERS
         .iter()
-        .map(|h| HeaderName::from_static(*h))
+        .map(|h| HeaderName::from_static(h))
         .collect()
 });
 
