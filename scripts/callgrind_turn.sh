@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Instructions per c=1 non-streaming turn: the bare proxy (hale-bench
-# bare-proxy) vs hale serve, each run under callgrind in front of a native
-# `hale chaos`, and the functions that make up the difference.
+# bare-proxy --hyper: hyper-util's pooled client, the client of hale's
+# provider attempts and the proxy issue 30's ratios are against; reqwest
+# before stop 35) vs hale serve, each run under callgrind in front of a
+# native `hale chaos`, and the functions that make up the difference.
 #
 #   cargo build --release -p hale -p hale-bench
 #   scripts/callgrind_turn.sh            # N=2000 WARM=200 OUT=/tmp/hale-callgrind
@@ -115,7 +117,7 @@ measure() { # NAME PORT CMD...
 }
 
 BP=$(port)
-measure bare "$BP" "$BIN/hale-bench" bare-proxy --listen "127.0.0.1:$BP" --upstream "http://127.0.0.1:$CP"
+measure bare "$BP" "$BIN/hale-bench" bare-proxy --hyper --listen "127.0.0.1:$BP" --upstream "http://127.0.0.1:$CP"
 
 HP=$(port)
 mkdir -p "$OUT/data"

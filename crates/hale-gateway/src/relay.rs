@@ -185,7 +185,7 @@ pub async fn relay(
                 }
                 if !started {
                     started = true;
-                    out.send(enc.encode(&ev));
+                    out.send(&mut enc, &ev);
                 }
             }
             StreamEvent::TextDelta(t) => {
@@ -199,9 +199,15 @@ pub async fn relay(
                         ));
                     }
                 };
-                if !rest.is_empty() {
+                if !t.is_empty() && rest.len() == t.len() {
+                    // Nothing skipped (every delta but the first ones of
+                    // a resumed answer): the event goes as it came, its
+                    // text not copied again.
+                    delivered.push_str(&t);
+                    out.send(&mut enc, &StreamEvent::TextDelta(t));
+                } else if !rest.is_empty() {
                     delivered.push_str(rest);
-                    out.send(enc.encode(&StreamEvent::TextDelta(rest.to_owned())));
+                    out.send(&mut enc, &StreamEvent::TextDelta(rest.to_owned()));
                 }
             }
             StreamEvent::ToolCallStart { .. } | StreamEvent::ToolCallDelta { .. } => {
@@ -244,7 +250,7 @@ pub async fn relay(
                     | StreamEvent::OpaqueStart { .. }
                     | StreamEvent::OpaqueDelta { .. } => {}
                 }
-                out.send(enc.encode(&ev));
+                out.send(&mut enc, &ev);
             }
             // Blocks hale does not model (thinking, a server tool's call),
             // as the provider sent them, from the first serving attempt
@@ -255,7 +261,7 @@ pub async fn relay(
                     continue;
                 }
                 open_once(&mut started, &mut out, &mut enc, &turn.id, &model);
-                out.send(enc.encode(&ev));
+                out.send(&mut enc, &ev);
             }
             StreamEvent::Finish(r) => {
                 if !skip.is_empty() || tool_skip.iter().any(|s| !s.is_empty()) {
@@ -265,7 +271,7 @@ pub async fn relay(
                     ));
                 }
                 finish = Some(r);
-                out.send(enc.encode(&ev));
+                out.send(&mut enc, &ev);
             }
             StreamEvent::Usage(u) => usage = Some(u),
             StreamEvent::Done => {
@@ -288,8 +294,9 @@ pub async fn relay(
     // before the caller sees the end of the stream.
     let tail = match &failure {
         None => {
-            let mut t = enc.encode(&StreamEvent::Usage(usage)).to_vec();
-            t.extend_from_slice(&enc.encode(&StreamEvent::Done));
+            let mut t = Vec::new();
+            enc.encode_into(&StreamEvent::Usage(usage), &mut t);
+            enc.encode_into(&StreamEvent::Done, &mut t);
             Bytes::from(t)
         }
         Some(f) => enc.error(
@@ -322,10 +329,11 @@ pub async fn relay(
 fn open_once(started: &mut bool, out: &mut Sink, enc: &mut Encoder, id: &str, model: &str) {
     if !*started {
         *started = true;
-        out.send(enc.encode(&StreamEvent::Start {
+        let start = StreamEvent::Start {
             id: id.to_owned(),
             model: model.to_owned(),
-        }));
+        };
+        out.send(enc, &start);
     }
 }
 
@@ -451,9 +459,11 @@ struct Sink {
 }
 
 impl Sink {
-    fn send(&mut self, b: Bytes) {
-        self.body.extend_from_slice(&b);
-        self.unsent += b.len();
+    /// Writes `ev`'s frames into the body, to be handed over at the next flush.
+    fn send(&mut self, enc: &mut Encoder, ev: &StreamEvent) {
+        let before = self.body.len();
+        enc.encode_into(ev, &mut self.body);
+        self.unsent += self.body.len() - before;
     }
 
     /// Hands the buffered frames to the caller.

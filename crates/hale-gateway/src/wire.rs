@@ -139,6 +139,14 @@ impl Encoder {
 
     /// The frames of one event, on the wire.
     pub fn encode(&mut self, ev: &StreamEvent) -> Bytes {
+        let mut out = Vec::new();
+        self.encode_into(ev, &mut out);
+        Bytes::from(out)
+    }
+
+    /// [`Encoder::encode`], appended to `out`: the relay writes each event
+    /// straight into the stream's body, without a buffer of its own.
+    pub fn encode_into(&mut self, ev: &StreamEvent, out: &mut Vec<u8>) {
         let frames = match &mut self.inner {
             Dialects::OpenAi(e) => e.encode(ev),
             Dialects::Anthropic(e) => e.encode(ev),
@@ -146,7 +154,7 @@ impl Encoder {
             Dialects::Gemini(e) => e.encode(ev),
             Dialects::Bedrock(e) => e.encode(ev),
         };
-        self.write(&frames, matches!(ev, StreamEvent::Done))
+        self.write(&frames, matches!(ev, StreamEvent::Done), out);
     }
 
     /// The in-band error event that ends a stream nothing could continue;
@@ -159,43 +167,44 @@ impl Encoder {
             Dialects::Gemini(e) => e.error(status, kind, message),
             Dialects::Bedrock(e) => e.error(kind, message),
         };
-        self.write(&frames, true)
+        let mut out = Vec::new();
+        self.write(&frames, true, &mut out);
+        Bytes::from(out)
     }
 
-    /// `frames` as the framing writes them; `last` ends a JSON array.
-    fn write(&mut self, frames: &[proto::openai::SseFrame], last: bool) -> Bytes {
+    /// Appends `frames` to `out` as the framing writes them; `last` ends a JSON array.
+    fn write(&mut self, frames: &[proto::openai::SseFrame], last: bool, out: &mut Vec<u8>) {
         match self.framing {
-            Framing::Sse => frames_to_bytes(frames),
+            Framing::Sse => {
+                out.reserve(frames.iter().map(|f| f.wire_len()).sum());
+                for f in frames {
+                    f.write_wire(out);
+                }
+            }
             Framing::JsonArray => {
                 if self.closed {
-                    return Bytes::new();
+                    return;
                 }
-                let mut out = String::new();
                 for f in frames {
-                    out.push_str(if self.opened { ",\r\n" } else { "[" });
+                    out.extend_from_slice(if self.opened {
+                        b",\r\n".as_slice()
+                    } else {
+                        b"[".as_slice()
+                    });
                     self.opened = true;
-                    out.push_str(&f.data);
+                    out.extend_from_slice(f.data.as_bytes());
                 }
                 if last {
                     if !self.opened {
-                        out.push('[');
+                        out.push(b'[');
                         self.opened = true;
                     }
-                    out.push(']');
+                    out.push(b']');
                     self.closed = true;
                 }
-                Bytes::from(out)
             }
         }
     }
-}
-
-fn frames_to_bytes(frames: &[proto::openai::SseFrame]) -> Bytes {
-    let mut wire = String::with_capacity(frames.iter().map(|f| f.wire_len()).sum());
-    for f in frames {
-        f.write_wire(&mut wire);
-    }
-    Bytes::from(wire)
 }
 
 #[cfg(test)]

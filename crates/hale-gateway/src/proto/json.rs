@@ -53,6 +53,42 @@ pub(crate) fn at(parent: &str, i: usize) -> String {
     s
 }
 
+/// Appends `s` as a JSON string, quoted and escaped exactly as
+/// `serde_json` writes it (`"`, `\\` and the control characters; `\b \t
+/// \n \f \r` short, the others `\u00xx`; nothing else), without a
+/// serializer: a stream writes one per token (test
+/// `push_str_escapes_as_serde_json_does`).
+pub(crate) fn push_str(out: &mut String, s: &str) {
+    out.push('"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let short = match b {
+            b'"' => '"',
+            b'\\' => '\\',
+            0x08 => 'b',
+            b'\t' => 't',
+            b'\n' => 'n',
+            0x0c => 'f',
+            b'\r' => 'r',
+            0x00..=0x1f => 'u',
+            0x20..=0xff => continue,
+        };
+        // `b` is ASCII, so `i` and `i + 1` are char boundaries.
+        out.push_str(&s[start..i]);
+        out.push('\\');
+        out.push(short);
+        if short == 'u' {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.push_str("00");
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
+}
+
 /// What kind of JSON value this is, for error messages.
 pub(crate) fn kind_of(v: &Value) -> &'static str {
     match v {

@@ -14,24 +14,26 @@ impl SseFrame {
     /// The frame on the wire: `event: …\n` when named, one `data:` line per
     /// line of data, and the blank line that ends the event.
     pub fn to_wire(&self) -> String {
-        let mut s = String::with_capacity(self.wire_len());
+        let mut s = Vec::with_capacity(self.wire_len());
         self.write_wire(&mut s);
-        s
+        // Written from `&str`s and ASCII only: always UTF-8.
+        String::from_utf8(s).unwrap_or_default()
     }
 
-    /// Appends [`SseFrame::to_wire`] to `s`.
-    pub fn write_wire(&self, s: &mut String) {
+    /// Appends [`SseFrame::to_wire`]'s bytes to `out` (the relay writes
+    /// every frame straight into the stream's body).
+    pub fn write_wire(&self, out: &mut Vec<u8>) {
         if let Some(e) = self.event {
-            s.push_str("event: ");
-            s.push_str(e);
-            s.push('\n');
+            out.extend_from_slice(b"event: ");
+            out.extend_from_slice(e.as_bytes());
+            out.push(b'\n');
         }
         for line in self.data.split('\n') {
-            s.push_str("data: ");
-            s.push_str(line);
-            s.push('\n');
+            out.extend_from_slice(b"data: ");
+            out.extend_from_slice(line.as_bytes());
+            out.push(b'\n');
         }
-        s.push('\n');
+        out.push(b'\n');
     }
 
     /// About the length on the wire (exact for data of one line).

@@ -8,13 +8,31 @@ use serde_json::{Map, Value, json};
 
 use super::response::{input_tokens, parse_stop_reason, stop_reason};
 use crate::proto::canonical::{Dialect, Obj, ProtoError, StopReason, Str, StreamEvent, Usage};
-use crate::proto::json::{as_object, count, err, error_message, field, kind_of, opt_str, req_str};
+use crate::proto::json::{
+    as_object, count, err, error_message, field, kind_of, opt_str, push_str, req_str,
+};
 use crate::proto::sse::SseFrame;
 
-/// A `content_block_delta` event of text, serialised as it is, without
-/// building a `Value` tree first: a stream sends one per token. The fields
-/// are in the order `json!` (a sorted map) wrote them, so the bytes are
-/// the same as before.
+/// A `content_block_delta` event of text: the bytes `json!` (a sorted map)
+/// wrote, written by hand around the escaped text, as a stream sends one
+/// per token (serialising [`TextBlockDelta`] was ~2k instructions of each;
+/// test `a_text_delta_is_the_serialised_event`).
+fn text_delta(text: &str, index: u32) -> SseFrame {
+    let mut data = String::with_capacity(text.len() + 80);
+    data.push_str(r#"{"delta":{"text":"#);
+    push_str(&mut data, text);
+    data.push_str(r#","type":"text_delta"},"index":"#);
+    data.push_str(&index.to_string());
+    data.push_str(r#","type":"content_block_delta"}"#);
+    SseFrame {
+        event: Some("content_block_delta"),
+        data,
+    }
+}
+
+/// The reference of [`text_delta`]: the event serialised. The fields are in
+/// the order `json!` (a sorted map) wrote them.
+#[cfg(test)]
 #[derive(Serialize)]
 struct TextBlockDelta<'a> {
     delta: TextDelta<'a>,
@@ -23,6 +41,7 @@ struct TextBlockDelta<'a> {
     kind: &'static str,
 }
 
+#[cfg(test)]
 #[derive(Serialize)]
 struct TextDelta<'a> {
     text: &'a str,
@@ -319,6 +338,82 @@ fn block_index(obj: &Map<String, Value>) -> Result<u64, ProtoError> {
     }
 }
 
+// The events an encoder writes once or twice a stream, typed: built as
+// `json!` trees they were ~35k instructions a stream (callgrind, BENCHMARKS
+// "The streaming turn"). The fields are in the order `json!` (a sorted map)
+// wrote them, so the bytes are the same (test `the_typed_events_are_the_json_ones`).
+
+/// `message_start`.
+#[derive(Serialize)]
+struct MessageStart<'a> {
+    message: StartMessage<'a>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct StartMessage<'a> {
+    /// Always `[]`.
+    content: [(); 0],
+    id: &'a str,
+    model: &'a str,
+    role: &'static str,
+    /// Always `null`.
+    stop_reason: (),
+    /// Always `null`.
+    stop_sequence: (),
+    #[serde(rename = "type")]
+    kind: &'static str,
+    usage: UsageOut,
+}
+
+#[derive(Serialize)]
+struct UsageOut {
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+/// `content_block_start` of any block.
+#[derive(Serialize)]
+struct BlockStart<'a, B> {
+    content_block: &'a B,
+    index: u32,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// An empty text block.
+#[derive(Serialize)]
+struct TextBlock {
+    text: &'static str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `content_block_stop`.
+#[derive(Serialize)]
+struct BlockStop {
+    index: u32,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `message_delta`.
+#[derive(Serialize)]
+struct MessageDelta {
+    delta: StopDelta,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    usage: UsageOut,
+}
+
+#[derive(Serialize)]
+struct StopDelta {
+    stop_reason: &'static str,
+    /// Always `null`.
+    stop_sequence: (),
+}
+
 /// The content block an encoder has open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OpenBlock {
@@ -378,44 +473,66 @@ impl StreamEncoder {
         }
     }
 
+    /// A frame whose data is a typed event (strings, numbers and `Value`s
+    /// only: serialising it cannot fail).
+    fn typed(event: &'static str, data: &impl Serialize) -> SseFrame {
+        SseFrame {
+            event: Some(event),
+            data: serde_json::to_string(data).unwrap_or_default(),
+        }
+    }
+
     fn ensure_started(&mut self, out: &mut Vec<SseFrame>) {
         if self.started {
             return;
         }
         self.started = true;
-        out.push(Self::frame(
+        out.push(Self::typed(
             "message_start",
-            json!({"type": "message_start", "message": {
-                "id": self.id,
-                "type": "message",
-                "role": "assistant",
-                "model": self.model,
-                "content": [],
-                "stop_reason": null,
-                "stop_sequence": null,
-                "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": 0},
-            }}),
+            &MessageStart {
+                message: StartMessage {
+                    content: [],
+                    id: &self.id,
+                    model: &self.model,
+                    role: "assistant",
+                    stop_reason: (),
+                    stop_sequence: (),
+                    kind: "message",
+                    usage: UsageOut {
+                        input_tokens: self.usage.input_tokens,
+                        output_tokens: 0,
+                    },
+                },
+                kind: "message_start",
+            },
         ));
     }
 
     fn close_block(&mut self, out: &mut Vec<SseFrame>) {
         if self.open.take().is_some() {
             let index = self.next_block.saturating_sub(1);
-            out.push(Self::frame(
+            out.push(Self::typed(
                 "content_block_stop",
-                json!({"type": "content_block_stop", "index": index}),
+                &BlockStop {
+                    index,
+                    kind: "content_block_stop",
+                },
             ));
         }
     }
 
-    fn open_block(&mut self, kind: OpenBlock, block: Value, out: &mut Vec<SseFrame>) {
+    fn open_block(&mut self, kind: OpenBlock, block: &impl Serialize, out: &mut Vec<SseFrame>) {
         self.close_block(out);
         let index = self.next_block;
         self.next_block = self.next_block.saturating_add(1);
         self.open = Some(kind);
-        out.push(Self::frame(
+        out.push(Self::typed(
             "content_block_start",
-            json!({"type": "content_block_start", "index": index, "content_block": block}),
+            &BlockStart {
+                content_block: block,
+                index,
+                kind: "content_block_start",
+            },
         ));
     }
 
@@ -434,13 +551,19 @@ impl StreamEncoder {
         } else {
             StopReason::EndTurn
         });
-        out.push(Self::frame(
+        out.push(Self::typed(
             "message_delta",
-            json!({
-                "type": "message_delta",
-                "delta": {"stop_reason": stop_reason(reason), "stop_sequence": null},
-                "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens},
-            }),
+            &MessageDelta {
+                delta: StopDelta {
+                    stop_reason: stop_reason(reason),
+                    stop_sequence: (),
+                },
+                kind: "message_delta",
+                usage: UsageOut {
+                    input_tokens: self.usage.input_tokens,
+                    output_tokens: self.usage.output_tokens,
+                },
+            },
         ));
     }
 
@@ -467,23 +590,14 @@ impl StreamEncoder {
                 if self.open != Some(OpenBlock::Text) {
                     self.open_block(
                         OpenBlock::Text,
-                        json!({"type": "text", "text": ""}),
+                        &TextBlock {
+                            text: "",
+                            kind: "text",
+                        },
                         &mut out,
                     );
                 }
-                let delta = TextBlockDelta {
-                    delta: TextDelta {
-                        text,
-                        kind: "text_delta",
-                    },
-                    index: self.current_index(),
-                    kind: "content_block_delta",
-                };
-                out.push(SseFrame {
-                    event: Some("content_block_delta"),
-                    // Serialising structs of strings and numbers cannot fail.
-                    data: serde_json::to_string(&delta).unwrap_or_default(),
-                });
+                out.push(text_delta(text, self.current_index()));
             }
             StreamEvent::ToolCallStart { index, id, name } => {
                 self.ensure_started(&mut out);
@@ -493,7 +607,7 @@ impl StreamEncoder {
                 self.any_tool = true;
                 self.open_block(
                     OpenBlock::Tool(*index),
-                    json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+                    &json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
                     &mut out,
                 );
             }
@@ -529,7 +643,10 @@ impl StreamEncoder {
             StreamEvent::Done => {
                 self.ensure_started(&mut out);
                 self.message_delta(&mut out);
-                out.push(Self::frame("message_stop", json!({"type": "message_stop"})));
+                out.push(SseFrame {
+                    event: Some("message_stop"),
+                    data: r#"{"type":"message_stop"}"#.to_owned(),
+                });
                 self.closed = true;
             }
             StreamEvent::OpaqueStart { dialect, block } => {
@@ -540,7 +657,7 @@ impl StreamEncoder {
                 if self.finish.is_some() {
                     return out;
                 }
-                self.open_block(OpenBlock::Opaque, block.clone(), &mut out);
+                self.open_block(OpenBlock::Opaque, block, &mut out);
             }
             StreamEvent::OpaqueDelta { dialect, delta } => {
                 if *dialect != Dialect::Anthropic
@@ -844,8 +961,101 @@ mod tests {
             .boxed()
     }
 
+    /// The events written from typed structs are the bytes the `json!`
+    /// trees wrote: each frame's data is its own `Value`'s text (a sorted
+    /// map, compact), with the content the stream's tests expect.
+    #[test]
+    fn the_typed_events_are_the_json_ones() {
+        let mut e = StreamEncoder::new("msg_\"1", "m\u{1}", true);
+        let mut frames = Vec::new();
+        for ev in [
+            StreamEvent::Start {
+                id: String::new(),
+                model: String::new(),
+            },
+            StreamEvent::TextDelta("a \"b\"".into()),
+            StreamEvent::ToolCallStart {
+                index: 0,
+                id: "t1".into(),
+                name: "edit".into(),
+            },
+            StreamEvent::ToolCallDelta {
+                index: 0,
+                arguments: "{}".into(),
+            },
+            StreamEvent::Finish(StopReason::ToolUse),
+            StreamEvent::Usage(Usage {
+                input_tokens: 7,
+                output_tokens: 3,
+            }),
+            StreamEvent::Done,
+        ] {
+            frames.extend(e.encode(&ev));
+        }
+        let names: Vec<_> = frames.iter().map(|f| f.event.unwrap_or("")).collect();
+        assert_eq!(
+            names,
+            [
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+        for f in &frames {
+            let v: Value = serde_json::from_str(&f.data).expect("JSON");
+            assert_eq!(f.data, v.to_string(), "{}", f.data);
+        }
+        assert_eq!(
+            frames[0].data,
+            json!({"type": "message_start", "message": {
+                "id": "msg_\"1", "type": "message", "role": "assistant", "model": "m\u{1}",
+                "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 0, "output_tokens": 0},
+            }})
+            .to_string()
+        );
+        assert_eq!(
+            frames[1].data,
+            r#"{"content_block":{"text":"","type":"text"},"index":0,"type":"content_block_start"}"#
+        );
+        assert_eq!(frames[3].data, r#"{"index":0,"type":"content_block_stop"}"#);
+        assert_eq!(
+            frames[7].data,
+            json!({"type": "message_delta",
+                   "delta": {"stop_reason": "tool_use", "stop_sequence": null},
+                   "usage": {"input_tokens": 7, "output_tokens": 3}})
+            .to_string()
+        );
+        assert_eq!(frames[8].data, json!({"type": "message_stop"}).to_string());
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        /// A text delta written by hand is the serialised event, byte for
+        /// byte, whatever the text (quotes, backslashes, control
+        /// characters, non-ASCII) and the block index.
+        #[test]
+        fn a_text_delta_is_the_serialised_event(
+            text in "[\\x00-\\x1f\"\\\\/a-z\\x7fé😀]{1,12}|\\PC{1,12}",
+            index in proptest::num::u32::ANY,
+        ) {
+            let want = serde_json::to_string(&TextBlockDelta {
+                delta: TextDelta { text: &text, kind: "text_delta" },
+                index,
+                kind: "content_block_delta",
+            })
+            .unwrap();
+            let got = text_delta(&text, index);
+            prop_assert_eq!(got.event, Some("content_block_delta"));
+            prop_assert_eq!(got.data, want);
+        }
 
         /// Over a stream of generated events (the decoder keeps the tool_use
         /// blocks from event to event), `decode` gives exactly what the
