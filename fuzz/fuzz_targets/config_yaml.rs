@@ -1,4 +1,4 @@
-//! hale-core's config loading and validation (`config::raw::load`, what
+//! hale-config's config loading and validation (`hale_config::load`, what
 //! `hale serve` and `hale config check` run) on arbitrary YAML text.
 //!
 //! Each input is loaded twice: with no environment (every `*_env` unset) and
@@ -7,7 +7,7 @@
 //! value (unless the YAML itself does).
 #![no_main]
 
-use hale_core::config::raw;
+use hale_config as raw;
 use libfuzzer_sys::fuzz_target;
 
 const SECRET: &str = "fz-Secret-Value-7Q2";

@@ -1100,7 +1100,7 @@ mod tests {
             "ok",
             Path::new("/tmp/x"),
         ) + &t.yaml(Duration::from_secs(18));
-        let cfg = hale_core::config::raw::load(&yaml, &|_| None).expect("validates");
+        let cfg = hale_config::load(&yaml, &|_| None).expect("validates");
         assert_eq!(cfg.health.stuck_after, Duration::from_secs(30));
         assert_eq!(cfg.health.nudge_interval, Duration::from_secs(10));
         assert_eq!(cfg.health.escalation_timeout, Duration::from_secs(15));

@@ -312,8 +312,7 @@ mod tests {
             "ok:tokens=16",
             Path::new("/tmp/hale bench \"dir\""),
         );
-        let cfg =
-            hale_core::config::raw::load(&yaml, &|_| None).expect("the generated config validates");
+        let cfg = hale_config::load(&yaml, &|_| None).expect("the generated config validates");
         assert_eq!(cfg.listen.to_string(), "127.0.0.1:3999");
         assert_eq!(cfg.providers.len(), 1);
         let p = &cfg.providers[0];

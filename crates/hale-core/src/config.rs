@@ -1,12 +1,12 @@
 //! Validated configuration, and every default number hale uses.
 //!
-//! These are the *validated* types of DESIGN §9: the YAML layer
-//! ([`raw`]) deserialises into raw structs with `deny_unknown_fields`, then
-//! [`raw::validate`] builds these, reporting every problem with its path. Each
-//! default is written exactly once, in a `Default` impl or a `const` here;
-//! every other crate reads it from these types.
-
-pub mod raw;
+//! These are the *validated* types of DESIGN §9: the YAML layer (the
+//! `hale-config` crate, apart so that its serde code is not built with the
+//! rules every crate waits for) deserialises into raw structs with
+//! `deny_unknown_fields`, then its `validate` builds these, reporting every
+//! problem with its path. Each default is written exactly once, in a
+//! `Default` impl or a `const` here; every other crate, hale-config included,
+//! reads it from these types.
 
 use crate::class::ErrorClass;
 use serde::Serialize;

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use hale_core::config::{Config, raw};
+use hale_core::config::Config;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -193,7 +193,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let Some(path) = config else {
                 bail!(
                     "no config given. Run `hale serve --config hale.yaml` with at least a provider, e.g.:\n\n{}",
-                    raw::MINIMAL_EXAMPLE
+                    hale_config::MINIMAL_EXAMPLE
                 );
             };
             let mut cfg = crate::setup::load_config(&path)?;

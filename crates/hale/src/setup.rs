@@ -3,14 +3,14 @@
 //! ([`load_config`]).
 
 use anyhow::Context;
-use hale_core::config::{Config, raw};
+use hale_core::config::Config;
 use std::path::Path;
 
 /// Loads and validates a config file, with env lookups from the process.
 pub fn load_config(path: &Path) -> anyhow::Result<Config> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read config file {}", path.display()))?;
-    raw::load(&text, &|k| std::env::var(k).ok())
+    hale_config::load(&text, &|k| std::env::var(k).ok())
         .map_err(|e| anyhow::anyhow!("invalid config {}:\n{e}", path.display()))
 }
 
