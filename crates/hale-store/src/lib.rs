@@ -29,6 +29,7 @@
 
 mod agents;
 mod backend;
+mod bulk;
 mod cluster;
 mod commit;
 mod error;
@@ -43,6 +44,7 @@ mod responses;
 mod rows;
 mod schema;
 mod store;
+mod upserts;
 mod writer;
 
 pub use cluster::{InstanceRecord, LeaseRecord};

@@ -324,3 +324,201 @@ async fn room_waits_for_a_working_writer_and_not_for_a_stuck_one() {
     );
     s.close().await;
 }
+
+/// The rows of `tables` in a store's SQLite file, each row as one JSON array.
+async fn table_rows(dir: &std::path::Path) -> Vec<String> {
+    let url = format!(
+        "sqlite://{}?mode=ro",
+        dir.join(hale_store::SQLITE_FILE).display()
+    );
+    let pool = sqlx::SqlitePool::connect(&url)
+        .await
+        .expect("read the file");
+    let mut out = Vec::new();
+    for q in [
+        "SELECT json_array('turn', id, agent, task, request_hash, model_requested, status, \
+         started_ms, duration_ms, provider, model, attempts, usage_in, usage_out, error_class, \
+         resp_status, resp_headers, hex(resp_body), resp_content_type) FROM turns ORDER BY id",
+        "SELECT json_array('agent', id, paused, consecutive_failures, turns, failed_turns, \
+         tokens_in, tokens_out, cost_usd, last_failure_ms, last_seen_ms, state) FROM agents \
+         ORDER BY id",
+        "SELECT json_array('spend', agent, task, tokens, cost_usd, events, tool_calls, \
+         updated_ms) FROM task_spend ORDER BY agent, task",
+        "SELECT json_array('minute', deployment, minute_ms, calls, failures, latency_sum_ms) \
+         FROM history_minutes ORDER BY deployment, minute_ms",
+    ] {
+        let rows: Vec<String> = sqlx::query_scalar(q).fetch_all(&pool).await.expect("dump");
+        out.extend(rows);
+    }
+    pool.close().await;
+    out
+}
+
+/// Issue 30 (stop 35): the SQLite writer puts a batch's turns, counts and
+/// history minutes in multi-row statements. A batch of several turns of
+/// several agents — one agent counted twice with a whole record written
+/// between its counts, one agent's two counts merged, a turn and a minute
+/// named twice, a count without a task — leaves the same rows and reports
+/// the same totals as the same writes committed one by one; and a batch
+/// holding a row the database refuses (a trigger) fails that row alone.
+#[tokio::test]
+async fn a_batch_writes_the_rows_and_totals_of_its_writes_one_by_one() {
+    use hale_core::counts::{Count, Streak};
+    use hale_core::history::MinuteRow;
+    use hale_store::{CountWrite, TaskCount, TurnStatus};
+    let turn_of = |agent: &str, id: &str, status: TurnStatus, usage: u64| {
+        let mut t = common::turn(id, &format!("task-{agent}"), "h", status, 1_000);
+        t.agent = agent.into();
+        t.usage_in = usage;
+        t.response = (status == TurnStatus::Succeeded).then(|| common::resp(id));
+        Write::Turn(t)
+    };
+    let count = |agent: &str, n: u64, c: Count, task: Option<&str>| {
+        Write::Count(CountWrite {
+            agent: agent.into(),
+            n,
+            count: c,
+            task: task.map(|t| TaskCount {
+                task: t.into(),
+                n,
+                events: n,
+                tool_calls: 1,
+            }),
+            now_ms: 5_000 + n,
+        })
+    };
+    let fail = Count::turn(Streak::Extend, 100, 10, 0.5);
+    let ok = Count::turn(Streak::Clear, 7, 3, 0.25);
+    let keep = Count::turn(Streak::Keep, 1, 0, 0.0);
+    let minute = |calls: u64| MinuteRow {
+        deployment: "p/m".into(),
+        minute_ms: 60_000,
+        calls,
+        failures: 1,
+        latency_sum_ms: 10 * calls,
+    };
+    let mut paused_a = common::agent("a");
+    paused_a.paused = true;
+    paused_a.last_seen_ms = Some(9_000);
+    let batch: Vec<Vec<Write>> = vec![
+        vec![
+            turn_of("a", "t-a-1", TurnStatus::Failed, 1),
+            count("a", 1, fail, Some("ta")),
+        ],
+        vec![
+            turn_of("b", "t-b-1", TurnStatus::Running, 2),
+            count("b", 1, fail, Some("tb")),
+        ],
+        // The same turn again: in the same statement as its first write.
+        vec![turn_of("b", "t-b-1", TurnStatus::Succeeded, 5)],
+        vec![Write::Agent(paused_a)],
+        vec![
+            turn_of("a", "t-a-2", TurnStatus::Succeeded, 3),
+            count("a", 2, ok, Some("ta")),
+        ],
+        vec![
+            turn_of("c", "t-c-1", TurnStatus::Succeeded, 4),
+            count("c", 1, keep, None),
+        ],
+        vec![Write::Minutes(vec![minute(1), minute(2)])],
+        vec![count("b", 2, ok, Some("tb"))],
+        vec![Write::Minutes(vec![minute(4)])],
+    ];
+    let failing: Vec<Vec<Write>> = vec![
+        vec![
+            turn_of("d", "t-d-1", TurnStatus::Succeeded, 6),
+            count("d", 1, fail, Some("td")),
+        ],
+        vec![
+            turn_of("e", "refused", TurnStatus::Succeeded, 7),
+            count("e", 1, ok, Some("te")),
+        ],
+        vec![
+            turn_of("f", "t-f-1", TurnStatus::Succeeded, 8),
+            count("f", 1, ok, Some("tf")),
+        ],
+    ];
+    let refuse = "CREATE TRIGGER refuse BEFORE INSERT ON turns WHEN NEW.id = 'refused' \
+                  BEGIN SELECT RAISE(ABORT, 'refused'); END";
+    let open = || async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = sqlite_at(dir.path()).await;
+        let url = format!(
+            "sqlite://{}",
+            dir.path().join(hale_store::SQLITE_FILE).display()
+        );
+        let pool = sqlx::SqlitePool::connect(&url).await.expect("connect");
+        sqlx::query(refuse).execute(&pool).await.expect("trigger");
+        pool.close().await;
+        let heard = s.counted();
+        (dir, s, heard)
+    };
+    let drain = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<hale_store::Counted>| {
+        let mut v = Vec::new();
+        while let Ok(c) = rx.try_recv() {
+            v.push(c);
+        }
+        v
+    };
+
+    // One by one.
+    let (one_dir, one, mut one_heard) = open().await;
+    for w in batch.iter().chain(&failing) {
+        let refused = w
+            .iter()
+            .any(|w| matches!(w, Write::Turn(t) if t.id == "refused"));
+        match one.commit(w.clone()).await {
+            Ok(()) => assert!(!refused),
+            Err(e) => assert!(refused, "{e}"),
+        }
+    }
+    let one_totals = drain(&mut one_heard);
+
+    // As batches: everything submitted, then a flush; the writer takes the
+    // queue as it stands (this test's runtime runs one task at a time).
+    let (all_dir, all, mut all_heard) = open().await;
+    let before = all.commits();
+    for w in &batch {
+        all.submit(w.clone());
+    }
+    all.flush().await.expect("the batch commits");
+    assert_eq!(all.commits() - before, 1, "one transaction for the batch");
+    for w in &failing {
+        all.submit(w.clone());
+    }
+    match all.flush().await {
+        Err(StoreError::SubmitFailed { count: 1, last }) => {
+            assert!(last.contains("refused"), "{last}")
+        }
+        other => panic!("expected one failed write, got {other:?}"),
+    }
+    let all_totals = drain(&mut all_heard);
+
+    assert_eq!(
+        table_rows(all_dir.path()).await,
+        table_rows(one_dir.path()).await,
+        "the same rows"
+    );
+    // Every total the batch reported is the one the writes one by one
+    // reported after the same count; b's two counts were merged into one.
+    let key = |c: &hale_store::Counted| (c.agent.clone(), c.n);
+    let heard_of = |v: &[hale_store::Counted]| v.iter().map(key).collect::<Vec<_>>();
+    assert_eq!(
+        heard_of(&all_totals),
+        [
+            ("a".to_owned(), 1),
+            ("a".to_owned(), 2),
+            ("c".to_owned(), 1),
+            ("b".to_owned(), 2),
+            ("d".to_owned(), 1),
+            ("f".to_owned(), 1),
+        ],
+        "in row order, one per count or merged run"
+    );
+    for c in &all_totals {
+        let same = one_totals.iter().find(|o| key(o) == key(c));
+        assert_eq!(same, Some(c), "totals after {:?}", key(c));
+    }
+    all.close().await;
+    one.close().await;
+}
