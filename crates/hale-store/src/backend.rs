@@ -224,24 +224,33 @@ fn merge_counts<'a>(
 /// costs less (a c=1 turn: −24k in SQLite, +9k in sqlx, BENCHMARKS.md).
 macro_rules! agent_count_sql {
     () => {
-        concat!(
-            "INSERT INTO agents (id, paused, consecutive_failures, turns, \
-             failed_turns, tokens_in, tokens_out, cost_usd, last_failure_ms, \
-             last_seen_ms, state) VALUES ($1, FALSE, $2, $3, $4, $5, $6, $7, \
-             $8, $10, 'null') ON CONFLICT (id) DO UPDATE SET \
-             consecutive_failures = CASE WHEN $9 THEN excluded.consecutive_failures \
-             ELSE agents.consecutive_failures + excluded.consecutive_failures END",
-            crate::upserts::agent_count_rest!()
-        )
+        "INSERT INTO agents (id, paused, consecutive_failures, turns, \
+         failed_turns, tokens_in, tokens_out, cost_usd, last_failure_ms, \
+         last_seen_ms, state) VALUES ($1, FALSE, $2, $3, $4, $5, $6, $7, \
+         $8, $10, 'null') ON CONFLICT (id) DO UPDATE SET \
+         consecutive_failures = CASE WHEN $9 THEN excluded.consecutive_failures \
+         ELSE agents.consecutive_failures + excluded.consecutive_failures END, \
+         turns = agents.turns + excluded.turns, \
+         failed_turns = agents.failed_turns + excluded.failed_turns, \
+         tokens_in = agents.tokens_in + excluded.tokens_in, \
+         tokens_out = agents.tokens_out + excluded.tokens_out, \
+         cost_usd = agents.cost_usd + excluded.cost_usd, \
+         last_failure_ms = COALESCE(excluded.last_failure_ms, \
+         agents.last_failure_ms), last_seen_ms = CASE WHEN \
+         excluded.turns > 0 THEN excluded.last_seen_ms ELSE \
+         agents.last_seen_ms END"
     };
 }
 macro_rules! task_spend_sql {
     () => {
-        concat!(
-            crate::upserts::spend_insert!(),
-            "($1, $2, $3, $4, $5, $6, $7)",
-            crate::upserts::spend_upsert!()
-        )
+        "INSERT INTO task_spend (agent, task, tokens, cost_usd, \
+         events, tool_calls, updated_ms) VALUES ($1, $2, $3, $4, \
+         $5, $6, $7) ON CONFLICT (agent, task) DO UPDATE SET \
+         tokens = task_spend.tokens + excluded.tokens, \
+         cost_usd = task_spend.cost_usd + excluded.cost_usd, \
+         events = task_spend.events + excluded.events, \
+         tool_calls = task_spend.tool_calls + excluded.tool_calls, \
+         updated_ms = excluded.updated_ms"
     };
 }
 const AGENT_COUNT: &str = agent_count_sql!();
@@ -260,13 +269,14 @@ const TASK_SPEND_TOTALS: &str =
     "SELECT tokens, cost_usd, events, tool_calls FROM task_spend WHERE agent = $1 AND task = $2";
 
 macro_rules! gen_apply {
-    ($name:ident, $db:ty, $pg:expr, $bulk:path) => {
+    ($name:ident, $db:ty, $pg:expr) => {
         /// Applies the writes of `jobs`, in order, on an open transaction;
         /// returns the highest seq appended and the totals after each count.
         pub(crate) async fn $name(
             conn: &mut <$db as sqlx::Database>::Connection,
             jobs: &[&[Encoded]],
         ) -> Result<Applied, sqlx::Error> {
+            let mut counted = Vec::new();
             let rows = || jobs.iter().flat_map(|j| j.iter());
             let events: Vec<&EventRow> = rows()
                 .filter_map(|r| match r {
@@ -299,20 +309,10 @@ macro_rules! gen_apply {
                 }
             }
             let merged = merge_counts(rows());
-            // SQLite: turns, minutes and the counts of agents named once
-            // in multi-row statements (bulk.rs); PostgreSQL: row by row.
-            let plan = if $pg {
-                crate::bulk::Plan::default()
-            } else {
-                crate::bulk::Plan::new(rows(), &last_agent, &merged)
-            };
-            let mut counted = $bulk(&mut *conn, &plan).await?;
             for (i, row) in rows().enumerate() {
                 match row {
                     Encoded::Agent(a) if last_agent.get(a.id.as_str()) != Some(&i) => {}
                     Encoded::Count(_) if matches!(merged.get(&i), Some(None)) => {}
-                    Encoded::Count(_) if plan.counts_row(i) => {}
-                    Encoded::Turn(_) | Encoded::Minutes(_) if !$pg => {}
                     Encoded::Event(e) => {
                         // A transition is kept in the health history, in
                         // the transaction of its state change.
@@ -334,11 +334,14 @@ macro_rules! gen_apply {
                     }
                     Encoded::Minutes(rows) => {
                         for m in rows {
-                            sqlx::query(concat!(
-                                crate::upserts::minute_insert!(),
-                                "($1, $2, $3, $4, $5)",
-                                crate::upserts::minute_upsert!()
-                            ))
+                            sqlx::query(
+                                "INSERT INTO history_minutes (deployment, minute_ms, calls, \
+                                 failures, latency_sum_ms) VALUES ($1, $2, $3, $4, $5) \
+                                 ON CONFLICT (deployment, minute_ms) DO UPDATE SET \
+                                 calls = history_minutes.calls + excluded.calls, \
+                                 failures = history_minutes.failures + excluded.failures, \
+                                 latency_sum_ms = history_minutes.latency_sum_ms + excluded.latency_sum_ms",
+                            )
                             .bind(&m.deployment)
                             .bind(m.minute_ms)
                             .bind(m.calls)
@@ -350,12 +353,23 @@ macro_rules! gen_apply {
                     }
                     Encoded::Turn(t) => {
                         let r = t.response.as_ref();
-                        sqlx::query(concat!(
-                            crate::upserts::turn_insert!(),
-                            "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
-                             $15, $16, $17, $18)",
-                            crate::upserts::turn_upsert!()
-                        ))
+                        sqlx::query(
+                            "INSERT INTO turns (id, agent, task, request_hash, model_requested, \
+                             status, started_ms, duration_ms, provider, model, attempts, usage_in, \
+                             usage_out, error_class, resp_status, resp_headers, resp_body, \
+                             resp_content_type) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+                             $11, $12, $13, $14, $15, $16, $17, $18) ON CONFLICT (id) DO UPDATE SET \
+                             agent = excluded.agent, task = excluded.task, \
+                             request_hash = excluded.request_hash, \
+                             model_requested = excluded.model_requested, status = excluded.status, \
+                             started_ms = excluded.started_ms, duration_ms = excluded.duration_ms, \
+                             provider = excluded.provider, model = excluded.model, \
+                             attempts = excluded.attempts, usage_in = excluded.usage_in, \
+                             usage_out = excluded.usage_out, error_class = excluded.error_class, \
+                             resp_status = excluded.resp_status, \
+                             resp_headers = excluded.resp_headers, resp_body = excluded.resp_body, \
+                             resp_content_type = excluded.resp_content_type",
+                        )
                         .bind(&t.id)
                         .bind(&t.agent)
                         .bind(&t.task)
@@ -482,12 +496,12 @@ macro_rules! gen_apply {
                                 )
                             }
                         };
-                        counted.push((i, crate::model::Counted {
+                        counted.push(crate::model::Counted {
                             agent: c.agent.clone(),
                             n: c.n,
                             totals,
                             task,
-                        }));
+                        });
                     }
                     Encoded::Idempotency(i) => {
                         sqlx::query(
@@ -585,10 +599,6 @@ macro_rules! gen_apply {
                     }
                 }
             }
-            // In row order, whichever path wrote them.
-            counted.sort_unstable_by_key(|(i, _)| *i);
-            let counted: Vec<crate::model::Counted> =
-                counted.into_iter().map(|(_, c)| c).collect();
             let mut max_seq = None;
             // A multi-row INSERT must not name one id twice (PostgreSQL
             // refuses a row affected twice); a repeat in the same chunk goes
@@ -652,17 +662,8 @@ macro_rules! gen_apply {
     };
 }
 
-gen_apply!(apply_sqlite, sqlx::Sqlite, false, crate::bulk::write);
-gen_apply!(apply_pg, sqlx::Postgres, true, no_bulk);
-
-/// PostgreSQL keeps one statement per row: a multi-row count upsert there
-/// regressed once, and it refuses a row affected twice in one statement.
-async fn no_bulk(
-    _: &mut sqlx::PgConnection,
-    _: &crate::bulk::Plan<'_>,
-) -> Result<Vec<(usize, crate::model::Counted)>, sqlx::Error> {
-    Ok(Vec::new())
-}
+gen_apply!(apply_sqlite, sqlx::Sqlite, false);
+gen_apply!(apply_pg, sqlx::Postgres, true);
 
 /// What a committed transaction did.
 #[derive(Debug, Default)]
@@ -722,38 +723,17 @@ pub(crate) async fn apply(w: &mut WriterConn, jobs: &[&[Encoded]]) -> Result<App
         WriterConn::Sqlite { pool, conn } => {
             let c = match conn {
                 Some(c) => c,
-                None => {
-                    // Named, so its CPU can be told from the readers'
-                    // (hale-bench's cpu columns).
-                    let opts = (*pool.connect_options())
-                        .clone()
-                        .thread_name(|id| format!("hale-journal-{id}"));
-                    conn.insert(sqlx::ConnectOptions::connect(&opts).await?)
-                }
+                None => conn.insert(sqlx::ConnectOptions::connect(&*pool.connect_options()).await?),
             };
-            // `BEGIN IMMEDIATE`, `COMMIT` and `ROLLBACK` as statements of
-            // the connection's cache: sqlx's own transaction runs them
-            // through `sqlite3_exec`, which parses them again each time.
-            let mut broken = false;
-            let result = match sqlx::query("BEGIN IMMEDIATE").execute(&mut *c).await {
-                Err(e) => Err(e),
-                Ok(_) => {
-                    let done = async {
-                        let applied = apply_sqlite(&mut *c, jobs).await?;
-                        sqlx::query("COMMIT").execute(&mut *c).await?;
-                        Ok(applied)
-                    }
-                    .await;
-                    // Still open after a failure (unless SQLite ended it):
-                    // a connection that cannot roll back is not reused.
-                    if done.is_err() && sqlx::query("ROLLBACK").execute(&mut *c).await.is_err() {
-                        broken = true;
-                    }
-                    done
-                }
-            };
+            let result = async {
+                let mut tx = sqlx::Connection::begin_with(&mut *c, "BEGIN IMMEDIATE").await?;
+                let applied = apply_sqlite(&mut tx, jobs).await?;
+                tx.commit().await?;
+                Ok(applied)
+            }
+            .await;
             if let Err(e) = &result
-                && (broken || !matches!(e, sqlx::Error::Database(_)))
+                && !matches!(e, sqlx::Error::Database(_))
             {
                 *conn = None; // a broken connection: a fresh one next time
             }

@@ -29,7 +29,6 @@
 
 mod agents;
 mod backend;
-mod bulk;
 mod cluster;
 mod commit;
 mod error;
@@ -44,7 +43,6 @@ mod responses;
 mod rows;
 mod schema;
 mod store;
-mod upserts;
 mod writer;
 
 pub use cluster::{InstanceRecord, LeaseRecord};
