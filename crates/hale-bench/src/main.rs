@@ -188,6 +188,66 @@ async fn sample_rss(
     out
 }
 
+/// hale's CPU time (utime + stime) over a row's measured window, per turn
+/// completed in it: in all and per thread group (procs::THREAD_GROUPS).
+/// CPU seconds move less with the machine's load than throughput does.
+#[derive(Debug, Clone, Serialize)]
+struct CpuPerTurn {
+    turns: u64,
+    window_s: f64,
+    all_us: f64,
+    /// µs per turn by thread group, in procs::THREAD_GROUPS order.
+    groups_us: std::collections::BTreeMap<&'static str, f64>,
+}
+
+impl CpuPerTurn {
+    fn new(a: procs::CpuTicks, b: procs::CpuTicks, turns: u64, window: Duration) -> Option<Self> {
+        if turns == 0 {
+            return None;
+        }
+        let us = |t0: u64, t1: u64| {
+            t1.saturating_sub(t0) as f64 * 1e6 / procs::TICKS_PER_S as f64 / turns as f64
+        };
+        Some(CpuPerTurn {
+            turns,
+            window_s: window.as_secs_f64(),
+            all_us: us(a.all, b.all),
+            groups_us: procs::THREAD_GROUPS
+                .iter()
+                .enumerate()
+                .map(|(i, g)| (*g, us(a.groups[i], b.groups[i])))
+                .collect(),
+        })
+    }
+
+    /// "all / journal-sqlite / sqlx-sqlite-worker / tokio" µs per turn.
+    fn cell(&self) -> String {
+        let g = |k: &str| self.groups_us.get(k).copied().unwrap_or(0.0);
+        format!(
+            "{:.0} / {:.0} / {:.0} / {:.0}",
+            self.all_us,
+            g("journal-sqlite"),
+            g("sqlx-sqlite-worker"),
+            g("tokio")
+        )
+    }
+}
+
+/// `pid`'s CPU time at the start and at the end of a load run's measured
+/// window (`warmup` after now, lasting `duration`), as load::run times it.
+async fn sample_cpu_window(
+    pid: u32,
+    warmup: Duration,
+    duration: Duration,
+) -> Option<(procs::CpuTicks, procs::CpuTicks)> {
+    let start = tokio::time::Instant::now() + warmup;
+    tokio::time::sleep_until(start).await;
+    let a = procs::cpu_ticks(pid)?;
+    tokio::time::sleep_until(start + duration).await;
+    let b = procs::cpu_ticks(pid)?;
+    Some((a, b))
+}
+
 /// The bare proxy's upstream client (`--bare-client`).
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -259,6 +319,9 @@ struct Row {
     /// hale's VmRSS / VmHWM (peak so far) right after this row's runs, KiB.
     hale_rss_kib: Option<u64>,
     hale_peak_rss_kib: Option<u64>,
+    /// hale's CPU per turn in this row's measured window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hale_cpu: Option<CpuPerTurn>,
     /// hale's VmRSS during the run, every `--rss-every`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     hale_rss_samples: Vec<RssSample>,
@@ -530,8 +593,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let sampler = args
                 .rss_every
                 .map(|every| tokio::spawn(sample_rss(hale_pid, every, stop.clone())));
+            let cpu = tokio::spawn(sample_cpu_window(hale_pid, spec.warmup, spec.duration));
             let h = load::run(&hale_ep, &spec).await?;
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let hale_cpu = cpu
+                .await
+                .ok()
+                .flatten()
+                .and_then(|(a, b)| CpuPerTurn::new(a, b, h.requests, spec.duration));
             let hale_rss_samples = match sampler {
                 Some(t) => t.await.unwrap_or_default(),
                 None => Vec::new(),
@@ -550,13 +619,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
             eprintln!(
-                "{mode:>8} c={c:<3} hale:   {:>8.0} rps p50 {:>7.1} µs p99 {:>7.1} µs, VmRSS/VmHWM {:?} KiB (anon/file {:?}), {} agents",
+                "{mode:>8} c={c:<3} hale:   {:>8.0} rps p50 {:>7.1} µs p99 {:>7.1} µs, VmRSS/VmHWM {:?} KiB (anon/file {:?}), {} agents, cpu µs/turn (all / journal-sqlite / sqlx-sqlite-worker / tokio) {}",
                 h.rps,
                 h.p50_us,
                 h.p99_us,
                 mem,
                 procs::rss_parts_kib(hale_pid),
-                h.agents
+                h.agents,
+                hale_cpu
+                    .as_ref()
+                    .map_or_else(|| "–".to_owned(), CpuPerTurn::cell),
             );
             rows.push(Row {
                 mode,
@@ -572,6 +644,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 bare_rps_ratio: bare.as_ref().filter(|b| b.rps > 0.0).map(|b| h.rps / b.rps),
                 hale_rss_kib: mem.map(|m| m.0),
                 hale_peak_rss_kib: mem.map(|m| m.1),
+                hale_cpu,
                 hale_rss_samples,
                 peers: peer_runs,
                 direct,
@@ -624,8 +697,8 @@ fn table(rows: &[Row]) -> String {
     let rps = |v: f64| format!("{v:.0}");
     let ratio = |v: f64| format!("{v:.2}");
     let mut out = String::from(
-        "| mode | c | direct RPS | bare RPS | hale RPS | direct p50 ms | bare p50 ms | hale p50 ms | direct p99 ms | bare p99 ms | hale p99 ms | hale added p50 / p99 ms over direct | over bare | hale/direct RPS | hale/bare RPS | hale RSS / peak MiB | errors |\n\
-         |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+        "| mode | c | direct RPS | bare RPS | hale RPS | direct p50 ms | bare p50 ms | hale p50 ms | direct p99 ms | bare p99 ms | hale p99 ms | hale added p50 / p99 ms over direct | over bare | hale/direct RPS | hale/bare RPS | hale RSS / peak MiB | hale cpu µs/turn (all / journal-sqlite / sqlx-sqlite-worker / tokio) | errors |\n\
+         |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
     );
     for r in rows {
         let d = r.direct.as_ref();
@@ -634,7 +707,7 @@ fn table(rows: &[Row]) -> String {
             k.map_or_else(|| "–".to_owned(), |k| format!("{:.0}", k as f64 / 1024.0))
         };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} | {} | {} / {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} | {} | {} / {} | {} | {} |\n",
             r.mode,
             r.concurrency,
             opt(d.map(|d| d.rps), &rps),
@@ -654,6 +727,9 @@ fn table(rows: &[Row]) -> String {
             opt(r.bare_rps_ratio, &ratio),
             mib(r.hale_rss_kib),
             mib(r.hale_peak_rss_kib),
+            r.hale_cpu
+                .as_ref()
+                .map_or_else(|| "–".to_owned(), CpuPerTurn::cell),
             d.map_or(0, |d| d.errors) + b.map_or(0, |b| b.errors) + r.hale.errors,
         ));
     }
@@ -739,6 +815,18 @@ mod tests {
             bare_rps_ratio: Some(800.0 / 900.0),
             hale_rss_kib: Some(20 * 1024),
             hale_peak_rss_kib: Some(30 * 1024),
+            hale_cpu: CpuPerTurn::new(
+                procs::CpuTicks {
+                    all: 100,
+                    groups: [10, 0, 80, 10],
+                },
+                procs::CpuTicks {
+                    all: 180,
+                    groups: [20, 4, 140, 15],
+                },
+                4000,
+                Duration::from_secs(5),
+            ),
             hale_rss_samples: Vec::new(),
             peers: vec![PeerRun {
                 name: "litellm".into(),
@@ -746,7 +834,7 @@ mod tests {
             }],
         }];
         let t = table(&rows);
-        assert!(t.contains("| complete | 8 | 1000 | 900 | 800 | 0.100 | 0.120 | 0.150 | 0.200 | 0.300 | 0.400 | 0.050 / 0.200 | 0.030 / 0.100 | 0.80 | 0.89 | 20 / 30 | 0 |"), "{t}");
+        assert!(t.contains("| complete | 8 | 1000 | 900 | 800 | 0.100 | 0.120 | 0.150 | 0.200 | 0.300 | 0.400 | 0.050 / 0.200 | 0.030 / 0.100 | 0.80 | 0.89 | 20 / 30 | 200 / 25 / 10 / 150 | 0 |"), "{t}");
         let p = peers_table(&rows);
         assert!(
             p.contains("| complete | 8 | bare proxy | 900 | 0.120 | 0.300 | 1.00 | 0 |"),

@@ -206,6 +206,70 @@ fn status_kib(pid: u32, a: &str, b: &str) -> Option<(u64, u64)> {
     Some((field(a)?, field(b)?))
 }
 
+/// Clock ticks per second of `/proc/PID/stat`'s utime and stime (Linux's
+/// `USER_HZ`, 100 on every architecture it ships for).
+pub const TICKS_PER_S: u64 = 100;
+
+/// The groups hale's threads are split into by name (`comm`, at most 15
+/// bytes): the journal writer's SQLite thread (`hale-store` names it), the
+/// other SQLite connections' threads (readers), tokio's threads (the
+/// pipeline and the writer task; the blocking pool too), everything else.
+pub const THREAD_GROUPS: [&str; 4] = ["journal-sqlite", "sqlx-sqlite-worker", "tokio", "other"];
+
+fn thread_group(comm: &str) -> usize {
+    if comm.starts_with("hale-journal") {
+        0
+    } else if comm.starts_with("sqlx-sqlite") {
+        1
+    } else if comm.starts_with("tokio-runtime") {
+        2
+    } else {
+        3
+    }
+}
+
+/// CPU time (utime + stime, clock ticks) of a process so far: in all, and
+/// per [`THREAD_GROUPS`] over its live threads.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CpuTicks {
+    /// `/proc/PID/stat`: the whole process, threads that exited included.
+    pub all: u64,
+    /// `/proc/PID/task/*/stat`, summed per group.
+    pub groups: [u64; THREAD_GROUPS.len()],
+}
+
+/// (comm, utime + stime) of one `stat` line.
+fn stat_ticks(stat: &str) -> Option<(&str, u64)> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?;
+    // After the comm: state is field 3, utime 14, stime 15.
+    let mut f = stat.get(close + 1..)?.split_whitespace();
+    let utime: u64 = f.nth(11)?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some((comm, utime + stime))
+}
+
+/// `pid`'s CPU time so far; `None` off Linux or once it has exited.
+pub fn cpu_ticks(pid: u32) -> Option<CpuTicks> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut out = CpuTicks {
+        all: stat_ticks(&stat)?.1,
+        groups: [0; THREAD_GROUPS.len()],
+    };
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let Ok(t) = t else { continue };
+        // A thread may exit between the listing and the read.
+        let Ok(s) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        if let Some((comm, ticks)) = stat_ticks(&s) {
+            out.groups[thread_group(comm)] += ticks;
+        }
+    }
+    Some(out)
+}
+
 /// Starts `hale serve` with a generated config and waits until `/ready`;
 /// `instance` (0, 1, …) names its config and log files, so several
 /// instances can share one storage.
@@ -303,6 +367,20 @@ async fn get_ok(addr: SocketAddr, path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_lines_give_comm_and_cpu_ticks_and_threads_their_group() {
+        // A comm with a space and a parenthesis: the comm ends at the last ')'.
+        let line = "4242 (tokio-runtime-w) S 1 4242 4242 0 -1 4194560 900 0 0 0 1234 567 0 0 20 0 4 0 100 0 0";
+        assert_eq!(stat_ticks(line), Some(("tokio-runtime-w", 1801)));
+        let odd = "7 (a b) c) R 1 7 7 0 -1 0 0 0 0 0 10 5 0 0";
+        assert_eq!(stat_ticks(odd), Some(("a b) c", 15)));
+        assert_eq!(stat_ticks("7 (x) R 1"), None);
+        assert_eq!(
+            ["hale-journal", "sqlx-sqlite-wor", "tokio-runtime-w", "hale"].map(thread_group),
+            [0, 1, 2, 3]
+        );
+    }
 
     #[test]
     fn hale_config_is_valid_with_one_openai_provider_and_the_journal_on() {
