@@ -723,7 +723,14 @@ pub(crate) async fn apply(w: &mut WriterConn, jobs: &[&[Encoded]]) -> Result<App
         WriterConn::Sqlite { pool, conn } => {
             let c = match conn {
                 Some(c) => c,
-                None => conn.insert(sqlx::ConnectOptions::connect(&*pool.connect_options()).await?),
+                None => {
+                    // Named, so its CPU can be told from the readers'
+                    // (hale-bench's cpu columns).
+                    let opts = (*pool.connect_options())
+                        .clone()
+                        .thread_name(|id| format!("hale-journal-{id}"));
+                    conn.insert(sqlx::ConnectOptions::connect(&opts).await?)
+                }
             };
             let result = async {
                 let mut tx = sqlx::Connection::begin_with(&mut *c, "BEGIN IMMEDIATE").await?;
