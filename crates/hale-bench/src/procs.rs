@@ -221,7 +221,7 @@ fn thread_group(comm: &str) -> usize {
         0
     } else if comm.starts_with("sqlx-sqlite") {
         1
-    } else if comm.starts_with("tokio-runtime") {
+    } else if comm.starts_with("tokio-rt") || comm.starts_with("tokio-runtime") {
         2
     } else {
         3
@@ -377,8 +377,15 @@ mod tests {
         assert_eq!(stat_ticks(odd), Some(("a b) c", 15)));
         assert_eq!(stat_ticks("7 (x) R 1"), None);
         assert_eq!(
-            ["hale-journal", "sqlx-sqlite-wor", "tokio-runtime-w", "hale"].map(thread_group),
-            [0, 1, 2, 3]
+            [
+                "hale-journal",
+                "sqlx-sqlite-wor",
+                "tokio-runtime-w",
+                "tokio-rt-worker",
+                "hale"
+            ]
+            .map(thread_group),
+            [0, 1, 2, 2, 3]
         );
     }
 
