@@ -370,9 +370,9 @@ mod tests {
 
     #[test]
     fn stat_lines_give_comm_and_cpu_ticks_and_threads_their_group() {
-        // A comm with a space and a parenthesis: the comm ends at the last ')'.
         let line = "4242 (tokio-runtime-w) S 1 4242 4242 0 -1 4194560 900 0 0 0 1234 567 0 0 20 0 4 0 100 0 0";
         assert_eq!(stat_ticks(line), Some(("tokio-runtime-w", 1801)));
+        // A comm with a space and a parenthesis: the comm ends at the last ')'.
         let odd = "7 (a b) c) R 1 7 7 0 -1 0 0 0 0 0 10 5 0 0";
         assert_eq!(stat_ticks(odd), Some(("a b) c", 15)));
         assert_eq!(stat_ticks("7 (x) R 1"), None);
