@@ -127,7 +127,11 @@ impl ChaosHandle {
     }
 
     /// Stops accepting, drops open connections and waits for the accept loop.
-    pub async fn shutdown(mut self) {
+    pub fn shutdown(self) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(self.shutdown_inner())
+    }
+
+    async fn shutdown_inner(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -146,7 +150,14 @@ impl Drop for ChaosHandle {
 }
 
 /// Binds `addr` (port 0 picks a free port) and serves in a tokio task.
-pub async fn spawn(addr: SocketAddr, cfg: ChaosConfig) -> anyhow::Result<ChaosHandle> {
+pub fn spawn(
+    addr: SocketAddr,
+    cfg: ChaosConfig,
+) -> futures::future::BoxFuture<'static, anyhow::Result<ChaosHandle>> {
+    Box::pin(spawn_inner(addr, cfg))
+}
+
+async fn spawn_inner(addr: SocketAddr, cfg: ChaosConfig) -> anyhow::Result<ChaosHandle> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("hale-chaos: cannot listen on {addr}: {e}"))?;
@@ -175,13 +186,25 @@ pub fn spawn_on(listener: TcpListener, cfg: ChaosConfig) -> anyhow::Result<Chaos
 }
 
 /// Serves on `listener` until `shutdown` resolves (the `hale chaos` command).
-pub async fn serve(
+pub fn serve(
     listener: TcpListener,
     cfg: ChaosConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
-    let shared = Arc::new(shared(cfg)?);
-    server::run(listener, shared, shutdown).await
+) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
+    serve_boxed(listener, cfg, Box::pin(shutdown))
+}
+
+/// [`serve`]'s future, built here so that the server is compiled once, in
+/// this crate, not in each caller's (as `hale_store::BoxFut`).
+fn serve_boxed(
+    listener: TcpListener,
+    cfg: ChaosConfig,
+    shutdown: futures::future::BoxFuture<'static, ()>,
+) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
+    Box::pin(async move {
+        let shared = Arc::new(shared(cfg)?);
+        server::run(listener, shared, shutdown).await
+    })
 }
 
 fn shared(cfg: ChaosConfig) -> anyhow::Result<state::Shared> {

@@ -130,7 +130,14 @@ impl Cluster {
     /// The keeper: heartbeat and claims every [`LEASE_RENEW_EVERY`] (at once
     /// when a lease is first asked for) until `token` is cancelled. Call
     /// [`Cluster::release_all`] once the leased work has stopped.
-    pub async fn keep(self, token: CancellationToken) -> anyhow::Result<()> {
+    pub fn keep(
+        self,
+        token: CancellationToken,
+    ) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
+        Box::pin(self.keep_inner(token))
+    }
+
+    async fn keep_inner(self, token: CancellationToken) -> anyhow::Result<()> {
         let mut every = tokio::time::interval(LEASE_RENEW_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -220,7 +227,11 @@ impl Cluster {
     /// At a clean shutdown, after the leased work stopped: gives up every
     /// lease held and removes the heartbeat row, so the others take over at
     /// their next attempt instead of after the TTL.
-    pub async fn release_all(&self) {
+    pub fn release_all<'a>(&'a self) -> futures::future::BoxFuture<'a, ()> {
+        Box::pin(self.release_all_inner())
+    }
+
+    async fn release_all_inner(&self) {
         let held: Vec<String> = {
             let wanted = self.wanted();
             wanted
@@ -294,7 +305,11 @@ impl Cluster {
     }
 
     /// Instances and leases as `GET /cluster` shows them.
-    pub async fn view(&self) -> anyhow::Result<ClusterView> {
+    pub fn view<'a>(&'a self) -> futures::future::BoxFuture<'a, anyhow::Result<ClusterView>> {
+        Box::pin(self.view_inner())
+    }
+
+    async fn view_inner(&self) -> anyhow::Result<ClusterView> {
         let now = now_ms();
         let instances = self
             .inner

@@ -127,7 +127,11 @@ impl TaskSet {
 
     /// Resolves when any task ends unexpectedly (Ok, Err or panic), with its
     /// name and error. Pending forever while every task runs.
-    pub async fn first_failure(&self) -> (String, anyhow::Error) {
+    pub fn first_failure<'a>(&'a self) -> futures::future::BoxFuture<'a, (String, anyhow::Error)> {
+        Box::pin(self.first_failure_inner())
+    }
+
+    async fn first_failure_inner(&self) -> (String, anyhow::Error) {
         let mut rx = self.inner.failures_rx.lock().await;
         match rx.recv().await {
             Some(failure) => failure,
@@ -139,7 +143,11 @@ impl TaskSet {
 
     /// Cancels every task and waits up to `within` for them to end; tasks
     /// still running then are aborted. Returns the names of the aborted ones.
-    pub async fn shutdown(self, within: Duration) -> Vec<String> {
+    pub fn shutdown(self, within: Duration) -> futures::future::BoxFuture<'static, Vec<String>> {
+        Box::pin(self.shutdown_inner(within))
+    }
+
+    async fn shutdown_inner(self, within: Duration) -> Vec<String> {
         self.inner.token.cancel();
         let handles: Vec<(String, JoinHandle<()>)> = std::mem::take(
             &mut *self
@@ -165,7 +173,11 @@ impl TaskSet {
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C): the start of a graceful shutdown.
-pub async fn shutdown_signal() {
+pub fn shutdown_signal() -> futures::future::BoxFuture<'static, ()> {
+    Box::pin(shutdown_signal_inner())
+}
+
+async fn shutdown_signal_inner() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

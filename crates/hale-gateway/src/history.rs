@@ -56,7 +56,15 @@ impl HistoryRt {
 /// Flushes closed minutes every [`HISTORY_FLUSH_EVERY`] and prunes every
 /// [`HISTORY_PRUNE_EVERY`] until `token` is cancelled; then commits what is
 /// left (the open minute) before returning.
-pub async fn run(rt: &HistoryRt, store: Store, token: CancellationToken) -> anyhow::Result<()> {
+pub fn run<'a>(
+    rt: &'a HistoryRt,
+    store: Store,
+    token: CancellationToken,
+) -> futures::future::BoxFuture<'a, anyhow::Result<()>> {
+    Box::pin(run_inner(rt, store, token))
+}
+
+async fn run_inner(rt: &HistoryRt, store: Store, token: CancellationToken) -> anyhow::Result<()> {
     let mut flush = tokio::time::interval(HISTORY_FLUSH_EVERY);
     let mut prune = tokio::time::interval(HISTORY_PRUNE_EVERY);
     loop {

@@ -87,7 +87,14 @@ pub struct Gateway {
 impl Gateway {
     /// Builds the components; loads agents from the store; starts the
     /// loops that follow the store's counts and shed idle state.
-    pub async fn new(cfg: Arc<Config>, store: Store) -> anyhow::Result<Arc<Self>> {
+    pub fn new(
+        cfg: Arc<Config>,
+        store: Store,
+    ) -> futures::future::BoxFuture<'static, anyhow::Result<Arc<Self>>> {
+        Box::pin(Self::new_inner(cfg, store))
+    }
+
+    async fn new_inner(cfg: Arc<Config>, store: Store) -> anyhow::Result<Arc<Self>> {
         // One TLS crypto library (ring) for every client; a provider already installed is kept.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let upstream = upstream::Client::new(&cfg)?;
@@ -214,7 +221,11 @@ impl Gateway {
     /// terminated tasks. An agent the store does not know stays absent (it
     /// is new). A store error is logged and the turn goes on as for a new
     /// agent.
-    pub async fn load_agent(&self, agent: &str) {
+    pub fn load_agent<'a>(&'a self, agent: &'a str) -> futures::future::BoxFuture<'a, ()> {
+        Box::pin(self.load_agent_inner(agent))
+    }
+
+    async fn load_agent_inner(&self, agent: &str) {
         if self.agents.holds(agent) {
             return;
         }
@@ -299,7 +310,14 @@ pub mod sync {
 
     /// Follows other instances' agent control changes until `token` is
     /// cancelled ([`crate::background::sync::follow_agents`]).
-    pub async fn follow_agents(gw: Arc<Gateway>, token: CancellationToken) -> anyhow::Result<()> {
+    pub fn follow_agents(
+        gw: Arc<Gateway>,
+        token: CancellationToken,
+    ) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
+        Box::pin(follow_agents_inner(gw, token))
+    }
+
+    async fn follow_agents_inner(gw: Arc<Gateway>, token: CancellationToken) -> anyhow::Result<()> {
         crate::background::sync::follow_agents(gw.follower(), token).await
     }
 }

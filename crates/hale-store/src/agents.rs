@@ -16,7 +16,11 @@ use crate::store::{Backend, Store};
 
 impl Store {
     /// One agent's durable state.
-    pub async fn agent(&self, id: &str) -> Result<Option<AgentRecord>> {
+    pub fn agent<'a>(&'a self, id: &'a str) -> crate::BoxFut<'a, Result<Option<AgentRecord>>> {
+        Box::pin(self.agent_inner(id))
+    }
+
+    async fn agent_inner(&self, id: &str) -> Result<Option<AgentRecord>> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let sql = format!("SELECT {AGENT_COLS} FROM agents WHERE id = $1");
             let row = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -33,7 +37,16 @@ impl Store {
     /// database's collation), only the paused or only the unpaused ones when
     /// `paused` says so: one page of a walk over every agent, which after
     /// hours of traffic may be millions of rows, never read at once.
-    pub async fn agents_page(
+    pub fn agents_page<'a>(
+        &'a self,
+        after: Option<&'a str>,
+        paused: Option<bool>,
+        limit: usize,
+    ) -> crate::BoxFut<'a, Result<Vec<AgentRecord>>> {
+        Box::pin(self.agents_page_inner(after, paused, limit))
+    }
+
+    async fn agents_page_inner(
         &self,
         after: Option<&str>,
         paused: Option<bool>,
@@ -83,7 +96,14 @@ impl Store {
     /// (named by the config or an operator), and the `recent` most recently
     /// seen; the rest are read back when they return
     /// (`hale_core::memory`).
-    pub async fn agents_to_hold(&self, recent: usize) -> Result<Vec<AgentRecord>> {
+    pub fn agents_to_hold<'a>(
+        &'a self,
+        recent: usize,
+    ) -> crate::BoxFut<'a, Result<Vec<AgentRecord>>> {
+        Box::pin(self.agents_to_hold_inner(recent))
+    }
+
+    async fn agents_to_hold_inner(&self, recent: usize) -> Result<Vec<AgentRecord>> {
         let recent = i64::try_from(recent).unwrap_or(i64::MAX);
         on_pool!(&self.inner.pool, |p, _Db| {
             let sql = format!(
@@ -104,7 +124,16 @@ impl Store {
     /// Agents last seen after `after` (a `(last_seen_ms, id)` position) and
     /// at or before `until_ms`, in that order, at most `limit`: the health
     /// monitor's check for agents gone silent while out of memory.
-    pub async fn agents_seen_between(
+    pub fn agents_seen_between<'a>(
+        &'a self,
+        after: &'a hale_core::memory::SilenceCursor,
+        until_ms: u64,
+        limit: usize,
+    ) -> crate::BoxFut<'a, Result<Vec<AgentRecord>>> {
+        Box::pin(self.agents_seen_between_inner(after, until_ms, limit))
+    }
+
+    async fn agents_seen_between_inner(
         &self,
         after: &hale_core::memory::SilenceCursor,
         until_ms: u64,
@@ -146,7 +175,15 @@ impl Store {
     }
 
     /// A task's spend as the store holds it (none before its first count).
-    pub async fn task_spend(
+    pub fn task_spend<'a>(
+        &'a self,
+        agent: &'a str,
+        task: &'a str,
+    ) -> crate::BoxFut<'a, Result<Option<hale_core::budget::Spend>>> {
+        Box::pin(self.task_spend_inner(agent, task))
+    }
+
+    async fn task_spend_inner(
         &self,
         agent: &str,
         task: &str,
@@ -168,7 +205,11 @@ impl Store {
 
     /// Starts listening for agent control changes (PostgreSQL); on SQLite a
     /// listener that never yields.
-    pub async fn listen_agents(&self) -> Result<AgentListener> {
+    pub fn listen_agents<'a>(&'a self) -> crate::BoxFut<'a, Result<AgentListener>> {
+        Box::pin(self.listen_agents_inner())
+    }
+
+    async fn listen_agents_inner(&self) -> Result<AgentListener> {
         AgentListener::connect(&self.inner.pool).await
     }
 }

@@ -47,7 +47,11 @@ fn to_u64(v: i64) -> u64 {
 
 impl crate::Store {
     /// Writes (inserts or refreshes) this instance's heartbeat row.
-    pub async fn heartbeat(&self, inst: &InstanceRecord) -> Result<()> {
+    pub fn heartbeat<'a>(&'a self, inst: &'a InstanceRecord) -> crate::BoxFut<'a, Result<()>> {
+        Box::pin(self.heartbeat_inner(inst))
+    }
+
+    async fn heartbeat_inner(&self, inst: &InstanceRecord) -> Result<()> {
         on_pool!(&self.inner.pool, |p, _Db| {
             sqlx::query(
                 "INSERT INTO instances (id, addr, pid, version, started_ms, heartbeat_ms) \
@@ -69,7 +73,11 @@ impl crate::Store {
     }
 
     /// Every instance row, by id.
-    pub async fn instances(&self) -> Result<Vec<InstanceRecord>> {
+    pub fn instances<'a>(&'a self) -> crate::BoxFut<'a, Result<Vec<InstanceRecord>>> {
+        Box::pin(self.instances_inner())
+    }
+
+    async fn instances_inner(&self) -> Result<Vec<InstanceRecord>> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let rows: Vec<(String, String, i64, String, i64, i64)> = sqlx::query_as(
                 "SELECT id, addr, pid, version, started_ms, heartbeat_ms FROM instances ORDER BY id",
@@ -95,7 +103,15 @@ impl crate::Store {
 
     /// Deletes instance rows: this one's at a clean shutdown (`id`), or
     /// every row whose heartbeat is older than `stale_before_ms`.
-    pub async fn remove_instances(&self, id: Option<&str>, stale_before_ms: u64) -> Result<u64> {
+    pub fn remove_instances<'a>(
+        &'a self,
+        id: Option<&'a str>,
+        stale_before_ms: u64,
+    ) -> crate::BoxFut<'a, Result<u64>> {
+        Box::pin(self.remove_instances_inner(id, stale_before_ms))
+    }
+
+    async fn remove_instances_inner(&self, id: Option<&str>, stale_before_ms: u64) -> Result<u64> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let r = sqlx::query("DELETE FROM instances WHERE id = $1 OR heartbeat_ms < $2")
                 .bind(id)
@@ -112,7 +128,17 @@ impl crate::Store {
     /// `holder`, or expired at `now_ms`), in one conditional UPSERT. Returns
     /// the row as it stands afterwards: `holder` holds the lease iff it is
     /// the returned holder.
-    pub async fn claim_lease(
+    pub fn claim_lease<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        now_ms: u64,
+        expires_ms: u64,
+    ) -> crate::BoxFut<'a, Result<LeaseRecord>> {
+        Box::pin(self.claim_lease_inner(name, holder, now_ms, expires_ms))
+    }
+
+    async fn claim_lease_inner(
         &self,
         name: &str,
         holder: &str,
@@ -153,7 +179,15 @@ impl crate::Store {
     /// Gives up lease `name` if `holder` holds it (a clean shutdown: the
     /// others take it at their next attempt instead of after the TTL).
     /// Returns whether a row was released.
-    pub async fn release_lease(&self, name: &str, holder: &str) -> Result<bool> {
+    pub fn release_lease<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+    ) -> crate::BoxFut<'a, Result<bool>> {
+        Box::pin(self.release_lease_inner(name, holder))
+    }
+
+    async fn release_lease_inner(&self, name: &str, holder: &str) -> Result<bool> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let r = sqlx::query("DELETE FROM leases WHERE name = $1 AND holder = $2")
                 .bind(name)
@@ -168,7 +202,11 @@ impl crate::Store {
     /// Deletes every lease row. Only for a store no other instance can use
     /// (SQLite under the data-directory lock): a crashed predecessor's leases
     /// would otherwise hold its singleton work back until they expire.
-    pub async fn clear_leases(&self) -> Result<u64> {
+    pub fn clear_leases<'a>(&'a self) -> crate::BoxFut<'a, Result<u64>> {
+        Box::pin(self.clear_leases_inner())
+    }
+
+    async fn clear_leases_inner(&self) -> Result<u64> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let r = sqlx::query("DELETE FROM leases")
                 .execute(p)
@@ -179,7 +217,11 @@ impl crate::Store {
     }
 
     /// Every lease row, by name.
-    pub async fn leases(&self) -> Result<Vec<LeaseRecord>> {
+    pub fn leases<'a>(&'a self) -> crate::BoxFut<'a, Result<Vec<LeaseRecord>>> {
+        Box::pin(self.leases_inner())
+    }
+
+    async fn leases_inner(&self) -> Result<Vec<LeaseRecord>> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let rows: Vec<(String, String, i64)> =
                 sqlx::query_as("SELECT name, holder, expires_ms FROM leases ORDER BY name")

@@ -43,7 +43,11 @@ enum Pending {
 impl Committing {
     /// Waits until the writes are committed (or failed). Cancel-safe: a
     /// wait given up (a timeout around it) can be taken up again.
-    pub async fn committed(&mut self) -> Result<()> {
+    pub fn committed<'a>(&'a mut self) -> crate::BoxFut<'a, Result<()>> {
+        Box::pin(self.committed_inner())
+    }
+
+    async fn committed_inner(&mut self) -> Result<()> {
         match &mut self.0 {
             Pending::Queued(rx) => {
                 let r = rx.await.map_err(|_| StoreError::Closed).and_then(|r| r);
@@ -68,7 +72,11 @@ impl Store {
     /// Queues writes into the next group commit and waits until that commit
     /// is durable. Everything in one call lands in the same transaction (e.g.
     /// an agent's state change and the event reporting it).
-    pub async fn commit(&self, writes: Vec<Write>) -> Result<()> {
+    pub fn commit<'a>(&'a self, writes: Vec<Write>) -> crate::BoxFut<'a, Result<()>> {
+        Box::pin(self.commit_inner(writes))
+    }
+
+    async fn commit_inner(&self, writes: Vec<Write>) -> Result<()> {
         if writes.is_empty() {
             return Ok(());
         }
@@ -151,7 +159,11 @@ impl Store {
     /// Waits until everything submitted so far is committed. Returns
     /// [`StoreError::SubmitFailed`] when submitted writes failed since the
     /// previous flush.
-    pub async fn flush(&self) -> Result<()> {
+    pub fn flush<'a>(&'a self) -> crate::BoxFut<'a, Result<()>> {
+        Box::pin(self.flush_inner())
+    }
+
+    async fn flush_inner(&self) -> Result<()> {
         let (done, rx) = oneshot::channel();
         self.inner
             .tx
@@ -177,7 +189,15 @@ impl Store {
     /// same. A writer that finished no batch for `max_wait` is stuck (a
     /// store down): then nobody waits at all — fail open, the backlog grows
     /// as it did before, and the store's errors say why.
-    pub async fn room(&self, limit: u64, max_wait: std::time::Duration) -> Room {
+    pub fn room<'a>(
+        &'a self,
+        limit: u64,
+        max_wait: std::time::Duration,
+    ) -> crate::BoxFut<'a, Room> {
+        Box::pin(self.room_inner(limit, max_wait))
+    }
+
+    async fn room_inner(&self, limit: u64, max_wait: std::time::Duration) -> Room {
         let wait = |s: &Self| {
             hale_core::memory::journal_wait(
                 s.queued(),

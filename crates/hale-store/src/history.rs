@@ -66,7 +66,11 @@ fn u64_of(table: &'static str, id: &str, v: i64) -> Result<u64> {
 impl Store {
     /// The history of `q`'s range (transitions capped at [`MAX_TRANSITIONS`],
     /// the newest kept).
-    pub async fn history(&self, q: &HistoryQuery) -> Result<History> {
+    pub fn history<'a>(&'a self, q: &'a HistoryQuery) -> crate::BoxFut<'a, Result<History>> {
+        Box::pin(self.history_inner(q))
+    }
+
+    async fn history_inner(&self, q: &HistoryQuery) -> Result<History> {
         let (from, to) = (i64_of(q.from_ms), i64_of(q.to_ms));
         type TRow = (String, i64, String, Option<String>, Option<String>, String);
         let trows: Vec<TRow> = on_pool!(&self.inner.pool, |p, _Db| {
@@ -140,7 +144,11 @@ impl Store {
 
     /// Deletes history older than `before_ms` (see
     /// `hale_core::history::prune_cutoff`); returns the rows deleted.
-    pub async fn prune_history(&self, before_ms: u64) -> Result<u64> {
+    pub fn prune_history<'a>(&'a self, before_ms: u64) -> crate::BoxFut<'a, Result<u64>> {
+        Box::pin(self.prune_history_inner(before_ms))
+    }
+
+    async fn prune_history_inner(&self, before_ms: u64) -> Result<u64> {
         let before = i64_of(before_ms);
         on_pool!(&self.inner.pool, |p, _Db| {
             let a = sqlx::query("DELETE FROM history_transitions WHERE time_ms < $1")

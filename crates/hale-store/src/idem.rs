@@ -46,7 +46,11 @@ pub struct ClaimWaiter {
 impl ClaimWaiter {
     /// Waits until the claim of this key is released (or a notification may
     /// have been lost), at most `max`.
-    pub async fn released(&mut self, max: Duration) {
+    pub fn released<'a>(&'a mut self, max: Duration) -> crate::BoxFut<'a, ()> {
+        Box::pin(self.released_inner(max))
+    }
+
+    async fn released_inner(&mut self, max: Duration) {
         let wait = async {
             loop {
                 match self.rx.recv().await {
@@ -75,7 +79,14 @@ fn ms(d: Duration) -> i64 {
 
 impl crate::Store {
     /// The response stored for an idempotency key, with its request's hash.
-    pub async fn idempotent(&self, key: &str) -> Result<Option<IdempotentResponse>> {
+    pub fn idempotent<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> crate::BoxFut<'a, Result<Option<IdempotentResponse>>> {
+        Box::pin(self.idempotent_inner(key))
+    }
+
+    async fn idempotent_inner(&self, key: &str) -> Result<Option<IdempotentResponse>> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let sql = format!("SELECT {IDEMPOTENCY_COLS} FROM idempotency WHERE key = $1");
             let row = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -88,7 +99,11 @@ impl crate::Store {
     }
 
     /// Deletes idempotency records stored before `before_ms`; returns how many.
-    pub async fn prune_idempotency(&self, before_ms: u64) -> Result<u64> {
+    pub fn prune_idempotency<'a>(&'a self, before_ms: u64) -> crate::BoxFut<'a, Result<u64>> {
+        Box::pin(self.prune_idempotency_inner(before_ms))
+    }
+
+    async fn prune_idempotency_inner(&self, before_ms: u64) -> Result<u64> {
         let before = i64::try_from(before_ms).unwrap_or(i64::MAX);
         let keys = on_pool!(&self.inner.pool, |p, _Db| {
             let r = sqlx::query("DELETE FROM idempotency WHERE created_ms < $1")
@@ -112,7 +127,16 @@ impl crate::Store {
 
     /// Claims `key` for this instance's call, unless another live instance
     /// holds it.
-    pub async fn claim_idempotency(
+    pub fn claim_idempotency<'a>(
+        &'a self,
+        key: &'a str,
+        request_hash: &'a str,
+        now_ms: u64,
+    ) -> crate::BoxFut<'a, Result<Claim>> {
+        Box::pin(self.claim_idempotency_inner(key, request_hash, now_ms))
+    }
+
+    async fn claim_idempotency_inner(
         &self,
         key: &str,
         request_hash: &str,
@@ -160,7 +184,11 @@ impl crate::Store {
 
     /// Releases this instance's claim of `key` (its answer is committed, or
     /// its call failed) and wakes the instances waiting for it.
-    pub async fn release_idempotency(&self, key: &str) -> Result<()> {
+    pub fn release_idempotency<'a>(&'a self, key: &'a str) -> crate::BoxFut<'a, Result<()>> {
+        Box::pin(self.release_idempotency_inner(key))
+    }
+
+    async fn release_idempotency_inner(&self, key: &str) -> Result<()> {
         let Pool::Pg(p) = &self.inner.pool else {
             return Ok(());
         };

@@ -89,7 +89,14 @@ const JOB_COLS: &str = "job_id, status, next_attempt_ms, updated_ms, body";
 impl Store {
     /// Inserts a new job; when `job_id` exists already, nothing is written
     /// and the stored job is returned instead (`Some`).
-    pub async fn insert_job(&self, job: &JobRecord) -> Result<Option<JobRecord>> {
+    pub fn insert_job<'a>(
+        &'a self,
+        job: &'a JobRecord,
+    ) -> crate::BoxFut<'a, Result<Option<JobRecord>>> {
+        Box::pin(self.insert_job_inner(job))
+    }
+
+    async fn insert_job_inner(&self, job: &JobRecord) -> Result<Option<JobRecord>> {
         let body = body_text(job)?;
         let next = job
             .next_attempt_ms
@@ -119,14 +126,34 @@ impl Store {
     }
 
     /// Overwrites a job's row (status, schedule and body).
-    pub async fn update_job(&self, job: &JobRecord) -> Result<()> {
+    pub fn update_job<'a>(&'a self, job: &'a JobRecord) -> crate::BoxFut<'a, Result<()>> {
+        Box::pin(self.update_job_inner(job))
+    }
+
+    async fn update_job_inner(&self, job: &JobRecord) -> Result<()> {
         self.write_job(None, job).await.map(|_| ())
     }
 
     /// Moves a job from status `from` to `to` if it is still in `from`;
     /// true when this caller won. The compare-and-set that makes a queued job
     /// delivered once however many deliverers race for it.
-    pub async fn claim_job(&self, job_id: &str, from: &str, to: &str, now_ms: u64) -> Result<bool> {
+    pub fn claim_job<'a>(
+        &'a self,
+        job_id: &'a str,
+        from: &'a str,
+        to: &'a str,
+        now_ms: u64,
+    ) -> crate::BoxFut<'a, Result<bool>> {
+        Box::pin(self.claim_job_inner(job_id, from, to, now_ms))
+    }
+
+    async fn claim_job_inner(
+        &self,
+        job_id: &str,
+        from: &str,
+        to: &str,
+        now_ms: u64,
+    ) -> Result<bool> {
         let now = i64_of("updated_ms", now_ms)?;
         let n = on_pool!(&self.inner.pool, |p, _Db| {
             sqlx::query(
@@ -152,7 +179,21 @@ impl Store {
     /// shows the new status without the body that explains it, and a crash
     /// never leaves the status without its event. When another caller moved
     /// the job first nothing is written.
-    pub async fn settle_job(&self, from: &str, job: &JobRecord, with: Vec<Write>) -> Result<bool> {
+    pub fn settle_job<'a>(
+        &'a self,
+        from: &'a str,
+        job: &'a JobRecord,
+        with: Vec<Write>,
+    ) -> crate::BoxFut<'a, Result<bool>> {
+        Box::pin(self.settle_job_inner(from, job, with))
+    }
+
+    async fn settle_job_inner(
+        &self,
+        from: &str,
+        job: &JobRecord,
+        with: Vec<Write>,
+    ) -> Result<bool> {
         let rows = Self::encode(with)?;
         let body = body_text(job)?;
         let next = job
@@ -247,7 +288,11 @@ impl Store {
     }
 
     /// One job.
-    pub async fn job(&self, job_id: &str) -> Result<Option<JobRecord>> {
+    pub fn job<'a>(&'a self, job_id: &'a str) -> crate::BoxFut<'a, Result<Option<JobRecord>>> {
+        Box::pin(self.job_inner(job_id))
+    }
+
+    async fn job_inner(&self, job_id: &str) -> Result<Option<JobRecord>> {
         let row: Option<JobTuple> = on_pool!(&self.inner.pool, |p, _Db| {
             let sql = format!("SELECT {JOB_COLS} FROM jobs WHERE job_id = $1");
             sqlx::query_as(sqlx::AssertSqlSafe(sql))
@@ -260,7 +305,15 @@ impl Store {
     }
 
     /// Jobs, newest update first, of one status or all; at most `limit`.
-    pub async fn jobs(&self, status: Option<&str>, limit: u32) -> Result<Vec<JobRecord>> {
+    pub fn jobs<'a>(
+        &'a self,
+        status: Option<&'a str>,
+        limit: u32,
+    ) -> crate::BoxFut<'a, Result<Vec<JobRecord>>> {
+        Box::pin(self.jobs_inner(status, limit))
+    }
+
+    async fn jobs_inner(&self, status: Option<&str>, limit: u32) -> Result<Vec<JobRecord>> {
         let rows: Vec<JobTuple> = on_pool!(&self.inner.pool, |p, _Db| {
             let sql = format!(
                 "SELECT {JOB_COLS} FROM jobs WHERE ($1 IS NULL OR status = $1) \
@@ -280,7 +333,16 @@ impl Store {
     /// most `limit`. The oldest first, so a scan that stops at `limit` still
     /// reaches every stale job over successive scans however many fresh
     /// ones there are.
-    pub async fn stale_jobs(
+    pub fn stale_jobs<'a>(
+        &'a self,
+        status: &'a str,
+        before_ms: u64,
+        limit: u32,
+    ) -> crate::BoxFut<'a, Result<Vec<JobRecord>>> {
+        Box::pin(self.stale_jobs_inner(status, before_ms, limit))
+    }
+
+    async fn stale_jobs_inner(
         &self,
         status: &str,
         before_ms: u64,
@@ -305,7 +367,11 @@ impl Store {
 
     /// Queued jobs, soonest delivery first (due or not: the caller decides,
     /// expiry included); at most `limit`.
-    pub async fn queued_jobs(&self, limit: u32) -> Result<Vec<JobRecord>> {
+    pub fn queued_jobs<'a>(&'a self, limit: u32) -> crate::BoxFut<'a, Result<Vec<JobRecord>>> {
+        Box::pin(self.queued_jobs_inner(limit))
+    }
+
+    async fn queued_jobs_inner(&self, limit: u32) -> Result<Vec<JobRecord>> {
         let rows: Vec<JobTuple> = on_pool!(&self.inner.pool, |p, _Db| {
             let sql = format!(
                 "SELECT {JOB_COLS} FROM jobs WHERE status = 'queued' \
@@ -321,7 +387,15 @@ impl Store {
     }
 
     /// The audit log, newest first, optionally only (non-)degraded jobs.
-    pub async fn audit(&self, degraded: Option<bool>, limit: u32) -> Result<Vec<AuditRecord>> {
+    pub fn audit<'a>(
+        &'a self,
+        degraded: Option<bool>,
+        limit: u32,
+    ) -> crate::BoxFut<'a, Result<Vec<AuditRecord>>> {
+        Box::pin(self.audit_inner(degraded, limit))
+    }
+
+    async fn audit_inner(&self, degraded: Option<bool>, limit: u32) -> Result<Vec<AuditRecord>> {
         type Row = (i64, String, i64, String, bool, String);
         let rows: Vec<Row> = on_pool!(&self.inner.pool, |p, _Db| {
             sqlx::query_as(

@@ -13,7 +13,11 @@ use crate::store::Store;
 
 impl Store {
     /// One turn of the journal.
-    pub async fn turn(&self, id: &str) -> Result<Option<TurnRecord>> {
+    pub fn turn<'a>(&'a self, id: &'a str) -> crate::BoxFut<'a, Result<Option<TurnRecord>>> {
+        Box::pin(self.turn_inner(id))
+    }
+
+    async fn turn_inner(&self, id: &str) -> Result<Option<TurnRecord>> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let sql = format!("SELECT {TURN_COLS} FROM turns WHERE id = $1");
             let row = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -27,7 +31,16 @@ impl Store {
 
     /// The most recent succeeded turn of (agent, task) with this request
     /// hash, with its stored response (replay instead of re-billing).
-    pub async fn completed_turn(
+    pub fn completed_turn<'a>(
+        &'a self,
+        agent: &'a str,
+        task: &'a str,
+        request_hash: &'a str,
+    ) -> crate::BoxFut<'a, Result<Option<TurnRecord>>> {
+        Box::pin(self.completed_turn_inner(agent, task, request_hash))
+    }
+
+    async fn completed_turn_inner(
         &self,
         agent: &str,
         task: &str,
@@ -52,7 +65,11 @@ impl Store {
 
     /// Deletes journalled turns that started before `before_ms` (retention);
     /// returns how many.
-    pub async fn prune_turns(&self, before_ms: u64) -> Result<u64> {
+    pub fn prune_turns<'a>(&'a self, before_ms: u64) -> crate::BoxFut<'a, Result<u64>> {
+        Box::pin(self.prune_turns_inner(before_ms))
+    }
+
+    async fn prune_turns_inner(&self, before_ms: u64) -> Result<u64> {
         let before = i64::try_from(before_ms).unwrap_or(i64::MAX);
         on_pool!(&self.inner.pool, |p, _Db| {
             let r = sqlx::query("DELETE FROM turns WHERE started_ms < $1")
@@ -65,7 +82,15 @@ impl Store {
     }
 
     /// An agent's checkpoints, of one task or of all, newest first.
-    pub async fn checkpoints(
+    pub fn checkpoints<'a>(
+        &'a self,
+        agent: &'a str,
+        task: Option<&'a str>,
+    ) -> crate::BoxFut<'a, Result<Vec<CheckpointRecord>>> {
+        Box::pin(self.checkpoints_inner(agent, task))
+    }
+
+    async fn checkpoints_inner(
         &self,
         agent: &str,
         task: Option<&str>,
@@ -86,7 +111,15 @@ impl Store {
     }
 
     /// One checkpoint.
-    pub async fn checkpoint(&self, agent: &str, id: &str) -> Result<Option<CheckpointRecord>> {
+    pub fn checkpoint<'a>(
+        &'a self,
+        agent: &'a str,
+        id: &'a str,
+    ) -> crate::BoxFut<'a, Result<Option<CheckpointRecord>>> {
+        Box::pin(self.checkpoint_inner(agent, id))
+    }
+
+    async fn checkpoint_inner(&self, agent: &str, id: &str) -> Result<Option<CheckpointRecord>> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let sql =
                 format!("SELECT {CHECKPOINT_COLS} FROM checkpoints WHERE agent = $1 AND id = $2");

@@ -48,6 +48,14 @@ mod writer;
 pub use cluster::{InstanceRecord, LeaseRecord};
 pub use commit::{Committing, Room};
 pub use error::{Result, StoreError};
+
+/// What the store's public async functions return: a boxed future, built
+/// where the function is defined. An `async fn`'s body is compiled in every
+/// crate that polls it (like a generic function), so an unboxed API had the
+/// gateway, the tools, the events crate and the binary each compile the
+/// store's whole sqlx code for both backends again; a boxed one compiles it
+/// once, here (BENCHMARKS.md, "First build", stop 36).
+pub type BoxFut<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 pub use history::{History, HistoryQuery, MAX_TRANSITIONS, TransitionRecord};
 pub use idem::{Claim, ClaimWaiter};
 pub use jobs::AuditRecord;

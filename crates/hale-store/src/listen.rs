@@ -103,7 +103,11 @@ impl AgentListener {
     /// The next change heard. Errors only when the store's pool was closed
     /// (shutdown); a lost connection is retried and reported as
     /// [`Heard::Reconnected`].
-    pub async fn next(&mut self) -> Result<Heard> {
+    pub fn next<'a>(&'a mut self) -> crate::BoxFut<'a, Result<Heard>> {
+        Box::pin(self.next_inner())
+    }
+
+    async fn next_inner(&mut self) -> Result<Heard> {
         if std::mem::take(&mut self.first) {
             return Ok(Heard::Reconnected);
         }

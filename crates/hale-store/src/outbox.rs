@@ -37,7 +37,16 @@ fn ms(v: u64) -> i64 {
 impl Store {
     /// Up to `limit` events with seq > `after_seq`, in seq order, optionally
     /// only of the given kinds (an empty list matches nothing).
-    pub async fn events_after(
+    pub fn events_after<'a>(
+        &'a self,
+        after_seq: i64,
+        limit: usize,
+        kinds: Option<&'a [EventKind]>,
+    ) -> crate::BoxFut<'a, Result<Vec<StoredEvent>>> {
+        Box::pin(self.events_after_inner(after_seq, limit, kinds))
+    }
+
+    async fn events_after_inner(
         &self,
         after_seq: i64,
         limit: usize,
@@ -70,7 +79,11 @@ impl Store {
     }
 
     /// The seq of an event id, while it is in the outbox.
-    pub async fn seq_of(&self, event_id: &str) -> Result<Option<i64>> {
+    pub fn seq_of<'a>(&'a self, event_id: &'a str) -> crate::BoxFut<'a, Result<Option<i64>>> {
+        Box::pin(self.seq_of_inner(event_id))
+    }
+
+    async fn seq_of_inner(&self, event_id: &str) -> Result<Option<i64>> {
         on_pool!(&self.inner.pool, |p, _Db| {
             sqlx::query_scalar("SELECT seq FROM events WHERE id = $1")
                 .bind(event_id)
@@ -81,7 +94,11 @@ impl Store {
     }
 
     /// The highest seq in the outbox (0 when it is empty).
-    pub async fn last_seq(&self) -> Result<i64> {
+    pub fn last_seq<'a>(&'a self) -> crate::BoxFut<'a, Result<i64>> {
+        Box::pin(self.last_seq_inner())
+    }
+
+    async fn last_seq_inner(&self) -> Result<i64> {
         last_seq(&self.inner.pool).await
     }
 
@@ -93,7 +110,11 @@ impl Store {
     }
 
     /// The last seq `sink` acknowledged; 0 for a sink never seen.
-    pub async fn sink_cursor(&self, sink: &str) -> Result<i64> {
+    pub fn sink_cursor<'a>(&'a self, sink: &'a str) -> crate::BoxFut<'a, Result<i64>> {
+        Box::pin(self.sink_cursor_inner(sink))
+    }
+
+    async fn sink_cursor_inner(&self, sink: &str) -> Result<i64> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let v: Option<i64> = sqlx::query_scalar("SELECT acked_seq FROM sinks WHERE name = $1")
                 .bind(sink)
@@ -107,7 +128,11 @@ impl Store {
     /// Records that `sink` delivered everything up to `seq`. Cursors only
     /// move forward; an older ack is ignored. Durable before it returns;
     /// registers the sink when it was not.
-    pub async fn ack_sink(&self, sink: &str, seq: i64) -> Result<()> {
+    pub fn ack_sink<'a>(&'a self, sink: &'a str, seq: i64) -> crate::BoxFut<'a, Result<()>> {
+        Box::pin(self.ack_sink_inner(sink, seq))
+    }
+
+    async fn ack_sink_inner(&self, sink: &str, seq: i64) -> Result<()> {
         on_pool!(&self.inner.pool, |p, _Db| {
             sqlx::query(
                 "INSERT INTO sinks (name, acked_seq, registered_ms) VALUES ($1, $2, $3) \
@@ -127,7 +152,11 @@ impl Store {
 
     /// Registers a sink at cursor 0 (everything stored is delivered to it);
     /// an already registered sink keeps its cursor.
-    pub async fn register_sink(&self, sink: &str) -> Result<()> {
+    pub fn register_sink<'a>(&'a self, sink: &'a str) -> crate::BoxFut<'a, Result<()>> {
+        Box::pin(self.register_sink_inner(sink))
+    }
+
+    async fn register_sink_inner(&self, sink: &str) -> Result<()> {
         on_pool!(&self.inner.pool, |p, _Db| {
             sqlx::query(
                 "INSERT INTO sinks (name, acked_seq, registered_ms) VALUES ($1, 0, $2) \
@@ -144,7 +173,11 @@ impl Store {
 
     /// Forgets a sink (removed from the config), so it no longer holds back
     /// pruning. Its dead letters stay.
-    pub async fn remove_sink(&self, sink: &str) -> Result<()> {
+    pub fn remove_sink<'a>(&'a self, sink: &'a str) -> crate::BoxFut<'a, Result<()>> {
+        Box::pin(self.remove_sink_inner(sink))
+    }
+
+    async fn remove_sink_inner(&self, sink: &str) -> Result<()> {
         on_pool!(&self.inner.pool, |p, _Db| {
             sqlx::query("DELETE FROM sinks WHERE name = $1")
                 .bind(sink)
@@ -156,7 +189,11 @@ impl Store {
     }
 
     /// Every registered sink with its cursor, by name.
-    pub async fn sinks(&self) -> Result<Vec<SinkCursor>> {
+    pub fn sinks<'a>(&'a self) -> crate::BoxFut<'a, Result<Vec<SinkCursor>>> {
+        Box::pin(self.sinks_inner())
+    }
+
+    async fn sinks_inner(&self) -> Result<Vec<SinkCursor>> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let rows: Vec<(String, i64)> =
                 sqlx::query_as("SELECT name, acked_seq FROM sinks ORDER BY name")
@@ -173,7 +210,17 @@ impl Store {
     /// Moves the event at `seq` to `sink`'s dead letters (a copy; the outbox
     /// and the cursor are untouched). Dead-lettering the same (sink, seq)
     /// again updates attempts and error.
-    pub async fn dead_letter(
+    pub fn dead_letter<'a>(
+        &'a self,
+        sink: &'a str,
+        seq: i64,
+        attempts: u32,
+        error: &'a str,
+    ) -> crate::BoxFut<'a, Result<()>> {
+        Box::pin(self.dead_letter_inner(sink, seq, attempts, error))
+    }
+
+    async fn dead_letter_inner(
         &self,
         sink: &str,
         seq: i64,
@@ -204,7 +251,14 @@ impl Store {
     }
 
     /// Dead letters, of one sink or all, in (seq, sink) order.
-    pub async fn dlq_list(&self, sink: Option<&str>) -> Result<Vec<DeadLetter>> {
+    pub fn dlq_list<'a>(
+        &'a self,
+        sink: Option<&'a str>,
+    ) -> crate::BoxFut<'a, Result<Vec<DeadLetter>>> {
+        Box::pin(self.dlq_list_inner(sink))
+    }
+
+    async fn dlq_list_inner(&self, sink: Option<&str>) -> Result<Vec<DeadLetter>> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let sql = format!(
                 "SELECT {DLQ_COLS} FROM dead_letters WHERE ($1 IS NULL OR sink = $1) \
@@ -221,7 +275,15 @@ impl Store {
 
     /// Removes and returns `sink`'s dead letters — all, or those with the
     /// given event ids — in seq order, for a replay.
-    pub async fn dlq_take(
+    pub fn dlq_take<'a>(
+        &'a self,
+        sink: &'a str,
+        event_ids: Option<&'a [String]>,
+    ) -> crate::BoxFut<'a, Result<Vec<DeadLetter>>> {
+        Box::pin(self.dlq_take_inner(sink, event_ids))
+    }
+
+    async fn dlq_take_inner(
         &self,
         sink: &str,
         event_ids: Option<&[String]>,
@@ -257,7 +319,11 @@ impl Store {
 
     /// Deletes the events every registered sink acknowledged; returns how
     /// many. With no sink registered nothing counts as delivered.
-    pub async fn prune_delivered(&self) -> Result<u64> {
+    pub fn prune_delivered<'a>(&'a self) -> crate::BoxFut<'a, Result<u64>> {
+        Box::pin(self.prune_delivered_inner())
+    }
+
+    async fn prune_delivered_inner(&self) -> Result<u64> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let r = sqlx::query(PRUNE)
                 .execute(p)
@@ -271,7 +337,11 @@ impl Store {
     /// sink acknowledged, then sheds the oldest remaining events down to
     /// `cap`. Returns how many undelivered events were shed (pruned ones are
     /// not counted: they were delivered); the caller reports them.
-    pub async fn shed_over_cap(&self, cap: u64) -> Result<u64> {
+    pub fn shed_over_cap<'a>(&'a self, cap: u64) -> crate::BoxFut<'a, Result<u64>> {
+        Box::pin(self.shed_over_cap_inner(cap))
+    }
+
+    async fn shed_over_cap_inner(&self, cap: u64) -> Result<u64> {
         let cap = i64::try_from(cap).unwrap_or(i64::MAX);
         let op = "shedding the outbox over its cap";
         let shed = on_pool!(&self.inner.pool, |p, Db| {
@@ -324,7 +394,11 @@ impl Store {
 
     /// Events not yet acknowledged by the slowest registered sink (all
     /// stored events when no sink is registered).
-    pub async fn outbox_depth(&self) -> Result<u64> {
+    pub fn outbox_depth<'a>(&'a self) -> crate::BoxFut<'a, Result<u64>> {
+        Box::pin(self.outbox_depth_inner())
+    }
+
+    async fn outbox_depth_inner(&self) -> Result<u64> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let n: i64 = sqlx::query_scalar(
                 "SELECT COUNT(*) FROM events WHERE seq > \

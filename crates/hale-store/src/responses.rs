@@ -15,7 +15,14 @@ use crate::store::Store;
 
 impl Store {
     /// One kept response.
-    pub async fn response(&self, id: &str) -> Result<Option<ResponseRecord>> {
+    pub fn response<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> crate::BoxFut<'a, Result<Option<ResponseRecord>>> {
+        Box::pin(self.response_inner(id))
+    }
+
+    async fn response_inner(&self, id: &str) -> Result<Option<ResponseRecord>> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let sql = format!("SELECT {RESPONSE_COLS} FROM responses WHERE id = $1");
             let row = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -31,7 +38,15 @@ impl Store {
     /// it continued, and so on, at most `max` of them. Empty when `id` is
     /// not kept. When the first one still names a `previous_id`, the chain
     /// is longer than `max` or a link is no longer kept.
-    pub async fn response_chain(&self, id: &str, max: usize) -> Result<Vec<ResponseRecord>> {
+    pub fn response_chain<'a>(
+        &'a self,
+        id: &'a str,
+        max: usize,
+    ) -> crate::BoxFut<'a, Result<Vec<ResponseRecord>>> {
+        Box::pin(self.response_chain_inner(id, max))
+    }
+
+    async fn response_chain_inner(&self, id: &str, max: usize) -> Result<Vec<ResponseRecord>> {
         let max = i64::try_from(max).unwrap_or(i64::MAX);
         on_pool!(&self.inner.pool, |p, _Db| {
             let cols = RESPONSE_COLS
@@ -59,7 +74,11 @@ impl Store {
     }
 
     /// Deletes a kept response; whether there was one.
-    pub async fn delete_response(&self, id: &str) -> Result<bool> {
+    pub fn delete_response<'a>(&'a self, id: &'a str) -> crate::BoxFut<'a, Result<bool>> {
+        Box::pin(self.delete_response_inner(id))
+    }
+
+    async fn delete_response_inner(&self, id: &str) -> Result<bool> {
         on_pool!(&self.inner.pool, |p, _Db| {
             let r = sqlx::query("DELETE FROM responses WHERE id = $1")
                 .bind(id)
@@ -72,7 +91,11 @@ impl Store {
 
     /// Deletes responses created before `before_ms` (the journal's
     /// retention); returns how many.
-    pub async fn prune_responses(&self, before_ms: u64) -> Result<u64> {
+    pub fn prune_responses<'a>(&'a self, before_ms: u64) -> crate::BoxFut<'a, Result<u64>> {
+        Box::pin(self.prune_responses_inner(before_ms))
+    }
+
+    async fn prune_responses_inner(&self, before_ms: u64) -> Result<u64> {
         let before = i64::try_from(before_ms).unwrap_or(i64::MAX);
         on_pool!(&self.inner.pool, |p, _Db| {
             let r = sqlx::query("DELETE FROM responses WHERE created_ms < $1")

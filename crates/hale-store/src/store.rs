@@ -151,7 +151,14 @@ fn redact(url: &str) -> String {
 
 impl Store {
     /// Opens (creating when needed) `data_dir/hale.db` in WAL mode.
-    pub async fn open_sqlite(data_dir: &Path, opts: StoreOptions) -> Result<Store> {
+    pub fn open_sqlite<'a>(
+        data_dir: &'a Path,
+        opts: StoreOptions,
+    ) -> crate::BoxFut<'a, Result<Store>> {
+        Box::pin(Self::open_sqlite_inner(data_dir, opts))
+    }
+
+    async fn open_sqlite_inner(data_dir: &Path, opts: StoreOptions) -> Result<Store> {
         tokio::fs::create_dir_all(data_dir)
             .await
             .map_err(|source| StoreError::DataDir {
@@ -218,7 +225,11 @@ impl Store {
     /// Nagle + delayed ACK; group commit amortises it, and a local server is
     /// best reached through its Unix socket
     /// (`postgres:///DB?host=/var/run/postgresql`), ~10x faster here.
-    pub async fn open_postgres(url: &str, opts: StoreOptions) -> Result<Store> {
+    pub fn open_postgres<'a>(url: &'a str, opts: StoreOptions) -> crate::BoxFut<'a, Result<Store>> {
+        Box::pin(Self::open_postgres_inner(url, opts))
+    }
+
+    async fn open_postgres_inner(url: &str, opts: StoreOptions) -> Result<Store> {
         let location = redact(url);
         let open_err = |source| StoreError::Open {
             backend: "postgres",
@@ -252,13 +263,29 @@ impl Store {
 
     /// The store a config names (`storage:`, `data_dir:`, `events:`,
     /// `storage_pool:`).
-    pub async fn open_config(cfg: &hale_core::config::Config) -> Result<Store> {
+    pub fn open_config<'a>(cfg: &'a hale_core::config::Config) -> crate::BoxFut<'a, Result<Store>> {
+        Box::pin(Self::open_config_inner(cfg))
+    }
+
+    async fn open_config_inner(cfg: &hale_core::config::Config) -> Result<Store> {
         Self::open(cfg.storage.as_deref(), &cfg.data_dir, StoreOptions::of(cfg)).await
     }
 
     /// Opens the store named by config `storage:`: none or `sqlite` is SQLite
     /// in `data_dir`, a `postgres://` (or `postgresql://`) URL is PostgreSQL.
-    pub async fn open(storage: Option<&str>, data_dir: &Path, opts: StoreOptions) -> Result<Store> {
+    pub fn open<'a>(
+        storage: Option<&'a str>,
+        data_dir: &'a Path,
+        opts: StoreOptions,
+    ) -> crate::BoxFut<'a, Result<Store>> {
+        Box::pin(Self::open_inner(storage, data_dir, opts))
+    }
+
+    async fn open_inner(
+        storage: Option<&str>,
+        data_dir: &Path,
+        opts: StoreOptions,
+    ) -> Result<Store> {
         match storage.map(str::trim) {
             None | Some("") | Some("sqlite") => Self::open_sqlite(data_dir, opts).await,
             Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
@@ -328,7 +355,11 @@ impl Store {
 
     /// Commits everything queued, stops the writer and closes the pool.
     /// Later writes fail with [`StoreError::Closed`].
-    pub async fn close(&self) {
+    pub fn close<'a>(&'a self) -> crate::BoxFut<'a, ()> {
+        Box::pin(self.close_inner())
+    }
+
+    async fn close_inner(&self) {
         let (done, rx) = oneshot::channel();
         if self.inner.tx.send(Msg::Close(done)).is_ok() {
             let _ = rx.await;

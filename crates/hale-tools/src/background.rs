@@ -9,7 +9,14 @@ use tokio_util::sync::CancellationToken;
 
 impl Tools {
     /// The capability refresh (the node health check), until `token`.
-    pub async fn refresh_loop(self: Arc<Self>, token: CancellationToken) {
+    pub fn refresh_loop(
+        self: Arc<Self>,
+        token: CancellationToken,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(self.refresh_loop_inner(token))
+    }
+
+    async fn refresh_loop_inner(self: Arc<Self>, token: CancellationToken) {
         let mut every = tokio::time::interval(self.refresh_every);
         loop {
             tokio::select! {
@@ -21,7 +28,14 @@ impl Tools {
 
     /// The store-and-forward queue, until `token`. A failed pass is logged
     /// and retried at the next tick.
-    pub async fn queue_loop(self: Arc<Self>, token: CancellationToken) {
+    pub fn queue_loop(
+        self: Arc<Self>,
+        token: CancellationToken,
+    ) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(self.queue_loop_inner(token))
+    }
+
+    async fn queue_loop_inner(self: Arc<Self>, token: CancellationToken) {
         let mut every = tokio::time::interval(QUEUE_TICK);
         loop {
             tokio::select! {

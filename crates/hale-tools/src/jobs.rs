@@ -54,12 +54,28 @@ pub struct Submitted {
 impl Tools {
     /// Submits a job: validates it, honours an existing `job_id`, runs it
     /// (or queues it) and returns its evidence.
-    pub async fn submit(&self, req: JobRequest) -> Result<Submitted, SubmitError> {
+    pub fn submit<'a>(
+        &'a self,
+        req: JobRequest,
+    ) -> futures::future::BoxFuture<'a, Result<Submitted, SubmitError>> {
+        Box::pin(self.submit_inner(req))
+    }
+
+    async fn submit_inner(&self, req: JobRequest) -> Result<Submitted, SubmitError> {
         self.submit_as(req, None, None).await
     }
 
     /// [`Tools::submit`] on behalf of an agent and task (recorded on the job).
-    pub async fn submit_as(
+    pub fn submit_as<'a>(
+        &'a self,
+        req: JobRequest,
+        agent: Option<String>,
+        task: Option<String>,
+    ) -> futures::future::BoxFuture<'a, Result<Submitted, SubmitError>> {
+        Box::pin(self.submit_as_inner(req, agent, task))
+    }
+
+    async fn submit_as_inner(
         &self,
         mut req: JobRequest,
         agent: Option<String>,
@@ -245,7 +261,14 @@ impl Tools {
     }
 
     /// One job's state.
-    pub async fn job(&self, job_id: &str) -> hale_store::Result<Option<Job>> {
+    pub fn job<'a>(
+        &'a self,
+        job_id: &'a str,
+    ) -> futures::future::BoxFuture<'a, hale_store::Result<Option<Job>>> {
+        Box::pin(self.job_inner(job_id))
+    }
+
+    async fn job_inner(&self, job_id: &str) -> hale_store::Result<Option<Job>> {
         self.store
             .job(job_id)
             .await?
@@ -255,7 +278,14 @@ impl Tools {
 
     /// Cancels a queued job. `Ok(None)`: no such job; `Ok(Some((job, false)))`:
     /// the job is not queued (nothing changed).
-    pub async fn cancel(&self, job_id: &str) -> hale_store::Result<Option<(Job, bool)>> {
+    pub fn cancel<'a>(
+        &'a self,
+        job_id: &'a str,
+    ) -> futures::future::BoxFuture<'a, hale_store::Result<Option<(Job, bool)>>> {
+        Box::pin(self.cancel_inner(job_id))
+    }
+
+    async fn cancel_inner(&self, job_id: &str) -> hale_store::Result<Option<(Job, bool)>> {
         let now_ms = wall_ms();
         let Some(mut job) = self.job(job_id).await? else {
             return Ok(None);

@@ -132,7 +132,16 @@ impl Relays {
     }
 
     /// [`Relays::start`] with other timings.
-    pub async fn start_with(
+    pub fn start_with<'a>(
+        store: Store,
+        cfg: &'a EventsConfig,
+        tasks: &'a TaskSet,
+        tuning: RelayTuning,
+    ) -> futures::future::BoxFuture<'a, anyhow::Result<Relays>> {
+        Box::pin(Self::start_with_inner(store, cfg, tasks, tuning))
+    }
+
+    async fn start_with_inner(
         store: Store,
         cfg: &EventsConfig,
         tasks: &TaskSet,
@@ -144,7 +153,19 @@ impl Relays {
     /// [`Relays::start_with`] plus one relay per `alerting:` channel
     /// (`relay:slack:<name>`, `relay:pagerduty:<name>`), relayed like a
     /// webhook ([`crate::alert`]).
-    pub async fn start_with_alerting(
+    pub fn start_with_alerting<'a>(
+        store: Store,
+        cfg: &'a EventsConfig,
+        alerting: &'a AlertingConfig,
+        tasks: &'a TaskSet,
+        tuning: RelayTuning,
+    ) -> futures::future::BoxFuture<'a, anyhow::Result<Relays>> {
+        Box::pin(Self::start_with_alerting_inner(
+            store, cfg, alerting, tasks, tuning,
+        ))
+    }
+
+    async fn start_with_alerting_inner(
         store: Store,
         cfg: &EventsConfig,
         alerting: &AlertingConfig,
@@ -159,7 +180,19 @@ impl Relays {
     /// this instance holds the sink's lease (`relay:<sink>`,
     /// `hale_core::lease::relay_lease`), and starts from the sink's stored
     /// cursor each time the lease is taken.
-    pub async fn start_leased(
+    pub fn start_leased<'a>(
+        store: Store,
+        cfg: &'a EventsConfig,
+        alerting: &'a AlertingConfig,
+        tasks: &'a TaskSet,
+        cluster: &'a Cluster,
+    ) -> futures::future::BoxFuture<'a, anyhow::Result<Relays>> {
+        Box::pin(Self::start_leased_inner(
+            store, cfg, alerting, tasks, cluster,
+        ))
+    }
+
+    async fn start_leased_inner(
         store: Store,
         cfg: &EventsConfig,
         alerting: &AlertingConfig,

@@ -30,6 +30,7 @@ pub mod responses;
 use crate::Gateway;
 use axum::Router;
 use axum::routing::{get, post};
+use futures::future::BoxFuture;
 use hale_core::access;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -124,22 +125,50 @@ pub fn app_keyed(gw: Arc<Gateway>, admin_extra: Router, keyed_extra: Router) -> 
 /// Serves [`app`] until `shutdown` resolves, then drains in-flight requests.
 /// Refuses to start (`PermissionDenied`) on a non-loopback address when no
 /// keys are configured, unless `auth.insecure_no_auth` is set.
-pub async fn serve_with(
+pub fn serve_with(
     gw: Arc<Gateway>,
     admin_extra: Router,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    serve_keyed(gw, admin_extra, Router::new(), listener, shutdown).await
+) -> BoxFuture<'static, std::io::Result<()>> {
+    serve_keyed(gw, admin_extra, Router::new(), listener, shutdown)
 }
 
 /// [`serve_with`] plus routes any valid key may use (see [`app_keyed`]).
-pub async fn serve_keyed(
+pub fn serve_keyed(
     gw: Arc<Gateway>,
     admin_extra: Router,
     keyed_extra: Router,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> BoxFuture<'static, std::io::Result<()>> {
+    serve_boxed(gw, admin_extra, keyed_extra, listener, Box::pin(shutdown))
+}
+
+/// [`serve_keyed`]'s future, built here: the server's code (axum, hyper) is
+/// compiled once, in this crate, not in each caller's ([`hale_store::BoxFut`]).
+fn serve_boxed(
+    gw: Arc<Gateway>,
+    admin_extra: Router,
+    keyed_extra: Router,
+    listener: tokio::net::TcpListener,
+    shutdown: BoxFuture<'static, ()>,
+) -> BoxFuture<'static, std::io::Result<()>> {
+    Box::pin(serve_keyed_inner(
+        gw,
+        admin_extra,
+        keyed_extra,
+        listener,
+        shutdown,
+    ))
+}
+
+async fn serve_keyed_inner(
+    gw: Arc<Gateway>,
+    admin_extra: Router,
+    keyed_extra: Router,
+    listener: tokio::net::TcpListener,
+    shutdown: BoxFuture<'static, ()>,
 ) -> std::io::Result<()> {
     use axum::serve::ListenerExt;
     if let Some(refusal) = access::exposure_refusal(&gw.cfg.auth, listener.local_addr()?) {
@@ -163,10 +192,10 @@ pub async fn serve_keyed(
 }
 
 /// Serves [`app`] with no admin extras; see [`serve_with`].
-pub async fn serve(
+pub fn serve(
     gw: Arc<Gateway>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    serve_with(gw, Router::new(), listener, shutdown).await
+) -> BoxFuture<'static, std::io::Result<()>> {
+    serve_with(gw, Router::new(), listener, shutdown)
 }

@@ -87,7 +87,14 @@ impl Follower {
 
 /// Follows other instances' agent control changes until `token` is
 /// cancelled (a named task of `hale serve`).
-pub async fn follow_agents(f: Follower, token: CancellationToken) -> anyhow::Result<()> {
+pub fn follow_agents(
+    f: Follower,
+    token: CancellationToken,
+) -> futures::future::BoxFuture<'static, anyhow::Result<()>> {
+    Box::pin(follow_agents_inner(f, token))
+}
+
+async fn follow_agents_inner(f: Follower, token: CancellationToken) -> anyhow::Result<()> {
     let mut listener = f.store.listen_agents().await?;
     loop {
         let heard = tokio::select! {
@@ -132,7 +139,16 @@ pub async fn follow_agents(f: Follower, token: CancellationToken) -> anyhow::Res
 /// failures in a row reached the threshold through other instances' turns.
 /// Runs until the store's writer stops or the gateway is gone (started by
 /// `Gateway::new`, so every turn's count is followed).
-pub async fn follow_counts(
+pub fn follow_counts(
+    store: Store,
+    agents: Weak<Agents>,
+    tasks: Weak<Tasks>,
+    counted: tokio::sync::mpsc::UnboundedReceiver<hale_store::Counted>,
+) -> futures::future::BoxFuture<'static, ()> {
+    Box::pin(follow_counts_inner(store, agents, tasks, counted))
+}
+
+async fn follow_counts_inner(
     store: Store,
     agents: Weak<Agents>,
     tasks: Weak<Tasks>,

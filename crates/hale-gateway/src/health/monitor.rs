@@ -12,6 +12,7 @@
 use super::HealthRt;
 use crate::agents::Agents;
 use crate::emit::wall_ms;
+use futures::future::BoxFuture;
 use hale_core::config::Config;
 use hale_core::event::EventKind;
 use hale_core::health::{HealthOutput, Intervention};
@@ -33,8 +34,17 @@ pub struct Monitor {
 }
 
 /// Evaluates every agent on a schedule and when turns finish, until `cancel`.
-pub async fn monitor(m: impl Into<Monitor>, cancel: CancellationToken) {
-    let m: Monitor = m.into();
+pub fn monitor(m: impl Into<Monitor>, cancel: CancellationToken) -> BoxFuture<'static, ()> {
+    monitor_boxed(m.into(), cancel)
+}
+
+/// [`monitor`]'s future, built here so that it is compiled once, in this
+/// crate ([`hale_store::BoxFut`]).
+fn monitor_boxed(m: Monitor, cancel: CancellationToken) -> BoxFuture<'static, ()> {
+    Box::pin(monitor_inner(m, cancel))
+}
+
+async fn monitor_inner(m: Monitor, cancel: CancellationToken) {
     let every = m.cfg.health.evaluate_every;
     let mut checked_at = Instant::now();
     let mut silence = silence_cursor(&m.cfg, wall_ms());
@@ -128,7 +138,16 @@ impl Monitor {
     /// are skipped (a pause is not a silence to judge). A store error is logged
     /// and the cursor stays, so the next check tries again. Returns how many it
     /// started watching.
-    pub async fn watch_silent(
+    pub fn watch_silent<'a>(
+        &'a self,
+        cursor: &'a mut SilenceCursor,
+        now_ms: u64,
+        now: Instant,
+    ) -> futures::future::BoxFuture<'a, usize> {
+        Box::pin(self.watch_silent_inner(cursor, now_ms, now))
+    }
+
+    async fn watch_silent_inner(
         &self,
         cursor: &mut SilenceCursor,
         now_ms: u64,
