@@ -1160,6 +1160,47 @@ mod tests {
     /// plain path leaves to the `Value` path, and among those arguments for
     /// a block that is no tool_use block. So the property above compares
     /// more than the `Value` path with itself.
+    #[test]
+    fn the_generated_events_take_both_paths() {
+        use proptest::strategy::ValueTree;
+        use proptest::test_runner::TestRunner;
+        let mut runner = TestRunner::deterministic();
+        let (mut text, mut tool, mut refused, mut not_plain, mut no_tool) = (0, 0, 0, 0, 0);
+        for _ in 0..2_000 {
+            let mut d = StreamDecoder::new();
+            for (name, data) in stream().new_tree(&mut runner).unwrap().current() {
+                let (name, data) = (name.as_deref(), data.trim());
+                if name == Some("ping") || data.is_empty() {
+                    continue;
+                }
+                match serde_json::from_str::<Obj<PlainBlockDelta>>(data) {
+                    Ok(Obj(e)) => {
+                        let json = e
+                            .delta
+                            .as_ref()
+                            .and_then(|Obj(p)| p.kind.as_ref())
+                            .is_some_and(|Str(k)| k == "input_json_delta");
+                        match d.decode_plain(name, e) {
+                            Some(_) if json => tool += 1,
+                            Some(_) => text += 1,
+                            None => not_plain += 1,
+                        }
+                    }
+                    Err(_) => refused += 1,
+                }
+                if let Err(e) = d.decode(name, data)
+                    && e.message.ends_with("which is not a tool_use block")
+                {
+                    no_tool += 1;
+                }
+            }
+        }
+        assert!(
+            text > 250 && tool > 80 && refused > 500 && not_plain > 1_000 && no_tool > 80,
+            "text {text}, tool {tool}, refused {refused}, not plain {not_plain}, no tool {no_tool}"
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4_000))]
 
@@ -1211,47 +1252,6 @@ mod tests {
             serde_json::from_str::<Obj<PlainBlockDelta>>(c)
                 .ok()
                 .map(|Obj(e)| e)
-        );
-    }
-
-    #[test]
-    fn the_generated_events_take_both_paths() {
-        use proptest::strategy::ValueTree;
-        use proptest::test_runner::TestRunner;
-        let mut runner = TestRunner::deterministic();
-        let (mut text, mut tool, mut refused, mut not_plain, mut no_tool) = (0, 0, 0, 0, 0);
-        for _ in 0..2_000 {
-            let mut d = StreamDecoder::new();
-            for (name, data) in stream().new_tree(&mut runner).unwrap().current() {
-                let (name, data) = (name.as_deref(), data.trim());
-                if name == Some("ping") || data.is_empty() {
-                    continue;
-                }
-                match serde_json::from_str::<Obj<PlainBlockDelta>>(data) {
-                    Ok(Obj(e)) => {
-                        let json = e
-                            .delta
-                            .as_ref()
-                            .and_then(|Obj(p)| p.kind.as_ref())
-                            .is_some_and(|Str(k)| k == "input_json_delta");
-                        match d.decode_plain(name, e) {
-                            Some(_) if json => tool += 1,
-                            Some(_) => text += 1,
-                            None => not_plain += 1,
-                        }
-                    }
-                    Err(_) => refused += 1,
-                }
-                if let Err(e) = d.decode(name, data)
-                    && e.message.ends_with("which is not a tool_use block")
-                {
-                    no_tool += 1;
-                }
-            }
-        }
-        assert!(
-            text > 250 && tool > 80 && refused > 500 && not_plain > 1_000 && no_tool > 80,
-            "text {text}, tool {tool}, refused {refused}, not plain {not_plain}, no tool {no_tool}"
         );
     }
 

@@ -993,7 +993,12 @@ mod tests {
             r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":16,"total_tokens":25}}"#,
         ] {
             let got = PlainChunk::scan(c).expect("scanned");
-            assert_eq!(Some(got), serde_json::from_str::<Obj<PlainChunk>>(c).ok().map(|Obj(c)| c));
+            assert_eq!(
+                Some(got),
+                serde_json::from_str::<Obj<PlainChunk>>(c)
+                    .ok()
+                    .map(|Obj(c)| c)
+            );
         }
     }
 
