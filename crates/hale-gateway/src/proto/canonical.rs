@@ -254,6 +254,7 @@ impl ProtoError {
 /// A JSON object read as `T`, and nothing else: serde's derived structs
 /// also accept an array (its fields by position), which the `Value` path
 /// refuses ("must be an object").
+#[cfg_attr(test, derive(Debug, PartialEq))]
 pub(crate) struct Obj<T>(pub(crate) T);
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
@@ -275,6 +276,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
 /// A JSON string, borrowed from the input when it holds no escape. serde
 /// borrows a `Cow<str>` field marked `#[serde(borrow)]` only when the
 /// `Cow` is the field's own type; inside an `Option` it always copies.
+#[cfg_attr(test, derive(Debug, PartialEq))]
 pub(crate) struct Str<'a>(pub(crate) Cow<'a, str>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {

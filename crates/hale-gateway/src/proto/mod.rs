@@ -25,6 +25,8 @@
 //! - `json.rs`: the small JSON readers every codec parses with (each error
 //!   names the JSON path of the offending field);
 //! - `sse.rs`: the server-sent event an encoder writes ([`openai::SseFrame`]);
+//! - `scan.rs`: a hand-written JSON reader for the stream decoders' per-token
+//!   fast paths (anything it does not understand goes to serde);
 //! - [`openai`], [`anthropic`], [`responses`] and [`gemini`]: one folder per wire dialect, each split
 //!   into `request.rs` (parse and render requests), `response.rs` (parse and
 //!   render responses, stop reasons, error bodies) and `stream.rs` (decode a
@@ -44,6 +46,7 @@ mod json;
 pub mod openai;
 mod parse;
 pub mod responses;
+mod scan;
 mod sse;
 
 pub(crate) use canonical::fingerprint_hasher;

@@ -11,6 +11,7 @@ use crate::proto::canonical::{Dialect, Obj, ProtoError, StopReason, Str, StreamE
 use crate::proto::json::{
     as_object, count, err, error_message, field, kind_of, opt_str, push_str, req_str,
 };
+use crate::proto::scan::{Scan, once};
 use crate::proto::sse::SseFrame;
 
 /// A `content_block_delta` event of text: the bytes `json!` (a sorted map)
@@ -70,6 +71,7 @@ struct TextDelta<'a> {
 /// `a_plain_event_decodes_as_the_value_path_does`,
 /// `an_unread_field_out_of_range_does_not_lose_the_text`).
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct PlainBlockDelta<'a> {
     #[serde(rename = "type", borrow)]
     kind: Option<Str<'a>>,
@@ -79,8 +81,50 @@ struct PlainBlockDelta<'a> {
     error: Option<IgnoredAny>,
 }
 
+impl<'a> PlainBlockDelta<'a> {
+    /// The event read by [`Scan`], without serde: `Some` only with what
+    /// `serde_json::from_str::<Obj<PlainBlockDelta>>` reads (test
+    /// `the_scanner_reads_what_serde_reads`), `None` when the scanner
+    /// leaves the event to serde.
+    fn scan(data: &'a str) -> Option<Self> {
+        let mut s = Scan::new(data);
+        let mut e = PlainBlockDelta {
+            kind: None,
+            index: None,
+            delta: None,
+            error: None,
+        };
+        let mut seen = 0;
+        s.object(|s, key| {
+            match key {
+                "type" => {
+                    once(&mut seen, 1)?;
+                    e.kind = s.opt(|s| s.string().map(Str))?;
+                }
+                "index" => {
+                    once(&mut seen, 2)?;
+                    e.index = s.opt(Scan::u64)?;
+                }
+                "delta" => {
+                    once(&mut seen, 4)?;
+                    e.delta = s.opt(|s| PlainDelta::scan(s).map(Obj))?;
+                }
+                "error" => {
+                    once(&mut seen, 8)?;
+                    e.error = s.opt(|s| s.skip().map(|()| IgnoredAny))?;
+                }
+                _ => s.skip()?,
+            }
+            Some(())
+        })?;
+        s.end()?;
+        Some(e)
+    }
+}
+
 /// The `delta` of a [`PlainBlockDelta`].
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct PlainDelta<'a> {
     #[serde(rename = "type", borrow)]
     kind: Option<Str<'a>>,
@@ -88,6 +132,36 @@ struct PlainDelta<'a> {
     text: Option<Str<'a>>,
     #[serde(borrow)]
     partial_json: Option<Str<'a>>,
+}
+
+impl<'a> PlainDelta<'a> {
+    fn scan(s: &mut Scan<'a>) -> Option<Self> {
+        let mut d = PlainDelta {
+            kind: None,
+            text: None,
+            partial_json: None,
+        };
+        let mut seen = 0;
+        s.object(|s, key| {
+            match key {
+                "type" => {
+                    once(&mut seen, 1)?;
+                    d.kind = s.opt(|s| s.string().map(Str))?;
+                }
+                "text" => {
+                    once(&mut seen, 2)?;
+                    d.text = s.opt(|s| s.string().map(Str))?;
+                }
+                "partial_json" => {
+                    once(&mut seen, 4)?;
+                    d.partial_json = s.opt(|s| s.string().map(Str))?;
+                }
+                _ => s.skip()?,
+            }
+            Some(())
+        })?;
+        Some(d)
+    }
 }
 
 /// Decodes an Anthropic upstream SSE stream into canonical events.
@@ -122,7 +196,13 @@ impl StreamDecoder {
         if event == Some("ping") || data.is_empty() {
             return Ok(Vec::new());
         }
-        if let Ok(Obj(e)) = serde_json::from_str::<Obj<PlainBlockDelta>>(data)
+        let plain = match PlainBlockDelta::scan(data) {
+            Some(e) => Some(e),
+            None => serde_json::from_str::<Obj<PlainBlockDelta>>(data)
+                .ok()
+                .map(|Obj(e)| e),
+        };
+        if let Some(e) = plain
             && let Some(out) = self.decode_plain(event, e)
         {
             return Ok(out);
@@ -1118,6 +1198,60 @@ mod tests {
         assert!(
             text > 250 && tool > 80 && refused > 500 && not_plain > 1_000 && no_tool > 80,
             "text {text}, tool {tool}, refused {refused}, not plain {not_plain}, no tool {no_tool}"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4_000))]
+
+        /// Whatever the event data — generated (keys in any order, repeated
+        /// or escaped, fields of every type, escapes, lone surrogates), cut
+        /// short anywhere, or spaced out — the scanner reads exactly what
+        /// serde reads, or leaves the event to serde.
+        #[test]
+        fn the_scanner_reads_what_serde_reads(
+            e in prop_oneof![3 => block_delta(), 1 => other_event()],
+            cut in 0..300usize,
+        ) {
+            for doc in crate::proto::scan::variants(&e, cut) {
+                if let Some(got) = PlainBlockDelta::scan(&doc) {
+                    let want = serde_json::from_str::<Obj<PlainBlockDelta>>(&doc).map(|Obj(e)| e);
+                    prop_assert_eq!(Some(got), want.ok(), "event {}", doc);
+                }
+            }
+        }
+    }
+
+    /// The scanner reads most generated deltas serde reads, so the property
+    /// above is not vacuous; and the common text delta is its.
+    #[test]
+    fn the_scanner_reads_the_common_deltas() {
+        use proptest::strategy::ValueTree;
+        use proptest::test_runner::TestRunner;
+        let mut runner = TestRunner::deterministic();
+        let (mut scanned, mut serde_only) = (0, 0);
+        for _ in 0..2_000 {
+            let e = block_delta().new_tree(&mut runner).unwrap().current();
+            match (
+                PlainBlockDelta::scan(&e),
+                serde_json::from_str::<Obj<PlainBlockDelta>>(&e),
+            ) {
+                (Some(_), _) => scanned += 1,
+                (None, Ok(_)) => serde_only += 1,
+                (None, Err(_)) => {}
+            }
+        }
+        assert!(
+            scanned > 300 && serde_only < scanned / 4,
+            "{scanned} {serde_only}"
+        );
+        let c = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a\nb \"c\" \ud83d\ude00"}}"#;
+        let got = PlainBlockDelta::scan(c).expect("scanned");
+        assert_eq!(
+            Some(got),
+            serde_json::from_str::<Obj<PlainBlockDelta>>(c)
+                .ok()
+                .map(|Obj(e)| e)
         );
     }
 
