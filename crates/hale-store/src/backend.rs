@@ -285,7 +285,7 @@ const TURN_CHUNK: usize = 32;
 /// the repeat goes in the next statement, so the later row still wins) nor
 /// more than [`TURN_CHUNK`] rows, and each holds a power of two of rows, so
 /// a connection caches at most a handful of statement texts.
-pub(crate) fn turn_chunks<'a, T>(rows: &'a [T], id: impl Fn(&T) -> &str) -> Vec<&'a [T]> {
+pub(crate) fn turn_chunks<T>(rows: &[T], id: impl Fn(&T) -> &str) -> Vec<&[T]> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut seen: HashSet<&str> = HashSet::new();
