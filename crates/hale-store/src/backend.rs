@@ -889,7 +889,16 @@ pub(crate) async fn apply(w: &mut WriterConn, jobs: &[&[Encoded]]) -> Result<App
                     let opts = (*pool.connect_options())
                         .clone()
                         .thread_name(|id| format!("hale-journal-{id}"))
-                        .pragma("cache_size", format!("-{SQLITE_WRITER_CACHE_KIB}"));
+                        .pragma("cache_size", format!("-{SQLITE_WRITER_CACHE_KIB}"))
+                        // A multi-row upsert (the turn rows) needs a
+                        // statement journal, the pages it changed as they
+                        // were, to undo that one statement should it fail;
+                        // past 64 KiB SQLite spilled it to a file in
+                        // /var/tmp, ~6 pwrite64 a turn at c=64 (issue 30,
+                        // stop 36). It lives while its statement runs and
+                        // plays no part in crash recovery (the WAL's), so
+                        // in memory durability is as before.
+                        .pragma("temp_store", "MEMORY");
                     conn.insert(sqlx::ConnectOptions::connect(&opts).await?)
                 }
             };
