@@ -941,10 +941,10 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// The writer's own SQLite connection gets its larger page cache, the
-    /// pool's connections keep theirs.
+    /// The writer's own SQLite connection gets its larger page cache and
+    /// in-memory temp files, the pool's connections keep their cache.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_sqlite_writer_has_its_own_larger_page_cache() {
+    async fn the_sqlite_writer_has_its_own_larger_page_cache_and_memory_temp_store() {
         let dir = tempfile::tempdir().expect("tempdir");
         let opts = sqlx::sqlite::SqliteConnectOptions::new()
             .filename(dir.path().join("w.db"))
@@ -961,6 +961,12 @@ mod tests {
             .await
             .expect("pragma");
         assert_eq!(kib, -i64::from(SQLITE_WRITER_CACHE_KIB));
+        // Its statement journals stay in memory (2: MEMORY).
+        let temp: i64 = sqlx::query_scalar("PRAGMA temp_store")
+            .fetch_one(&mut *c)
+            .await
+            .expect("pragma");
+        assert_eq!(temp, 2);
         let kib: i64 = sqlx::query_scalar("PRAGMA cache_size")
             .fetch_one(&pool)
             .await
