@@ -24,7 +24,7 @@ use sqlx::{PgPool, QueryBuilder, SqlitePool};
 use hale_core::counts::StreakChange;
 
 use crate::error::StoreError;
-use crate::rows::{CountRow, Encoded, EventRow};
+use crate::rows::{CountRow, Encoded, EventRow, TurnRow};
 
 /// The pool of one backend.
 #[derive(Clone, Debug)]
@@ -265,8 +265,126 @@ const TASK_SPEND_RETURNING: &str = concat!(
     task_spend_sql!(),
     " RETURNING tokens, cost_usd, events, tool_calls"
 );
-const TASK_SPEND_TOTALS: &str =
-    "SELECT tokens, cost_usd, events, tool_calls FROM task_spend WHERE agent = $1 AND task = $2";
+/// SQLite's read-back after a count with a task: the agent's totals and,
+/// `t_`-prefixed ([`crate::rows::TaskCols`]), the task's, in one statement
+/// (one hand-off to the connection's thread instead of two).
+const COUNT_TOTALS: &str = "SELECT a.consecutive_failures AS consecutive_failures, \
+                            a.turns AS turns, a.failed_turns AS failed_turns, \
+                            a.tokens_in AS tokens_in, a.tokens_out AS tokens_out, \
+                            a.cost_usd AS cost_usd, t.tokens AS t_tokens, \
+                            t.cost_usd AS t_cost_usd, t.events AS t_events, \
+                            t.tool_calls AS t_tool_calls FROM agents a JOIN task_spend t \
+                            ON t.agent = a.id AND t.task = $2 WHERE a.id = $1";
+
+/// Most turn rows in one multi-row `INSERT` (18 binds each: far under both
+/// backends' parameter limits).
+const TURN_CHUNK: usize = 32;
+
+/// `rows` in order, cut into the statements that write them: no statement
+/// holds one id twice (PostgreSQL refuses a row an upsert affects twice;
+/// the repeat goes in the next statement, so the later row still wins) nor
+/// more than [`TURN_CHUNK`] rows, and each holds a power of two of rows, so
+/// a connection caches at most a handful of statement texts.
+pub(crate) fn turn_chunks<T>(rows: &[T], id: impl Fn(&T) -> &str) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut seen: HashSet<&str> = HashSet::new();
+    for (i, row) in rows.iter().enumerate() {
+        if i - start == TURN_CHUNK || !seen.insert(id(row)) {
+            pow2_pieces(&rows[start..i], &mut out);
+            start = i;
+            seen.clear();
+            seen.insert(id(row));
+        }
+    }
+    pow2_pieces(&rows[start..], &mut out);
+    out
+}
+
+/// `run` as pieces of a power of two of rows each, largest first.
+fn pow2_pieces<'a, T>(mut run: &'a [T], out: &mut Vec<&'a [T]>) {
+    while !run.is_empty() {
+        let k = 1usize << run.len().ilog2();
+        let (piece, rest) = run.split_at(k);
+        out.push(piece);
+        run = rest;
+    }
+}
+
+/// Binds of one turn row (its columns, in [`turn_insert_sql`]'s order).
+const TURN_COLUMNS: usize = 18;
+
+/// The upsert of `rows` turn rows (a power of two up to [`TURN_CHUNK`]),
+/// built once per size: a batch binds into a statement text its connection
+/// has cached, with no SQL formatted per batch.
+fn turn_insert_sql(rows: usize) -> &'static str {
+    const SIZES: usize = TURN_CHUNK.ilog2() as usize + 1;
+    static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let all = SQL.get_or_init(|| {
+        (0..SIZES)
+            .map(|p| {
+                let values: Vec<String> = (0..1usize << p)
+                    .map(|row| {
+                        let binds: Vec<String> = (1..=TURN_COLUMNS)
+                            .map(|col| format!("${}", row * TURN_COLUMNS + col))
+                            .collect();
+                        format!("({})", binds.join(", "))
+                    })
+                    .collect();
+                format!(
+                    "INSERT INTO turns (id, agent, task, request_hash, model_requested, status, \
+                     started_ms, duration_ms, provider, model, attempts, usage_in, usage_out, \
+                     error_class, resp_status, resp_headers, resp_body, resp_content_type) \
+                     VALUES {} ON CONFLICT (id) DO UPDATE SET agent = excluded.agent, \
+                     task = excluded.task, request_hash = excluded.request_hash, \
+                     model_requested = excluded.model_requested, status = excluded.status, \
+                     started_ms = excluded.started_ms, duration_ms = excluded.duration_ms, \
+                     provider = excluded.provider, model = excluded.model, \
+                     attempts = excluded.attempts, usage_in = excluded.usage_in, \
+                     usage_out = excluded.usage_out, error_class = excluded.error_class, \
+                     resp_status = excluded.resp_status, resp_headers = excluded.resp_headers, \
+                     resp_body = excluded.resp_body, \
+                     resp_content_type = excluded.resp_content_type",
+                    values.join(", ")
+                )
+            })
+            .collect()
+    });
+    // `rows` is a power of two up to TURN_CHUNK (turn_chunks); anything
+    // else would be a bug here, and gets the one-row statement's index.
+    let p = if rows.is_power_of_two() {
+        rows.ilog2() as usize
+    } else {
+        0
+    };
+    all.get(p).or(all.first()).map_or("", String::as_str)
+}
+
+/// Binds a turn row's columns to `$q`, in [`turn_insert_sql`]'s order.
+macro_rules! bind_turn {
+    ($q:expr, $t:expr) => {{
+        let t = $t;
+        let r = t.response.as_ref();
+        $q.bind(&t.id)
+            .bind(&t.agent)
+            .bind(&t.task)
+            .bind(&t.request_hash)
+            .bind(&t.model_requested)
+            .bind(t.status)
+            .bind(t.started_ms)
+            .bind(t.duration_ms)
+            .bind(&t.provider)
+            .bind(&t.model)
+            .bind(&t.attempts)
+            .bind(t.usage_in)
+            .bind(t.usage_out)
+            .bind(&t.error_class)
+            .bind(r.map(|r| r.status))
+            .bind(r.map(|r| &r.headers))
+            .bind(r.map(|r| &r.body))
+            .bind(r.map(|r| &r.content_type))
+    }};
+}
 
 macro_rules! gen_apply {
     ($name:ident, $db:ty, $pg:expr) => {
@@ -309,6 +427,38 @@ macro_rules! gen_apply {
                 }
             }
             let merged = merge_counts(rows());
+            // SQLite: turn rows touch the `turns` table alone, which
+            // nothing else in a batch reads or writes, so they are written
+            // first, in order, several per statement ([`turn_chunks`]): one
+            // hand-off to the connection's thread per statement rather than
+            // per turn. PostgreSQL writes them one per statement in the loop
+            // below (multi-row statements made its writer 2.3-2.9x slower,
+            // BENCHMARKS.md stop 19).
+            if !$pg {
+                let turns: Vec<&TurnRow> = rows()
+                    .filter_map(|r| match r {
+                        Encoded::Turn(t) => Some(&**t),
+                        Encoded::Event(_)
+                        | Encoded::Agent(_)
+                        | Encoded::Idempotency(_)
+                        | Encoded::Checkpoint(_)
+                        | Encoded::Job(_)
+                        | Encoded::Audit(_)
+                        | Encoded::Announce(_)
+                        | Encoded::Count(_)
+                        | Encoded::ForgetTask(..)
+                        | Encoded::Minutes(_)
+                        | Encoded::Response(_) => None,
+                    })
+                    .collect();
+                for chunk in turn_chunks(&turns, |t| t.id.as_str()) {
+                    let mut q = sqlx::query(turn_insert_sql(chunk.len()));
+                    for t in chunk {
+                        q = bind_turn!(q, t);
+                    }
+                    q.execute(&mut *conn).await?;
+                }
+            }
             for (i, row) in rows().enumerate() {
                 match row {
                     Encoded::Agent(a) if last_agent.get(a.id.as_str()) != Some(&i) => {}
@@ -351,45 +501,11 @@ macro_rules! gen_apply {
                             .await?;
                         }
                     }
+                    // SQLite: written above, several per statement.
+                    Encoded::Turn(_) if !$pg => {}
                     Encoded::Turn(t) => {
-                        let r = t.response.as_ref();
-                        sqlx::query(
-                            "INSERT INTO turns (id, agent, task, request_hash, model_requested, \
-                             status, started_ms, duration_ms, provider, model, attempts, usage_in, \
-                             usage_out, error_class, resp_status, resp_headers, resp_body, \
-                             resp_content_type) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-                             $11, $12, $13, $14, $15, $16, $17, $18) ON CONFLICT (id) DO UPDATE SET \
-                             agent = excluded.agent, task = excluded.task, \
-                             request_hash = excluded.request_hash, \
-                             model_requested = excluded.model_requested, status = excluded.status, \
-                             started_ms = excluded.started_ms, duration_ms = excluded.duration_ms, \
-                             provider = excluded.provider, model = excluded.model, \
-                             attempts = excluded.attempts, usage_in = excluded.usage_in, \
-                             usage_out = excluded.usage_out, error_class = excluded.error_class, \
-                             resp_status = excluded.resp_status, \
-                             resp_headers = excluded.resp_headers, resp_body = excluded.resp_body, \
-                             resp_content_type = excluded.resp_content_type",
-                        )
-                        .bind(&t.id)
-                        .bind(&t.agent)
-                        .bind(&t.task)
-                        .bind(&t.request_hash)
-                        .bind(&t.model_requested)
-                        .bind(t.status)
-                        .bind(t.started_ms)
-                        .bind(t.duration_ms)
-                        .bind(&t.provider)
-                        .bind(&t.model)
-                        .bind(&t.attempts)
-                        .bind(t.usage_in)
-                        .bind(t.usage_out)
-                        .bind(&t.error_class)
-                        .bind(r.map(|r| r.status))
-                        .bind(r.map(|r| &r.headers))
-                        .bind(r.map(|r| &r.body))
-                        .bind(r.map(|r| &r.content_type))
-                        .execute(&mut *conn)
-                        .await?;
+                        let q = sqlx::query(turn_insert_sql(1));
+                        bind_turn!(q, t).execute(&mut *conn).await?;
                     }
                     Encoded::Agent(a) => {
                         // The counters only when the row is new: afterwards
@@ -454,19 +570,30 @@ macro_rules! gen_apply {
                         .bind(c.failure_ms)
                         .bind(set)
                         .bind(c.seen_ms.unwrap_or(c.now_ms));
-                        let row = if $pg {
-                            count.fetch_one(&mut *conn).await?
+                        // PostgreSQL: the agent's totals, from RETURNING.
+                        let agent_row = if $pg {
+                            Some(count.fetch_one(&mut *conn).await?)
                         } else {
                             count.execute(&mut *conn).await?;
-                            sqlx::query(AGENT_TOTALS)
-                                .bind(&c.agent)
-                                .fetch_one(&mut *conn)
-                                .await?
+                            None
                         };
-                        let totals = crate::rows::decode_counters(&c.agent, &row)
-                            .map_err(|e| sqlx::Error::Decode(e.into()))?;
-                        let task = match &c.task {
-                            None => None,
+                        let decode = |e: StoreError| sqlx::Error::Decode(e.into());
+                        let (totals, task) = match &c.task {
+                            None => {
+                                let row = match agent_row {
+                                    Some(row) => row,
+                                    None => {
+                                        sqlx::query(AGENT_TOTALS)
+                                            .bind(&c.agent)
+                                            .fetch_one(&mut *conn)
+                                            .await?
+                                    }
+                                };
+                                (
+                                    crate::rows::decode_counters(&c.agent, &row).map_err(decode)?,
+                                    None,
+                                )
+                            }
                             Some((task, n, events, tool_calls)) => {
                                 let spend = sqlx::query(if $pg {
                                     TASK_SPEND_RETURNING
@@ -480,20 +607,42 @@ macro_rules! gen_apply {
                                 .bind(events)
                                 .bind(tool_calls)
                                 .bind(c.now_ms);
-                                let row = if $pg {
-                                    spend.fetch_one(&mut *conn).await?
-                                } else {
-                                    spend.execute(&mut *conn).await?;
-                                    sqlx::query(TASK_SPEND_TOTALS)
-                                        .bind(&c.agent)
-                                        .bind(task)
-                                        .fetch_one(&mut *conn)
-                                        .await?
-                                };
-                                Some(
-                                    crate::rows::decode_task_counted(&c.agent, task, *n, &row)
-                                        .map_err(|e| sqlx::Error::Decode(e.into()))?,
-                                )
+                                match agent_row {
+                                    Some(agent_row) => {
+                                        let row = spend.fetch_one(&mut *conn).await?;
+                                        (
+                                            crate::rows::decode_counters(&c.agent, &agent_row)
+                                                .map_err(decode)?,
+                                            Some(
+                                                crate::rows::decode_task_counted(&c.agent, task, *n, &row)
+                                                    .map_err(decode)?,
+                                            ),
+                                        )
+                                    }
+                                    None => {
+                                        // SQLite: both totals in one read-back
+                                        // (the task's upsert leaves `agents` as it was).
+                                        spend.execute(&mut *conn).await?;
+                                        let row = sqlx::query(COUNT_TOTALS)
+                                            .bind(&c.agent)
+                                            .bind(task)
+                                            .fetch_one(&mut *conn)
+                                            .await?;
+                                        (
+                                            crate::rows::decode_counters(&c.agent, &row)
+                                                .map_err(decode)?,
+                                            Some(
+                                                crate::rows::decode_task_counted(
+                                                    &c.agent,
+                                                    task,
+                                                    *n,
+                                                    &crate::rows::TaskCols(&row),
+                                                )
+                                                .map_err(decode)?,
+                                            ),
+                                        )
+                                    }
+                                }
                             }
                         };
                         counted.push(crate::model::Counted {
@@ -674,6 +823,16 @@ pub(crate) struct Applied {
     pub counted: Vec<crate::model::Counted>,
 }
 
+/// The group-commit writer's page cache, in KiB: SQLite's default (2,000
+/// KiB), on its one connection only. A busy batch touches more pages than
+/// 512 KiB hold (at c=64 each of 64 agents' places in `turns_replay`, its
+/// `agents` and `task_spend` rows and their indexes): with 128 pages the
+/// writer spilled dirty pages to the WAL in the middle of its transactions
+/// and read them back, ~3 `pwrite64` and ~2 `pread64` per turn (issue 30,
+/// stop 36 in BENCHMARKS.md). Only pages the writer touches fill it, and
+/// what it caches is never written anywhere else, so durability is as before.
+pub(crate) const SQLITE_WRITER_CACHE_KIB: u32 = 2000;
+
 /// Where the writer's transactions run.
 ///
 /// SQLite: a connection of the writer's own, opened with the pool's options
@@ -725,10 +884,21 @@ pub(crate) async fn apply(w: &mut WriterConn, jobs: &[&[Encoded]]) -> Result<App
                 Some(c) => c,
                 None => {
                     // Named, so its CPU can be told from the readers'
-                    // (hale-bench's cpu columns).
+                    // (hale-bench's cpu columns); its page cache holds a
+                    // busy batch's pages ([`SQLITE_WRITER_CACHE_KIB`]).
                     let opts = (*pool.connect_options())
                         .clone()
-                        .thread_name(|id| format!("hale-journal-{id}"));
+                        .thread_name(|id| format!("hale-journal-{id}"))
+                        .pragma("cache_size", format!("-{SQLITE_WRITER_CACHE_KIB}"))
+                        // A multi-row upsert (the turn rows) needs a
+                        // statement journal, the pages it changed as they
+                        // were, to undo that one statement should it fail;
+                        // past 64 KiB SQLite spilled it to a file in
+                        // /var/tmp, ~6 pwrite64 a turn at c=64 (issue 30,
+                        // stop 36). It lives while its statement runs and
+                        // plays no part in crash recovery (the WAL's), so
+                        // in memory durability is as before.
+                        .pragma("temp_store", "MEMORY");
                     conn.insert(sqlx::ConnectOptions::connect(&opts).await?)
                 }
             };
@@ -764,4 +934,78 @@ pub(crate) async fn last_seq(pool: &Pool) -> Result<i64, StoreError> {
             .map_err(StoreError::db("reading the last outbox seq"))?;
         Ok(v.unwrap_or(0))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The writer's own SQLite connection gets its larger page cache and
+    /// in-memory temp files, the pool's connections keep their cache.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_sqlite_writer_has_its_own_larger_page_cache_and_memory_temp_store() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(dir.path().join("w.db"))
+            .create_if_missing(true)
+            .pragma("cache_size", "-512");
+        let pool = SqlitePool::connect_with(opts).await.expect("pool");
+        let mut w = WriterConn::new(&Pool::Sqlite(pool.clone()));
+        apply(&mut w, &[]).await.expect("an empty batch");
+        let WriterConn::Sqlite { conn: Some(c), .. } = &mut w else {
+            panic!("the writer opened its connection");
+        };
+        let kib: i64 = sqlx::query_scalar("PRAGMA cache_size")
+            .fetch_one(&mut *c)
+            .await
+            .expect("pragma");
+        assert_eq!(kib, -i64::from(SQLITE_WRITER_CACHE_KIB));
+        // Its statement journals stay in memory (2: MEMORY).
+        let temp: i64 = sqlx::query_scalar("PRAGMA temp_store")
+            .fetch_one(&mut *c)
+            .await
+            .expect("pragma");
+        assert_eq!(temp, 2);
+        let kib: i64 = sqlx::query_scalar("PRAGMA cache_size")
+            .fetch_one(&pool)
+            .await
+            .expect("pragma");
+        assert_eq!(kib, -512);
+        w.close().await;
+    }
+
+    proptest! {
+        /// The statements of a batch's turn rows hold every row once, in
+        /// the batch's order; none names an id twice (so the later write of
+        /// an id lands in a later statement and wins); each holds a power of
+        /// two of rows, at most TURN_CHUNK, whose statement text exists.
+        #[test]
+        fn turn_chunks_keep_order_never_repeat_an_id_and_have_cached_sizes(
+            ids in proptest::collection::vec(0u8..40, 0..200),
+        ) {
+            let rows: Vec<String> = ids.iter().map(|i| format!("t{i}")).collect();
+            let chunks = turn_chunks(&rows, |r| r.as_str());
+            let flat: Vec<&String> = chunks.iter().flat_map(|c| c.iter()).collect();
+            prop_assert_eq!(flat, rows.iter().collect::<Vec<_>>());
+            for c in &chunks {
+                prop_assert!(c.len().is_power_of_two() && c.len() <= TURN_CHUNK);
+                let distinct: HashSet<&str> = c.iter().map(String::as_str).collect();
+                prop_assert_eq!(distinct.len(), c.len());
+                let sql = turn_insert_sql(c.len());
+                // The column list, a group per row, ON CONFLICT (id).
+                prop_assert_eq!(sql.matches('(').count(), c.len() + 2);
+                let last = format!("${}", c.len() * TURN_COLUMNS);
+                prop_assert!(sql.contains(&last));
+            }
+            // As few statements as the rule allows: a run without repeats
+            // costs its binary decomposition (a batch of 37 distinct turns:
+            // 32 + 4 + 1).
+            if rows.iter().collect::<HashSet<_>>().len() == rows.len() {
+                let full = rows.len() / TURN_CHUNK;
+                let rest = (rows.len() % TURN_CHUNK).count_ones() as usize;
+                prop_assert_eq!(chunks.len(), full + rest);
+            }
+        }
+    }
 }

@@ -453,6 +453,51 @@ macro_rules! impl_cols {
 impl_cols!(SqliteRow);
 impl_cols!(PgRow);
 
+/// A row that carries an agent's counters and, under `t_`-prefixed names,
+/// a task's spend (SQLite's one read-back after a count,
+/// `backend::COUNT_TOTALS`): [`decode_spend`] and [`decode_task_counted`]
+/// read the task's columns by their own names through it.
+pub(crate) struct TaskCols<'a, R>(pub &'a R);
+
+impl<R: Cols> TaskCols<'_, R> {
+    fn name(c: &str) -> &str {
+        match c {
+            "tokens" => "t_tokens",
+            "cost_usd" => "t_cost_usd",
+            "events" => "t_events",
+            "tool_calls" => "t_tool_calls",
+            other => other,
+        }
+    }
+}
+
+impl<R: Cols> Cols for TaskCols<'_, R> {
+    fn i64(&self, c: &str) -> Result<i64, sqlx::Error> {
+        self.0.i64(Self::name(c))
+    }
+    fn opt_i64(&self, c: &str) -> Result<Option<i64>, sqlx::Error> {
+        self.0.opt_i64(Self::name(c))
+    }
+    fn text(&self, c: &str) -> Result<String, sqlx::Error> {
+        self.0.text(Self::name(c))
+    }
+    fn opt_text(&self, c: &str) -> Result<Option<String>, sqlx::Error> {
+        self.0.opt_text(Self::name(c))
+    }
+    fn blob(&self, c: &str) -> Result<Vec<u8>, sqlx::Error> {
+        self.0.blob(Self::name(c))
+    }
+    fn opt_blob(&self, c: &str) -> Result<Option<Vec<u8>>, sqlx::Error> {
+        self.0.opt_blob(Self::name(c))
+    }
+    fn f64(&self, c: &str) -> Result<f64, sqlx::Error> {
+        self.0.f64(Self::name(c))
+    }
+    fn bool(&self, c: &str) -> Result<bool, sqlx::Error> {
+        self.0.bool(Self::name(c))
+    }
+}
+
 /// Builds the `Corrupt` error of one row.
 struct Ctx {
     table: &'static str,

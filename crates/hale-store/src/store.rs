@@ -45,7 +45,8 @@ pub const SQLITE_POOL_SIZE: u32 = 4;
 /// more than ten minutes, the last of a gateway's memory still growing
 /// after warm-up (measured at stop 23; the run is in the git history of BENCHMARKS.md). 512 KiB is
 /// 128 pages of 4 KiB; a same-run A/B at c=64 showed no throughput change.
-/// The writer's own connection is opened with the same options.
+/// The writer's own connection has a larger one,
+/// `backend::SQLITE_WRITER_CACHE_KIB`.
 pub const SQLITE_CACHE_KIB: u32 = 512;
 /// Released idempotency claims buffered per waiter before it counts as
 /// lagged (and re-reads the store).
