@@ -397,20 +397,7 @@ macro_rules! gen_apply {
             let mut counted = Vec::new();
             let rows = || jobs.iter().flat_map(|j| j.iter());
             let events: Vec<&EventRow> = rows()
-                .filter_map(|r| match r {
-                    Encoded::Event(e) => Some(e),
-                    Encoded::Turn(_)
-                    | Encoded::Agent(_)
-                    | Encoded::Idempotency(_)
-                    | Encoded::Checkpoint(_)
-                    | Encoded::Job(_)
-                    | Encoded::Audit(_)
-                    | Encoded::Announce(_)
-                    | Encoded::Count(_)
-                    | Encoded::ForgetTask(..)
-                    | Encoded::Minutes(_)
-                    | Encoded::Response(_) => None,
-                })
+                .filter_map(|r| if let Encoded::Event(e) = r { Some(e) } else { None })
                 .collect();
             if $pg && !events.is_empty() {
                 sqlx::query("SELECT pg_advisory_xact_lock($1)")
@@ -436,20 +423,7 @@ macro_rules! gen_apply {
             // BENCHMARKS.md stop 19).
             if !$pg {
                 let turns: Vec<&TurnRow> = rows()
-                    .filter_map(|r| match r {
-                        Encoded::Turn(t) => Some(&**t),
-                        Encoded::Event(_)
-                        | Encoded::Agent(_)
-                        | Encoded::Idempotency(_)
-                        | Encoded::Checkpoint(_)
-                        | Encoded::Job(_)
-                        | Encoded::Audit(_)
-                        | Encoded::Announce(_)
-                        | Encoded::Count(_)
-                        | Encoded::ForgetTask(..)
-                        | Encoded::Minutes(_)
-                        | Encoded::Response(_) => None,
-                    })
+                    .filter_map(|r| if let Encoded::Turn(t) = r { Some(&**t) } else { None })
                     .collect();
                 for chunk in turn_chunks(&turns, |t| t.id.as_str()) {
                     let mut q = sqlx::query(turn_insert_sql(chunk.len()));
