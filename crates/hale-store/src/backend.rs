@@ -317,16 +317,32 @@ const TURN_COLUMNS: usize = 18;
 /// The upsert of `rows` turn rows (a power of two up to [`TURN_CHUNK`]),
 /// built once per size: a batch binds into a statement text its connection
 /// has cached, with no SQL formatted per batch.
-fn turn_insert_sql(rows: usize) -> &'static str {
+///
+/// SQLite's statements take anonymous `?` placeholders, PostgreSQL's (one
+/// row) `$n`. sqlx-sqlite asks SQLite for each placeholder's name before
+/// binding it, and SQLite finds a numbered placeholder's name by walking
+/// the statement's list of names from its start: with `$n`, a 32-row upsert
+/// (576 placeholders) cost ~166k steps per statement, the writer's largest
+/// single cost (BENCHMARKS.md, "The journal writer's batches"). An anonymous
+/// `?` has no name, so the question is answered at once.
+fn turn_insert_sql(rows: usize, pg: bool) -> &'static str {
     const SIZES: usize = TURN_CHUNK.ilog2() as usize + 1;
-    static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let all = SQL.get_or_init(|| {
-        (0..SIZES)
+    static SQLITE: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    static PG: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let (cell, sizes) = if pg { (&PG, 1) } else { (&SQLITE, SIZES) };
+    let all = cell.get_or_init(|| {
+        (0..sizes)
             .map(|p| {
                 let values: Vec<String> = (0..1usize << p)
                     .map(|row| {
                         let binds: Vec<String> = (1..=TURN_COLUMNS)
-                            .map(|col| format!("${}", row * TURN_COLUMNS + col))
+                            .map(|col| {
+                                if pg {
+                                    format!("${}", row * TURN_COLUMNS + col)
+                                } else {
+                                    "?".to_owned()
+                                }
+                            })
                             .collect();
                         format!("({})", binds.join(", "))
                     })
@@ -426,7 +442,7 @@ macro_rules! gen_apply {
                     .filter_map(|r| if let Encoded::Turn(t) = r { Some(&**t) } else { None })
                     .collect();
                 for chunk in turn_chunks(&turns, |t| t.id.as_str()) {
-                    let mut q = sqlx::query(turn_insert_sql(chunk.len()));
+                    let mut q = sqlx::query(turn_insert_sql(chunk.len(), false));
                     for t in chunk {
                         q = bind_turn!(q, t);
                     }
@@ -478,7 +494,7 @@ macro_rules! gen_apply {
                     // SQLite: written above, several per statement.
                     Encoded::Turn(_) if !$pg => {}
                     Encoded::Turn(t) => {
-                        let q = sqlx::query(turn_insert_sql(1));
+                        let q = sqlx::query(turn_insert_sql(1, true));
                         bind_turn!(q, t).execute(&mut *conn).await?;
                     }
                     Encoded::Agent(a) => {
@@ -949,6 +965,19 @@ mod tests {
         w.close().await;
     }
 
+    /// PostgreSQL's turn upsert is the one-row statement, numbered `$1` to
+    /// `$18` (PostgreSQL has no anonymous placeholder).
+    #[test]
+    fn postgres_turn_upsert_is_one_row_numbered() {
+        let sql = turn_insert_sql(1, true);
+        assert_eq!(sql.matches('(').count(), 3);
+        assert!(sql.contains(&format!("${TURN_COLUMNS})")));
+        assert!(!sql.contains('?'));
+        // A PostgreSQL batch never asks for more rows; if it did, it gets
+        // the one-row text rather than a statement of the wrong size.
+        assert_eq!(turn_insert_sql(4, true), sql);
+    }
+
     proptest! {
         /// The statements of a batch's turn rows hold every row once, in
         /// the batch's order; none names an id twice (so the later write of
@@ -966,11 +995,13 @@ mod tests {
                 prop_assert!(c.len().is_power_of_two() && c.len() <= TURN_CHUNK);
                 let distinct: HashSet<&str> = c.iter().map(String::as_str).collect();
                 prop_assert_eq!(distinct.len(), c.len());
-                let sql = turn_insert_sql(c.len());
+                let sql = turn_insert_sql(c.len(), false);
                 // The column list, a group per row, ON CONFLICT (id).
                 prop_assert_eq!(sql.matches('(').count(), c.len() + 2);
-                let last = format!("${}", c.len() * TURN_COLUMNS);
-                prop_assert!(sql.contains(&last));
+                // Anonymous placeholders only (a numbered one makes SQLite
+                // walk its list of names at each bind), one per column.
+                prop_assert_eq!(sql.matches('?').count(), c.len() * TURN_COLUMNS);
+                prop_assert!(!sql.contains('$'));
             }
             // As few statements as the rule allows: a run without repeats
             // costs its binary decomposition (a batch of 37 distinct turns:
