@@ -59,6 +59,17 @@ impl<'a> Scan<'a> {
         self.eat(c).then_some(())
     }
 
+    /// The string whose opening quote is at byte `at` of `s`, and the offset
+    /// just past its closing quote; `None` as [`Scan::string`] answers it.
+    pub(crate) fn string_at(s: &'a str, at: usize) -> Option<(Cow<'a, str>, usize)> {
+        if s.as_bytes().get(at) != Some(&b'"') {
+            return None;
+        }
+        let mut scan = Self { s, i: at };
+        let text = scan.string()?;
+        Some((text, scan.i))
+    }
+
     /// Only whitespace is left.
     pub(crate) fn end(mut self) -> Option<()> {
         self.peek().is_none().then_some(())
