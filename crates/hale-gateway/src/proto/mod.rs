@@ -43,6 +43,7 @@ mod canonical;
 pub mod fidelity;
 pub mod gemini;
 mod json;
+mod layout;
 pub mod openai;
 mod parse;
 pub mod responses;

@@ -11,6 +11,7 @@ use crate::proto::canonical::{Dialect, Obj, ProtoError, StopReason, Str, StreamE
 use crate::proto::json::{
     as_object, count, err, error_message, field, kind_of, opt_str, push_str, req_str,
 };
+use crate::proto::layout::TextLayout;
 use crate::proto::scan::{Scan, once};
 use crate::proto::sse::SseFrame;
 
@@ -178,6 +179,25 @@ pub struct StreamDecoder {
     next_tool: u32,
     /// Indexes of the blocks relayed as opaque ([`StreamEvent::OpaqueStart`]).
     opaque: Vec<u64>,
+    /// The SSE event name and layout of the last text-only event
+    /// ([`text_only`]), for the events after it.
+    text_layout: Option<(Option<String>, TextLayout)>,
+}
+
+/// The text of `e`, an event [`StreamDecoder::decode_plain`] took (a
+/// `content_block_delta` with an index, no error), if it is a `text_delta`
+/// holding no escape: the event a stream sends per token, which decodes to
+/// that text alone whatever the decoder's state ([`TextLayout`]).
+fn text_only<'e>(e: &'e PlainBlockDelta) -> Option<&'e str> {
+    let Obj(d) = e.delta.as_ref()?;
+    if d.kind.as_ref().map(|Str(k)| k.as_ref()) != Some("text_delta") {
+        return None;
+    }
+    // Only a text borrowed from the event has a place in it.
+    let Str(std::borrow::Cow::Borrowed(text)) = d.text.as_ref()? else {
+        return None;
+    };
+    Some(text)
 }
 
 impl StreamDecoder {
@@ -196,16 +216,31 @@ impl StreamDecoder {
         if event == Some("ping") || data.is_empty() {
             return Ok(Vec::new());
         }
+        if let Some((ev, layout)) = &self.text_layout
+            && ev.as_deref() == event
+            && let Some(text) = layout.text_of(data)
+        {
+            // What `decode_plain` gives a text delta, whatever the state.
+            return Ok(if text.is_empty() {
+                Vec::new()
+            } else {
+                vec![StreamEvent::TextDelta(text.into_owned())]
+            });
+        }
         let plain = match PlainBlockDelta::scan(data) {
             Some(e) => Some(e),
             None => serde_json::from_str::<Obj<PlainBlockDelta>>(data)
                 .ok()
                 .map(|Obj(e)| e),
         };
-        if let Some(e) = plain
-            && let Some(out) = self.decode_plain(event, e)
-        {
-            return Ok(out);
+        if let Some(e) = plain {
+            let layout = text_only(&e).and_then(|t| TextLayout::of(data, t));
+            if let Some(out) = self.decode_plain(event, e) {
+                if let Some(layout) = layout {
+                    self.text_layout = Some((event.map(str::to_string), layout));
+                }
+                return Ok(out);
+            }
         }
         self.decode_tree(event, data)
     }
@@ -969,6 +1004,77 @@ mod tests {
         ])
     }
 
+    /// Delta layouts around a text: (SSE event name, head, tail).
+    const LAYOUTS: &[(Option<&str>, &str, &str)] = &[
+        (
+            Some("content_block_delta"),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":""#,
+            r#""}}"#,
+        ),
+        (
+            None,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":""#,
+            r#""}}"#,
+        ),
+        (
+            Some("content_block_delta"),
+            r#"{"index":0,"delta":{"type":"text_delta","text":""#,
+            r#""}}"#,
+        ),
+        (
+            Some("content_block_delta"),
+            r#"{ "type" : "content_block_delta", "index" : 0, "delta" : { "text" : ""#,
+            r#"", "type" : "text_delta" } }"#,
+        ),
+        (
+            Some("content_block_delta"),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":""#,
+            r#""}}"#,
+        ),
+        (
+            Some("content_block_delta"),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":""#,
+            r#""},"error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        ),
+        (
+            Some("content_block_delta"),
+            r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":""#,
+            r#""}}"#,
+        ),
+        (
+            Some("content_block_delta"),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{}","text":""#,
+            r#""}}"#,
+        ),
+    ];
+
+    /// A JSON string's body as a provider might send it, or not quite.
+    fn text_body() -> BoxedStrategy<String> {
+        prop_oneof![
+            4 => "[a-z ]{0,6}",
+            2 => proptest::collection::vec(
+                prop_oneof![
+                    Just(r"\n"),
+                    Just(r#"\""#),
+                    Just(r"\\"),
+                    Just(r"\u00e9"),
+                    Just(r"\ud83d\ude00"),
+                    Just(r"\ud800"),
+                    Just(r"\udc00x"),
+                    Just(r"\x"),
+                    Just("\u{1}"),
+                    Just("é"),
+                    Just("\""),
+                    Just(r#""}}"#),
+                    Just("w"),
+                ],
+                0..5,
+            )
+            .prop_map(|parts| parts.concat()),
+        ]
+        .boxed()
+    }
+
     /// A `content_block_start` of a tool_use block (else of a text or a
     /// thinking block): the decoder's state for `input_json_delta`.
     fn block_start() -> BoxedStrategy<String> {
@@ -1135,6 +1241,46 @@ mod tests {
             let got = text_delta(&text, index);
             prop_assert_eq!(got.event, Some("content_block_delta"));
             prop_assert_eq!(got.data, want);
+        }
+
+        /// A stream of text deltas alike but for their text — the fast
+        /// path of [`TextLayout`], [`text_only`] — among other events,
+        /// some under another SSE event name, decodes as the `Value` path
+        /// decodes it. The texts are raw string bodies (escapes, surrogates
+        /// paired and lone, control characters, a bare quote, the layout's
+        /// own tail); the layouts include deltas that are not text.
+        #[test]
+        fn a_stream_of_alike_deltas_decodes_as_the_value_path_does(
+            layout in 0..LAYOUTS.len(),
+            texts in proptest::collection::vec((text_body(), 0..8u8), 1..8),
+            others in proptest::collection::vec((0..8usize, event()), 0..3),
+            start in stream(),
+        ) {
+            let (name, head, tail) = LAYOUTS[layout];
+            let mut events = start;
+            for (i, (t, rename)) in texts.iter().enumerate() {
+                let name = match rename {
+                    0 => None,
+                    1 => Some("message_delta".to_string()),
+                    _ => name.map(str::to_string),
+                };
+                events.push((name, format!("{head}{t}{tail}")));
+                for (at, e) in &others {
+                    if *at == i {
+                        events.push(e.clone());
+                    }
+                }
+            }
+            let mut fast = StreamDecoder::new();
+            let mut tree = StreamDecoder::new();
+            for (name, data) in &events {
+                let name = name.as_deref();
+                prop_assert_eq!(
+                    fast.decode(name, data),
+                    decode_by_tree(&mut tree, name, data),
+                    "event {:?} data {}", name, data
+                );
+            }
         }
 
         /// Over a stream of generated events (the decoder keeps the tool_use

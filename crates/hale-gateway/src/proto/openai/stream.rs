@@ -11,6 +11,7 @@ use crate::proto::canonical::{Obj, ProtoError, StopReason, Str, StreamEvent, Usa
 use crate::proto::json::{
     as_object, at, count, err, error_message, field, join, kind_of, opt_array, opt_str, push_str,
 };
+use crate::proto::layout::TextLayout;
 use crate::proto::scan::{Scan, once};
 use crate::proto::sse::SseFrame;
 
@@ -231,76 +232,34 @@ pub struct StreamDecoder {
     started: bool,
     slots: Vec<ToolSlot>,
     next_tool: u32,
-    /// The last text-only chunk's layout, for the chunks after it.
+    /// The last text-only chunk's layout ([`text_only`]), for the chunks
+    /// after it.
     text_layout: Option<TextLayout>,
 }
 
-/// A text-only chunk (one choice at index 0 whose delta is a `content`
-/// string, no finish, no usage, no tool call, no error) decoded after the
-/// stream started, kept with the byte span of its text. A provider sends one
-/// such chunk per token, all alike but for the text, so a chunk whose bytes
-/// before and after the text equal this one's is this chunk with another
-/// text: [`TextLayout::text_of`] reads just that string (~0.5k instructions
-/// instead of ~4.5k for the whole chunk; BENCHMARKS "The streaming turn").
-/// Sound because replacing one JSON string token by another leaves every
-/// other token, and so every other field's value, as it was; a chunk that
-/// differs anywhere else goes the whole way (test
-/// `a_stream_of_alike_chunks_decodes_as_the_value_path_does`).
-#[derive(Debug)]
-struct TextLayout {
-    /// The chunk's data, trimmed.
-    data: String,
-    /// The text's opening quote.
-    open: usize,
-    /// The text's closing quote.
-    close: usize,
-}
-
-impl TextLayout {
-    /// The layout of `chunk` (read from `data`) if it is text-only and its
-    /// text is borrowed from `data` (so its span is known).
-    fn of(data: &str, chunk: &PlainChunk) -> Option<Self> {
-        if chunk.usage.is_some() || chunk.error.is_some() {
-            return None;
-        }
-        let [Obj(c)] = chunk.choices.as_deref()? else {
-            return None;
-        };
-        if c.index.unwrap_or(0) != 0 || c.finish_reason.is_some() {
-            return None;
-        }
-        let Obj(d) = c.delta.as_ref()?;
-        if d.tool_calls.is_some() {
-            return None;
-        }
-        let Str(std::borrow::Cow::Borrowed(text)) = d.content.as_ref()? else {
-            return None;
-        };
-        // The text's place in `data`, from the borrowed slice's address.
-        let start = (text.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
-        let close = start + text.len();
-        let open = start.checked_sub(1)?;
-        let b = data.as_bytes();
-        (b.get(open) == Some(&b'"') && b.get(close) == Some(&b'"')).then(|| Self {
-            data: data.to_string(),
-            open,
-            close,
-        })
+/// The text of `chunk` if it is text-only and holds no escape: one choice at index 0 whose
+/// delta is a `content` string, no finish, no usage, no tool call, no error
+/// — the chunk a provider sends per token, which decodes to that text alone
+/// once the stream has started ([`TextLayout`]).
+fn text_only<'c>(chunk: &'c PlainChunk) -> Option<&'c str> {
+    if chunk.usage.is_some() || chunk.error.is_some() {
+        return None;
     }
-
-    /// The text of `data` if `data` is this layout's chunk with another
-    /// text: the same bytes up to the text's opening quote and from its
-    /// closing quote, and a well-formed string between them.
-    fn text_of<'a>(&self, data: &'a str) -> Option<std::borrow::Cow<'a, str>> {
-        let head = self.data.get(..=self.open)?;
-        let tail = self.data.get(self.close..)?;
-        if data.len() < head.len() + tail.len() || !data.starts_with(head) || !data.ends_with(tail)
-        {
-            return None;
-        }
-        let (text, after) = Scan::string_at(data, self.open)?;
-        (after == data.len() - tail.len() + 1).then_some(text)
+    let [Obj(c)] = chunk.choices.as_deref()? else {
+        return None;
+    };
+    if c.index.unwrap_or(0) != 0 || c.finish_reason.is_some() {
+        return None;
     }
+    let Obj(d) = c.delta.as_ref()?;
+    if d.tool_calls.is_some() {
+        return None;
+    }
+    // Only a text borrowed from the chunk has a place in it.
+    let Str(std::borrow::Cow::Borrowed(text)) = d.content.as_ref()? else {
+        return None;
+    };
+    Some(text)
 }
 
 impl StreamDecoder {
@@ -343,7 +302,7 @@ impl StreamDecoder {
         match chunk {
             Some(chunk) if chunk.is_plain() => {
                 if self.started
-                    && let Some(layout) = TextLayout::of(data, &chunk)
+                    && let Some(layout) = text_only(&chunk).and_then(|t| TextLayout::of(data, t))
                 {
                     self.text_layout = Some(layout);
                 }
@@ -1087,7 +1046,7 @@ mod tests {
         }
 
         /// A stream of chunks alike but for their text — the fast path of
-        /// [`TextLayout`] — interleaved with other chunks, decodes as the
+        /// [`TextLayout`], [`text_only`] — interleaved with other chunks, decodes as the
         /// `Value` path decodes it. The texts are raw string bodies: escapes,
         /// surrogate pairs and lone ones, control characters, a bare quote
         /// (which ends the string early), the layout's own tail; the
