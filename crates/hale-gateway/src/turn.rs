@@ -202,18 +202,26 @@ impl Turn {
         )
     }
 
-    /// The timeline's rows as journalled: one per attempt, then one per
-    /// deployment passed over (marked by `skipped`).
-    pub fn journal_rows(&self) -> serde_json::Value {
-        let mut rows = serde_json::to_value(&self.timeline).unwrap_or_default();
-        if let Some(a) = rows.as_array_mut() {
-            a.extend(
-                self.skipped
-                    .iter()
-                    .filter_map(|s| serde_json::to_value(s).ok()),
-            );
+    /// The timeline's rows as journalled, as JSON text: one per attempt,
+    /// then one per deployment passed over (marked by `skipped`). Written
+    /// straight from the records (no `Value` between).
+    pub fn journal_rows(&self) -> String {
+        /// One journalled row.
+        #[derive(Serialize)]
+        #[serde(untagged)]
+        enum Row<'a> {
+            Attempt(&'a AttemptRecord),
+            Skipped(&'a SkipRecord),
         }
-        rows
+        struct Rows<'a>(&'a Turn);
+        impl Serialize for Rows<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let attempts = self.0.timeline.iter().map(Row::Attempt);
+                s.collect_seq(attempts.chain(self.0.skipped.iter().map(Row::Skipped)))
+            }
+        }
+        // Nothing in a row can fail to serialize (no maps with non-string keys).
+        serde_json::to_string(&Rows(self)).unwrap_or_else(|_| "[]".into())
     }
 
     /// Leaves out the deployments that cannot serve this Responses turn's
@@ -712,5 +720,66 @@ fn breaker_event(env: Env<'_>, turn: &Turn, target: &Target, t: &Transition) {
                 .turn(&turn.id)
                 .payload(serde_json::json!({"deployment": target.to_string(), "provider": target.provider, "reason": t.reason})),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The journalled text is, as JSON, the rows the timeline was
+    /// journalled as before it was written straight to text: each
+    /// attempt's `Value`, then each passed-over deployment's.
+    #[test]
+    fn the_journalled_rows_are_the_records_as_json() {
+        let cfg = Config::with_providers(Vec::new());
+        let target = |m: &str| Target {
+            provider: "p".into(),
+            model: m.into(),
+        };
+        let mut turn = Turn::new(
+            &cfg,
+            "t".into(),
+            "a".into(),
+            None,
+            vec![target("m1"), target("m2")],
+        );
+        let row = |class, message: Option<&str>, changes: Vec<String>| AttemptRecord {
+            target: "p/m1".into(),
+            start_ms: 3,
+            duration_ms: 40,
+            mode: Mode::FailOpen,
+            class,
+            status: Some(503),
+            message: message.map(str::to_owned),
+            resume: None,
+            changes,
+        };
+        for (timeline, skipped) in [(0, 0), (1, 0), (2, 1), (0, 2)] {
+            turn.timeline = [
+                row(Some(ErrorClass::RateLimit), Some("down \"x\""), vec![]),
+                AttemptRecord {
+                    resume: Some("prefill"),
+                    ..row(None, None, vec!["model".into(), "dropped: x".into()])
+                },
+            ][..timeline]
+                .to_vec();
+            turn.skipped = (0..skipped)
+                .map(|i| SkipRecord {
+                    target: format!("p/m{i}"),
+                    start_ms: i,
+                    skipped: "ejected",
+                })
+                .collect();
+            let mut want = serde_json::to_value(&turn.timeline).unwrap();
+            let want_rows = want.as_array_mut().unwrap();
+            want_rows.extend(
+                turn.skipped
+                    .iter()
+                    .map(|s| serde_json::to_value(s).unwrap()),
+            );
+            let got: serde_json::Value = serde_json::from_str(&turn.journal_rows()).unwrap();
+            assert_eq!(got, want, "{timeline} attempts, {skipped} skipped");
+        }
     }
 }

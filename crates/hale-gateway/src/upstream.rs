@@ -297,7 +297,8 @@ impl Client {
 /// Sends one attempt. `prefill` is delivered text to continue from.
 ///
 /// The body is the client's own when the provider speaks its dialect
-/// ([`proto::render_for`]): hale patches in only what it changed, and
+/// ([`proto::render_for`], built as [`proto::prepare`]: the JSON only when
+/// read): hale patches in only what it changed, and
 /// forwards the client's provider-feature headers (`anthropic-beta`,
 /// `anthropic-version`, `OpenAI-Beta`) to a provider of their kind.
 ///
@@ -320,7 +321,7 @@ pub async fn send(
         None => model,
     };
     let dialect = dialect_for(provider, model);
-    let out = proto::render_for(dialect, req, body_model, prefill);
+    let out = proto::prepare(dialect, req, body_model, prefill);
     let result = attempt(client, provider, model, &out, dialect, req.stream, limits).await;
     Sent {
         result,
@@ -334,7 +335,7 @@ async fn request(
     client: &Client,
     provider: &ProviderConfig,
     model: &str,
-    out: &proto::Outgoing,
+    out: &proto::Prepared<'_>,
     stream: bool,
     limits: &AttemptLimits,
 ) -> Result<(http::Request<bytes::Bytes>, Option<vertex::Bearer>), Failure> {
@@ -342,10 +343,10 @@ async fn request(
     if let Some(v) = &provider.vertex {
         let uri = http_client::uri(&vertex::url(provider, v, model, stream));
         let mut post = match hale_core::vertex::publisher(v, model) {
-            Publisher::Anthropic => Post::json(uri, &vertex::anthropic_body(&out.body)),
+            Publisher::Anthropic => Post::json(uri, &vertex::anthropic_body(out.body())),
             Publisher::Google => match &out.raw {
                 Some(raw) => Post::raw_json(uri, raw.clone()),
-                None => Post::json(uri, &out.body),
+                None => Post::json(uri, out.body()),
             },
         };
         let bearer = client
@@ -373,18 +374,18 @@ async fn request(
     let mut post = match (&out.raw, &provider.bedrock, dialect) {
         // InvokeModel takes Anthropic's body without `model`, with
         // `anthropic_version`: the client's fields otherwise as they came
-        // (`out.body` is the client's bytes as JSON when `raw` is set).
+        // (`out.body()` is the client's bytes as JSON when `raw` is set).
         (_, Some(_), Dialect::Anthropic) => {
             let beta = out
                 .headers
                 .iter()
                 .find(|(k, _)| *k == "anthropic-beta")
                 .map(|(_, v)| v.as_str());
-            Post::json(uri, &bedrock::invoke_body(&out.body, beta))
+            Post::json(uri, &bedrock::invoke_body(out.body(), beta))
         }
         // The client's own bytes: hale changed nothing in the body.
         (Some(raw), _, _) => Post::raw_json(uri, raw.clone()),
-        (None, _, _) => Post::json(uri, &out.body),
+        (None, _, _) => Post::json(uri, out.body()),
     };
     match (provider.kind, &provider.api_key) {
         (ProviderKind::OpenAi, Some(k)) => post.bearer(k.expose()),
@@ -423,7 +424,7 @@ async fn attempt(
     client: &Client,
     provider: &ProviderConfig,
     model: &str,
-    out: &proto::Outgoing,
+    out: &proto::Prepared<'_>,
     dialect: Dialect,
     stream: bool,
     limits: &AttemptLimits,

@@ -1167,5 +1167,44 @@ mod raw_bodies {
                 body
             );
         }
+
+        /// What an attempt sends (`prepare`, whose JSON is built only when
+        /// read) is what `render_for` renders: the same raw bytes, headers,
+        /// changes and body, whatever hale changed, for every target dialect.
+        #[test]
+        fn a_prepared_request_is_the_rendered_one(
+            (dialect, (body, _)) in prop_oneof![
+                openai().prop_map(|b| (Dialect::OpenAi, b)),
+                anthropic().prop_map(|b| (Dialect::Anthropic, b)),
+            ],
+            change in 0..7u8,
+            target in 0..5u8,
+            beta in any::<bool>(),
+        ) {
+            let mut headers = axum::http::HeaderMap::new();
+            if beta {
+                headers.insert("anthropic-beta", "x-1".parse().unwrap());
+            }
+            let sent = hale_gateway::proto::parse_sent(bytes::Bytes::from(body.to_string())).unwrap();
+            let mut req = hale_gateway::proto::parse_request_sent(dialect, sent, &headers).unwrap();
+            let mut model = body["model"].as_str().unwrap().to_owned();
+            let mut prefill = None;
+            match change {
+                0 => {}
+                1 => model.push_str("-other"),
+                2 => req.messages.push(Message::text(Role::System, "Nudge.")),
+                3 => req.max_tokens = Some(req.max_tokens.map_or(64, |n| n + 1)),
+                4 => prefill = Some("Partial answer"),
+                5 => req.stream = !req.stream,
+                _ => req.temperature = Some(req.temperature.map_or(1.5, |t| t + 0.25)),
+            }
+            let target = [Dialect::OpenAi, Dialect::Anthropic, Dialect::Responses, Dialect::Gemini, Dialect::Bedrock][usize::from(target)];
+            let want = hale_gateway::proto::render_for(target, &req, &model, prefill);
+            let got = hale_gateway::proto::prepare(target, &req, &model, prefill);
+            prop_assert_eq!(&got.raw, &want.raw);
+            prop_assert_eq!(&got.headers, &want.headers);
+            prop_assert_eq!(&got.changes, &want.changes);
+            prop_assert_eq!(got.body(), &want.body);
+        }
     }
 }

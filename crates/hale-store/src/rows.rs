@@ -257,7 +257,7 @@ pub(crate) fn encode(w: Write, now_ms: u64) -> Result<Encoded, StoreError> {
                 status: t.status.as_str(),
                 started_ms: num(&what, "started_ms", t.started_ms)?,
                 duration_ms: opt_num(&what, "duration_ms", t.duration_ms)?,
-                attempts: json(&what, &t.attempts)?,
+                attempts: t.attempts,
                 usage_in: num(&what, "usage_in", t.usage_in)?,
                 usage_out: num(&what, "usage_out", t.usage_out)?,
                 response: t
@@ -583,7 +583,11 @@ pub(crate) fn decode_turn(r: &impl Cols) -> Result<TurnRecord, StoreError> {
         duration_ms: c.opt_unsigned("duration_ms", c.col(r.opt_i64("duration_ms"))?)?,
         provider: c.col(r.opt_text("provider"))?,
         model: c.col(r.opt_text("model"))?,
-        attempts: c.json("attempts", &c.col(r.text("attempts"))?)?,
+        attempts: {
+            let text = c.col(r.text("attempts"))?;
+            c.json::<serde::de::IgnoredAny>("attempts", &text)?;
+            text
+        },
         usage_in: c.unsigned("usage_in", c.col(r.i64("usage_in"))?)?,
         usage_out: c.unsigned("usage_out", c.col(r.i64("usage_out"))?)?,
         error_class: c.col(r.opt_text("error_class"))?,

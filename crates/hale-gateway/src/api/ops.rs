@@ -106,9 +106,9 @@ pub(super) async fn turn(
     match gw.store.turn(&id).await {
         Ok(Some(t)) => {
             // Rows marked `skipped` are deployments passed over, not attempts.
-            let rows = match t.attempts {
-                serde_json::Value::Array(rows) => rows,
-                _ => Vec::new(),
+            let rows = match serde_json::from_str(&t.attempts) {
+                Ok(serde_json::Value::Array(rows)) => rows,
+                Ok(_) | Err(_) => Vec::new(),
             };
             let (skipped, timeline): (Vec<_>, Vec<_>) =
                 rows.into_iter().partition(|r| r.get("skipped").is_some());

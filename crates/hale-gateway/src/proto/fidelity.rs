@@ -26,6 +26,12 @@
 //! - an assistant prefill for a mid-stream resume;
 //! - `stream` / `stream_options.include_usage` as the attempt needs.
 //!
+//! An attempt sends [`prepare`]'s [`Prepared`]: the same request, but when
+//! hale changed nothing in the body (most turns) the patched JSON is not
+//! built at all, only the client's bytes go out; the JSON is built on first
+//! read for the providers that rework it (Vertex's Claude body, Bedrock's
+//! InvokeModel).
+//!
 //! Each of those is named in [`Outgoing::changes`], which becomes the
 //! attempt's `changes` in the turn's timeline. Crossing dialects, the
 //! canonical renderers map what has an equivalent; what has none is named
@@ -150,6 +156,22 @@ pub fn render_for(
         crossing_changes(origin, req, target, model, prefill, &mut changes);
         (canonical(target, req, model, prefill), None)
     };
+    let headers = forwarded(origin, target, &mut changes);
+    Outgoing {
+        body,
+        raw,
+        headers,
+        changes,
+    }
+}
+
+/// The client's provider-feature headers that go to a provider speaking
+/// `target`; the others are named in `changes` as dropped.
+fn forwarded(
+    origin: &Origin,
+    target: Dialect,
+    changes: &mut Vec<String>,
+) -> Vec<(&'static str, String)> {
     let mut headers = Vec::new();
     for (name, value) in &origin.headers {
         let belongs = FEATURE_HEADERS
@@ -161,12 +183,148 @@ pub fn render_for(
             changes.push(format!("dropped: {name} header"));
         }
     }
-    Outgoing {
-        body,
-        raw,
-        headers,
-        changes,
+    headers
+}
+
+/// [`render_for`]'s request, as an attempt sends it: `raw`, `headers` and
+/// `changes` are [`Outgoing`]'s, the body's JSON is built on first read
+/// ([`Prepared::body`]).
+#[derive(Debug)]
+pub struct Prepared<'a> {
+    /// [`Outgoing::raw`].
+    pub raw: Option<Bytes>,
+    /// [`Outgoing::headers`].
+    pub headers: Vec<(&'static str, String)>,
+    /// [`Outgoing::changes`].
+    pub changes: Vec<String>,
+    body: Body<'a>,
+}
+
+/// A [`Prepared`] request's body: built, or to be built when read.
+#[derive(Debug)]
+enum Body<'a> {
+    Built(Value),
+    /// Nothing changed: the client's bytes are `raw`; the JSON (the same
+    /// value [`render_for`] builds) is built on first read.
+    Unchanged {
+        target: Dialect,
+        req: &'a ChatRequest,
+        model: &'a str,
+        json: std::sync::OnceLock<Value>,
+    },
+}
+
+impl Prepared<'_> {
+    /// The body as JSON: [`Outgoing::body`].
+    pub fn body(&self) -> &Value {
+        match &self.body {
+            Body::Built(v) => v,
+            Body::Unchanged {
+                target,
+                req,
+                model,
+                json,
+            } => json.get_or_init(|| render_for(*target, req, model, None).body),
+        }
     }
+}
+
+/// [`render_for`] for an attempt: when hale changed nothing in the body
+/// ([`unchanged`]), the patched JSON is left unbuilt (~5k instructions per
+/// turn under callgrind: the client's body copied field by field, its
+/// messages cloned) and only the client's bytes go out.
+pub fn prepare<'a>(
+    target: Dialect,
+    req: &'a ChatRequest,
+    model: &'a str,
+    prefill: Option<&str>,
+) -> Prepared<'a> {
+    if prefill.is_none()
+        && let Some(origin) = req.origin.as_deref()
+        && unchanged(origin, req, target, model)
+    {
+        let mut changes = Vec::new();
+        let headers = forwarded(origin, target, &mut changes);
+        return Prepared {
+            raw: origin.raw.clone(),
+            headers,
+            changes,
+            body: Body::Unchanged {
+                target,
+                req,
+                model,
+                json: std::sync::OnceLock::new(),
+            },
+        };
+    }
+    let out = render_for(target, req, model, prefill);
+    Prepared {
+        raw: out.raw,
+        headers: out.headers,
+        changes: out.changes,
+        body: Body::Built(out.body),
+    }
+}
+
+/// Whether the same-dialect patch for `target` (no prefill) would name no
+/// change, so the body is the client's: each condition is one a patch
+/// checks before it names a change. Sufficient, not necessary: `false`
+/// only means [`render_for`] decides (for OpenAI and Anthropic clients'
+/// bodies; the other dialects always). The property test
+/// `a_prepared_request_is_the_rendered_one` holds it to the patches.
+fn unchanged(origin: &Origin, req: &ChatRequest, target: Dialect, model: &str) -> bool {
+    let body = &origin.body;
+    let yes = Some(&Value::Bool(true));
+    let wire = match target {
+        Dialect::OpenAi => {
+            origin.model == model
+                && if req.stream {
+                    body.get("stream") == yes
+                        && body
+                            .get("stream_options")
+                            .and_then(|o| o.get("include_usage"))
+                            == yes
+                } else {
+                    !origin.stream
+                }
+        }
+        Dialect::Anthropic => {
+            origin.model == model
+                && body.contains_key("max_tokens")
+                && req.stream == origin.stream
+                && (!req.stream || body.get("stream") == yes)
+        }
+        // Left to the patches: Responses' string `input` and runs of
+        // items; Gemini's `generationConfig` (no property test holds a
+        // Gemini client's body to it yet); no client speaks Converse.
+        Dialect::Responses | Dialect::Gemini | Dialect::Bedrock => false,
+    };
+    wire && origin.dialect == target
+        && origin.notes.is_empty()
+        && req.system == origin.system
+        && req.max_tokens == origin.max_tokens
+        && Knobs::of(req) == origin.knobs
+        && req.messages == origin.parsed
+        && aligned_as_parsed(&origin.groups, origin.parsed.len())
+}
+
+/// Whether [`align`] finds nothing changed in `n` messages that are the
+/// parsed ones: each group (of those [`align_keys`] looks for) starts
+/// where the last ended and the last ends at `n`. Read off the groups,
+/// without building [`align`]'s keys and pieces (~1k instructions a turn).
+fn aligned_as_parsed(groups: &[Group], n: usize) -> bool {
+    let mut i = 0;
+    for g in groups {
+        // An empty or out-of-range group is found wherever the walk is.
+        if g.msgs.is_empty() || g.msgs.end > n {
+            continue;
+        }
+        if g.msgs.start != i {
+            return false;
+        }
+        i = g.msgs.end;
+    }
+    i == n
 }
 
 fn canonical(target: Dialect, req: &ChatRequest, model: &str, prefill: Option<&str>) -> Value {
@@ -1389,6 +1547,41 @@ mod responses_tests {
             an.body["messages"][0]["content"][0],
             json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAA"}})
         );
+    }
+}
+
+#[cfg(test)]
+mod align_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// For messages that are the parsed ones, the shortcut says
+        /// unchanged exactly when the alignment does.
+        #[test]
+        fn the_shortcut_is_the_alignment(
+            n in 0..6usize,
+            ranges in proptest::collection::vec((0..8usize, 0..8usize), 0..6),
+            contiguous in any::<bool>(),
+        ) {
+            let groups: Vec<Group> = if contiguous {
+                // The parser's shape: one group per wire message, in order.
+                let mut at = 0;
+                ranges.iter().enumerate().map(|(wire, (len, _))| {
+                    let msgs = at..(at + len % 3).min(n);
+                    at = msgs.end;
+                    Group { wire, msgs }
+                }).collect()
+            } else {
+                ranges.iter().enumerate().map(|(wire, &(a, b))| Group { wire, msgs: a..b }).collect()
+            };
+            let keys: Vec<u64> = (0..n as u64).collect();
+            prop_assert_eq!(
+                aligned_as_parsed(&groups, n),
+                !align_keys(&groups, &keys, &keys).1,
+                "{:?} over {} messages", groups, n
+            );
+        }
     }
 }
 

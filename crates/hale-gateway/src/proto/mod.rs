@@ -55,7 +55,7 @@ pub use canonical::{
     AnswerError, ChatRequest, ChatResponse, Dialect, Message, Origin, Part, ProtoError, Role,
     StopReason, StreamEvent, Tool, Usage,
 };
-pub use fidelity::{Outgoing, render_for};
+pub use fidelity::{Outgoing, Prepared, prepare, render_for};
 pub use parse::{
     Sent, parse_gemini_sent, parse_request, parse_request_sent, parse_rewritten, parse_sent,
 };

@@ -175,7 +175,7 @@ pub fn turn(id: &str, task: &str, hash: &str, status: TurnStatus, started_ms: u6
         duration_ms: None,
         provider: None,
         model: None,
-        attempts: json!([]),
+        attempts: "[]".into(),
         usage_in: 0,
         usage_out: 0,
         error_class: None,
@@ -295,7 +295,7 @@ pub async fn upserts_replace_by_id(s: &Store) {
     t.duration_ms = Some(1234);
     t.provider = Some("openai".into());
     t.model = Some("gpt-4o".into());
-    t.attempts = json!([{"provider": "openai", "class": null}]);
+    t.attempts = json!([{"provider": "openai", "class": null}]).to_string();
     t.usage_in = 100;
     t.usage_out = 20;
     t.response = Some(resp("{\"ok\":true}"));
