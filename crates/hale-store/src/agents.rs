@@ -143,16 +143,20 @@ impl Store {
         let until = i64::try_from(until_ms).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         on_pool!(&self.inner.pool, |p, _Db| {
+            // The limit in the text, not bound: SQLite re-prepares a
+            // statement whose LIMIT is a parameter each time that parameter
+            // is bound again (sqlx clears the binds after every run), ~77k
+            // instructions a time for a poll that runs every health check
+            // (issue 30, BENCHMARKS.md); the monitor's limit is a constant.
             let sql = format!(
                 "SELECT {AGENT_COLS} FROM agents WHERE \
                  (last_seen_ms > $1 OR (last_seen_ms = $1 AND id > $2)) AND last_seen_ms <= $3 \
-                 ORDER BY last_seen_ms, id LIMIT $4"
+                 ORDER BY last_seen_ms, id LIMIT {limit}"
             );
             let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(from)
                 .bind(after.id.as_str())
                 .bind(until)
-                .bind(limit)
                 .fetch_all(p)
                 .await
                 .map_err(StoreError::db("listing silent agents"))?;

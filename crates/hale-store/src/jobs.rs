@@ -350,14 +350,16 @@ impl Store {
     ) -> Result<Vec<JobRecord>> {
         let before = i64_of("before_ms", before_ms)?;
         let rows: Vec<JobTuple> = on_pool!(&self.inner.pool, |p, _Db| {
+            // The limit in the text (a constant of the queue's poll): a
+            // bound LIMIT makes SQLite re-prepare the statement at every
+            // run (see `agents_seen_between`).
             let sql = format!(
                 "SELECT {JOB_COLS} FROM jobs WHERE status = $1 AND updated_ms < $2 \
-                 ORDER BY updated_ms, job_id LIMIT $3"
+                 ORDER BY updated_ms, job_id LIMIT {limit}"
             );
             sqlx::query_as(sqlx::AssertSqlSafe(sql))
                 .bind(status)
                 .bind(before)
-                .bind(i64::from(limit))
                 .fetch_all(p)
                 .await
                 .map_err(StoreError::db("listing stale jobs"))?
@@ -373,12 +375,14 @@ impl Store {
 
     async fn queued_jobs_inner(&self, limit: u32) -> Result<Vec<JobRecord>> {
         let rows: Vec<JobTuple> = on_pool!(&self.inner.pool, |p, _Db| {
+            // The limit in the text, not bound (a constant of the queue's
+            // poll): a bound LIMIT makes SQLite re-prepare the statement at
+            // every run (see `agents_seen_between`).
             let sql = format!(
                 "SELECT {JOB_COLS} FROM jobs WHERE status = 'queued' \
-                 ORDER BY next_attempt_ms, job_id LIMIT $1"
+                 ORDER BY next_attempt_ms, job_id LIMIT {limit}"
             );
             sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                .bind(i64::from(limit))
                 .fetch_all(p)
                 .await
                 .map_err(StoreError::db("listing queued jobs"))?
