@@ -759,6 +759,22 @@ fn null_optional_fields_read_as_absent() {
 // Same-dialect fidelity (proto::parse_request + proto::render_for).
 // ---------------------------------------------------------------------------
 
+/// One of seven changes hale may make to a request (0: none; 1: the model;
+/// 2: a nudge; 3: max_tokens; 4: a prefill, returned; 5: the stream flag;
+/// else: the temperature), for the rendering property tests.
+fn change_request(change: u8, req: &mut ChatRequest, model: &mut String) -> Option<&'static str> {
+    match change {
+        0 => {}
+        1 => model.push_str("-other"),
+        2 => req.messages.push(Message::text(Role::System, "Nudge.")),
+        3 => req.max_tokens = Some(req.max_tokens.map_or(64, |n| n + 1)),
+        4 => return Some("Partial answer"),
+        5 => req.stream = !req.stream,
+        _ => req.temperature = Some(req.temperature.map_or(1.5, |t| t + 0.25)),
+    }
+    None
+}
+
 fn client_request(dialect: Dialect, body: &Value) -> ChatRequest {
     hale_gateway::proto::parse_request(dialect, body.clone(), &Default::default()).unwrap()
 }
@@ -1141,16 +1157,7 @@ mod raw_bodies {
         ) {
             let mut req = sent_request(dialect, &body);
             let mut model = body["model"].as_str().unwrap().to_owned();
-            let mut prefill = None;
-            match change {
-                0 => {}
-                1 => model.push_str("-other"),
-                2 => req.messages.push(Message::text(Role::System, "Nudge.")),
-                3 => req.max_tokens = Some(req.max_tokens.map_or(64, |n| n + 1)),
-                4 => prefill = Some("Partial answer"),
-                5 => req.stream = !req.stream,
-                _ => req.temperature = Some(req.temperature.map_or(1.5, |t| t + 0.25)),
-            }
+            let prefill = change_request(change, &mut req, &mut model);
             let out = hale_gateway::proto::render_for(dialect, &req, &model, prefill);
             if let Some(raw) = &out.raw {
                 let as_json: Value = serde_json::from_slice(raw).unwrap();
@@ -1188,16 +1195,7 @@ mod raw_bodies {
             let sent = hale_gateway::proto::parse_sent(bytes::Bytes::from(body.to_string())).unwrap();
             let mut req = hale_gateway::proto::parse_request_sent(dialect, sent, &headers).unwrap();
             let mut model = body["model"].as_str().unwrap().to_owned();
-            let mut prefill = None;
-            match change {
-                0 => {}
-                1 => model.push_str("-other"),
-                2 => req.messages.push(Message::text(Role::System, "Nudge.")),
-                3 => req.max_tokens = Some(req.max_tokens.map_or(64, |n| n + 1)),
-                4 => prefill = Some("Partial answer"),
-                5 => req.stream = !req.stream,
-                _ => req.temperature = Some(req.temperature.map_or(1.5, |t| t + 0.25)),
-            }
+            let prefill = change_request(change, &mut req, &mut model);
             let target = [Dialect::OpenAi, Dialect::Anthropic, Dialect::Responses, Dialect::Gemini, Dialect::Bedrock][usize::from(target)];
             let want = hale_gateway::proto::render_for(target, &req, &model, prefill);
             let got = hale_gateway::proto::prepare(target, &req, &model, prefill);

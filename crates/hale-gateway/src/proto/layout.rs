@@ -65,6 +65,38 @@ impl TextLayout {
     }
 }
 
+/// A JSON string's body as a provider might send it, or not quite:
+/// escapes, surrogates paired and lone, a bad escape, a control character,
+/// a bare quote (which ends the string early), and `tails` (a layout's own
+/// bytes after its text). For the dialects' layout property tests.
+#[cfg(test)]
+pub(crate) fn text_body(
+    tails: &'static [&'static str],
+) -> proptest::strategy::BoxedStrategy<String> {
+    use proptest::prelude::*;
+    let odd = [
+        r"\n",
+        r#"\""#,
+        r"\\",
+        r"\u00e9",
+        r"\ud83d\ude00",
+        r"\ud800",
+        r"\udc00x",
+        r"\x",
+        "\u{1}",
+        "é",
+        "\"",
+        "w",
+    ];
+    let parts: Vec<&'static str> = odd.iter().chain(tails).copied().collect();
+    prop_oneof![
+        4 => "[a-z ]{0,6}",
+        2 => proptest::collection::vec(proptest::sample::select(parts), 0..5)
+            .prop_map(|parts| parts.concat()),
+    ]
+    .boxed()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -826,6 +826,24 @@ mod tests {
         d.decode_tree(event, data)
     }
 
+    /// `decode` over `events` gives, event by event, what the `Value` path
+    /// gives: the same events, or the same error.
+    fn decodes_as_the_tree(events: &[(Option<String>, String)]) -> Result<(), TestCaseError> {
+        let mut fast = StreamDecoder::new();
+        let mut tree = StreamDecoder::new();
+        for (name, data) in events {
+            let name = name.as_deref();
+            prop_assert_eq!(
+                fast.decode(name, data),
+                decode_by_tree(&mut tree, name, data),
+                "event {:?} data {}",
+                name,
+                data
+            );
+        }
+        Ok(())
+    }
+
     fn one_of(values: &[(u32, &'static str)]) -> BoxedStrategy<String> {
         let values: Vec<(u32, BoxedStrategy<String>)> = values
             .iter()
@@ -1048,33 +1066,6 @@ mod tests {
         ),
     ];
 
-    /// A JSON string's body as a provider might send it, or not quite.
-    fn text_body() -> BoxedStrategy<String> {
-        prop_oneof![
-            4 => "[a-z ]{0,6}",
-            2 => proptest::collection::vec(
-                prop_oneof![
-                    Just(r"\n"),
-                    Just(r#"\""#),
-                    Just(r"\\"),
-                    Just(r"\u00e9"),
-                    Just(r"\ud83d\ude00"),
-                    Just(r"\ud800"),
-                    Just(r"\udc00x"),
-                    Just(r"\x"),
-                    Just("\u{1}"),
-                    Just("é"),
-                    Just("\""),
-                    Just(r#""}}"#),
-                    Just("w"),
-                ],
-                0..5,
-            )
-            .prop_map(|parts| parts.concat()),
-        ]
-        .boxed()
-    }
-
     /// A `content_block_start` of a tool_use block (else of a text or a
     /// thinking block): the decoder's state for `input_json_delta`.
     fn block_start() -> BoxedStrategy<String> {
@@ -1252,7 +1243,7 @@ mod tests {
         #[test]
         fn a_stream_of_alike_deltas_decodes_as_the_value_path_does(
             layout in 0..LAYOUTS.len(),
-            texts in proptest::collection::vec((text_body(), 0..8u8), 1..8),
+            texts in proptest::collection::vec((crate::proto::layout::text_body(&[r#""}}"#]), 0..8u8), 1..8),
             others in proptest::collection::vec((0..8usize, event()), 0..3),
             start in stream(),
         ) {
@@ -1271,16 +1262,7 @@ mod tests {
                     }
                 }
             }
-            let mut fast = StreamDecoder::new();
-            let mut tree = StreamDecoder::new();
-            for (name, data) in &events {
-                let name = name.as_deref();
-                prop_assert_eq!(
-                    fast.decode(name, data),
-                    decode_by_tree(&mut tree, name, data),
-                    "event {:?} data {}", name, data
-                );
-            }
+            decodes_as_the_tree(&events)?;
         }
 
         /// Over a stream of generated events (the decoder keeps the tool_use
@@ -1288,16 +1270,7 @@ mod tests {
         /// `Value` path gives: the same events, or the same error.
         #[test]
         fn a_plain_event_decodes_as_the_value_path_does(events in stream()) {
-            let mut fast = StreamDecoder::new();
-            let mut tree = StreamDecoder::new();
-            for (name, data) in &events {
-                let name = name.as_deref();
-                prop_assert_eq!(
-                    fast.decode(name, data),
-                    decode_by_tree(&mut tree, name, data),
-                    "event {:?} data {}", name, data
-                );
-            }
+            decodes_as_the_tree(&events)?;
         }
     }
 
