@@ -560,31 +560,20 @@ macro_rules! gen_apply {
                         .bind(c.failure_ms)
                         .bind(set)
                         .bind(c.seen_ms.unwrap_or(c.now_ms));
-                        // PostgreSQL: the agent's totals, from RETURNING.
+                        // PostgreSQL reads the totals back by RETURNING;
+                        // SQLite by one SELECT after the upserts, which with
+                        // a task reads the agent's and the task's
+                        // (COUNT_TOTALS: the task's upsert leaves `agents`
+                        // as it was).
                         let agent_row = if $pg {
                             Some(count.fetch_one(&mut *conn).await?)
                         } else {
                             count.execute(&mut *conn).await?;
                             None
                         };
-                        let decode = |e: StoreError| sqlx::Error::Decode(e.into());
-                        let (totals, task) = match &c.task {
-                            None => {
-                                let row = match agent_row {
-                                    Some(row) => row,
-                                    None => {
-                                        sqlx::query(AGENT_TOTALS)
-                                            .bind(&c.agent)
-                                            .fetch_one(&mut *conn)
-                                            .await?
-                                    }
-                                };
-                                (
-                                    crate::rows::decode_counters(&c.agent, &row).map_err(decode)?,
-                                    None,
-                                )
-                            }
-                            Some((task, n, events, tool_calls)) => {
+                        let task_row = match &c.task {
+                            None => None,
+                            Some((task, _, events, tool_calls)) => {
                                 let spend = sqlx::query(if $pg {
                                     TASK_SPEND_RETURNING
                                 } else {
@@ -597,43 +586,48 @@ macro_rules! gen_apply {
                                 .bind(events)
                                 .bind(tool_calls)
                                 .bind(c.now_ms);
-                                match agent_row {
-                                    Some(agent_row) => {
-                                        let row = spend.fetch_one(&mut *conn).await?;
-                                        (
-                                            crate::rows::decode_counters(&c.agent, &agent_row)
-                                                .map_err(decode)?,
-                                            Some(
-                                                crate::rows::decode_task_counted(&c.agent, task, *n, &row)
-                                                    .map_err(decode)?,
-                                            ),
-                                        )
-                                    }
-                                    None => {
-                                        // SQLite: both totals in one read-back
-                                        // (the task's upsert leaves `agents` as it was).
-                                        spend.execute(&mut *conn).await?;
-                                        let row = sqlx::query(COUNT_TOTALS)
-                                            .bind(&c.agent)
-                                            .bind(task)
-                                            .fetch_one(&mut *conn)
-                                            .await?;
-                                        (
-                                            crate::rows::decode_counters(&c.agent, &row)
-                                                .map_err(decode)?,
-                                            Some(
-                                                crate::rows::decode_task_counted(
-                                                    &c.agent,
-                                                    task,
-                                                    *n,
-                                                    &crate::rows::TaskCols(&row),
-                                                )
-                                                .map_err(decode)?,
-                                            ),
-                                        )
-                                    }
-                                }
+                                Some(if $pg {
+                                    spend.fetch_one(&mut *conn).await?
+                                } else {
+                                    spend.execute(&mut *conn).await?;
+                                    sqlx::query(COUNT_TOTALS)
+                                        .bind(&c.agent)
+                                        .bind(task)
+                                        .fetch_one(&mut *conn)
+                                        .await?
+                                })
                             }
+                        };
+                        let fetched;
+                        let agent_row = match (&agent_row, &task_row) {
+                            (Some(row), _) => row,
+                            (None, Some(both)) if !$pg => both,
+                            (None, _) => {
+                                fetched = sqlx::query(AGENT_TOTALS)
+                                    .bind(&c.agent)
+                                    .fetch_one(&mut *conn)
+                                    .await?;
+                                &fetched
+                            }
+                        };
+                        let decode = |e: StoreError| sqlx::Error::Decode(e.into());
+                        let totals =
+                            crate::rows::decode_counters(&c.agent, agent_row).map_err(decode)?;
+                        let task = match (&c.task, &task_row) {
+                            (Some((task, n, _, _)), Some(row)) => Some(
+                                if $pg {
+                                    crate::rows::decode_task_counted(&c.agent, task, *n, row)
+                                } else {
+                                    crate::rows::decode_task_counted(
+                                        &c.agent,
+                                        task,
+                                        *n,
+                                        &crate::rows::TaskCols(row),
+                                    )
+                                }
+                                .map_err(decode)?,
+                            ),
+                            (Some(_), None) | (None, _) => None,
                         };
                         counted.push(crate::model::Counted {
                             agent: c.agent.clone(),
