@@ -959,12 +959,9 @@ fn only_provider_feature_headers_are_kept_and_only_for_their_dialect() {
 // nothing in the body.
 // ---------------------------------------------------------------------------
 
-fn sent_request(dialect: Dialect, body: &Value) -> ChatRequest {
-    sent_request_spaced(dialect, body, false)
-}
-
-/// [`sent_request`], the body written compact or (`pretty`) spaced out.
-fn sent_request_spaced(dialect: Dialect, body: &Value, pretty: bool) -> ChatRequest {
+/// A client's request as it arrived, the body written compact or
+/// (`pretty`) spaced out.
+fn sent_request(dialect: Dialect, body: &Value, pretty: bool) -> ChatRequest {
     let raw = if pretty {
         serde_json::to_vec_pretty(body)
     } else {
@@ -1176,7 +1173,7 @@ mod raw_bodies {
             change in 0..7u8,
             pretty in any::<bool>(),
         ) {
-            let mut req = sent_request_spaced(dialect, &body, pretty);
+            let mut req = sent_request(dialect, &body, pretty);
             let mut model = body["model"].as_str().unwrap().to_owned();
             let prefill = change_request(change, &mut req, &mut model);
             let out = hale_gateway::proto::render_for(dialect, &req, &model, prefill);
