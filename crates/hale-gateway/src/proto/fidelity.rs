@@ -110,7 +110,10 @@ pub struct Outgoing {
     /// (same dialect, no change of the body in `changes`): sent as they
     /// are, so the provider gets exactly what the client wrote (key order,
     /// number spelling) and the body is not serialised again per attempt.
-    /// Equal to `body` as JSON (`a_raw_body_is_the_patched_body`).
+    /// An OpenAI stream whose only change is `stream_options` (hale asks
+    /// for usage) gets the client's bytes with that field spliced in
+    /// ([`openai::with_usage`]). Equal to `body` as JSON
+    /// (`a_raw_body_is_the_patched_body`).
     pub raw: Option<Bytes>,
     /// Headers to send besides hale's own (auth, content type).
     pub headers: Vec<(&'static str, String)>,
@@ -148,6 +151,8 @@ pub fn render_for(
         // Every patch names itself in `changes`: none named, none made.
         let raw = if changes.is_empty() {
             origin.raw.clone()
+        } else if target == Dialect::OpenAi && changes == [USAGE_CHANGE] {
+            with_usage(origin)
         } else {
             None
         };
@@ -230,9 +235,10 @@ impl Prepared<'_> {
 }
 
 /// [`render_for`] for an attempt: when hale changed nothing in the body
-/// ([`unchanged`]), the patched JSON is left unbuilt (~5k instructions per
-/// turn under callgrind: the client's body copied field by field, its
-/// messages cloned) and only the client's bytes go out.
+/// ([`unchanged`]), or only `stream_options` for an OpenAI stream, the
+/// patched JSON is left unbuilt (~5k instructions per turn under
+/// callgrind: the client's body copied field by field, its messages
+/// cloned) and only the client's bytes go out (that field spliced in).
 pub fn prepare<'a>(
     target: Dialect,
     req: &'a ChatRequest,
@@ -241,21 +247,29 @@ pub fn prepare<'a>(
 ) -> Prepared<'a> {
     if prefill.is_none()
         && let Some(origin) = req.origin.as_deref()
-        && unchanged(origin, req, target, model)
     {
-        let mut changes = Vec::new();
-        let headers = forwarded(origin, target, &mut changes);
-        return Prepared {
-            raw: origin.raw.clone(),
-            headers,
-            changes,
-            body: Body::Unchanged {
-                target,
-                req,
-                model,
-                json: std::sync::OnceLock::new(),
-            },
+        let same = match unchanged(origin, req, target, model) {
+            Same::Body => Some((origin.raw.clone(), Vec::new())),
+            // Only when the field splices in: else the patch's JSON goes.
+            Same::BodyButUsage => {
+                with_usage(origin).map(|raw| (Some(raw), vec![USAGE_CHANGE.to_owned()]))
+            }
+            Same::No => None,
         };
+        if let Some((raw, mut changes)) = same {
+            let headers = forwarded(origin, target, &mut changes);
+            return Prepared {
+                raw,
+                headers,
+                changes,
+                body: Body::Unchanged {
+                    target,
+                    req,
+                    model,
+                    json: std::sync::OnceLock::new(),
+                },
+            };
+        }
     }
     let out = render_for(target, req, model, prefill);
     Prepared {
@@ -266,24 +280,48 @@ pub fn prepare<'a>(
     }
 }
 
+/// The change an OpenAI stream's patch names when it adds
+/// `stream_options.include_usage` (hale asks for usage on every stream).
+const USAGE_CHANGE: &str = "stream_options";
+
+/// The client's bytes with `stream_options.include_usage` spliced in, for
+/// a patch that named [`USAGE_CHANGE`] alone.
+fn with_usage(origin: &Origin) -> Option<Bytes> {
+    openai::with_usage(origin.raw.as_deref()?, &origin.body)
+}
+
+/// What [`unchanged`] found of the same-dialect patch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Same {
+    /// It would name no change: the body is the client's.
+    Body,
+    /// It would name only [`USAGE_CHANGE`] (an OpenAI stream that did not
+    /// ask for usage): the body is the client's with that field set.
+    BodyButUsage,
+    /// Not known here: [`render_for`] decides.
+    No,
+}
+
 /// Whether the same-dialect patch for `target` (no prefill) would name no
-/// change, so the body is the client's: each condition is one a patch
-/// checks before it names a change. Sufficient, not necessary: `false`
-/// only means [`render_for`] decides (for OpenAI and Anthropic clients'
-/// bodies; the other dialects always). The property test
-/// `a_prepared_request_is_the_rendered_one` holds it to the patches.
-fn unchanged(origin: &Origin, req: &ChatRequest, target: Dialect, model: &str) -> bool {
+/// change, so the body is the client's, or only [`USAGE_CHANGE`]: each
+/// condition is one a patch checks before it names a change. Sufficient,
+/// not necessary: [`Same::No`] only means [`render_for`] decides (for
+/// OpenAI and Anthropic clients' bodies; the other dialects always). The
+/// property test `a_prepared_request_is_the_rendered_one` holds it to the
+/// patches.
+fn unchanged(origin: &Origin, req: &ChatRequest, target: Dialect, model: &str) -> Same {
     let body = &origin.body;
     let yes = Some(&Value::Bool(true));
+    let mut usage = true;
     let wire = match target {
         Dialect::OpenAi => {
             origin.model == model
                 && if req.stream {
+                    usage = body
+                        .get("stream_options")
+                        .and_then(|o| o.get("include_usage"))
+                        == yes;
                     body.get("stream") == yes
-                        && body
-                            .get("stream_options")
-                            .and_then(|o| o.get("include_usage"))
-                            == yes
                 } else {
                     !origin.stream
                 }
@@ -299,13 +337,19 @@ fn unchanged(origin: &Origin, req: &ChatRequest, target: Dialect, model: &str) -
         // Gemini client's body to it yet); no client speaks Converse.
         Dialect::Responses | Dialect::Gemini | Dialect::Bedrock => false,
     };
-    wire && origin.dialect == target
+    let same = wire
+        && origin.dialect == target
         && origin.notes.is_empty()
         && req.system == origin.system
         && req.max_tokens == origin.max_tokens
         && Knobs::of(req) == origin.knobs
         && req.messages == origin.parsed
-        && aligned_as_parsed(&origin.groups, origin.parsed.len())
+        && aligned_as_parsed(&origin.groups, origin.parsed.len());
+    match (same, usage) {
+        (true, true) => Same::Body,
+        (true, false) => Same::BodyButUsage,
+        (false, _) => Same::No,
+    }
 }
 
 /// Whether [`align`] finds nothing changed in `n` messages that are the

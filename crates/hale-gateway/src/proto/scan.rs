@@ -351,6 +351,28 @@ impl<'a> Scan<'a> {
     }
 }
 
+/// Where the value of the member `key` of the object `doc` (the whole
+/// document) lies: `Some(None)` when the object has no such key, `None`
+/// as [`Scan`] answers it (a key holding an escape, nesting past
+/// [`MAX_DEPTH`], anything but one object). The first such member when a
+/// key repeats: callers give documents without repeated keys.
+pub(crate) fn member(doc: &str, key: &str) -> Option<Option<std::ops::Range<usize>>> {
+    let mut scan = Scan::new(doc);
+    let mut found = None;
+    scan.object(|s, k| {
+        // The value's first byte, past the whitespace after `:`.
+        s.peek()?;
+        let at = s.i;
+        s.skip()?;
+        if k == key && found.is_none() {
+            found = Some(at..s.i);
+        }
+        Some(())
+    })?;
+    scan.end()?;
+    Some(found)
+}
+
 /// Marks `bit` of `seen`: `None` when it was marked already (serde's
 /// derived read refuses a duplicate field).
 pub(crate) fn once(seen: &mut u8, bit: u8) -> Option<()> {

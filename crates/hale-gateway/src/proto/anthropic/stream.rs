@@ -62,7 +62,9 @@ struct TextDelta<'a> {
 /// `type` is absent or `null`), the SSE event is not `error`, it has no
 /// `error` field, and its `index` and `delta` are there with a `text_delta`
 /// holding `text` or an `input_json_delta` holding `partial_json` for a
-/// known tool_use block ([`StreamDecoder::decode_plain`]). Anything else — a
+/// known tool_use block ([`StreamDecoder::decode_plain`]); or, under the
+/// same conditions on `type` and `error`, a `content_block_stop` or a
+/// `message_stop` (no content to read). Anything else — a
 /// field of another type, a duplicate field, an array where an object
 /// belongs, another event or delta type — goes through the `Value` path,
 /// which says what is wrong. The difference: fields hale does not read are
@@ -184,11 +186,20 @@ pub struct StreamDecoder {
     text_layout: Option<(Option<String>, TextLayout)>,
 }
 
+/// The type of `e`, under the SSE event name `event`: its `type`, or the
+/// event name when `type` is absent or `null` (as the `Value` path reads it).
+fn event_type<'e>(e: &'e PlainBlockDelta, event: Option<&'e str>) -> Option<&'e str> {
+    e.kind.as_ref().map(|Str(t)| t.as_ref()).or(event)
+}
+
 /// The text of `e`, an event [`StreamDecoder::decode_plain`] took (a
 /// `content_block_delta` with an index, no error), if it is a `text_delta`
 /// holding no escape: the event a stream sends per token, which decodes to
 /// that text alone whatever the decoder's state ([`TextLayout`]).
-fn text_only<'e>(e: &'e PlainBlockDelta) -> Option<&'e str> {
+fn text_only<'e>(e: &'e PlainBlockDelta, event: Option<&str>) -> Option<&'e str> {
+    if event_type(e, event) != Some("content_block_delta") {
+        return None;
+    }
     let Obj(d) = e.delta.as_ref()?;
     if d.kind.as_ref().map(|Str(k)| k.as_ref()) != Some("text_delta") {
         return None;
@@ -234,7 +245,7 @@ impl StreamDecoder {
                 .map(|Obj(e)| e),
         };
         if let Some(e) = plain {
-            let layout = text_only(&e).and_then(|t| TextLayout::of(data, t));
+            let layout = text_only(&e, event).and_then(|t| TextLayout::of(data, t));
             if let Some(out) = self.decode_plain(event, e) {
                 if let Some(layout) = layout {
                     self.text_layout = Some((event.map(str::to_string), layout));
@@ -253,9 +264,14 @@ impl StreamDecoder {
         if event == Some("error") || e.error.is_some() {
             return None;
         }
-        let ty = e.kind.as_ref().map(|Str(t)| t.as_ref()).or(event);
-        if ty != Some("content_block_delta") {
-            return None;
+        match event_type(&e, event) {
+            Some("content_block_delta") => {}
+            // Events without content, read whole and no error: what the
+            // `Value` path gives them, whatever their other fields (~1.5k
+            // instructions each through the tree, every stream).
+            Some("content_block_stop") => return Some(Vec::new()),
+            Some("message_stop") => return Some(vec![StreamEvent::Done]),
+            _ => return None,
         }
         let index = e.index?;
         let Obj(d) = e.delta?;
@@ -934,6 +950,8 @@ mod tests {
                 (2, "null"),
                 (1, "\"content_block_start\""),
                 (1, "\"message_delta\""),
+                (1, "\"content_block_stop\""),
+                (1, "\"message_stop\""),
                 (1, "\"error\""),
                 (1, "\"\""),
                 (1, "5"),
@@ -1064,6 +1082,17 @@ mod tests {
             r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{}","text":""#,
             r#""}}"#,
         ),
+        // Events without content that carry a text delta: no layout.
+        (
+            Some("content_block_delta"),
+            r#"{"type":"message_stop","index":0,"delta":{"type":"text_delta","text":""#,
+            r#""}}"#,
+        ),
+        (
+            Some("content_block_stop"),
+            r#"{"index":0,"delta":{"type":"text_delta","text":""#,
+            r#""}}"#,
+        ),
     ];
 
     /// A `content_block_start` of a tool_use block (else of a text or a
@@ -1098,6 +1127,7 @@ mod tests {
                 (2, r#"{"type":"message_start","message":{"id":"msg_1","model":"claude","usage":{"input_tokens":3,"output_tokens":1}}}"#),
                 (1, r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":5}}"#),
                 (1, r#"{"type":"message_stop"}"#),
+                (1, r#"{"type":"content_block_stop","index":0}"#),
                 (1, r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#),
                 (1, r#"{"type":"ping"}"#),
                 (1, ""),
@@ -1113,6 +1143,8 @@ mod tests {
             6 => Just(Some("content_block_delta".to_string())),
             1 => Just(Some("content_block_start".to_string())),
             1 => Just(Some("message_delta".to_string())),
+            1 => Just(Some("content_block_stop".to_string())),
+            1 => Just(Some("message_stop".to_string())),
             1 => Just(Some("error".to_string())),
             1 => Just(Some("ping".to_string())),
         ]
