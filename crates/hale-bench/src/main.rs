@@ -233,6 +233,19 @@ impl CpuPerTurn {
     }
 }
 
+/// Turns started and group commits made, summed over hale's instances
+/// (`/metrics`); `None` when an instance does not answer.
+async fn journal_counts(addrs: &[std::net::SocketAddr]) -> Option<(f64, f64)> {
+    let mut sum = (0.0, 0.0);
+    for &a in addrs {
+        let v = procs::metric_values(a, &["hale_turns_started_total", "hale_store_commits_total"])
+            .await?;
+        sum.0 += v[0];
+        sum.1 += v[1];
+    }
+    Some(sum)
+}
+
 /// `pid`'s CPU time at the start and at the end of a load run's measured
 /// window (`warmup` after now, lasting `duration`), as load::run times it.
 async fn sample_cpu_window(
@@ -322,6 +335,11 @@ struct Row {
     /// hale's CPU per turn in this row's measured window.
     #[serde(skip_serializing_if = "Option::is_none")]
     hale_cpu: Option<CpuPerTurn>,
+    /// Turns per group commit of hale's journal over this row's hale run
+    /// (warm-up included), summed over the instances: what the journal's
+    /// cost per turn depends on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hale_turns_per_commit: Option<f64>,
     /// hale's VmRSS during the run, every `--rss-every`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     hale_rss_samples: Vec<RssSample>,
@@ -594,7 +612,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .rss_every
                 .map(|every| tokio::spawn(sample_rss(hale_pid, every, stop.clone())));
             let cpu = tokio::spawn(sample_cpu_window(hale_pid, spec.warmup, spec.duration));
+            let journal_before = journal_counts(&hale_ep.addrs).await;
             let h = load::run(&hale_ep, &spec).await?;
+            let hale_turns_per_commit = journal_before
+                .zip(journal_counts(&hale_ep.addrs).await)
+                .and_then(|((t0, c0), (t1, c1))| (c1 > c0).then(|| (t1 - t0) / (c1 - c0)));
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             let hale_cpu = cpu
                 .await
@@ -619,7 +641,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
             eprintln!(
-                "{mode:>8} c={c:<3} hale:   {:>8.0} rps p50 {:>7.1} µs p99 {:>7.1} µs, VmRSS/VmHWM {:?} KiB (anon/file {:?}), {} agents, cpu µs/turn (all / journal-sqlite / sqlx-sqlite-worker / tokio) {}",
+                "{mode:>8} c={c:<3} hale:   {:>8.0} rps p50 {:>7.1} µs p99 {:>7.1} µs, VmRSS/VmHWM {:?} KiB (anon/file {:?}), {} agents, cpu µs/turn (all / journal-sqlite / sqlx-sqlite-worker / tokio) {}, turns per commit {}",
                 h.rps,
                 h.p50_us,
                 h.p99_us,
@@ -629,6 +651,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 hale_cpu
                     .as_ref()
                     .map_or_else(|| "–".to_owned(), CpuPerTurn::cell),
+                hale_turns_per_commit.map_or_else(|| "–".to_owned(), |t| format!("{t:.1}")),
             );
             rows.push(Row {
                 mode,
@@ -645,6 +668,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 hale_rss_kib: mem.map(|m| m.0),
                 hale_peak_rss_kib: mem.map(|m| m.1),
                 hale_cpu,
+                hale_turns_per_commit,
                 hale_rss_samples,
                 peers: peer_runs,
                 direct,
@@ -827,6 +851,7 @@ mod tests {
                 4000,
                 Duration::from_secs(5),
             ),
+            hale_turns_per_commit: Some(20.0),
             hale_rss_samples: Vec::new(),
             peers: vec![PeerRun {
                 name: "litellm".into(),

@@ -350,6 +350,32 @@ async fn wait_ready_for(p: &mut Proc, path: &str, timeout: Duration) -> anyhow::
     }
 }
 
+/// The values of `names` (whole metric names, e.g. `hale_turns_started_total`)
+/// in `GET /metrics` of `addr`, in the order asked; `None` when the scrape
+/// fails or a name is missing.
+pub async fn metric_values(addr: SocketAddr, names: &[&str]) -> Option<Vec<f64>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let req = format!("GET /metrics HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.ok()?;
+    read_metrics(&text, names)
+}
+
+/// [`metric_values`] of an exposition's text.
+fn read_metrics(text: &str, names: &[&str]) -> Option<Vec<f64>> {
+    names
+        .iter()
+        .map(|name| {
+            text.lines().find_map(|l| {
+                let v = l.strip_prefix(name)?.strip_prefix(' ')?;
+                v.trim().parse().ok()
+            })
+        })
+        .collect()
+}
+
 /// Whether `GET path` answers 200.
 async fn get_ok(addr: SocketAddr, path: &str) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -387,6 +413,20 @@ mod tests {
             .map(thread_group),
             [0, 1, 2, 2, 3]
         );
+    }
+
+    #[test]
+    fn metrics_are_read_in_the_order_asked_and_a_missing_one_is_none() {
+        let text = "# TYPE hale_turns_started counter\nhale_turns_started_total 120\n\
+                    hale_store_commits_total_x 9\nhale_store_commits_total 6\n# EOF\n";
+        assert_eq!(
+            read_metrics(
+                text,
+                &["hale_store_commits_total", "hale_turns_started_total"]
+            ),
+            Some(vec![6.0, 120.0])
+        );
+        assert_eq!(read_metrics(text, &["hale_missing_total"]), None);
     }
 
     #[test]

@@ -119,24 +119,29 @@ fn is_separator(c: char) -> bool {
     matches!(c, '-' | '_' | ':' | '@' | '/')
 }
 
-/// The longest key of `keys` that equals `model` or is a prefix of it ending at a separator.
-fn best_match<'k, I>(model: &str, keys: I) -> Option<&'k str>
+/// The item of `items` with the longest key (`key`) that equals `model` or
+/// is a prefix of it ending at a separator; failing that, the same for the
+/// part of `model` after its last `/`. The item itself, so a caller does not
+/// look its key up again.
+fn best_match<T, I>(model: &str, items: I, key: impl Fn(&T) -> &str) -> Option<T>
 where
-    I: IntoIterator<Item = &'k str> + Clone,
+    I: IntoIterator<Item = T> + Clone,
+    T: Copy,
 {
-    let try_one = |name: &str| -> Option<&'k str> {
-        let mut best: Option<&'k str> = None;
-        for k in keys.clone() {
+    let try_one = |name: &str| -> Option<T> {
+        let mut best: Option<(T, usize)> = None;
+        for item in items.clone() {
+            let k = key(&item);
             let klen = k.len();
             let matches = name.len() >= klen
                 && name.is_char_boundary(klen)
                 && name[..klen].eq_ignore_ascii_case(k)
                 && name[klen..].chars().next().is_none_or(is_separator);
-            if matches && best.is_none_or(|b| b.len() < klen) {
-                best = Some(k);
+            if matches && best.is_none_or(|(_, b)| b < klen) {
+                best = Some((item, klen));
             }
         }
-        best
+        best.map(|(item, _)| item)
     };
     let name = model.trim();
     try_one(name).or_else(|| {
@@ -147,8 +152,7 @@ where
 
 /// The table row for `model`, by exact id or longest prefix.
 pub fn lookup(model: &str) -> Option<&'static ModelInfo> {
-    let id = best_match(model, MODELS.iter().map(|m| m.id))?;
-    MODELS.iter().find(|m| m.id == id)
+    best_match(model, MODELS.iter(), |m| m.id)
 }
 
 enum Resolved<'a, V> {
@@ -159,8 +163,7 @@ enum Resolved<'a, V> {
 
 /// The most specific match among the overrides and the table; on a tie the override wins.
 fn resolve<'a, V>(model: &str, overrides: &'a BTreeMap<String, V>) -> Resolved<'a, V> {
-    let over = best_match(model, overrides.keys().map(String::as_str))
-        .and_then(|k| overrides.get_key_value(k));
+    let over = best_match(model, overrides.iter(), |(k, _)| k.as_str());
     let table = lookup(model);
     match (over, table) {
         (Some((k, v)), Some(m)) if k.len() >= m.id.len() => Resolved::Override(v),

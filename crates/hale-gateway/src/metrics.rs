@@ -208,6 +208,11 @@ pub struct Metrics {
     /// Writes submitted to the store and not yet committed (the journal's
     /// backlog, held in memory).
     pub store_queued_writes: Gauge,
+    /// The journal's group commits (transactions) since start: with
+    /// `hale_turns_started_total`, how many turns a commit holds — what
+    /// the journal's cost per turn depends on (set from the store at a
+    /// scrape, [`Metrics::set_store_commits`]).
+    pub store_commits: Counter,
     /// Turns that waited for the journal's backlog to shrink, those that
     /// went on after the longest wait, and those that did not wait because
     /// the writer was stuck (`hale_core::memory::journal_wait`).
@@ -352,6 +357,12 @@ impl Metrics {
             "store_queued_writes",
             "Writes submitted to the store and not yet committed",
             store_queued_writes.clone(),
+        );
+        let store_commits = Counter::default();
+        registry.register(
+            "store_commits",
+            "Group commits (transactions) of the journal's writer since start",
+            store_commits.clone(),
         );
         let journal_waits = Counter::default();
         registry.register(
@@ -503,6 +514,7 @@ impl Metrics {
             deployment_success_ratio,
             outbox_depth,
             store_queued_writes,
+            store_commits,
             journal_waits,
             journal_wait_timeouts,
             journal_writer_stuck,
@@ -648,6 +660,15 @@ impl Metrics {
 
     pub fn stream_resumed(&self, resumes: u32) {
         self.stream_resumes.inc_by(resumes as u64);
+    }
+
+    /// Brings `hale_store_commits_total` up to the store's count of group
+    /// commits. A counter only rises: two scrapes racing set it to the
+    /// larger of their readings.
+    pub fn set_store_commits(&self, commits: u64) {
+        self.store_commits
+            .inner()
+            .fetch_max(commits, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition.

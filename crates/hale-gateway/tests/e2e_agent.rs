@@ -789,6 +789,39 @@ async fn a_task_kept_by_the_bound_when_its_agent_left_goes_at_a_later_sweep() {
     h.stop().await;
 }
 
+/// Issue 30: `/metrics` tells how many group commits the journal made, so
+/// an operator can read turns per commit. Each of these turns waits for its
+/// own commit (durable, the default), so the count rises by at least one a
+/// turn, and it is the store's own count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_the_journals_group_commits() {
+    let c = chaos().await;
+    let h = Hale::start(config(vec![openai("primary", &c, "fine")])).await;
+    let commits = |text: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix("hale_store_commits_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("hale_store_commits_total in {text}"))
+    };
+    h.store.flush().await.expect("flush");
+    let (_, before) = h.get_text("/metrics").await;
+    let before = commits(&before);
+    for _ in 0..3 {
+        h.openai(ROUTE)
+            .agent("committer")
+            .send()
+            .await
+            .assert_complete(&full());
+    }
+    h.store.flush().await.expect("flush");
+    let (_, text) = h.get_text("/metrics").await;
+    let after = commits(&text);
+    assert!(after >= before + 3, "{before} -> {after}");
+    // The store's own count (background writes may commit after the scrape).
+    assert!(after <= h.store.commits(), "{after} > {}", h.store.commits());
+    h.stop().await;
+}
+
 /// Issue 13: the journal's backlog is bounded by slowing turns to the
 /// writer's pace, but a journal that cannot write (its database locked by
 /// another process) never stops turns: once the writer has been stuck for

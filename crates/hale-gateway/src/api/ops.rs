@@ -73,6 +73,7 @@ pub(super) async fn metrics(
     gw.metrics
         .store_queued_writes
         .set(i64::try_from(gw.store.queued()).unwrap_or(i64::MAX));
+    gw.metrics.set_store_commits(gw.store.commits());
     gw.metrics
         .agents_held
         .set(gauge(gw.agents.lock().expect("agents lock").len()));
