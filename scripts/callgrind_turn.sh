@@ -96,6 +96,12 @@ requests() { # URL COUNT TAG
     curl -sf -K "$OUT/$3.curl"
 }
 
+journal_counts() { # PORT -> "turns commits" of hale's /metrics, or nothing
+    curl -sf "http://127.0.0.1:$1/metrics" 2>/dev/null |
+        awk '$1 == "hale_turns_started_total" {t = $2} $1 == "hale_store_commits_total" {c = $2}
+             END {if (t != "" && c != "") print t, c}'
+}
+
 measure() { # NAME PORT CMD...
     local name=$1 p=$2
     shift 2
@@ -104,9 +110,15 @@ measure() { # NAME PORT CMD...
     PIDS+=($pid)
     wait_ok "http://127.0.0.1:$p/ready" 300
     requests "http://127.0.0.1:$p$API" "$WARM" "$name-warm"
+    local before
+    before=$(journal_counts "$p" || true)
     callgrind_control -z "$pid" >/dev/null
     requests "http://127.0.0.1:$p$API" "$N" "$name-run"
     sleep 1 # the journal's group commit of the last turns
+    # hale only (the bare proxy has no /metrics): how many turns a group
+    # commit held, which the journal's share of a turn depends on.
+    [ -n "$before" ] && echo "$before $(journal_counts "$p")" |
+        awk '$4 > $2 {printf "%s: %.2f turns per group commit\n", "'"$name"'", ($3 - $1) / ($4 - $2)}'
     callgrind_control -d "$pid" >/dev/null
     kill "$pid"
     wait "$pid" 2>/dev/null || true
