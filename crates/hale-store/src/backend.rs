@@ -258,37 +258,46 @@ const TASK_SPEND_RETURNING: &str = concat!(
     " RETURNING tokens, cost_usd, events, tool_calls"
 );
 
-/// SQLite: one count as three statements, the same upserts as PostgreSQL's
-/// and a read-back of the totals after them, with anonymous `?`
-/// placeholders bound in the order they appear ([`bind_count!`]).
+/// SQLite: one count as statements: the same upserts as PostgreSQL's and a
+/// read-back of the totals after them, with anonymous `?` placeholders
+/// bound in the order they appear ([`bind_count!`]).
 ///
 /// - The agent's upsert (`hale_core::counts::Counters::apply`; the flag
 ///   after `CASE WHEN`: set the failures in a row, else add to them).
-/// - The task's upsert, which writes nothing when the count has no task
-///   (`WHERE ? IS NOT NULL`, the task bound again), so every count is the
-///   same text and a batch's counts go in one query ([`count_sqlite_sql`]).
-/// - One `SELECT` of the agent's totals and, `t_`-prefixed
-///   ([`crate::rows::TaskCols`]; `NULL` without a task), the task's.
+/// - With a task ([`COUNT_TASK_SQLITE`]), the task's upsert, and one
+///   `SELECT` of the agent's totals and, `t_`-prefixed
+///   ([`crate::rows::TaskCols`]), the task's; without one, a `SELECT` of
+///   the agent's totals.
 ///
 /// Not `RETURNING`: SQLite gathers its rows in an ephemeral table first, a
 /// temporary b-tree opened and closed per statement, ~9k instructions each
 /// under callgrind; the read-back costs less (a c=1 turn: −24k in SQLite,
-/// +9k in sqlx, BENCHMARKS.md).
-const COUNT_SQLITE: &str = "INSERT INTO agents (id, paused, consecutive_failures, turns, \
-     failed_turns, tokens_in, tokens_out, cost_usd, last_failure_ms, last_seen_ms, state) \
-     VALUES (?, FALSE, ?, ?, ?, ?, ?, ?, ?, ?, 'null') ON CONFLICT (id) DO UPDATE SET \
-     consecutive_failures = CASE WHEN ? THEN excluded.consecutive_failures \
-     ELSE agents.consecutive_failures + excluded.consecutive_failures END, \
-     turns = agents.turns + excluded.turns, \
-     failed_turns = agents.failed_turns + excluded.failed_turns, \
-     tokens_in = agents.tokens_in + excluded.tokens_in, \
-     tokens_out = agents.tokens_out + excluded.tokens_out, \
-     cost_usd = agents.cost_usd + excluded.cost_usd, \
-     last_failure_ms = COALESCE(excluded.last_failure_ms, agents.last_failure_ms), \
-     last_seen_ms = CASE WHEN excluded.turns > 0 THEN excluded.last_seen_ms \
-     ELSE agents.last_seen_ms END; \
-     INSERT INTO task_spend (agent, task, tokens, cost_usd, events, tool_calls, updated_ms) \
-     SELECT ?, ?, ?, ?, ?, ?, ? WHERE ? IS NOT NULL ON CONFLICT (agent, task) DO UPDATE SET \
+/// +9k in sqlx, BENCHMARKS.md). And not one text for both kinds of count
+/// (the task's upsert as `INSERT … SELECT … WHERE ? IS NOT NULL`): SQLite
+/// takes an `INSERT … SELECT` for a multi-row write and keeps a statement
+/// journal for it, +9k instructions a turn at c=1 under callgrind.
+macro_rules! agent_count_sqlite {
+    () => {
+        "INSERT INTO agents (id, paused, consecutive_failures, turns, \
+         failed_turns, tokens_in, tokens_out, cost_usd, last_failure_ms, last_seen_ms, state) \
+         VALUES (?, FALSE, ?, ?, ?, ?, ?, ?, ?, ?, 'null') ON CONFLICT (id) DO UPDATE SET \
+         consecutive_failures = CASE WHEN ? THEN excluded.consecutive_failures \
+         ELSE agents.consecutive_failures + excluded.consecutive_failures END, \
+         turns = agents.turns + excluded.turns, \
+         failed_turns = agents.failed_turns + excluded.failed_turns, \
+         tokens_in = agents.tokens_in + excluded.tokens_in, \
+         tokens_out = agents.tokens_out + excluded.tokens_out, \
+         cost_usd = agents.cost_usd + excluded.cost_usd, \
+         last_failure_ms = COALESCE(excluded.last_failure_ms, agents.last_failure_ms), \
+         last_seen_ms = CASE WHEN excluded.turns > 0 THEN excluded.last_seen_ms \
+         ELSE agents.last_seen_ms END; "
+    };
+}
+/// A count with a task: 3 statements, 19 binds.
+const COUNT_TASK_SQLITE: &str = concat!(
+    agent_count_sqlite!(),
+    "INSERT INTO task_spend (agent, task, tokens, cost_usd, events, tool_calls, updated_ms) \
+     VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (agent, task) DO UPDATE SET \
      tokens = task_spend.tokens + excluded.tokens, \
      cost_usd = task_spend.cost_usd + excluded.cost_usd, \
      events = task_spend.events + excluded.events, \
@@ -298,25 +307,39 @@ const COUNT_SQLITE: &str = "INSERT INTO agents (id, paused, consecutive_failures
      a.failed_turns AS failed_turns, a.tokens_in AS tokens_in, a.tokens_out AS tokens_out, \
      a.cost_usd AS cost_usd, t.tokens AS t_tokens, t.cost_usd AS t_cost_usd, \
      t.events AS t_events, t.tool_calls AS t_tool_calls FROM agents a \
-     LEFT JOIN task_spend t ON t.agent = a.id AND t.task = ? WHERE a.id = ?;";
+     JOIN task_spend t ON t.agent = a.id AND t.task = ? WHERE a.id = ?;"
+);
+/// A count without a task: 2 statements, 11 binds.
+const COUNT_AGENT_SQLITE: &str = concat!(
+    agent_count_sqlite!(),
+    "SELECT consecutive_failures, turns, failed_turns, tokens_in, tokens_out, cost_usd \
+     FROM agents WHERE id = ?;"
+);
 
-/// Most counts in one SQLite query ([`count_sqlite_sql`]): 3 statements
-/// and 20 binds each, prepared once per size and kept in the writer's
-/// statement cache (16 counts: 48 prepared statements).
+/// Most counts in one SQLite query ([`count_sqlite_sql`]), prepared once
+/// per size and kind and kept in the writer's statement cache (16 counts
+/// with a task: 48 prepared statements).
 const COUNT_CHUNK: usize = 16;
 
 /// `counts` (a power of two up to [`COUNT_CHUNK`]) copies of
-/// [`COUNT_SQLITE`], built once per size: sqlx-sqlite runs a query of
-/// several statements as ONE command to its connection's thread, which
-/// steps them in order, each binding the next of the query's anonymous
-/// binds (sqlx-sqlite's `ExecuteIter`), and sends back every result. So a
-/// batch's counts cost one hand-off to that thread per query instead of
-/// three per count, and still run one after the other: each count's
-/// read-back sees exactly the counts before it, as one by one.
-fn count_sqlite_sql(counts: usize) -> &'static str {
+/// [`COUNT_TASK_SQLITE`] (`task`) or [`COUNT_AGENT_SQLITE`], built once per
+/// size: sqlx-sqlite runs a query of several statements as ONE command to
+/// its connection's thread, which steps them in order, each binding the
+/// next of the query's anonymous binds (sqlx-sqlite's `ExecuteIter`), and
+/// sends back every result. So a batch's counts cost one hand-off to that
+/// thread per query instead of two or three per count, and still run one
+/// after the other: each count's read-back sees exactly the counts before
+/// it, as one by one.
+fn count_sqlite_sql(counts: usize, task: bool) -> &'static str {
     const SIZES: usize = COUNT_CHUNK.ilog2() as usize + 1;
-    static ALL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let all = ALL.get_or_init(|| (0..SIZES).map(|p| COUNT_SQLITE.repeat(1 << p)).collect());
+    static TASK: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    static AGENT: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let (cell, one) = if task {
+        (&TASK, COUNT_TASK_SQLITE)
+    } else {
+        (&AGENT, COUNT_AGENT_SQLITE)
+    };
+    let all = cell.get_or_init(|| (0..SIZES).map(|p| one.repeat(1 << p)).collect());
     // `counts` is a power of two up to COUNT_CHUNK (count_chunks); anything
     // else would be a bug here, and gets the one-count text.
     let p = if counts.is_power_of_two() {
@@ -327,17 +350,26 @@ fn count_sqlite_sql(counts: usize) -> &'static str {
     all.get(p).or(all.first()).map_or("", String::as_str)
 }
 
-/// `counts` in order, cut into the queries that write them: at most
-/// [`COUNT_CHUNK`] each, a power of two each.
-fn count_chunks<T>(counts: &[T]) -> Vec<&[T]> {
+/// `counts` in order, cut into the queries that write them: each a run of
+/// counts of one kind (`has_task`), at most [`COUNT_CHUNK`] of them, a
+/// power of two.
+fn count_chunks<T>(counts: &[T], has_task: impl Fn(&T) -> bool) -> Vec<&[T]> {
     let mut out = Vec::new();
-    for run in counts.chunks(COUNT_CHUNK) {
-        pow2_pieces(run, &mut out);
+    let mut rest = counts;
+    while let Some(first) = rest.first() {
+        let kind = has_task(first);
+        let len = rest.iter().take_while(|c| has_task(c) == kind).count();
+        let (run, after) = rest.split_at(len);
+        for piece in run.chunks(COUNT_CHUNK) {
+            pow2_pieces(piece, &mut out);
+        }
+        rest = after;
     }
     out
 }
 
-/// Binds a count's values to `$q`, in [`COUNT_SQLITE`]'s order.
+/// Binds a count's values to `$q`, in [`count_sqlite_sql`]'s order for its
+/// kind.
 macro_rules! bind_count {
     ($q:expr, $c:expr) => {{
         let c: &CountRow = $c;
@@ -345,11 +377,8 @@ macro_rules! bind_count {
             StreakChange::Set(k) => (true, k),
             StreakChange::Add(k) => (false, k),
         };
-        let (task, events, tool_calls) = match &c.task {
-            Some((task, _, events, tool_calls)) => (Some(task.as_str()), *events, *tool_calls),
-            None => (None, 0, 0),
-        };
-        $q.bind(&c.agent)
+        let q = $q
+            .bind(&c.agent)
             .bind(i64::from(k))
             .bind(c.turns)
             .bind(c.failed)
@@ -358,17 +387,20 @@ macro_rules! bind_count {
             .bind(c.cost_usd)
             .bind(c.failure_ms)
             .bind(c.seen_ms.unwrap_or(c.now_ms))
-            .bind(set)
-            .bind(&c.agent)
-            .bind(task)
-            .bind(c.tokens_in.saturating_add(c.tokens_out))
-            .bind(c.cost_usd)
-            .bind(events)
-            .bind(tool_calls)
-            .bind(c.now_ms)
-            .bind(task)
-            .bind(task)
-            .bind(&c.agent)
+            .bind(set);
+        match &c.task {
+            Some((task, _, events, tool_calls)) => q
+                .bind(&c.agent)
+                .bind(task)
+                .bind(c.tokens_in.saturating_add(c.tokens_out))
+                .bind(c.cost_usd)
+                .bind(events)
+                .bind(tool_calls)
+                .bind(c.now_ms)
+                .bind(task)
+                .bind(&c.agent),
+            None => q.bind(&c.agent),
+        }
     }};
 }
 
@@ -507,7 +539,7 @@ macro_rules! gen_apply {
             jobs: &[&[Encoded]],
         ) -> Result<Applied, sqlx::Error> {
             /// SQLite: writes the counts `held` (then empty), in order, in
-            /// queries of [`COUNT_SQLITE`] ([`count_chunks`]), and adds
+            /// queries of [`count_sqlite_sql`] ([`count_chunks`]), and adds
             /// their totals to `counted`. The agent's and task's tables
             /// are written by counts, whole agent records and forgotten
             /// tasks alone, so holding counts back until the next of the
@@ -519,8 +551,9 @@ macro_rules! gen_apply {
                 counted: &mut Vec<crate::model::Counted>,
             ) -> Result<(), sqlx::Error> {
                 let decode = |e: StoreError| sqlx::Error::Decode(e.into());
-                for chunk in count_chunks(held) {
-                    let mut q = sqlx::query(count_sqlite_sql(chunk.len()));
+                for chunk in count_chunks(held, |c| c.task.is_some()) {
+                    let task = chunk.first().is_some_and(|c| c.task.is_some());
+                    let mut q = sqlx::query(count_sqlite_sql(chunk.len(), task));
                     for c in chunk {
                         q = bind_count!(q, c);
                     }
@@ -1122,25 +1155,35 @@ mod tests {
             }
         }
 
-        /// A batch's counts go in order, in queries of a power of two of
-        /// counts up to COUNT_CHUNK, each text that many counts of 20
-        /// anonymous binds and 3 statements.
+        /// A batch's counts go in order, in queries of one kind (with a
+        /// task or without) and a power of two of counts up to
+        /// COUNT_CHUNK, each text that many counts' statements and
+        /// anonymous binds.
         #[test]
-        fn count_chunks_keep_order_and_have_cached_sizes(n in 0usize..100) {
-            let counts: Vec<usize> = (0..n).collect();
-            let chunks = count_chunks(&counts);
-            let flat: Vec<usize> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+        fn count_chunks_keep_order_and_kind_and_have_cached_sizes(
+            kinds in proptest::collection::vec(proptest::bool::weighted(0.8), 0..100),
+        ) {
+            let counts: Vec<(usize, bool)> = kinds.iter().copied().enumerate().collect();
+            let chunks = count_chunks(&counts, |c| c.1);
+            let flat: Vec<(usize, bool)> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
             prop_assert_eq!(&flat, &counts);
             for c in &chunks {
                 prop_assert!(c.len().is_power_of_two() && c.len() <= COUNT_CHUNK);
-                let sql = count_sqlite_sql(c.len());
-                prop_assert_eq!(sql.matches('?').count(), c.len() * 20);
-                prop_assert_eq!(sql.matches(';').count(), c.len() * 3);
+                let task = c[0].1;
+                prop_assert!(c.iter().all(|x| x.1 == task));
+                let sql = count_sqlite_sql(c.len(), task);
+                let (binds, statements) = if task { (19, 3) } else { (11, 2) };
+                prop_assert_eq!(sql.matches('?').count(), c.len() * binds);
+                prop_assert_eq!(sql.matches(';').count(), c.len() * statements);
                 prop_assert!(!sql.contains('$'));
             }
-            let full = n / COUNT_CHUNK;
-            let rest = (n % COUNT_CHUNK).count_ones() as usize;
-            prop_assert_eq!(chunks.len(), full + rest);
+            // As few queries as the rule allows: each run of one kind
+            // costs its binary decomposition by COUNT_CHUNK.
+            let mut want = 0;
+            for run in kinds.chunk_by(|a, b| a == b) {
+                want += run.len() / COUNT_CHUNK + (run.len() % COUNT_CHUNK).count_ones() as usize;
+            }
+            prop_assert_eq!(chunks.len(), want);
         }
     }
 }
