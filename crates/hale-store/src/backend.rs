@@ -216,12 +216,8 @@ fn merge_counts<'a>(
     out
 }
 
-/// Counting SQL, in two forms: PostgreSQL takes the totals after an upsert
-/// with `RETURNING`; SQLite runs the upsert and then reads the row back in
-/// the same transaction (`*_TOTALS`), because its `RETURNING` gathers the
-/// rows in an ephemeral table first — a temporary b-tree opened and closed
-/// per statement, ~9k instructions each under callgrind; the read-back
-/// costs less (a c=1 turn: −24k in SQLite, +9k in sqlx, BENCHMARKS.md).
+/// Counting SQL for PostgreSQL: an upsert per table, the totals after it
+/// taken with `RETURNING`. SQLite counts with [`COUNT_SQLITE`] instead.
 macro_rules! agent_count_sql {
     () => {
         "INSERT INTO agents (id, paused, consecutive_failures, turns, \
@@ -253,28 +249,160 @@ macro_rules! task_spend_sql {
          updated_ms = excluded.updated_ms"
     };
 }
-const AGENT_COUNT: &str = agent_count_sql!();
 const AGENT_COUNT_RETURNING: &str = concat!(
     agent_count_sql!(),
     " RETURNING consecutive_failures, turns, failed_turns, tokens_in, tokens_out, cost_usd"
 );
-const AGENT_TOTALS: &str = "SELECT consecutive_failures, turns, failed_turns, tokens_in, \
-                            tokens_out, cost_usd FROM agents WHERE id = $1";
-const TASK_SPEND: &str = task_spend_sql!();
 const TASK_SPEND_RETURNING: &str = concat!(
     task_spend_sql!(),
     " RETURNING tokens, cost_usd, events, tool_calls"
 );
-/// SQLite's read-back after a count with a task: the agent's totals and,
-/// `t_`-prefixed ([`crate::rows::TaskCols`]), the task's, in one statement
-/// (one hand-off to the connection's thread instead of two).
-const COUNT_TOTALS: &str = "SELECT a.consecutive_failures AS consecutive_failures, \
-                            a.turns AS turns, a.failed_turns AS failed_turns, \
-                            a.tokens_in AS tokens_in, a.tokens_out AS tokens_out, \
-                            a.cost_usd AS cost_usd, t.tokens AS t_tokens, \
-                            t.cost_usd AS t_cost_usd, t.events AS t_events, \
-                            t.tool_calls AS t_tool_calls FROM agents a JOIN task_spend t \
-                            ON t.agent = a.id AND t.task = $2 WHERE a.id = $1";
+
+/// SQLite: one count as statements: the same upserts as PostgreSQL's and a
+/// read-back of the totals after them, with anonymous `?` placeholders
+/// bound in the order they appear ([`bind_count!`]).
+///
+/// - The agent's upsert (`hale_core::counts::Counters::apply`; the flag
+///   after `CASE WHEN`: set the failures in a row, else add to them).
+/// - With a task ([`COUNT_TASK_SQLITE`]), the task's upsert, and one
+///   `SELECT` of the agent's totals and, `t_`-prefixed
+///   ([`crate::rows::TaskCols`]), the task's; without one, a `SELECT` of
+///   the agent's totals.
+///
+/// Not `RETURNING`: SQLite gathers its rows in an ephemeral table first, a
+/// temporary b-tree opened and closed per statement, ~9k instructions each
+/// under callgrind; the read-back costs less (a c=1 turn: −24k in SQLite,
+/// +9k in sqlx, BENCHMARKS.md). And not one text for both kinds of count
+/// (the task's upsert as `INSERT … SELECT … WHERE ? IS NOT NULL`): SQLite
+/// takes an `INSERT … SELECT` for a multi-row write and keeps a statement
+/// journal for it, +9k instructions a turn at c=1 under callgrind.
+macro_rules! agent_count_sqlite {
+    () => {
+        "INSERT INTO agents (id, paused, consecutive_failures, turns, \
+         failed_turns, tokens_in, tokens_out, cost_usd, last_failure_ms, last_seen_ms, state) \
+         VALUES (?, FALSE, ?, ?, ?, ?, ?, ?, ?, ?, 'null') ON CONFLICT (id) DO UPDATE SET \
+         consecutive_failures = CASE WHEN ? THEN excluded.consecutive_failures \
+         ELSE agents.consecutive_failures + excluded.consecutive_failures END, \
+         turns = agents.turns + excluded.turns, \
+         failed_turns = agents.failed_turns + excluded.failed_turns, \
+         tokens_in = agents.tokens_in + excluded.tokens_in, \
+         tokens_out = agents.tokens_out + excluded.tokens_out, \
+         cost_usd = agents.cost_usd + excluded.cost_usd, \
+         last_failure_ms = COALESCE(excluded.last_failure_ms, agents.last_failure_ms), \
+         last_seen_ms = CASE WHEN excluded.turns > 0 THEN excluded.last_seen_ms \
+         ELSE agents.last_seen_ms END; "
+    };
+}
+/// A count with a task: 3 statements, 19 binds.
+const COUNT_TASK_SQLITE: &str = concat!(
+    agent_count_sqlite!(),
+    "INSERT INTO task_spend (agent, task, tokens, cost_usd, events, tool_calls, updated_ms) \
+     VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (agent, task) DO UPDATE SET \
+     tokens = task_spend.tokens + excluded.tokens, \
+     cost_usd = task_spend.cost_usd + excluded.cost_usd, \
+     events = task_spend.events + excluded.events, \
+     tool_calls = task_spend.tool_calls + excluded.tool_calls, \
+     updated_ms = excluded.updated_ms; \
+     SELECT a.consecutive_failures AS consecutive_failures, a.turns AS turns, \
+     a.failed_turns AS failed_turns, a.tokens_in AS tokens_in, a.tokens_out AS tokens_out, \
+     a.cost_usd AS cost_usd, t.tokens AS t_tokens, t.cost_usd AS t_cost_usd, \
+     t.events AS t_events, t.tool_calls AS t_tool_calls FROM agents a \
+     JOIN task_spend t ON t.agent = a.id AND t.task = ? WHERE a.id = ?;"
+);
+/// A count without a task: 2 statements, 11 binds.
+const COUNT_AGENT_SQLITE: &str = concat!(
+    agent_count_sqlite!(),
+    "SELECT consecutive_failures, turns, failed_turns, tokens_in, tokens_out, cost_usd \
+     FROM agents WHERE id = ?;"
+);
+
+/// Most counts in one SQLite query ([`count_sqlite_sql`]), prepared once
+/// per size and kind and kept in the writer's statement cache (16 counts
+/// with a task: 48 prepared statements).
+const COUNT_CHUNK: usize = 16;
+
+/// `counts` (a power of two up to [`COUNT_CHUNK`]) copies of
+/// [`COUNT_TASK_SQLITE`] (`task`) or [`COUNT_AGENT_SQLITE`], built once per
+/// size: sqlx-sqlite runs a query of several statements as ONE command to
+/// its connection's thread, which steps them in order, each binding the
+/// next of the query's anonymous binds (sqlx-sqlite's `ExecuteIter`), and
+/// sends back every result. So a batch's counts cost one hand-off to that
+/// thread per query instead of two or three per count, and still run one
+/// after the other: each count's read-back sees exactly the counts before
+/// it, as one by one.
+fn count_sqlite_sql(counts: usize, task: bool) -> &'static str {
+    const SIZES: usize = COUNT_CHUNK.ilog2() as usize + 1;
+    static TASK: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    static AGENT: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let (cell, one) = if task {
+        (&TASK, COUNT_TASK_SQLITE)
+    } else {
+        (&AGENT, COUNT_AGENT_SQLITE)
+    };
+    let all = cell.get_or_init(|| (0..SIZES).map(|p| one.repeat(1 << p)).collect());
+    // `counts` is a power of two up to COUNT_CHUNK (count_chunks); anything
+    // else would be a bug here, and gets the one-count text.
+    let p = if counts.is_power_of_two() {
+        counts.ilog2() as usize
+    } else {
+        0
+    };
+    all.get(p).or(all.first()).map_or("", String::as_str)
+}
+
+/// `counts` in order, cut into the queries that write them: each a run of
+/// counts of one kind (`has_task`), at most [`COUNT_CHUNK`] of them, a
+/// power of two.
+fn count_chunks<T>(counts: &[T], has_task: impl Fn(&T) -> bool) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let mut rest = counts;
+    while let Some(first) = rest.first() {
+        let kind = has_task(first);
+        let len = rest.iter().take_while(|c| has_task(c) == kind).count();
+        let (run, after) = rest.split_at(len);
+        for piece in run.chunks(COUNT_CHUNK) {
+            pow2_pieces(piece, &mut out);
+        }
+        rest = after;
+    }
+    out
+}
+
+/// Binds a count's values to `$q`, in [`count_sqlite_sql`]'s order for its
+/// kind.
+macro_rules! bind_count {
+    ($q:expr, $c:expr) => {{
+        let c: &CountRow = $c;
+        let (set, k) = match c.streak {
+            StreakChange::Set(k) => (true, k),
+            StreakChange::Add(k) => (false, k),
+        };
+        let q = $q
+            .bind(&c.agent)
+            .bind(i64::from(k))
+            .bind(c.turns)
+            .bind(c.failed)
+            .bind(c.tokens_in)
+            .bind(c.tokens_out)
+            .bind(c.cost_usd)
+            .bind(c.failure_ms)
+            .bind(c.seen_ms.unwrap_or(c.now_ms))
+            .bind(set);
+        match &c.task {
+            Some((task, _, events, tool_calls)) => q
+                .bind(&c.agent)
+                .bind(task)
+                .bind(c.tokens_in.saturating_add(c.tokens_out))
+                .bind(c.cost_usd)
+                .bind(events)
+                .bind(tool_calls)
+                .bind(c.now_ms)
+                .bind(task)
+                .bind(&c.agent),
+            None => q.bind(&c.agent),
+        }
+    }};
+}
 
 /// Most turn rows in one multi-row `INSERT` (18 binds each: far under both
 /// backends' parameter limits).
@@ -410,7 +538,60 @@ macro_rules! gen_apply {
             conn: &mut <$db as sqlx::Database>::Connection,
             jobs: &[&[Encoded]],
         ) -> Result<Applied, sqlx::Error> {
+            /// SQLite: writes the counts `held` (then empty), in order, in
+            /// queries of [`count_sqlite_sql`] ([`count_chunks`]), and adds
+            /// their totals to `counted`. The agent's and task's tables
+            /// are written by counts, whole agent records and forgotten
+            /// tasks alone, so holding counts back until the next of the
+            /// latter two (or the batch's end) leaves every row as the
+            /// writes in order would.
+            async fn write_counts(
+                conn: &mut <$db as sqlx::Database>::Connection,
+                held: &mut Vec<&CountRow>,
+                counted: &mut Vec<crate::model::Counted>,
+            ) -> Result<(), sqlx::Error> {
+                let decode = |e: StoreError| sqlx::Error::Decode(e.into());
+                for chunk in count_chunks(held, |c| c.task.is_some()) {
+                    let task = chunk.first().is_some_and(|c| c.task.is_some());
+                    let mut q = sqlx::query(count_sqlite_sql(chunk.len(), task));
+                    for c in chunk {
+                        q = bind_count!(q, c);
+                    }
+                    // One row per count: its read-back (the agent's row
+                    // exists after its upsert).
+                    let rows = q.fetch_all(&mut *conn).await?;
+                    if rows.len() != chunk.len() {
+                        return Err(sqlx::Error::RowNotFound);
+                    }
+                    for (c, row) in chunk.iter().zip(&rows) {
+                        let totals = crate::rows::decode_counters(&c.agent, row).map_err(decode)?;
+                        let task = match &c.task {
+                            None => None,
+                            Some((task, n, _, _)) => Some(
+                                crate::rows::decode_task_counted(
+                                    &c.agent,
+                                    task,
+                                    *n,
+                                    &crate::rows::TaskCols(row),
+                                )
+                                .map_err(decode)?,
+                            ),
+                        };
+                        counted.push(crate::model::Counted {
+                            agent: c.agent.clone(),
+                            n: c.n,
+                            totals,
+                            task,
+                        });
+                    }
+                }
+                held.clear();
+                Ok(())
+            }
             let mut counted = Vec::new();
+            // SQLite: counts not yet written (write_counts); always empty
+            // on PostgreSQL.
+            let mut held: Vec<&CountRow> = Vec::new();
             let rows = || jobs.iter().flat_map(|j| j.iter());
             let events: Vec<&EventRow> = rows()
                 .filter_map(|r| if let Encoded::Event(e) = r { Some(e) } else { None })
@@ -498,6 +679,9 @@ macro_rules! gen_apply {
                         bind_turn!(q, t).execute(&mut *conn).await?;
                     }
                     Encoded::Agent(a) => {
+                        // The counts held so far go first (their order
+                        // with the agent's other writes is kept).
+                        write_counts(&mut *conn, &mut held, &mut counted).await?;
                         // The counters only when the row is new: afterwards
                         // they change through counts alone (Write::Count).
                         sqlx::query(
@@ -527,12 +711,19 @@ macro_rules! gen_apply {
                         .await?;
                     }
                     Encoded::ForgetTask(agent, task) => {
+                        write_counts(&mut *conn, &mut held, &mut counted).await?;
                         sqlx::query("DELETE FROM task_spend WHERE agent = $1 AND task = $2")
                             .bind(agent)
                             .bind(task)
                             .execute(&mut *conn)
                             .await?;
                     }
+                    // SQLite: held, and written with the counts around
+                    // it in one query (write_counts).
+                    Encoded::Count(c) if !$pg => held.push(match merged.get(&i) {
+                        Some(Some(run)) => run,
+                        Some(None) | None => c,
+                    }),
                     Encoded::Count(c) => {
                         let c = match merged.get(&i) {
                             Some(Some(run)) => run,
@@ -540,94 +731,45 @@ macro_rules! gen_apply {
                         };
                         // hale_core::counts::Counters::apply, in SQL, for
                         // a count or a merged run (StreakChange: $9 set
-                        // to $2, else add $2).
+                        // to $2, else add $2); the totals by RETURNING.
                         let (set, k) = match c.streak {
                             StreakChange::Set(k) => (true, k),
                             StreakChange::Add(k) => (false, k),
                         };
-                        let count = sqlx::query(if $pg {
-                            AGENT_COUNT_RETURNING
-                        } else {
-                            AGENT_COUNT
-                        })
-                        .bind(&c.agent)
-                        .bind(i64::from(k))
-                        .bind(c.turns)
-                        .bind(c.failed)
-                        .bind(c.tokens_in)
-                        .bind(c.tokens_out)
-                        .bind(c.cost_usd)
-                        .bind(c.failure_ms)
-                        .bind(set)
-                        .bind(c.seen_ms.unwrap_or(c.now_ms));
-                        // PostgreSQL reads the totals back by RETURNING;
-                        // SQLite by one SELECT after the upserts, which with
-                        // a task reads the agent's and the task's
-                        // (COUNT_TOTALS: the task's upsert leaves `agents`
-                        // as it was).
-                        let agent_row = if $pg {
-                            Some(count.fetch_one(&mut *conn).await?)
-                        } else {
-                            count.execute(&mut *conn).await?;
-                            None
-                        };
-                        let task_row = match &c.task {
-                            None => None,
-                            Some((task, _, events, tool_calls)) => {
-                                let spend = sqlx::query(if $pg {
-                                    TASK_SPEND_RETURNING
-                                } else {
-                                    TASK_SPEND
-                                })
-                                .bind(&c.agent)
-                                .bind(task)
-                                .bind(c.tokens_in.saturating_add(c.tokens_out))
-                                .bind(c.cost_usd)
-                                .bind(events)
-                                .bind(tool_calls)
-                                .bind(c.now_ms);
-                                Some(if $pg {
-                                    spend.fetch_one(&mut *conn).await?
-                                } else {
-                                    spend.execute(&mut *conn).await?;
-                                    sqlx::query(COUNT_TOTALS)
-                                        .bind(&c.agent)
-                                        .bind(task)
-                                        .fetch_one(&mut *conn)
-                                        .await?
-                                })
-                            }
-                        };
-                        let fetched;
-                        let agent_row = match (&agent_row, &task_row) {
-                            (Some(row), _) => row,
-                            (None, Some(both)) if !$pg => both,
-                            (None, _) => {
-                                fetched = sqlx::query(AGENT_TOTALS)
-                                    .bind(&c.agent)
-                                    .fetch_one(&mut *conn)
-                                    .await?;
-                                &fetched
-                            }
-                        };
+                        let agent_row = sqlx::query(AGENT_COUNT_RETURNING)
+                            .bind(&c.agent)
+                            .bind(i64::from(k))
+                            .bind(c.turns)
+                            .bind(c.failed)
+                            .bind(c.tokens_in)
+                            .bind(c.tokens_out)
+                            .bind(c.cost_usd)
+                            .bind(c.failure_ms)
+                            .bind(set)
+                            .bind(c.seen_ms.unwrap_or(c.now_ms))
+                            .fetch_one(&mut *conn)
+                            .await?;
                         let decode = |e: StoreError| sqlx::Error::Decode(e.into());
                         let totals =
-                            crate::rows::decode_counters(&c.agent, agent_row).map_err(decode)?;
-                        let task = match (&c.task, &task_row) {
-                            (Some((task, n, _, _)), Some(row)) => Some(
-                                if $pg {
-                                    crate::rows::decode_task_counted(&c.agent, task, *n, row)
-                                } else {
-                                    crate::rows::decode_task_counted(
-                                        &c.agent,
-                                        task,
-                                        *n,
-                                        &crate::rows::TaskCols(row),
-                                    )
-                                }
-                                .map_err(decode)?,
-                            ),
-                            (Some(_), None) | (None, _) => None,
+                            crate::rows::decode_counters(&c.agent, &agent_row).map_err(decode)?;
+                        let task = match &c.task {
+                            None => None,
+                            Some((task, n, events, tool_calls)) => {
+                                let row = sqlx::query(TASK_SPEND_RETURNING)
+                                    .bind(&c.agent)
+                                    .bind(task)
+                                    .bind(c.tokens_in.saturating_add(c.tokens_out))
+                                    .bind(c.cost_usd)
+                                    .bind(events)
+                                    .bind(tool_calls)
+                                    .bind(c.now_ms)
+                                    .fetch_one(&mut *conn)
+                                    .await?;
+                                Some(
+                                    crate::rows::decode_task_counted(&c.agent, task, *n, &row)
+                                        .map_err(decode)?,
+                                )
+                            }
                         };
                         counted.push(crate::model::Counted {
                             agent: c.agent.clone(),
@@ -732,6 +874,7 @@ macro_rules! gen_apply {
                     }
                 }
             }
+            write_counts(&mut *conn, &mut held, &mut counted).await?;
             let mut max_seq = None;
             // A multi-row INSERT must not name one id twice (PostgreSQL
             // refuses a row affected twice); a repeat in the same chunk goes
@@ -882,7 +1025,12 @@ pub(crate) async fn apply(w: &mut WriterConn, jobs: &[&[Encoded]]) -> Result<App
                         // stop 36). It lives while its statement runs and
                         // plays no part in crash recovery (the WAL's), so
                         // in memory durability is as before.
-                        .pragma("temp_store", "MEMORY");
+                        .pragma("temp_store", "MEMORY")
+                        // A query of counts sends back 4 results a count
+                        // (count_sqlite_sql): room for a whole query's, so
+                        // the connection's thread never waits on a full
+                        // channel in the middle of one.
+                        .row_buffer_size(4 * COUNT_CHUNK);
                     conn.insert(sqlx::ConnectOptions::connect(&opts).await?)
                 }
             };
@@ -1005,6 +1153,37 @@ mod tests {
                 let rest = (rows.len() % TURN_CHUNK).count_ones() as usize;
                 prop_assert_eq!(chunks.len(), full + rest);
             }
+        }
+
+        /// A batch's counts go in order, in queries of one kind (with a
+        /// task or without) and a power of two of counts up to
+        /// COUNT_CHUNK, each text that many counts' statements and
+        /// anonymous binds.
+        #[test]
+        fn count_chunks_keep_order_and_kind_and_have_cached_sizes(
+            kinds in proptest::collection::vec(proptest::bool::weighted(0.8), 0..100),
+        ) {
+            let counts: Vec<(usize, bool)> = kinds.iter().copied().enumerate().collect();
+            let chunks = count_chunks(&counts, |c| c.1);
+            let flat: Vec<(usize, bool)> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+            prop_assert_eq!(&flat, &counts);
+            for c in &chunks {
+                prop_assert!(c.len().is_power_of_two() && c.len() <= COUNT_CHUNK);
+                let task = c[0].1;
+                prop_assert!(c.iter().all(|x| x.1 == task));
+                let sql = count_sqlite_sql(c.len(), task);
+                let (binds, statements) = if task { (19, 3) } else { (11, 2) };
+                prop_assert_eq!(sql.matches('?').count(), c.len() * binds);
+                prop_assert_eq!(sql.matches(';').count(), c.len() * statements);
+                prop_assert!(!sql.contains('$'));
+            }
+            // As few queries as the rule allows: each run of one kind
+            // costs its binary decomposition by COUNT_CHUNK.
+            let mut want = 0;
+            for run in kinds.chunk_by(|a, b| a == b) {
+                want += run.len() / COUNT_CHUNK + (run.len() % COUNT_CHUNK).count_ones() as usize;
+            }
+            prop_assert_eq!(chunks.len(), want);
         }
     }
 }

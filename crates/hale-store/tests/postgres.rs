@@ -31,6 +31,7 @@ suite!(common::postgres;
     counts_add_up_as_the_core_rule_says,
     counts_of_one_commit_merge_per_run,
     many_submitted_counts_add_up_whatever_the_batching,
+    counts_of_one_commit_end_as_the_same_writes_one_by_one,
     agents_held_and_silent_walk,
     agent_pages_walk_every_id_once_in_byte_order,
     lease_claims_follow_the_core_rule,

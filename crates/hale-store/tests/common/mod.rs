@@ -1334,6 +1334,132 @@ pub async fn many_submitted_counts_add_up_whatever_the_batching(s: &Store) {
     }
 }
 
+/// Random runs of counts (with a task, another task, or none; every kind
+/// of streak), forgotten tasks and whole records of a few agents, written
+/// in ONE commit, end where the same writes one commit each leave them:
+/// every row and task spend, and every total heard from the batch equals
+/// the one-by-one total after the same count (a merged run is heard once,
+/// after its last count).
+pub async fn counts_of_one_commit_end_as_the_same_writes_one_by_one(s: &Store) {
+    use hale_core::counts::{Count, Streak};
+    use hale_store::{CountWrite, Counted, TaskCount};
+    use std::collections::HashMap;
+    const AGENTS: u64 = 3;
+    const WRITES: u64 = 40;
+    let mut followed = s.counted();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15; // xorshift: a fixed, varied sequence
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for round in 0..8u64 {
+        // The same writes for agents `b{round}-K` (one commit) and
+        // `o{round}-K` (a commit each).
+        let mut plan = Vec::new();
+        for n in 1..=WRITES {
+            let r = next();
+            plan.push((r % AGENTS, n, r));
+        }
+        let tasks = [None, Some("t0"), Some("t1")];
+        let write = |side: &str, (a, n, r): (u64, u64, u64)| -> Write {
+            let agent = format!("{side}{round}-{a}");
+            let task = tasks[((r >> 8) % 3) as usize];
+            match (r >> 16) % 12 {
+                0 => Write::ForgetTask {
+                    agent,
+                    task: task.unwrap_or("t0").into(),
+                },
+                1 => {
+                    // A whole record: its counters are not the row's.
+                    let mut whole = self::agent(&agent);
+                    whole.turns = 7;
+                    whole.paused = r % 2 == 0;
+                    Write::Agent(whole)
+                }
+                k => {
+                    let count = match k {
+                        2 => Count::clear(),
+                        3..=5 => Count::turn(Streak::Extend, r % 50, r % 7, 0.25),
+                        6 | 7 => Count::turn(Streak::Keep, r % 50, 0, 0.0),
+                        _ => Count::turn(Streak::Clear, r % 50, r % 7, 0.5),
+                    };
+                    Write::Count(CountWrite {
+                        agent,
+                        n,
+                        count,
+                        task: task.map(|t| TaskCount {
+                            task: t.into(),
+                            n,
+                            events: r % 3,
+                            tool_calls: r % 2,
+                        }),
+                        now_ms: 20_000 + n,
+                    })
+                }
+            }
+        };
+        // The rows exist first, so a whole record never creates one.
+        let mut first = Vec::new();
+        for a in 0..AGENTS {
+            first.push(Write::Agent(self::agent(&format!("b{round}-{a}"))));
+            first.push(Write::Agent(self::agent(&format!("o{round}-{a}"))));
+        }
+        s.commit(first).await.expect("rows");
+        s.commit(plan.iter().map(|p| write("b", *p)).collect())
+            .await
+            .expect("one commit");
+        let mut counts_one_by_one = 0;
+        for p in &plan {
+            let w = write("o", *p);
+            counts_one_by_one += usize::from(matches!(w, Write::Count(_)));
+            s.commit(vec![w]).await.expect("a commit");
+        }
+        // Heard in commit order: the batch's totals, then each count's.
+        let mut batch: Vec<Counted> = Vec::new();
+        let mut one: HashMap<(String, u64), Counted> = HashMap::new();
+        while one.len() < counts_one_by_one {
+            let got = followed.recv().await.expect("totals");
+            if got.agent.starts_with('b') {
+                batch.push(got);
+            } else {
+                one.insert((got.agent.clone(), got.n), got);
+            }
+        }
+        assert!(!batch.is_empty(), "round {round}: the batch's totals heard");
+        for b in &batch {
+            let twin = format!("o{}", &b.agent[1..]);
+            let o = &one[&(twin, b.n)];
+            assert_eq!(
+                (&b.totals, &b.task),
+                (&o.totals, &o.task),
+                "round {round}: {} after count {}",
+                b.agent,
+                b.n
+            );
+        }
+        for a in 0..AGENTS {
+            let b = s.agent(&format!("b{round}-{a}")).await.expect("read");
+            let o = s.agent(&format!("o{round}-{a}")).await.expect("read");
+            let (mut b, o) = (b.expect("row"), o.expect("row"));
+            b.id = o.id.clone();
+            assert_eq!(b, o, "round {round}: agent {a}'s row");
+            for t in ["t0", "t1"] {
+                let b = s
+                    .task_spend(&format!("b{round}-{a}"), t)
+                    .await
+                    .expect("read");
+                let o = s
+                    .task_spend(&format!("o{round}-{a}"), t)
+                    .await
+                    .expect("read");
+                assert_eq!(b, o, "round {round}: agent {a}'s spend on {t}");
+            }
+        }
+    }
+}
+
 /// What a starting instance holds, and the health monitor's walk over
 /// agents silent while out of memory, in (last_seen_ms, id) order.
 pub async fn agents_held_and_silent_walk(s: &Store) {
