@@ -818,7 +818,11 @@ async fn metrics_count_the_journals_group_commits() {
     let after = commits(&text);
     assert!(after >= before + 3, "{before} -> {after}");
     // The store's own count (background writes may commit after the scrape).
-    assert!(after <= h.store.commits(), "{after} > {}", h.store.commits());
+    assert!(
+        after <= h.store.commits(),
+        "{after} > {}",
+        h.store.commits()
+    );
     h.stop().await;
 }
 
