@@ -216,55 +216,131 @@ fn merge_counts<'a>(
     out
 }
 
-/// Counting SQL for PostgreSQL: an upsert per table, the totals after it
-/// taken with `RETURNING`. SQLite counts with [`COUNT_SQLITE`] instead.
+/// Counting SQL: an upsert per table (`hale_core::counts::Counters::apply`;
+/// the flag after `CASE WHEN`: set the failures in a row, else add to
+/// them), one text for both backends with the placeholders passed in, in
+/// the order they appear: `$1`… for PostgreSQL (the totals after it taken
+/// with `RETURNING`), `?` for SQLite ([`COUNT_TASK_SQLITE`]). The values go
+/// in that order too ([`bind_agent_count!`], [`bind_task_spend!`]).
 macro_rules! agent_count_sql {
-    () => {
-        "INSERT INTO agents (id, paused, consecutive_failures, turns, \
-         failed_turns, tokens_in, tokens_out, cost_usd, last_failure_ms, \
-         last_seen_ms, state) VALUES ($1, FALSE, $2, $3, $4, $5, $6, $7, \
-         $8, $10, 'null') ON CONFLICT (id) DO UPDATE SET \
-         consecutive_failures = CASE WHEN $9 THEN excluded.consecutive_failures \
-         ELSE agents.consecutive_failures + excluded.consecutive_failures END, \
-         turns = agents.turns + excluded.turns, \
-         failed_turns = agents.failed_turns + excluded.failed_turns, \
-         tokens_in = agents.tokens_in + excluded.tokens_in, \
-         tokens_out = agents.tokens_out + excluded.tokens_out, \
-         cost_usd = agents.cost_usd + excluded.cost_usd, \
-         last_failure_ms = COALESCE(excluded.last_failure_ms, \
-         agents.last_failure_ms), last_seen_ms = CASE WHEN \
-         excluded.turns > 0 THEN excluded.last_seen_ms ELSE \
-         agents.last_seen_ms END"
+    ($id:literal, $k:literal, $turns:literal, $failed:literal, $tin:literal, $tout:literal,
+     $cost:literal, $failure:literal, $seen:literal, $set:literal) => {
+        concat!(
+            "INSERT INTO agents (id, paused, consecutive_failures, turns, \
+             failed_turns, tokens_in, tokens_out, cost_usd, last_failure_ms, \
+             last_seen_ms, state) VALUES (",
+            $id,
+            ", FALSE, ",
+            $k,
+            ", ",
+            $turns,
+            ", ",
+            $failed,
+            ", ",
+            $tin,
+            ", ",
+            $tout,
+            ", ",
+            $cost,
+            ", ",
+            $failure,
+            ", ",
+            $seen,
+            ", 'null') ON CONFLICT (id) DO UPDATE SET \
+             consecutive_failures = CASE WHEN ",
+            $set,
+            " THEN excluded.consecutive_failures \
+             ELSE agents.consecutive_failures + excluded.consecutive_failures END, \
+             turns = agents.turns + excluded.turns, \
+             failed_turns = agents.failed_turns + excluded.failed_turns, \
+             tokens_in = agents.tokens_in + excluded.tokens_in, \
+             tokens_out = agents.tokens_out + excluded.tokens_out, \
+             cost_usd = agents.cost_usd + excluded.cost_usd, \
+             last_failure_ms = COALESCE(excluded.last_failure_ms, \
+             agents.last_failure_ms), last_seen_ms = CASE WHEN \
+             excluded.turns > 0 THEN excluded.last_seen_ms ELSE \
+             agents.last_seen_ms END"
+        )
     };
 }
+/// The task's spend, as [`agent_count_sql!`] (placeholders in order).
 macro_rules! task_spend_sql {
-    () => {
-        "INSERT INTO task_spend (agent, task, tokens, cost_usd, \
-         events, tool_calls, updated_ms) VALUES ($1, $2, $3, $4, \
-         $5, $6, $7) ON CONFLICT (agent, task) DO UPDATE SET \
-         tokens = task_spend.tokens + excluded.tokens, \
-         cost_usd = task_spend.cost_usd + excluded.cost_usd, \
-         events = task_spend.events + excluded.events, \
-         tool_calls = task_spend.tool_calls + excluded.tool_calls, \
-         updated_ms = excluded.updated_ms"
+    ($agent:literal, $task:literal, $tokens:literal, $cost:literal, $events:literal,
+     $tools:literal, $at:literal) => {
+        concat!(
+            "INSERT INTO task_spend (agent, task, tokens, cost_usd, \
+             events, tool_calls, updated_ms) VALUES (",
+            $agent,
+            ", ",
+            $task,
+            ", ",
+            $tokens,
+            ", ",
+            $cost,
+            ", ",
+            $events,
+            ", ",
+            $tools,
+            ", ",
+            $at,
+            ") ON CONFLICT (agent, task) DO UPDATE SET \
+             tokens = task_spend.tokens + excluded.tokens, \
+             cost_usd = task_spend.cost_usd + excluded.cost_usd, \
+             events = task_spend.events + excluded.events, \
+             tool_calls = task_spend.tool_calls + excluded.tool_calls, \
+             updated_ms = excluded.updated_ms"
+        )
     };
+}
+/// Binds a count's values to the query `$q` in [`agent_count_sql!`]'s order.
+macro_rules! bind_agent_count {
+    ($q:expr, $c:expr) => {{
+        let c: &CountRow = $c;
+        let (set, k) = match c.streak {
+            StreakChange::Set(k) => (true, k),
+            StreakChange::Add(k) => (false, k),
+        };
+        $q.bind(&c.agent)
+            .bind(i64::from(k))
+            .bind(c.turns)
+            .bind(c.failed)
+            .bind(c.tokens_in)
+            .bind(c.tokens_out)
+            .bind(c.cost_usd)
+            .bind(c.failure_ms)
+            .bind(c.seen_ms.unwrap_or(c.now_ms))
+            .bind(set)
+    }};
+}
+/// Binds a count's task spend to `$q` in [`task_spend_sql!`]'s order.
+macro_rules! bind_task_spend {
+    ($q:expr, $c:expr, $task:expr, $events:expr, $tool_calls:expr) => {{
+        let c: &CountRow = $c;
+        $q.bind(&c.agent)
+            .bind($task)
+            .bind(c.tokens_in.saturating_add(c.tokens_out))
+            .bind(c.cost_usd)
+            .bind($events)
+            .bind($tool_calls)
+            .bind(c.now_ms)
+    }};
 }
 const AGENT_COUNT_RETURNING: &str = concat!(
-    agent_count_sql!(),
+    agent_count_sql!("$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9", "$10"),
     " RETURNING consecutive_failures, turns, failed_turns, tokens_in, tokens_out, cost_usd"
 );
 const TASK_SPEND_RETURNING: &str = concat!(
-    task_spend_sql!(),
+    task_spend_sql!("$1", "$2", "$3", "$4", "$5", "$6", "$7"),
     " RETURNING tokens, cost_usd, events, tool_calls"
 );
 
-/// SQLite: one count as statements: the same upserts as PostgreSQL's and a
-/// read-back of the totals after them, with anonymous `?` placeholders
-/// bound in the order they appear ([`bind_count!`]).
+/// SQLite: one count as statements: the same upserts as PostgreSQL's
+/// ([`agent_count_sql!`], [`task_spend_sql!`]) with anonymous `?`
+/// placeholders, and a read-back of the totals after them ([`bind_count!`]).
 ///
 /// - The agent's upsert (`hale_core::counts::Counters::apply`; the flag
 ///   after `CASE WHEN`: set the failures in a row, else add to them).
-/// - With a task ([`COUNT_TASK_SQLITE`]), the task's upsert, and one
+/// - With a task, the task's upsert, and one
 ///   `SELECT` of the agent's totals and, `t_`-prefixed
 ///   ([`crate::rows::TaskCols`]), the task's; without one, a `SELECT` of
 ///   the agent's totals.
@@ -276,34 +352,13 @@ const TASK_SPEND_RETURNING: &str = concat!(
 /// (the task's upsert as `INSERT … SELECT … WHERE ? IS NOT NULL`): SQLite
 /// takes an `INSERT … SELECT` for a multi-row write and keeps a statement
 /// journal for it, +9k instructions a turn at c=1 under callgrind.
-macro_rules! agent_count_sqlite {
-    () => {
-        "INSERT INTO agents (id, paused, consecutive_failures, turns, \
-         failed_turns, tokens_in, tokens_out, cost_usd, last_failure_ms, last_seen_ms, state) \
-         VALUES (?, FALSE, ?, ?, ?, ?, ?, ?, ?, ?, 'null') ON CONFLICT (id) DO UPDATE SET \
-         consecutive_failures = CASE WHEN ? THEN excluded.consecutive_failures \
-         ELSE agents.consecutive_failures + excluded.consecutive_failures END, \
-         turns = agents.turns + excluded.turns, \
-         failed_turns = agents.failed_turns + excluded.failed_turns, \
-         tokens_in = agents.tokens_in + excluded.tokens_in, \
-         tokens_out = agents.tokens_out + excluded.tokens_out, \
-         cost_usd = agents.cost_usd + excluded.cost_usd, \
-         last_failure_ms = COALESCE(excluded.last_failure_ms, agents.last_failure_ms), \
-         last_seen_ms = CASE WHEN excluded.turns > 0 THEN excluded.last_seen_ms \
-         ELSE agents.last_seen_ms END; "
-    };
-}
-/// A count with a task: 3 statements, 19 binds.
+///
+/// This one: a count with a task, 3 statements, 19 binds.
 const COUNT_TASK_SQLITE: &str = concat!(
-    agent_count_sqlite!(),
-    "INSERT INTO task_spend (agent, task, tokens, cost_usd, events, tool_calls, updated_ms) \
-     VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (agent, task) DO UPDATE SET \
-     tokens = task_spend.tokens + excluded.tokens, \
-     cost_usd = task_spend.cost_usd + excluded.cost_usd, \
-     events = task_spend.events + excluded.events, \
-     tool_calls = task_spend.tool_calls + excluded.tool_calls, \
-     updated_ms = excluded.updated_ms; \
-     SELECT a.consecutive_failures AS consecutive_failures, a.turns AS turns, \
+    agent_count_sql!("?", "?", "?", "?", "?", "?", "?", "?", "?", "?"),
+    "; ",
+    task_spend_sql!("?", "?", "?", "?", "?", "?", "?"),
+    "; SELECT a.consecutive_failures AS consecutive_failures, a.turns AS turns, \
      a.failed_turns AS failed_turns, a.tokens_in AS tokens_in, a.tokens_out AS tokens_out, \
      a.cost_usd AS cost_usd, t.tokens AS t_tokens, t.cost_usd AS t_cost_usd, \
      t.events AS t_events, t.tool_calls AS t_tool_calls FROM agents a \
@@ -311,8 +366,8 @@ const COUNT_TASK_SQLITE: &str = concat!(
 );
 /// A count without a task: 2 statements, 11 binds.
 const COUNT_AGENT_SQLITE: &str = concat!(
-    agent_count_sqlite!(),
-    "SELECT consecutive_failures, turns, failed_turns, tokens_in, tokens_out, cost_usd \
+    agent_count_sql!("?", "?", "?", "?", "?", "?", "?", "?", "?", "?"),
+    "; SELECT consecutive_failures, turns, failed_turns, tokens_in, tokens_out, cost_usd \
      FROM agents WHERE id = ?;"
 );
 
@@ -369,34 +424,13 @@ fn count_chunks<T>(counts: &[T], has_task: impl Fn(&T) -> bool) -> Vec<&[T]> {
 }
 
 /// Binds a count's values to `$q`, in [`count_sqlite_sql`]'s order for its
-/// kind.
+/// kind: the agent's upsert, the task's, the read-back's keys.
 macro_rules! bind_count {
     ($q:expr, $c:expr) => {{
         let c: &CountRow = $c;
-        let (set, k) = match c.streak {
-            StreakChange::Set(k) => (true, k),
-            StreakChange::Add(k) => (false, k),
-        };
-        let q = $q
-            .bind(&c.agent)
-            .bind(i64::from(k))
-            .bind(c.turns)
-            .bind(c.failed)
-            .bind(c.tokens_in)
-            .bind(c.tokens_out)
-            .bind(c.cost_usd)
-            .bind(c.failure_ms)
-            .bind(c.seen_ms.unwrap_or(c.now_ms))
-            .bind(set);
+        let q = bind_agent_count!($q, c);
         match &c.task {
-            Some((task, _, events, tool_calls)) => q
-                .bind(&c.agent)
-                .bind(task)
-                .bind(c.tokens_in.saturating_add(c.tokens_out))
-                .bind(c.cost_usd)
-                .bind(events)
-                .bind(tool_calls)
-                .bind(c.now_ms)
+            Some((task, _, events, tool_calls)) => bind_task_spend!(q, c, task, events, tool_calls)
                 .bind(task)
                 .bind(&c.agent),
             None => q.bind(&c.agent),
@@ -730,23 +764,8 @@ macro_rules! gen_apply {
                             Some(None) | None => c,
                         };
                         // hale_core::counts::Counters::apply, in SQL, for
-                        // a count or a merged run (StreakChange: $9 set
-                        // to $2, else add $2); the totals by RETURNING.
-                        let (set, k) = match c.streak {
-                            StreakChange::Set(k) => (true, k),
-                            StreakChange::Add(k) => (false, k),
-                        };
-                        let agent_row = sqlx::query(AGENT_COUNT_RETURNING)
-                            .bind(&c.agent)
-                            .bind(i64::from(k))
-                            .bind(c.turns)
-                            .bind(c.failed)
-                            .bind(c.tokens_in)
-                            .bind(c.tokens_out)
-                            .bind(c.cost_usd)
-                            .bind(c.failure_ms)
-                            .bind(set)
-                            .bind(c.seen_ms.unwrap_or(c.now_ms))
+                        // a count or a merged run; the totals by RETURNING.
+                        let agent_row = bind_agent_count!(sqlx::query(AGENT_COUNT_RETURNING), c)
                             .fetch_one(&mut *conn)
                             .await?;
                         let decode = |e: StoreError| sqlx::Error::Decode(e.into());
@@ -755,16 +774,15 @@ macro_rules! gen_apply {
                         let task = match &c.task {
                             None => None,
                             Some((task, n, events, tool_calls)) => {
-                                let row = sqlx::query(TASK_SPEND_RETURNING)
-                                    .bind(&c.agent)
-                                    .bind(task)
-                                    .bind(c.tokens_in.saturating_add(c.tokens_out))
-                                    .bind(c.cost_usd)
-                                    .bind(events)
-                                    .bind(tool_calls)
-                                    .bind(c.now_ms)
-                                    .fetch_one(&mut *conn)
-                                    .await?;
+                                let row = bind_task_spend!(
+                                    sqlx::query(TASK_SPEND_RETURNING),
+                                    c,
+                                    task,
+                                    events,
+                                    tool_calls
+                                )
+                                .fetch_one(&mut *conn)
+                                .await?;
                                 Some(
                                     crate::rows::decode_task_counted(&c.agent, task, *n, &row)
                                         .map_err(decode)?,
