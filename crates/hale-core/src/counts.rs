@@ -200,6 +200,35 @@ pub struct Tally<C: Countable> {
     observed: Option<C>,
 }
 
+/// How far a task's spend age (`task_spend.updated_ms`, read only by the
+/// history prune) lags its last count at most: the age moves to a count's
+/// time only when that is at least this much later ([`spend_age`]). An age
+/// that moved on every count rewrote its index entry on every turn — on
+/// SQLite one more WAL page a commit, on PostgreSQL no HOT update of the
+/// row — for a prune that keeps 30 days.
+pub const SPEND_AGE_STEP_MS: i64 = 3_600_000;
+
+/// A task's spend age after a count at `now_ms`, the age being `age_ms`:
+/// the count's time once it is [`SPEND_AGE_STEP_MS`] or more past the age,
+/// else the age unchanged. So the task's last count is in
+/// `[age, age + SPEND_AGE_STEP_MS)`. The store's count upsert says the same
+/// in SQL (`hale-store`, `task_spend_sql!`).
+pub fn spend_age(age_ms: i64, now_ms: i64) -> i64 {
+    if now_ms >= age_ms.saturating_add(SPEND_AGE_STEP_MS) {
+        now_ms
+    } else {
+        age_ms
+    }
+}
+
+/// The age below which a task's spend may be pruned at history cutoff
+/// `cutoff_ms`: one step earlier, so a spend whose last count is at or
+/// after the cutoff is never pruned ([`spend_age`]'s lag); one counted
+/// before it goes at most one step late.
+pub fn spend_prune_below(cutoff_ms: i64) -> i64 {
+    cutoff_ms.saturating_sub(SPEND_AGE_STEP_MS)
+}
+
 /// Pending deltas kept at most: far beyond one group commit; reached only
 /// when confirmations stop (a store down), and then the oldest are dropped
 /// from the view rather than held without bound.
@@ -347,6 +376,49 @@ mod tests {
             let split = split.min(run.len());
             let (a, b) = run.split_at(split);
             proptest::prop_assert_eq!(compose(a).then(compose(b)), compose(&run));
+        }
+    }
+
+    #[test]
+    fn a_spend_age_moves_only_a_step_after_itself_and_is_pruned_only_after_its_last_count() {
+        let s = SPEND_AGE_STEP_MS;
+        // (age, count at) -> age after
+        for (age, now, want) in [
+            (1_000, 1_000, 1_000),
+            (1_000, 1_001, 1_000),
+            (1_000, 1_000 + s - 1, 1_000),
+            (1_000, 1_000 + s, 1_000 + s),
+            (1_000, 1_000 + 5 * s, 1_000 + 5 * s),
+            (1_000, 999, 1_000),
+            (i64::MAX - 1, i64::MAX - 1, i64::MAX - 1),
+        ] {
+            assert_eq!(spend_age(age, now), want, "age {age}, count at {now}");
+        }
+        assert_eq!(spend_prune_below(10 * s), 9 * s);
+        assert_eq!(spend_prune_below(i64::MIN + 1), i64::MIN);
+    }
+
+    proptest::proptest! {
+        /// Whatever the counts' times, the last count lies in
+        /// `[age, age + step)`, so a prune below `spend_prune_below(cutoff)`
+        /// never drops a spend counted at or after the cutoff.
+        #[test]
+        fn the_last_count_is_within_a_step_of_the_age(
+            first in 0i64..1_000_000_000,
+            gaps in proptest::collection::vec(0i64..2 * SPEND_AGE_STEP_MS, 0..40),
+            before in 0i64..3 * SPEND_AGE_STEP_MS,
+        ) {
+            let mut age = first;
+            let mut last = first;
+            for g in gaps {
+                last += g;
+                age = spend_age(age, last);
+            }
+            proptest::prop_assert!(age <= last && last < age + SPEND_AGE_STEP_MS);
+            let cutoff = last - before + SPEND_AGE_STEP_MS / 2;
+            if last >= cutoff {
+                proptest::prop_assert!(age >= spend_prune_below(cutoff));
+            }
         }
     }
 

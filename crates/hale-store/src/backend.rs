@@ -263,10 +263,12 @@ macro_rules! agent_count_sql {
         )
     };
 }
-/// The task's spend, as [`agent_count_sql!`] (placeholders in order).
+/// The task's spend, as [`agent_count_sql!`] (placeholders in order). Its
+/// age (`updated_ms`, read only by the history prune) moves to the count's
+/// time only a step (`$step`) after itself: `hale_core::counts::spend_age`.
 macro_rules! task_spend_sql {
     ($agent:literal, $task:literal, $tokens:literal, $cost:literal, $events:literal,
-     $tools:literal, $at:literal) => {
+     $tools:literal, $at:literal, $step:literal) => {
         concat!(
             "INSERT INTO task_spend (agent, task, tokens, cost_usd, \
              events, tool_calls, updated_ms) VALUES (",
@@ -288,7 +290,9 @@ macro_rules! task_spend_sql {
              cost_usd = task_spend.cost_usd + excluded.cost_usd, \
              events = task_spend.events + excluded.events, \
              tool_calls = task_spend.tool_calls + excluded.tool_calls, \
-             updated_ms = excluded.updated_ms"
+             updated_ms = CASE WHEN excluded.updated_ms >= task_spend.updated_ms + ",
+            $step,
+            " THEN excluded.updated_ms ELSE task_spend.updated_ms END"
         )
     };
 }
@@ -323,6 +327,7 @@ macro_rules! bind_task_spend {
             .bind($events)
             .bind($tool_calls)
             .bind(c.now_ms)
+            .bind(hale_core::counts::SPEND_AGE_STEP_MS)
     }};
 }
 const AGENT_COUNT_RETURNING: &str = concat!(
@@ -330,7 +335,7 @@ const AGENT_COUNT_RETURNING: &str = concat!(
     " RETURNING consecutive_failures, turns, failed_turns, tokens_in, tokens_out, cost_usd"
 );
 const TASK_SPEND_RETURNING: &str = concat!(
-    task_spend_sql!("$1", "$2", "$3", "$4", "$5", "$6", "$7"),
+    task_spend_sql!("$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8"),
     " RETURNING tokens, cost_usd, events, tool_calls"
 );
 
@@ -353,11 +358,11 @@ const TASK_SPEND_RETURNING: &str = concat!(
 /// takes an `INSERT … SELECT` for a multi-row write and keeps a statement
 /// journal for it, +9k instructions a turn at c=1 under callgrind.
 ///
-/// This one: a count with a task, 3 statements, 19 binds.
+/// This one: a count with a task, 3 statements, 20 binds.
 const COUNT_TASK_SQLITE: &str = concat!(
     agent_count_sql!("?", "?", "?", "?", "?", "?", "?", "?", "?", "?"),
     "; ",
-    task_spend_sql!("?", "?", "?", "?", "?", "?", "?"),
+    task_spend_sql!("?", "?", "?", "?", "?", "?", "?", "?"),
     "; SELECT a.consecutive_failures AS consecutive_failures, a.turns AS turns, \
      a.failed_turns AS failed_turns, a.tokens_in AS tokens_in, a.tokens_out AS tokens_out, \
      a.cost_usd AS cost_usd, t.tokens AS t_tokens, t.cost_usd AS t_cost_usd, \
@@ -1190,7 +1195,7 @@ mod tests {
                 let task = c[0].1;
                 prop_assert!(c.iter().all(|x| x.1 == task));
                 let sql = count_sqlite_sql(c.len(), task);
-                let (binds, statements) = if task { (19, 3) } else { (11, 2) };
+                let (binds, statements) = if task { (20, 3) } else { (11, 2) };
                 prop_assert_eq!(sql.matches('?').count(), c.len() * binds);
                 prop_assert_eq!(sql.matches(';').count(), c.len() * statements);
                 prop_assert!(!sql.contains('$'));

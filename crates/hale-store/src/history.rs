@@ -161,9 +161,11 @@ impl Store {
                 .execute(p)
                 .await
                 .map_err(StoreError::db("pruning history minutes"))?;
-            // Tasks' spend not counted since: kept as long as the history.
+            // Tasks' spend not counted since: kept as long as the history,
+            // its age lagging its last count by up to a step
+            // (hale_core::counts::spend_age).
             let c = sqlx::query("DELETE FROM task_spend WHERE updated_ms < $1")
-                .bind(before)
+                .bind(hale_core::counts::spend_prune_below(before))
                 .execute(p)
                 .await
                 .map_err(StoreError::db("pruning tasks' spend"))?;

@@ -29,6 +29,7 @@ suite!(common::postgres;
     agent_rows_in_one_batch_keep_the_last,
     turn_rows_of_one_batch_are_all_written_and_the_last_wins,
     counts_add_up_as_the_core_rule_says,
+    task_spend_age_moves_by_steps_and_the_prune_follows_the_last_count,
     counts_of_one_commit_merge_per_run,
     many_submitted_counts_add_up_whatever_the_batching,
     counts_of_one_commit_end_as_the_same_writes_one_by_one,

@@ -1027,6 +1027,57 @@ pub async fn instance_heartbeats_are_listed_and_removed(s: &Store) {
 /// `hale_core::counts::Counters::apply` says, the totals after each count
 /// come back in commit order, and a task's spend adds up the same way until
 /// the task is forgotten.
+/// A task's spend age moves only a step after itself
+/// (`hale_core::counts::spend_age`), and the history prune drops a spend
+/// only once its last count is older than the cutoff.
+pub async fn task_spend_age_moves_by_steps_and_the_prune_follows_the_last_count(s: &Store) {
+    use hale_core::counts::{Count, SPEND_AGE_STEP_MS, Streak};
+    use hale_store::{CountWrite, TaskCount};
+    let step = SPEND_AGE_STEP_MS as u64;
+    let t0 = 10 * step;
+    let count = |task: &str, n: u64, now_ms: u64| {
+        Write::Count(CountWrite {
+            agent: "aged".into(),
+            n,
+            count: Count::turn(Streak::Clear, 1, 1, 0.0),
+            task: Some(TaskCount {
+                task: task.into(),
+                n,
+                events: 0,
+                tool_calls: 0,
+            }),
+            now_ms,
+        })
+    };
+    let kept = |task: &'static str| async move {
+        s.task_spend("aged", task).await.expect("read").is_some()
+    };
+    // "within": counted at t0 and a step less one later (its age stays t0);
+    // "moved": counted at t0 and a whole step later (its age moves).
+    s.commit(vec![count("within", 1, t0), count("moved", 2, t0)])
+        .await
+        .expect("commit");
+    s.commit(vec![count("within", 3, t0 + step - 1)])
+        .await
+        .expect("commit");
+    s.commit(vec![count("moved", 4, t0 + step)])
+        .await
+        .expect("commit");
+    // Never pruned while its last count is at or after the cutoff.
+    s.prune_history(t0 + step - 1).await.expect("prune");
+    assert!(kept("within").await && kept("moved").await);
+    // "within"'s age is t0: gone once the cutoff passes t0 + step, which
+    // its last count (t0 + step - 1) is before.
+    s.prune_history(t0 + 2 * step - 1).await.expect("prune");
+    assert!(!kept("within").await, "an age that stayed at t0");
+    // "moved"'s age is t0 + step: kept up to a cutoff of t0 + 2 steps.
+    assert!(kept("moved").await, "an age that moved to t0 + step");
+    s.prune_history(t0 + 2 * step).await.expect("prune");
+    assert!(kept("moved").await);
+    s.prune_history(t0 + 2 * step + 1).await.expect("prune");
+    assert!(!kept("moved").await);
+}
+
 pub async fn counts_add_up_as_the_core_rule_says(s: &Store) {
     use hale_core::budget::Spend;
     use hale_core::counts::{Count, Counters, Streak};
