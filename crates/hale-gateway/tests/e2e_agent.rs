@@ -797,15 +797,8 @@ async fn a_task_kept_by_the_bound_when_its_agent_left_goes_at_a_later_sweep() {
 async fn metrics_count_the_journals_group_commits() {
     let c = chaos().await;
     let h = Hale::start(config(vec![openai("primary", &c, "fine")])).await;
-    let commits = |text: &str| -> u64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix("hale_store_commits_total "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("hale_store_commits_total in {text}"))
-    };
     h.store.flush().await.expect("flush");
-    let (_, before) = h.get_text("/metrics").await;
-    let before = commits(&before);
+    let (before, _) = h.metric("hale_store_commits_total").await;
     for _ in 0..3 {
         h.openai(ROUTE)
             .agent("committer")
@@ -814,9 +807,8 @@ async fn metrics_count_the_journals_group_commits() {
             .assert_complete(&full());
     }
     h.store.flush().await.expect("flush");
-    let (_, text) = h.get_text("/metrics").await;
-    let after = commits(&text);
-    assert!(after >= before + 3, "{before} -> {after}");
+    let (after, text) = h.metric("hale_store_commits_total").await;
+    assert!(after >= before + 3, "{before} -> {after}: {text}");
     // The store's own count (background writes may commit after the scrape).
     assert!(
         after <= h.store.commits(),
@@ -866,17 +858,12 @@ async fn a_locked_journal_slows_nothing_and_loses_nothing() {
     }
     assert!(h.store.queued() > 4, "queued {}", h.store.queued());
     let (_, text) = h.get_text("/metrics").await;
-    let counter = |name: &str| -> u64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{name} in {text}"))
-    };
+    let counter = |name: &str| metric_in(&text, name);
     // Turns past the bound found the writer stuck and did not wait at all
     // (a wait that ran out would count as a timeout).
-    assert!(counter("hale_journal_writer_stuck_total ") >= 1, "{text}");
-    assert_eq!(counter("hale_journal_wait_timeouts_total "), 0, "{text}");
-    assert_eq!(counter("hale_journal_waits_total "), 0, "{text}");
+    assert!(counter("hale_journal_writer_stuck_total") >= 1, "{text}");
+    assert_eq!(counter("hale_journal_wait_timeouts_total"), 0, "{text}");
+    assert_eq!(counter("hale_journal_waits_total"), 0, "{text}");
     sqlx::query("ROLLBACK")
         .execute(&mut other)
         .await

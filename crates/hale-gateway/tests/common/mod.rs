@@ -257,6 +257,15 @@ impl Hale {
         (s, r.text().await.unwrap_or_default())
     }
 
+    /// The value of the unlabelled metric `name` on `/metrics` (a counter
+    /// or gauge), and the whole text for a failing assertion's message.
+    pub async fn metric(&self, name: &str) -> (u64, String) {
+        let (s, text) = self.get_text("/metrics").await;
+        assert_eq!(s, 200, "{text}");
+        let v = metric_in(&text, name);
+        (v, text)
+    }
+
     /// `POST path` (empty body) as JSON.
     pub async fn post_json(&self, path: &str) -> (u16, Value) {
         let r = self
@@ -759,4 +768,13 @@ pub fn prov<'a>(cfg: &'a mut Config, name: &str) -> &'a mut ProviderConfig {
         .iter_mut()
         .find(|p| p.name == name)
         .expect("provider in config")
+}
+
+/// The value of the unlabelled metric `name` in a Prometheus text; panics,
+/// showing the text, when it is not there.
+pub fn metric_in(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} in {text}"))
 }
