@@ -555,16 +555,8 @@ fn patch_openai(
             body.insert("stream".into(), json!(true));
             changes.push("stream".into());
         }
-        // hale always asks for usage upstream (it accounts every turn).
-        let so = body.entry("stream_options").or_insert_with(|| json!({}));
-        if !so.is_object() {
-            *so = json!({});
-        }
-        if let Some(o) = so.as_object_mut()
-            && o.get("include_usage") != Some(&Value::Bool(true))
-        {
-            o.insert("include_usage".into(), json!(true));
-            changes.push("stream_options".into());
+        if openai::ask_for_usage(&mut body) {
+            changes.push(USAGE_CHANGE.into());
         }
     } else if origin.stream {
         body.remove("stream");

@@ -44,7 +44,8 @@ mod stream;
 
 pub use super::sse::SseFrame;
 pub(crate) use request::{
-    image_from_anthropic, image_from_responses, parse_request_traced, render_message, with_usage,
+    ask_for_usage, image_from_anthropic, image_from_responses, parse_request_traced,
+    render_message, with_usage,
 };
 pub use request::{parse_request, render_request};
 pub use response::{

@@ -490,8 +490,27 @@ pub fn render_request(req: &ChatRequest, model: &str, prefill: Option<&str>) -> 
     Value::Object(body)
 }
 
+/// Sets `stream_options.include_usage` to `true` in a Chat Completions
+/// body, as hale asks for usage on every stream (it accounts every turn):
+/// `stream_options` added when absent, made an object when it is not one,
+/// `include_usage` added or overwritten. Whether the body changed.
+pub(crate) fn ask_for_usage(body: &mut Map<String, Value>) -> bool {
+    let so = body.entry("stream_options").or_insert_with(|| json!({}));
+    if !so.is_object() {
+        *so = json!({});
+    }
+    match so.as_object_mut() {
+        Some(o) if o.get("include_usage") != Some(&Value::Bool(true)) => {
+            o.insert("include_usage".into(), json!(true));
+            true
+        }
+        // Replaced by an empty object just above when it was not one.
+        Some(_) | None => false,
+    }
+}
+
 /// The client's bytes `raw` of the object `body` with
-/// `stream_options.include_usage` set to `true`, as the same-dialect patch
+/// `stream_options.include_usage` set to `true`, as [`ask_for_usage`]
 /// sets it in the JSON (`stream_options` added when absent, made an object
 /// when it is not one, `include_usage` added or overwritten): the field
 /// spliced into the bytes, everything else as the client wrote it, so a
@@ -666,16 +685,10 @@ mod usage_tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// What the same-dialect patch does to the JSON (`fidelity`'s
-    /// `patch_openai` for a stream): the reading `with_usage` must match.
+    /// What the same-dialect patch does to the JSON ([`ask_for_usage`]):
+    /// the reading `with_usage` must match.
     fn by_value(mut body: Map<String, Value>) -> Value {
-        let so = body.entry("stream_options").or_insert_with(|| json!({}));
-        if !so.is_object() {
-            *so = json!({});
-        }
-        if let Some(o) = so.as_object_mut() {
-            o.insert("include_usage".into(), json!(true));
-        }
+        ask_for_usage(&mut body);
         Value::Object(body)
     }
 
