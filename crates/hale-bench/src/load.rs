@@ -58,7 +58,7 @@ pub struct LoadSpec {
     pub bodies: [Bytes; 2],
     /// Turns per task: worker `w` acts as agent `bench-w` and names a new
     /// task (`X-Hale-Task`) every this many requests, as an agent starting
-    /// its next job would, so hale's per-task guard (DESIGN §1 step 4) sees
+    /// its next job would, so hale's per-task guard (`guard:`) sees
     /// realistic tasks instead of one endless one that it rightly stops.
     pub task_turns: u64,
     /// With `Some(n)`, each worker acts as a new agent every `n` requests

@@ -1,5 +1,5 @@
-//! hale-config: the YAML config layer (DESIGN §9), raw serde types, then
-//! validation into hale-core's [`Config`].
+//! hale-config: the YAML config layer (docs/configuration.md), raw serde types,
+//! then validation into hale-core's [`Config`].
 //!
 //! A crate of its own, apart from hale-core's rules, for the build: serde's
 //! code for these types, instantiated through serde-saphyr and
@@ -719,7 +719,7 @@ struct RawNodeBreaker {
     half_open_requests: Opt<i64>,
 }
 
-/// `alerting:` (DESIGN §8 Alerts, §9).
+/// `alerting:` (docs/operations.md, "Alerts").
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawAlerting {

@@ -1,4 +1,4 @@
-//! Tests of config loading: the DESIGN §9 example, the minimal example, one
+//! Tests of config loading: a full example, the minimal example, one
 //! test per validation rule (path and line), defaults, and secret hygiene.
 
 use super::{ConfigError, ConfigErrors, MINIMAL_EXAMPLE, load};
@@ -10,8 +10,8 @@ use hale_core::config::{
 };
 use std::time::Duration;
 
-/// The example of DESIGN §9, verbatim.
-const DESIGN_EXAMPLE: &str = r#"listen: 127.0.0.1:3000
+/// An example that sets most sections, each key as the docs show it.
+const FULL_EXAMPLE: &str = r#"listen: 127.0.0.1:3000
 data_dir: ./hale-data            # SQLite, lockfile, outbox live here
 # storage: postgres://hale@db/hale   # scale-out; default is SQLite in data_dir
 
@@ -58,7 +58,7 @@ self_healing:
                     half_open_requests: 1, success_threshold: 1}
   fallback: {enabled: true, providers: [anthropic]}
 
-retry:                           # per class of §2
+retry:                           # per failure class
   max_retry_wait_ms: 5000
   probe_interval_ms: 5000
   rate_limit:   {max_attempts: 5, initial_ms: 1000, max_ms: 60000}
@@ -149,8 +149,8 @@ fn assert_error(errs: &[ConfigError], path: &str, line: Option<usize>, needle: &
 }
 
 #[test]
-fn design_example_loads_with_expected_values() {
-    let c = load_ok(DESIGN_EXAMPLE);
+fn full_example_loads_with_expected_values() {
+    let c = load_ok(FULL_EXAMPLE);
     assert_eq!(c.listen, "127.0.0.1:3000".parse().unwrap());
     assert_eq!(c.data_dir, std::path::PathBuf::from("./hale-data"));
     assert_eq!(c.storage, None);
@@ -277,10 +277,10 @@ fn design_example_loads_with_expected_values() {
 }
 
 #[test]
-fn design_example_restates_the_defaults() {
+fn full_example_restates_the_defaults() {
     // Every number in the example is a default: sections given in full must
     // equal their Default, so the example and the code cannot drift apart.
-    let c = load_ok(DESIGN_EXAMPLE);
+    let c = load_ok(FULL_EXAMPLE);
     assert_eq!(c.retry, RetryConfig::default());
     assert_eq!(c.health, HealthConfig::default());
     assert_eq!(c.recovery, RecoveryConfig::default());
@@ -1043,7 +1043,7 @@ retry: {rate_limit: {max_attempts: 0}}
 
 #[test]
 fn secret_values_never_appear_in_debug_output() {
-    let c = load_ok(DESIGN_EXAMPLE);
+    let c = load_ok(FULL_EXAMPLE);
     let debug = format!("{c:?}");
     for (_, value) in SECRET_VALUES {
         assert!(!debug.contains(value), "{value} leaked into Debug output");
@@ -1055,10 +1055,9 @@ fn secret_values_never_appear_in_debug_output() {
 fn secret_values_never_appear_in_error_messages() {
     // Every secret is set, and the file has problems around each of them,
     // including two keys sharing one token.
-    let yaml =
-        format!("{DESIGN_EXAMPLE}prices:\n  m: {{input_per_mtok: -1, output_per_mtok: 1}}\n")
-            .replace("RESEARCH_TOKEN, agents", "HALE_TOKEN, agents")
-            .replace("kind: anthropic\n", "kind: anthropic\n    timeout_ms: 0\n");
+    let yaml = format!("{FULL_EXAMPLE}prices:\n  m: {{input_per_mtok: -1, output_per_mtok: 1}}\n")
+        .replace("RESEARCH_TOKEN, agents", "HALE_TOKEN, agents")
+        .replace("kind: anthropic\n", "kind: anthropic\n    timeout_ms: 0\n");
     let errs = load(&yaml, &full_env).unwrap_err();
     assert!(errs.0.len() >= 3, "{errs}");
     let shown = format!("{errs}\n{errs:?}");
@@ -1092,7 +1091,7 @@ fn config_error_display_formats() {
 // ---- properties ----
 
 mod properties {
-    use super::{DESIGN_EXAMPLE, SECRET_VALUES, full_env, load};
+    use super::{FULL_EXAMPLE, SECRET_VALUES, full_env, load};
     use proptest::prelude::*;
 
     proptest! {
@@ -1104,11 +1103,11 @@ mod properties {
             let _ = load(&text, &full_env);
         }
 
-        /// Dropping any line of the design example, or cutting it anywhere,
+        /// Dropping any line of the full example, or cutting it anywhere,
         /// either still loads or reports errors; never a panic, never a secret.
         #[test]
         fn damaged_example_never_leaks_a_secret(drop in 0usize..70, cut in 0usize..4000) {
-            let damaged: String = DESIGN_EXAMPLE
+            let damaged: String = FULL_EXAMPLE
                 .lines()
                 .enumerate()
                 .filter(|(i, _)| *i != drop)
@@ -1178,7 +1177,8 @@ fn request_body_limit_defaults_to_32_mib_and_zero_is_refused() {
 
 // ---- alerting ----
 
-/// The `alerting:` example of DESIGN §9 (after [`BASE`]: starts on line 10).
+/// The `alerting:` example of docs/operations.md, "Alerts" (after [`BASE`]:
+/// starts on line 10).
 const ALERTING_EXAMPLE: &str = "\
 alerting:
   dashboard_url: http://127.0.0.1:3000/

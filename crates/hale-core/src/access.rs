@@ -1,4 +1,5 @@
-//! Who may call hale (DESIGN §8 "Auth"): the access rule, as one pure function.
+//! Who may call hale (docs/operations.md, "Who may call"): the access rule,
+//! as one pure function.
 //!
 //! With `auth.keys` configured, a key decides: an admin key may do
 //! everything, an agent key may make model calls as its agents. With no keys,

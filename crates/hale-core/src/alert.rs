@@ -1,5 +1,5 @@
 //! Alerts: which event goes to which channel, with which severity, and what
-//! the Slack and PagerDuty messages say (DESIGN §8 Alerts).
+//! the Slack and PagerDuty messages say (docs/operations.md, "Alerts").
 //!
 //! Alert channels are sinks of the outbox like webhooks (`hale-events`
 //! relays them in order, at least once), so an alert is a pure function of
@@ -443,8 +443,8 @@ mod tests {
         }
     }
 
-    /// The routes of DESIGN §9.
-    fn design_routes() -> Vec<AlertRoute> {
+    /// The routes of docs/operations.md's `alerting:` example.
+    fn example_routes() -> Vec<AlertRoute> {
         vec![
             route(
                 &[EventKind::HealthEscalated, EventKind::RecoveryFailed],
@@ -481,7 +481,7 @@ mod tests {
 
     #[test]
     fn routing_table_decides_action_severity_and_key_per_channel() {
-        let routes = design_routes();
+        let routes = example_routes();
         let paused = ev(
             EventKind::AgentPaused,
             Some("research"),
@@ -674,7 +674,7 @@ mod tests {
 
     #[test]
     fn channel_kinds_add_the_resolvers_of_routed_families() {
-        let routes = design_routes();
+        let routes = example_routes();
         let k = channel_kinds("oncall", &routes);
         for want in [
             EventKind::HealthEscalated,

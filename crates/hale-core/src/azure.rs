@@ -14,9 +14,10 @@
 //!   and `{base_url}/openai/v1/responses`, the deployment named in the
 //!   body's `model`, as on OpenAI.
 //!
-//! Health scopes follow DESIGN §3 unchanged: a bad key or token marks the
-//! provider, a resource that cannot be reached marks the `base_url` (one
-//! resource, one region), everything else the deployment (`provider/model`).
+//! Health scopes as for every kind (docs/operations.md, "What hale does to a
+//! call"): a bad key or token marks the provider, a resource that cannot be
+//! reached marks the `base_url` (one resource, one region), everything else the
+//! deployment (`provider/model`).
 
 use crate::config::{AzureConfig, ProviderApi};
 use std::time::{Duration, Instant};

@@ -16,9 +16,10 @@
 //!   `:exception-type`. [`exception_of`] reads the name, [`class_of`] maps
 //!   it, exhaustively, to the existing classes; a `ValidationException`
 //!   whose message says the input is too long is a context overflow.
-//! - **Health scopes** follow DESIGN §3: credentials refused → the provider
-//!   (and hale fetches them again once), a region that cannot be reached →
-//!   the `base_url`, the rest → the deployment.
+//! - **Health scopes** as for every kind (docs/operations.md, "What hale does
+//!   to a call"): credentials refused → the provider (and hale fetches them
+//!   again once), a region that cannot be reached → the `base_url`, the rest →
+//!   the deployment.
 
 use crate::class::ErrorClass;
 use crate::classify::{self, Classified, Observation};

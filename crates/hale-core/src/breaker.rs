@@ -1,4 +1,5 @@
-//! The circuit breaker of DESIGN §3: Closed → Open → HalfOpen → Closed, plus
+//! The circuit breaker (docs/configuration.md, `self_healing.circuit_breaker`):
+//! Closed → Open → HalfOpen → Closed, plus
 //! ForcedOpen (an operator's `trip()`) and Disabled.
 //!
 //! The breaker only *decides*; the attempt loop asks [`Breaker::allow`] before

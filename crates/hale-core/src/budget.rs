@@ -1,4 +1,5 @@
-//! Token and cost budgets per agent and per task (DESIGN §1 step 7).
+//! Token and cost budgets per agent and per task
+//! (docs/configuration.md, `agents.<name>.budget`).
 //!
 //! [`check`] is asked before a turn is sent upstream, with what the agent and
 //! the task have spent so far. A spend *at or over* a cap is a hit: the turn

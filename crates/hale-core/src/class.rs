@@ -1,4 +1,4 @@
-//! The failure classes of DESIGN §2.
+//! The failure classes (docs/operations.md, "Failure classes").
 //!
 //! One enum, one row of the error table per variant. Everything downstream
 //! (retry, failover, cooldown, breaker accounting, metrics labels) is decided

@@ -1,5 +1,6 @@
-//! The one classifier of DESIGN §2: every provider outcome becomes an
-//! [`ErrorClass`], and [`rule`] gives that class's row of the table.
+//! The one classifier (docs/operations.md, "Failure classes"): every provider
+//! outcome becomes an [`ErrorClass`], and [`rule`] gives that class's row of
+//! the table.
 //!
 //! Adapters describe what they saw as an [`Observation`] (HTTP status, the
 //! raw `Retry-After`, the body text, and what went wrong below HTTP) and call
@@ -93,7 +94,7 @@ pub enum Transport {
     Dns,
     /// The TLS handshake failed: a certificate not trusted, expired or for
     /// another name, or no protocol version in common. A failure to connect
-    /// (DESIGN §3: it marks the `base_url`); retried as any network failure
+    /// (it marks the `base_url`); retried as any network failure
     /// is (behind one `base_url`, another node may present a good certificate).
     Tls,
     /// No response headers within the attempt timeout.
@@ -112,8 +113,8 @@ pub enum Transport {
     /// while hale was still reading it: nothing of the answer reached the
     /// caller, so the request can be sent again whole. The connection was
     /// lost before the response was delivered: network (retried on the same
-    /// target), unlike a stream cut after content, which DESIGN §3 resumes
-    /// on the next target.
+    /// target), unlike a stream cut after content, which is resumed on the
+    /// next target.
     BodyCut,
     /// No chunk within `stream_idle_timeout`.
     StreamStalled,
@@ -146,7 +147,7 @@ impl Transport {
     }
 
     /// The connection could not be made at all: such a failure marks every
-    /// deployment on the same `base_url`, not only the one called (DESIGN §3).
+    /// deployment on the same `base_url`, not only the one called.
     pub fn failed_to_connect(self) -> bool {
         match self {
             Transport::ConnectRefused | Transport::Dns | Transport::Tls => true,
@@ -1105,7 +1106,7 @@ pub enum MoveOn {
     Never,
 }
 
-/// The table row of DESIGN §2 for a class.
+/// A class's row of the failure-class table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClassRule {
     /// Worth retrying on the same target (after a backoff).
@@ -1118,12 +1119,12 @@ pub struct ClassRule {
     pub final_for_caller: bool,
 }
 
-/// The table row of DESIGN §2 for a class.
+/// A class's row of the failure-class table.
 ///
 /// `context_overflow` is retried on the same target only after compaction
 /// made the request smaller; that is the adapter's step, so the rule here
 /// says "move on". `stream_broken` before the first chunk fails over
-/// invisibly; mid-stream, §3's resume on the next target applies.
+/// invisibly; mid-stream, the stream is resumed on the next target.
 pub fn rule(class: ErrorClass) -> ClassRule {
     let row = |retry_same_target, move_on, counts_against_breaker, final_for_caller| ClassRule {
         retry_same_target,
@@ -1176,10 +1177,10 @@ mod tests {
         }
     }
 
-    /// One row per line of the DESIGN §2 table (and its edges):
+    /// One row per line of the failure-class table (and its edges):
     /// (name, status, Retry-After, body, transport) → class.
     #[test]
-    fn table_of_design_section_2() {
+    fn table_of_failure_classes() {
         use ErrorClass as C;
         use Transport as T;
         let openai = |code: &str, ty: &str, msg: &str| {

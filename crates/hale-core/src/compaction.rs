@@ -1,4 +1,5 @@
-//! The compaction planner (DESIGN §4): which messages to strip, summarise or
+//! The compaction planner (docs/operations.md, "What hale does to a call":
+//! Compaction): which messages to strip, summarise or
 //! digest so a conversation fits its model's context window.
 //!
 //! The gateway counts tokens (crate `hale-tokens`), builds one [`MsgView`]
@@ -88,7 +89,7 @@ pub struct MsgView {
     pub tool_name: Option<String>,
 }
 
-/// The compaction tier of DESIGN §4.
+/// A compaction tier, tried in this order until the conversation fits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Tier {
@@ -100,7 +101,7 @@ pub enum Tier {
 }
 
 impl Tier {
-    /// The tier's number in DESIGN §4 (0–4), as reported in `agent.compacted`.
+    /// The tier's number (0–4), as reported in `agent.compacted`.
     pub fn number(self) -> u8 {
         match self {
             Tier::None => 0,

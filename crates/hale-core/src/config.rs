@@ -1,7 +1,7 @@
 //! Validated configuration, and every default number hale uses.
 //!
-//! These are the *validated* types of DESIGN §9: the YAML layer (the
-//! `hale-config` crate, apart so that its serde code is not built with the
+//! These are the *validated* types of docs/configuration.md: the YAML layer
+//! (the `hale-config` crate, apart so that its serde code is not built with the
 //! rules every crate waits for) deserialises into raw structs with
 //! `deny_unknown_fields`, then its `validate` builds these, reporting every
 //! problem with its path. Each default is written exactly once, in a
@@ -54,13 +54,13 @@ pub struct Config {
     pub journal: JournalConfig,
     /// `telemetry:` — OTLP export of the turn spans.
     pub telemetry: TelemetryConfig,
-    /// `tool_nodes:` (DESIGN §7); more may register with `POST /nodes`.
+    /// `tool_nodes:`; more may register with `POST /nodes`.
     pub tool_nodes: Vec<ToolNodeConfig>,
     /// `tool_jobs:` — the audit log file of tool jobs.
     pub tool_jobs: ToolJobsConfig,
     /// `workflows:` — named jobs submitted by `workflow_id` (seed 003).
     pub workflows: BTreeMap<String, WorkflowConfig>,
-    /// `alerting:` (DESIGN §8 Alerts); the rules are [`crate::alert`].
+    /// `alerting:`; the rules are [`crate::alert`].
     pub alerting: AlertingConfig,
 }
 
@@ -469,7 +469,7 @@ pub struct SelfHealingConfig {
     pub max_consecutive_failures: u32,
     /// First restart delay of a supervised process, doubling.
     pub restart_delay: Duration,
-    /// First automatic trial of an agent paused for failures (DESIGN §5)…
+    /// First automatic trial of an agent paused for failures…
     pub resume_probe_after: Duration,
     /// …doubling per failed trial up to this.
     pub resume_probe_max: Duration,
@@ -493,7 +493,7 @@ impl Default for SelfHealingConfig {
     }
 }
 
-/// A circuit breaker's rules (DESIGN §3). Every trip rule is optional.
+/// A circuit breaker's rules. Every trip rule is optional.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BreakerConfig {
     pub enabled: bool,
@@ -671,8 +671,7 @@ impl Default for CooldownConfig {
     }
 }
 
-/// `ejection:` — when a deployment is taken out of rotation (DESIGN §3
-/// "Evidence before ejection", "Ejections grow").
+/// `ejection:` — when a deployment is taken out of rotation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EjectionConfig {
     /// Consecutive failures that eject a deployment.
@@ -700,7 +699,7 @@ impl Default for EjectionConfig {
     }
 }
 
-/// `guard:` (DESIGN §1 step 4).
+/// `guard:` — the per-task safety guard.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GuardConfig {
     pub max_events: u64,
@@ -752,7 +751,7 @@ impl Default for GuardConfig {
     }
 }
 
-/// `health:` (DESIGN §5).
+/// `health:` — agent health and interventions.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthConfig {
     pub heartbeat_timeout: Duration,
@@ -794,7 +793,7 @@ impl Default for HealthConfig {
     }
 }
 
-/// `recovery:` (DESIGN §5).
+/// `recovery:` — limits of restarting a crashed or terminated task.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecoveryConfig {
     pub max_per_task: u32,
@@ -816,7 +815,7 @@ impl Default for RecoveryConfig {
     }
 }
 
-/// Compaction settings (DESIGN §4).
+/// Compaction settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompactionConfig {
     pub warn_at: f64,
@@ -848,7 +847,7 @@ impl Default for CompactionConfig {
     }
 }
 
-/// `events:` (DESIGN §6).
+/// `events:` — sinks, the outbox and the store's writer.
 #[derive(Debug, Clone)]
 pub struct EventsConfig {
     pub webhooks: Vec<WebhookConfig>,
@@ -887,7 +886,7 @@ pub struct WebhookConfig {
 }
 
 /// `alerting:` — event kinds routed to Slack and PagerDuty channels by
-/// severity (DESIGN §8 Alerts). Empty by default: no channel, no alert.
+/// severity. Empty by default: no channel, no alert.
 #[derive(Debug, Clone, Default)]
 pub struct AlertingConfig {
     /// Base URL of hale's dashboard, for links in messages.
@@ -940,7 +939,7 @@ impl NatsConfig {
 }
 
 /// How long the health history (transitions and per-deployment minutes) is
-/// kept (DESIGN §8 Dashboard: 30 days); the rule is
+/// kept; the rule is
 /// [`crate::history::prune_cutoff`].
 pub const HISTORY_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How often the per-deployment minutes counted in memory are flushed.

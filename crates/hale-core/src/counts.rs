@@ -1,4 +1,5 @@
-//! Counting an agent's turns once across instances (DESIGN §8 "Scale-out").
+//! Counting an agent's turns once across instances (docs/operations.md,
+//! "Scale-out on PostgreSQL").
 //!
 //! Several hale instances may serve one agent's turns. Its consecutive
 //! failures, turns, tokens and cost — and each task's spend — must add up

@@ -1,6 +1,5 @@
 //! Event delivery to sinks: is a failure the sink being down, or this event
-//! being rejected? (DESIGN §6 "Dead letters are for bad events, not bad
-//! infrastructure".)
+//! being rejected? Dead letters are for bad events, not bad infrastructure.
 //!
 //! The relays in `hale-events` move events from the outbox to each sink in
 //! order. When an attempt fails they ask [`verdict`]:

@@ -1,5 +1,5 @@
-//! Health of deployments (DESIGN §3 "Deployments", "Evidence before
-//! ejection", "Ejections grow", "Probing").
+//! Health of deployments (docs/operations.md, "What hale does to a call":
+//! Health per deployment).
 //!
 //! The unit of health is the *deployment*: one `provider/model`. This module
 //! holds the state of one health scope — a deployment, a provider (one key),
@@ -128,7 +128,8 @@ pub fn heals_by_itself(class: ErrorClass) -> bool {
     }
 }
 
-/// The base length of an ejection of `class` (DESIGN §2's last column): the
+/// The base length of an ejection of `class` (the last column of
+/// docs/operations.md, "Failure classes"): the
 /// `cooldown_ms` table, a rate limit's `Retry-After` first. `None`: this
 /// class never ejects.
 pub fn ejection_base(

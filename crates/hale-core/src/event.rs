@@ -1,4 +1,4 @@
-//! Typed events (DESIGN §6).
+//! Typed events (docs/operations.md, "Events and sinks").
 //!
 //! Every action hale takes becomes one [`Event`]: a ULID (time-ordered, so the
 //! id is also the delivery order), a wall time, a [`EventKind`], the agent,

@@ -1,4 +1,4 @@
-//! The per-task safety guard (DESIGN §1 step 4).
+//! The per-task safety guard (docs/configuration.md, `guard`).
 //!
 //! A [`TaskGuard`] watches one task's traffic and stops it when it runs away:
 //! too many events (every request and every response the gateway sees is one
@@ -280,10 +280,10 @@ impl TaskGuard {
     }
 
     /// This task's totals as the store holds them, counted over every
-    /// instance that served it (DESIGN §8 "counted once"): adopted where
-    /// they exceed this guard's own, so a cap is reached as on one instance.
-    /// The streaks and per-tool caps stay this instance's (they need the
-    /// order of one conversation).
+    /// instance that served it (counted once, docs/operations.md, "Scale-out on
+    /// PostgreSQL"): adopted where they exceed this guard's own, so a cap is
+    /// reached as on one instance. The streaks and per-tool caps stay this
+    /// instance's (they need the order of one conversation).
     pub fn adopt_totals(&mut self, events: u64, tool_calls: u64) {
         self.events = self.events.max(events);
         self.tool_calls = self.tool_calls.max(tool_calls);

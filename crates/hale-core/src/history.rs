@@ -1,5 +1,5 @@
 //! Health history: what is kept, how per-minute figures are added up, and
-//! when old history goes (DESIGN §8 Dashboard: "kept 30 days").
+//! when old history goes (docs/operations.md, "Health history": 30 days).
 //!
 //! Two kinds of history. *Transitions* are events that change or act on
 //! the state of an agent, a deployment or a breaker ([`is_transition`]):

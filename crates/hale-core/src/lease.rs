@@ -1,4 +1,5 @@
-//! Leases for singleton work across hale instances (DESIGN §8 "Scale-out").
+//! Leases for singleton work across hale instances (docs/operations.md,
+//! "Scale-out on PostgreSQL").
 //!
 //! Several instances share one database; work that must run once (the health
 //! monitor, each sink's relay, the tool-job queue, journal pruning) is held
@@ -55,7 +56,7 @@ pub fn claim_takeable(expires_ms: u64, holder_heartbeat_ms: Option<u64>, now_ms:
 
 const _: () = assert!(
     TAKEOVER_WITHIN.as_secs() <= 15,
-    "DESIGN §8: a dead holder's work is taken over within 15 s"
+    "a dead holder's work is taken over within 15 s"
 );
 const _: () = assert!(
     LEASE_RENEW_EVERY.as_millis() * 2 < LEASE_TTL.as_millis(),

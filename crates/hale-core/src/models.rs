@@ -1,6 +1,6 @@
 //! The table of known models: context window, default price, tokenizer.
 //!
-//! Compaction needs a model's context window (DESIGN §4) and budgets need its
+//! Compaction needs a model's context window and budgets need its
 //! price; both can be overridden per provider/model in the config, and the
 //! overrides win. A model id is matched exactly, then by the longest known
 //! prefix that ends at a separator (`-`, `_`, `:`, `@`, `/`), so dated or

@@ -1,5 +1,5 @@
-//! Pausing an agent and resuming it automatically (DESIGN §5 "Pause and
-//! automatic resume").
+//! Pausing an agent and resuming it automatically (docs/operations.md, "What
+//! hale does to a call": Pause that heals itself).
 //!
 //! Why it works so:
 //! - **Only a named agent is paused.** `max_consecutive_failures` failed

@@ -1,5 +1,6 @@
-//! Recovery planning (DESIGN §5): after a crash or a terminate, what to
-//! restart a task from, and whether to restart it at all yet.
+//! Recovery planning (docs/operations.md, "Agent health and supervision"):
+//! after a crash or a terminate, what to restart a task from, and whether to
+//! restart it at all yet.
 //!
 //! [`RecoveryTracker::plan`] decides in this order:
 //! 1. **limits** — a task recovered `max_per_task` times already, or an agent

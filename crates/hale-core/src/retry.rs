@@ -1,5 +1,5 @@
-//! Retry policies of DESIGN §2–§3: backoff, the retry-or-move-on decision,
-//! and the per-provider retry budget.
+//! Retry policies (docs/operations.md, "Failure classes"): backoff, the
+//! retry-or-move-on decision, and the per-provider retry budget.
 //!
 //! This module only *answers* "retry this?" — like tower's `retry/policy.rs`;
 //! the attempt loop in the gateway carries the answer out. Everything is pure:
@@ -76,7 +76,7 @@ pub struct AttemptFacts {
     /// Another target (healthy, allowed by its breaker) is left in the route.
     pub has_next_target: bool,
     /// Another target is left untried at all, healthy or not: the turn would
-    /// fail open to it (DESIGN §3 "Fail open"). Implied by `has_next_target`.
+    /// fail open to it. Implied by `has_next_target`.
     pub untried_left: bool,
     /// Until the turn deadline.
     pub time_left: Duration,
@@ -84,9 +84,9 @@ pub struct AttemptFacts {
     pub budget_ok: bool,
     /// The attempt was a probe of an ejected deployment, a half-open
     /// breaker's trial, or a fail-open call: it is not retried on that
-    /// target while another is left — the caller moves on at once (DESIGN §3
-    /// "Probing"). When none is left, it is the last one standing and is
-    /// retried under its class's policy.
+    /// target while another is left — the caller moves on at once. When none is
+    /// left, it is the last one standing and is retried under its class's
+    /// policy.
     pub probing: bool,
 }
 
@@ -102,8 +102,8 @@ pub enum RetryDecision {
 }
 
 /// A target answering 429 this many times in one turn is left for the next
-/// target even with a short `Retry-After` (DESIGN §3: "one wait is courtesy,
-/// two is a storm").
+/// target even with a short `Retry-After`: one wait is courtesy, two is a
+/// storm.
 pub const RATE_LIMITS_PER_TURN_BEFORE_MOVING_ON: u32 = 2;
 
 /// The retry policy that governs retries of `class` on the same target, if
@@ -130,11 +130,12 @@ pub fn policy_for(cfg: &RetryConfig, class: ErrorClass) -> Option<&RetryPolicy> 
     }
 }
 
-/// Retry the same target, move to the next, or stop (DESIGN §2/§3).
+/// Retry the same target, move to the next, or stop (docs/operations.md,
+/// "Failure classes").
 ///
 /// "Move on" goes to the next target when any is left untried (healthy or
 /// not: the turn fails open to it); with none left, the target is the last
-/// one standing (DESIGN §3) and only its own policy, budget and the deadline
+/// one standing and only its own policy, budget and the deadline
 /// end its retries.
 ///
 /// In order:
@@ -206,7 +207,7 @@ pub fn decide<R: rand::Rng + ?Sized>(
 
 /// Per-provider retry budget: a token bucket. Retries may add at most
 /// `budget_ratio` to the request rate, plus a floor of `budget_min_per_sec`
-/// per second (DESIGN §3). Pure: every call takes `now`.
+/// per second. Pure: every call takes `now`.
 ///
 /// Two pools: the *floor* refills continuously at `budget_min_per_sec` and
 /// holds at most one second's worth; the *ratio* pool gains `budget_ratio`
@@ -289,7 +290,7 @@ pub const MAX_TOKENS_AFTER_504: u32 = 2048;
 /// `max_tokens` is never lowered below this after a 504.
 pub const MIN_MAX_TOKENS_AFTER_504: u32 = 256;
 
-/// DESIGN §2: a 504 is retried with a lower `max_tokens` — a long generation
+/// A 504 is retried with a lower `max_tokens` — a long generation
 /// is what outlived the provider's own gateway. Halves the request's limit
 /// (not below [`MIN_MAX_TOKENS_AFTER_504`], never raising it), or sets
 /// [`MAX_TOKENS_AFTER_504`] when the request had none.

@@ -1,4 +1,5 @@
-//! Target selection (DESIGN §3 "Routes", §1 step 8): which `provider/model`
+//! Target selection (docs/operations.md, "What hale does to a call": Routes and
+//! failover): which `provider/model`
 //! targets a request may go to, in order ([`plan`]), and which of them to try
 //! next given their cooldown/breaker gates ([`pick`]).
 //!
@@ -165,7 +166,7 @@ pub enum Pick {
     Probe(usize),
     /// Every untried deployment is ejected or refused by its breaker: this
     /// one (best recent success ratio, then plan order) is tried anyway
-    /// (DESIGN §3 "Fail open").
+    /// (fail open).
     FailOpen(usize),
     /// Every deployment was tried (or is forced out by an operator).
     None,
@@ -194,7 +195,7 @@ pub struct Left {
 /// Whether a failed probe, half-open trial or fail-open call (`probing`)
 /// moves on at once instead of being retried under its class's policy: only
 /// to a deployment in rotation or to one with as good a record. The best bet
-/// left is the last one standing (DESIGN §3) and is retried; an ordinary
+/// left is the last one standing and is retried; an ordinary
 /// attempt is never "probing" and follows its policy.
 pub fn moves_on_at_once(probing: bool, left: Left) -> bool {
     probing && (left.healthy || left.as_good)
@@ -206,7 +207,7 @@ pub fn callable(c: &Candidate) -> bool {
     !c.tried && c.gate != Gate::Forced
 }
 
-/// The deployment to try next (DESIGN §3).
+/// The deployment to try next.
 ///
 /// 1. The first untried deployment in plan order that is in rotation (or
 ///    whose probe is due) and whose breaker allows the call.
@@ -297,9 +298,10 @@ pub fn passed_over(cands: &[Candidate], picked: usize) -> PassedOver {
         .collect()
 }
 
-/// DESIGN §2 `context_overflow`: after a target refused the conversation as
-/// too long (its window `overflowed`), which targets to leave — those *known*
-/// to have a smaller window (`None` = unknown, kept: it may well fit).
+/// `context_overflow` moves on to a target not known to be smaller: after a
+/// target refused the conversation as too long (its window `overflowed`), which
+/// targets to leave — those *known* to have a smaller window (`None` = unknown,
+/// kept: it may well fit).
 pub fn known_smaller_windows(windows: &[Option<u32>], overflowed: u32) -> Vec<bool> {
     windows
         .iter()
@@ -715,7 +717,7 @@ mod tests {
 
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(4096))]
-            /// DESIGN §3 "Fail open": over every combination of gates,
+            /// Fail open: over every combination of gates,
             /// breakers, tried flags and ratios for up to 4 deployments, the
             /// pick is a callable deployment whenever one exists, never a tried
             /// or forced one, and a usable one beats failing open.

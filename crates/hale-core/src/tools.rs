@@ -1,11 +1,11 @@
-//! The rules of tool jobs across nodes (DESIGN §7), pure.
+//! The rules of tool jobs across nodes (docs/operations.md, "Tool jobs"), pure.
 //!
 //! A tool call that failed is described as a [`ToolObservation`] (HTTP status,
 //! transport failure, whether the output broke its schema) and classified
 //! into a [`ToolError`] — the names users write in a step's
 //! `retryable_errors` / `non_retryable_errors` — each mapped onto the one
-//! [`ErrorClass`] table of DESIGN §2, so node breakers and cooldowns account
-//! tool failures exactly like provider failures.
+//! [`ErrorClass`] table (docs/operations.md, "Failure classes"), so node
+//! breakers and cooldowns account tool failures exactly like provider failures.
 //!
 //! The step loop in `hale-tools` asks [`decide`] after every failed attempt
 //! and carries the answer out. Why it decides so:
@@ -137,7 +137,7 @@ impl ToolError {
         }
     }
 
-    /// The row of DESIGN §2's table this failure belongs to.
+    /// The failure class (the row of the class table) this failure belongs to.
     pub fn class(self) -> ErrorClass {
         match self {
             ToolError::NetworkTimeout => ErrorClass::Timeout,
@@ -153,7 +153,7 @@ impl ToolError {
         }
     }
 
-    /// Retried by default (DESIGN §7: unreachable, timeout, 503, 429 are;
+    /// Retried by default (unreachable, timeout, 503, 429 are;
     /// invalid arguments, missing capability, not found, bad output are not).
     pub fn retryable_by_default(self) -> bool {
         match self {

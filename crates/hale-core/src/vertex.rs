@@ -19,8 +19,9 @@
 //! `https://r-aiplatform.googleapis.com`. Errors are Google's shape
 //! (`RESOURCE_EXHAUSTED`, `UNAVAILABLE`, …) read by [`crate::classify`], and
 //! for Claude Anthropic's bodies too; safety blocks are [`crate::gemini`]'s.
-//! Health scopes follow DESIGN §3: a refused token marks the provider, an
-//! unreachable endpoint the base URL (one region), the rest the deployment.
+//! Health scopes as for every kind (docs/operations.md, "What hale does to a
+//! call"): a refused token marks the provider, an unreachable endpoint the base
+//! URL (one region), the rest the deployment.
 
 use crate::config::{Publisher, VertexConfig};
 

@@ -1,5 +1,5 @@
 //! Alert channels as outbox sinks: Slack incoming webhooks and PagerDuty
-//! Events API v2 (DESIGN §8 Alerts).
+//! Events API v2 (docs/operations.md, "Alerts").
 //!
 //! A channel is relayed exactly like a webhook (see [`crate::relay`]): in
 //! order, at least once, from its own cursor, behind its breaker; a channel

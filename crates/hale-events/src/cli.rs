@@ -1,5 +1,5 @@
 //! Clients of the event endpoints for the CLI: `hale events tail` and
-//! `hale dlq list|replay` (DESIGN §10), and the HTTP helpers every `hale`
+//! `hale dlq list|replay`, and the HTTP helpers every `hale`
 //! client command shares: one way to build the client, and one clear line
 //! for each way a call can fail (unreachable, token refused, refused).
 //!

@@ -1,6 +1,6 @@
 //! [`Cluster`]: this instance among the others on one database — its
 //! heartbeat row, the leases it holds, and singleton work run only while its
-//! lease is held (DESIGN §8 "Scale-out").
+//! lease is held (docs/operations.md, "Scale-out on PostgreSQL").
 //!
 //! One keeper task (`cluster-leases`) writes the heartbeat and, for every
 //! lease some task asked for, takes or renews it every

@@ -1,5 +1,6 @@
-//! hale-events: the delivery side of hale's event spine (DESIGN §6) and the
-//! process guard rails of DESIGN §8.
+//! hale-events: the delivery side of hale's event spine (docs/operations.md,
+//! "Events and sinks") and the process guard rails (the data-directory lock,
+//! named background tasks, the cluster's leases).
 //!
 //! The durable outbox lives in `hale-store`; this crate moves events out of
 //! it. Each sink (a webhook, NATS JetStream) has one relay task that reads the

@@ -1,4 +1,5 @@
-//! [`DataDirLock`]: one process per data directory (DESIGN §8).
+//! [`DataDirLock`]: one process per data directory
+//! (docs/operations.md, "Running").
 //!
 //! Two hale processes writing one SQLite file and relaying one outbox would
 //! deliver every event twice and fight over cursors. The data directory is

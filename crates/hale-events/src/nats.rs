@@ -1,4 +1,4 @@
-//! NATS JetStream sink (DESIGN §6).
+//! NATS JetStream sink (docs/operations.md, "Events and sinks").
 //!
 //! A publish counts as delivered only when the stream acknowledged it
 //! (a JetStream publish, not a core NATS fire-and-forget). Every message

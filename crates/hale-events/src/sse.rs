@@ -1,5 +1,6 @@
 //! The live event stream `GET /events` and the dead-letter endpoints
-//! `GET /dlq`, `POST /dlq/replay` (DESIGN §6, §10).
+//! `GET /dlq`, `POST /dlq/replay` (docs/http-api.md, "Events and dead
+//! letters").
 //!
 //! `/events` is Server-Sent Events read straight from the outbox: each SSE
 //! event has `id:` = the event's ULID, `event:` = its kind and `data:` = its

@@ -1,4 +1,5 @@
-//! Webhook sink: signed POSTs of one event each (DESIGN §6).
+//! Webhook sink: signed POSTs of one event each (docs/operations.md, "Events
+//! and sinks").
 //!
 //! The body is the event's JSON. With a secret configured, the request
 //! carries [`SIGNATURE_HEADER`]: `t=<unix seconds>,v1=<hex HMAC-SHA256 of

@@ -94,7 +94,8 @@ fn fast_tuning() -> RelayTuning {
     fast_tuning_to(Duration::from_millis(200))
 }
 
-/// DESIGN §9's routes, with `agent.paused` also paging `oncall`.
+/// The routes of docs/operations.md's `alerting:` example, with
+/// `agent.paused` also paging `oncall`.
 fn alerting(slack_url: &str, pd_url: &str) -> AlertingConfig {
     AlertingConfig {
         dashboard_url: Some("http://127.0.0.1:3000/".into()),

@@ -1,6 +1,6 @@
 //! Agents: their records held in memory, their gate and failure counting
-//! (DESIGN §1 step 2, §5 "Pause and automatic resume"), and every way an
-//! agent is paused or resumed, in one place.
+//! (docs/operations.md, "What hale does to a call": Pause that
+//! heals itself), and every way an agent is paused or resumed, in one place.
 //!
 //! The rules are hale-core's [`hale_core::pause`]: a *named* agent is paused
 //! after `max_consecutive_failures` failed turns; an automatic pause lets one

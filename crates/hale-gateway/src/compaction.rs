@@ -1,4 +1,5 @@
-//! Context compaction, carried out (DESIGN §1 step 6, §4).
+//! Context compaction, carried out (docs/operations.md, "What hale does to a
+//! call": Compaction).
 //!
 //! hale-core plans ([`hale_core::compaction::plan`]): which tier, which
 //! messages. This module measures the conversation (a real tokenizer for

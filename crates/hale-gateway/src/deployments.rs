@@ -1,4 +1,5 @@
-//! The health of deployments, their breakers and retry budgets (DESIGN §3).
+//! The health of deployments, their breakers and retry budgets
+//! (docs/operations.md, "What hale does to a call").
 //!
 //! This component owns, for the whole gateway:
 //! - the health of every scope a failure can mark

@@ -1,4 +1,5 @@
-//! Per-task guard and spend (DESIGN §1 steps 4 and 7).
+//! Per-task guard and spend (docs/configuration.md, `guard` and
+//! `agents.<name>.budget`).
 //!
 //! The rules are hale-core's ([`hale_core::guard::TaskGuard`],
 //! [`hale_core::budget::check`]); this module keeps their state per agent ×

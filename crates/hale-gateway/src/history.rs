@@ -1,6 +1,6 @@
-//! The gateway's side of the health history (DESIGN §8 Dashboard): every
-//! attempt's outcome and latency is counted per deployment and minute in
-//! memory ([`HistoryRt::record`], no database write per turn), and
+//! The gateway's side of the health history (docs/operations.md, "Health
+//! history"): every attempt's outcome and latency is counted per deployment and
+//! minute in memory ([`HistoryRt::record`], no database write per turn), and
 //! [`run`] flushes the closed minutes once a minute as one group-committed
 //! `Write::Minutes`, prunes what is older than the retention every
 //! `HISTORY_PRUNE_EVERY`, and at shutdown commits the open minute too.

@@ -1,4 +1,5 @@
-//! Idempotency keys (DESIGN §1 step 3, §8): a key names one request. A
+//! Idempotency keys (docs/operations.md, "What hale does to a call"; across
+//! instances, "Scale-out on PostgreSQL"): a key names one request. A
 //! key seen before with the same body is answered with the stored response
 //! (another body: 422); a concurrent duplicate waits for the first one's
 //! answer, on this instance through the in-flight map, across instances

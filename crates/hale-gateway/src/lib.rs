@@ -78,7 +78,7 @@ pub struct Gateway {
     pub tasks: Arc<Tasks>,
     /// Stored compactions, token counts, tokenizers.
     pub compaction: Compaction,
-    /// Agent health, interventions, recovery (DESIGN §5).
+    /// Agent health, interventions, recovery.
     pub health: Arc<HealthRt>,
     /// Per-deployment minutes of the health history, counted in memory.
     pub history: HistoryRt,

@@ -1,4 +1,4 @@
-//! Prometheus metrics (DESIGN §8 "Operations").
+//! Prometheus metrics (docs/operations.md, "Telemetry").
 //!
 //! One explicit registry, no global state. Labels are low-cardinality only:
 //! class names, `provider/model` targets from the config, event kinds — never
@@ -161,7 +161,7 @@ pub struct ToolLabels {
     pub tool: String,
 }
 
-/// One tool node's figures (DESIGN §7).
+/// One tool node's figures (docs/operations.md, "Tool jobs").
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolNodeSample {
     pub node: String,
@@ -169,7 +169,7 @@ pub struct ToolNodeSample {
     pub failover_rate: f64,
 }
 
-/// One tool's figures (DESIGN §7).
+/// One tool's figures (docs/operations.md, "Tool jobs").
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolSample {
     pub tool: String,

@@ -1,4 +1,5 @@
-//! The turn pipeline of DESIGN §1, top to bottom, in one place.
+//! The turn pipeline, top to bottom, in one place (docs/architecture.md,
+//! "One request's path").
 //!
 //! [`handle`] is the whole turn of a parsed [`ChatCall`]: agent gate → idempotency →
 //! guard → plan targets → compaction → budget → attempt loop (with one
@@ -89,7 +90,7 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
     } = call;
 
     // Agent gate. Traffic with no identity (no header, no key default)
-    // belongs to no agent loop and is never paused (DESIGN §5).
+    // belongs to no agent loop and is never paused.
     let (named_agent, explicit_task) = match (
         label_header(&headers, &AGENT),
         label_header(&headers, &TASK),
@@ -116,7 +117,7 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
             }
             Err(e) => return e.into_response(dialect),
         };
-    // The task: X-Hale-Task, else the conversation's root (DESIGN §1 step 2).
+    // The task: X-Hale-Task, else the conversation's root.
     let task = conversation_task(explicit_task.as_deref(), &req);
     // An agent forgotten while idle is read back first (its counters, its pause).
     gw.load_agent(&agent).await;
@@ -331,7 +332,8 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
                 match gw.store.backend() {
                     // Another instance has no in-flight entry for this key:
                     // the answer is stored before the client can repeat the
-                    // request there (DESIGN §8).
+                    // request there (docs/operations.md, "Scale-out on
+                    // PostgreSQL").
                     hale_store::Backend::Postgres => {
                         if let Err(e) = gw.store.commit(write).await {
                             tracing::warn!(error = %e, "storing an idempotent answer failed");
@@ -494,7 +496,7 @@ fn label_header(h: &HeaderMap, name: &HeaderName) -> Result<Option<String>, Hale
     Ok((!s.is_empty()).then(|| s.to_owned()))
 }
 
-/// Sets the evidence headers of DESIGN §1 step 10.
+/// Sets the evidence headers (`x-hale-*`; docs/http-api.md, "Model calls").
 fn evidence(resp: &mut Response, turn: &Turn, served: usize, model: &str) {
     let h = resp.headers_mut();
     let t = &turn.targets[served];

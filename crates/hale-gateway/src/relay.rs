@@ -1,4 +1,5 @@
-//! The stream relay and mid-stream recovery (DESIGN §1 step 9, §3).
+//! The stream relay and mid-stream recovery (docs/operations.md, "What hale
+//! does to a call": Streams).
 //!
 //! Events are relayed to the caller one by one as they arrive — nothing is
 //! buffered beyond the event in hand. When the upstream breaks after content

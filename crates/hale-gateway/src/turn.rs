@@ -1,4 +1,5 @@
-//! The attempt loop of one turn (DESIGN §1 step 8, §2, §3).
+//! The attempt loop of one turn (step 8 of docs/architecture.md, "One
+//! request's path"; the rules: docs/operations.md, "Failure classes").
 //!
 //! A turn walks its planned deployments. For each it asks hale-core which to
 //! call next (`select::pick` over the deployments' gates and breakers: in
@@ -57,7 +58,7 @@ pub enum Mode {
     /// The half-open breaker's trial call.
     Trial,
     /// Every untried deployment was ejected or refused by its breaker: this
-    /// one (best recent success ratio) was tried anyway (DESIGN §3 "Fail open").
+    /// one (best recent success ratio) was tried anyway (fail open).
     FailOpen,
 }
 
@@ -122,7 +123,8 @@ pub struct Turn {
     /// Whether the last successful attempt continued from a prefill.
     pub prefilled: bool,
     /// When set, a `context_overflow` ends the loop at once so the pipeline can
-    /// compact and retry (DESIGN §2: "once, only if compaction made it smaller").
+    /// compact and retry (once, and only if compaction made the request
+    /// smaller).
     pub compact_on_overflow: bool,
     /// The target that last answered `context_overflow`.
     pub overflow_at: Option<usize>,

@@ -42,7 +42,7 @@ pub struct Failure {
     /// The provider's reason, safe to show (no keys, no request headers).
     pub message: String,
     /// The connection could not be made at all (refused, DNS): the failure
-    /// marks the `base_url`, not only the deployment (DESIGN §3).
+    /// marks the `base_url`, not only the deployment.
     pub connect_failed: bool,
 }
 
@@ -70,7 +70,7 @@ impl Failure {
     }
 
     /// The provider's credentials could not be had (an Entra token command
-    /// failed): an `auth` failure, which marks the provider (DESIGN §3).
+    /// failed): an `auth` failure, which marks the provider.
     pub fn auth(message: String) -> Self {
         Self::from_classified(
             Classified {
@@ -970,7 +970,7 @@ mod tests {
     }
 
     /// A TLS handshake failure is a network failure to connect (it marks
-    /// the `base_url`, DESIGN §3) and keeps its reason: which certificate
+    /// the `base_url`) and keeps its reason: which certificate
     /// check failed is what an operator needs.
     #[test]
     fn a_tls_failure_is_a_failure_to_connect_with_its_reason() {

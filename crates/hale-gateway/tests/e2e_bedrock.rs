@@ -1,8 +1,9 @@
-//! The DESIGN §2 table against a `kind: bedrock` primary (hale chaos's
-//! Bedrock mode: Bedrock's errors with `x-amzn-ErrorType`, the binary event
-//! stream, exceptions inside it), through Converse and through InvokeModel,
-//! in both wire modes: each fault is classified by its exception, retried
-//! or moved on from as its class promises (issue 29).
+//! The failure classes (docs/operations.md, "Failure classes") against a
+//! `kind: bedrock` primary (hale chaos's Bedrock mode: Bedrock's errors with
+//! `x-amzn-ErrorType`, the binary event stream, exceptions inside it), through
+//! Converse and through InvokeModel, in both wire modes: each fault is
+//! classified by its exception, retried or moved on from as its class promises
+//! (issue 29).
 
 mod common;
 

@@ -1,4 +1,5 @@
-//! End to end, one test per row of the DESIGN §2 table: a provider fails in
+//! End to end, one test per row of the failure-class table
+//! (docs/operations.md, "Failure classes"): a provider fails in
 //! that class (chaos, or a fixed-status stub where chaos has no such fault),
 //! and the outcome the table promises is what a caller sees — retried on the
 //! same target or not, moved to the next target or not — in both wire modes.

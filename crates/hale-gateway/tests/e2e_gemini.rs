@@ -1,8 +1,8 @@
-//! The DESIGN §2 table against a `kind: gemini` primary (hale chaos's
-//! Gemini mode, Google's error shapes and 200 safety blocks), in both wire
-//! modes: each fault is classified as Google's status says, retried or
-//! moved on from as its class promises, and a safety block is final with
-//! its reason (issue 29).
+//! The failure classes (docs/operations.md, "Failure classes") against a
+//! `kind: gemini` primary (hale chaos's Gemini mode, Google's error shapes
+//! and 200 safety blocks), in both wire modes: each fault is classified as
+//! Google's status says, retried or moved on from as its class promises, and
+//! a safety block is final with its reason (issue 29).
 
 mod common;
 

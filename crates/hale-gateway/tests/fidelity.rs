@@ -1,4 +1,5 @@
-//! Same-dialect fidelity, end to end (DESIGN §1/§3, issue 9 items 5 and 6).
+//! Same-dialect fidelity, end to end (docs/providers.md, "Same dialect: the
+//! client's bytes"; issue 9 items 5 and 6).
 //!
 //! Each test starts a recording provider on loopback: an axum server that
 //! keeps the JSON body and the headers of every request it receives and

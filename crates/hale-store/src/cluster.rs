@@ -1,5 +1,5 @@
 //! Instances and leases: the rows several hale instances on one database
-//! coordinate through (DESIGN §8 "Scale-out").
+//! coordinate through (docs/operations.md, "Scale-out on PostgreSQL").
 //!
 //! - `instances`: one heartbeat row per running instance (id, address, pid,
 //!   start, last heartbeat), for `GET /cluster` and `hale doctor`.

@@ -1,5 +1,6 @@
-//! The health history (DESIGN §8 Dashboard): transitions and per-deployment
-//! minutes, read by `GET /history` and pruned after the retention.
+//! The health history (docs/operations.md, "Health history"): transitions and
+//! per-deployment minutes, read by `GET /history` and pruned after the
+//! retention.
 //!
 //! Rows are written by the group-commit writer only: a transition event
 //! (`hale_core::history::is_transition`) is copied into

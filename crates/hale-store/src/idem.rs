@@ -1,4 +1,5 @@
-//! Claims of in-flight `Idempotency-Key`s across instances (DESIGN §8).
+//! Claims of in-flight `Idempotency-Key`s across instances (docs/operations.md,
+//! "Scale-out on PostgreSQL").
 //!
 //! One instance keeps a map of the keys it is answering right now, so a
 //! concurrent duplicate it receives waits for the first answer. Across

@@ -1,5 +1,5 @@
-//! Tool jobs (DESIGN §7): the job table, the store-and-forward queue and the
-//! audit log.
+//! Tool jobs (docs/operations.md, "Tool jobs"): the job table, the
+//! store-and-forward queue and the audit log.
 //!
 //! A job is one row keyed by its caller-chosen `job_id`; its full state
 //! (request, steps, results, evidence) is a JSON body owned by `hale-tools`,
@@ -13,8 +13,8 @@
 //! Every other write of a job's row (progress between steps, queued,
 //! finished: the row, its audit entry and the `job.*` events noted since the
 //! last write) goes through [`Store::commit`] as `Write::Job` /
-//! `Write::Audit` beside its `Write::Event`s, in one transaction (DESIGN
-//! §6), so a crash never keeps a row without the events that report it or
+//! `Write::Audit` beside its `Write::Event`s, in one transaction, so
+//! a crash never keeps a row without the events that report it or
 //! the reverse; [`Store::update_job`] stays for callers outside jobs.
 //!
 //! The audit log is append-only: one row per finished job (status, degraded,

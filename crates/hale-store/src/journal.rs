@@ -1,5 +1,6 @@
 //! The journal: turns (each call's record, its replay key and stored
-//! response) and checkpoints of agents' tasks (DESIGN §1, §5).
+//! response) and checkpoints of agents' tasks (docs/operations.md, "The
+//! journal").
 //!
 //! Both are written by the group-commit writer only (`Write::Turn`,
 //! `Write::Checkpoint`); this file reads them back and prunes old turns.

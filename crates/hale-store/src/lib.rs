@@ -1,5 +1,5 @@
 //! hale-store: hale's durable state — the turn journal, agents, idempotency
-//! keys, checkpoints and the event outbox (DESIGN §1, §5, §6, §8).
+//! keys, checkpoints and the event outbox (docs/architecture.md, "Storage").
 //!
 //! One API over two backends: SQLite in WAL mode in `data_dir/hale.db` (the
 //! embedded default) and PostgreSQL (scale-out). All writes go through one

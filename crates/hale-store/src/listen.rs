@@ -1,4 +1,5 @@
-//! Hearing other instances' agent control changes (DESIGN §8 "Scale-out").
+//! Hearing other instances' agent control changes (docs/operations.md,
+//! "Scale-out on PostgreSQL").
 //!
 //! A control change (pause, resume, terminate, decision, task reset) commits
 //! its agent row with a [`crate::Write::Announce`], which on PostgreSQL is a

@@ -249,7 +249,7 @@ pub struct IdempotentResponse {
     pub response: StoredResponse,
 }
 
-/// One turn of the journal (DESIGN §1, §5).
+/// One turn of the journal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnRecord {
     pub id: String,
@@ -292,7 +292,7 @@ pub struct AgentRecord {
     pub state: serde_json::Value,
 }
 
-/// One checkpoint of an agent's task (DESIGN §5).
+/// One checkpoint of an agent's task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointRecord {
     pub id: String,
@@ -312,7 +312,7 @@ pub struct StoredEvent {
     pub event: Event,
 }
 
-/// An event a sink gave up on (DESIGN §6).
+/// An event a sink gave up on (a dead letter).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeadLetter {
     /// The event's id.

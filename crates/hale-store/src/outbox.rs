@@ -1,4 +1,5 @@
-//! The outbox: the ordered event log and each sink's place in it (DESIGN §6).
+//! The outbox: the ordered event log and each sink's place in it
+//! (docs/architecture.md, "Events").
 //!
 //! Events are appended by the group-commit writer, each with a `seq` that
 //! grows in commit order (see [`crate::backend`] for why that holds on

@@ -1,4 +1,4 @@
-//! Token counting for compaction and budgets (DESIGN §1 step 6).
+//! Token counting for compaction and budgets.
 //!
 //! OpenAI models are counted exactly with tiktoken's `o200k_base` (gpt-4o,
 //! gpt-4.1, gpt-5, o-series) and `cl100k_base` (gpt-4, gpt-3.5); which one is

@@ -1,7 +1,8 @@
-//! The HTTP API of tool jobs (DESIGN §7): `POST /jobs`, `GET /jobs/{id}`,
-//! `GET /jobs?status=`, `DELETE /jobs/{id}`, `GET /jobs/audit?degraded=`,
-//! `GET /jobs/metrics` (also at `GET /v1/metrics`, the path seed 003's
-//! monitoring reads), `POST /nodes`, `GET /nodes`, and the MCP front at `/mcp`.
+//! The HTTP API of tool jobs (docs/http-api.md, "Tool jobs and nodes"):
+//! `POST /jobs`, `GET /jobs/{id}`, `GET /jobs?status=`, `DELETE /jobs/{id}`,
+//! `GET /jobs/audit?degraded=`, `GET /jobs/metrics` (also at
+//! `GET /v1/metrics`, the path seed 003's monitoring reads), `POST /nodes`,
+//! `GET /nodes`, and the MCP front at `/mcp`.
 //!
 //! A job document may carry `//` and `/* */` comments (seed 003 writes its
 //! examples so); they are removed before the strict parse.

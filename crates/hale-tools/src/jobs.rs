@@ -7,7 +7,7 @@
 //! them on the job ([`Job::note`]) and every write of the job's row after
 //! the claim (progress between steps, queued, final) carries the events
 //! noted since, through the store's group-commit writer, in one
-//! transaction (DESIGN §6) — a single-step job is the claim and one commit
+//! transaction — a single-step job is the claim and one commit
 //! of row, audit entry and every event. The final write is also appended
 //! to the audit log file when one is configured.
 
@@ -185,7 +185,7 @@ impl Tools {
                         ),
                     ));
                 }
-                // The row and its event in one transaction (DESIGN §6).
+                // The row and its event in one transaction.
                 self.store.commit(writes).await
             }
             RunEnd::Completed | RunEnd::Failed => {
@@ -203,8 +203,8 @@ impl Tools {
     }
 
     /// Writes a job's final state, its audit row, the events noted during
-    /// the run and the final event, in one transaction (DESIGN §6: the event
-    /// commits with the change it reports); then the audit log file's line.
+    /// the run and the final event, in one transaction (an event commits
+    /// with the change it reports); then the audit log file's line.
     pub(crate) async fn finalize(&self, job: &mut Job, now_ms: u64) -> hale_store::Result<()> {
         let (writes, line) = self.final_writes(job, now_ms);
         self.store.commit(writes).await?;

@@ -1,7 +1,8 @@
 //! hale-tools: the same self-healing for tool calls that hale gives model
-//! calls (DESIGN §7) — tool nodes (MCP over Streamable HTTP, or plain HTTP),
-//! jobs routed over them with retries, failover, store-and-forward queueing,
-//! idempotent `job_id`s and evidence, an audit log, and the HTTP API.
+//! calls (docs/operations.md, "Tool jobs") — tool nodes (MCP over Streamable
+//! HTTP, or plain HTTP), jobs routed over them with retries, failover,
+//! store-and-forward queueing, idempotent `job_id`s and evidence, an audit log,
+//! and the HTTP API.
 //!
 //! Shape: the rules (classification, retry/failover decisions, selection,
 //! queue expiry, leases) are in `hale_core::tools`; this crate holds the live

@@ -1,9 +1,10 @@
-//! Tool-job metrics (DESIGN §7): `node_availability`, `failover_rate` and
-//! `degraded_percentage` per node and per tool, and at the top level the
-//! three figures seed 003's monitoring reads with jq — `node_availability`
-//! (node → fraction), `failover_rate` (steps that moved to another node, of
-//! all steps) and `degraded_percentage` (finished jobs that were degraded,
-//! in percent) — served as JSON at `GET /jobs/metrics` and `GET /v1/metrics`.
+//! Tool-job metrics (docs/operations.md, "Tool jobs"): `node_availability`,
+//! `failover_rate` and `degraded_percentage` per node and per tool, and at the
+//! top level the three figures seed 003's monitoring reads with jq —
+//! `node_availability` (node → fraction), `failover_rate` (steps that moved to
+//! another node, of all steps) and `degraded_percentage` (finished jobs that
+//! were degraded, in percent) — served as JSON at `GET /jobs/metrics` and
+//! `GET /v1/metrics`.
 //!
 //! Labels stay bounded: node names come from the config or an admin's
 //! registration; tool names come from nodes and from jobs, so at most

@@ -124,7 +124,7 @@ impl Tools {
     }
 
     /// Counts one call of `tool` for `agent`'s `task` against the tool's
-    /// cap (`guard.tool_caps`, DESIGN §1 step 4). `Err(cap)`: the cap is
+    /// cap (`guard.tool_caps`). `Err(cap)`: the cap is
     /// reached and the call must not run (it is not counted).
     pub fn take_tool_call(&self, agent: &str, task: &str, tool: &str) -> Result<(), u64> {
         let Some(&cap) = self.tool_caps.get(tool) else {

@@ -1,6 +1,6 @@
 //! `hale agent …`, `hale deployment …`, `hale doctor` and `hale checkpoints
-//! list`: thin HTTP clients of a running gateway's admin API (DESIGN §10).
-//! Every command takes `--url` (default
+//! list`: thin HTTP clients of a running gateway's admin API
+//! (docs/http-api.md). Every command takes `--url` (default
 //! [`DEFAULT_URL`](crate::remote::DEFAULT_URL)) and `--token` (default
 //! `$HALE_TOKEN`). The output is for people (`agent show` prints the API's
 //! JSON). Every failure is one line naming what failed and what to do:

@@ -1,4 +1,4 @@
-//! Subcommands (DESIGN §10).
+//! Subcommands (README.md, "Commands").
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -351,7 +351,8 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
     }
     let gw = hale_gateway::Gateway::new(cfg.clone(), store.clone()).await?;
     let tasks = hale_events::tasks::TaskSet::new();
-    // Singleton work runs only while this instance holds its lease (DESIGN §8;
+    // Singleton work runs only while this instance holds its lease
+    // (docs/operations.md, "Scale-out on PostgreSQL";
     // with SQLite this is the only instance and it takes every lease).
     if lock.is_some() {
         // The data-directory lock makes this the only instance: leases left
@@ -437,7 +438,7 @@ pub async fn serve(cfg: Config, takeover: bool) -> anyhow::Result<()> {
     eprintln!("hale listening on http://{}", listener.local_addr()?);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let events = hale_events::sse::router_with_relays(store.clone(), &relays);
-    // Tool jobs across nodes (DESIGN §7): admin routes; refresh and queue as named tasks.
+    // Tool jobs across nodes: admin routes; refresh and queue as named tasks.
     let tools = hale_tools::Tools::new(&cfg, store.clone())?;
     let (t1, t2, token) = (tools.clone(), tools.clone(), tasks.token());
     tasks.spawn("tool-node-refresh", async move {

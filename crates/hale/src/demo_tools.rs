@@ -1,4 +1,4 @@
-//! `hale demo`'s tool scene (DESIGN §7): a tool node frozen with SIGSTOP in
+//! `hale demo`'s tool scene: a tool node frozen with SIGSTOP in
 //! the middle of a job, and the job finishing on the backup node, degraded,
 //! with its execution path shown.
 //!

@@ -1,7 +1,7 @@
 //! `hale jobs …` and `hale nodes list`: thin HTTP clients of a running
-//! gateway's tool-job API (DESIGN §7, §10). `submit` reads a job from a file
-//! or stdin (`-`) and prints the job's evidence; `audit` prints one JSON
-//! object per line, ready for `jq`.
+//! gateway's tool-job API (docs/http-api.md, "Tool jobs and nodes"). `submit`
+//! reads a job from a file or stdin (`-`) and prints the job's evidence;
+//! `audit` prints one JSON object per line, ready for `jq`.
 
 use crate::remote::Remote;
 use anyhow::{Context, bail};

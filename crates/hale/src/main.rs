@@ -23,7 +23,7 @@ fn main() -> std::process::ExitCode {
     // Before any thread exists (mimalloc's option setter is not thread safe).
     hale_alloc::purge_at_once();
     hale_alloc::no_huge_pages();
-    // First, before any command can build an HTTP client (DESIGN §10).
+    // First, before any command can build an HTTP client.
     setup::install_crypto();
     let cli = cli::Cli::parse();
     telemetry::init();

@@ -1,5 +1,5 @@
 //! `hale run --agent NAME [--task T] -- CMD…`: supervise an agent process
-//! (DESIGN §5, "Supervised processes").
+//! (docs/operations.md, "Agent health and supervision").
 //!
 //! The child gets `OPENAI_BASE_URL` (`URL/v1`), `ANTHROPIC_BASE_URL` (`URL`),
 //! `HALE_URL`, `HALE_AGENT`, `HALE_TASK`, `HALE_RESTART` (0 on the first

@@ -1,4 +1,5 @@
-//! Alerts through the real `hale serve` (issue 12, DESIGN §8 Alerts): an
+//! Alerts through the real `hale serve` (issue 12;
+//! docs/operations.md, "Alerts"): an
 //! agent whose provider (`hale chaos`) keeps failing is paused, then resumes
 //! by itself when a trial request succeeds; a PagerDuty receiver on loopback
 //! sees a trigger then a resolve with the same dedup key. The channel shows

@@ -230,13 +230,13 @@ async fn issue11_lease_holder_killed_survivor_takes_monitor_and_relay_within_15s
     eprintln!("measured: survivor held every lease {taken_after:?} after SIGKILL of the holder");
     assert!(
         taken_after <= Duration::from_secs(15),
-        "DESIGN §8: takeover within 15 s, took {taken_after:?}"
+        "a dead holder's lease is taken over within 15 s, took {taken_after:?}"
     );
 
     // The survivor's relay resumes from the stored cursor: the new event is
     // delivered once. (The event delivered before the kill may come again
     // only if the victim died between delivery and its cursor ack: at least
-    // once, DESIGN §6.)
+    // once.)
     pause(&http, &survivor_base, "after-kill").await;
     wait_delivered(&got, "after-kill", Duration::from_secs(20)).await;
     let after = got
@@ -336,7 +336,7 @@ async fn issue11_pause_on_b_refuses_the_agent_on_a_within_1s() {
     );
     assert!(
         took <= Duration::from_secs(1),
-        "DESIGN §8: within 1 s, took {took:?}"
+        "control holds on every instance within 1 s, took {took:?}"
     );
 
     let r = http
@@ -349,7 +349,7 @@ async fn issue11_pause_on_b_refuses_the_agent_on_a_within_1s() {
     eprintln!("measured: resume on A served on B after {took:?}");
     assert!(
         took <= Duration::from_secs(1),
-        "DESIGN §8: within 1 s, took {took:?}"
+        "control holds on every instance within 1 s, took {took:?}"
     );
 
     drop((a, b, chaos));
@@ -520,11 +520,11 @@ async fn agent_view(http: &reqwest::Client, base: &str, agent: &str) -> serde_js
         .expect("agent json")
 }
 
-/// DESIGN §8 "counted once": three failed turns of one agent spread over
-/// instances A and B (A, B, A) pause it, as three on one instance would —
-/// neither instance saw three itself. The pause is decided from the totals
-/// the database answered to A's count and holds on B too, without another
-/// turn being sent to either.
+/// Counted once (docs/operations.md, "Scale-out on PostgreSQL"): three failed
+/// turns of one agent spread over instances A and B (A, B, A) pause it, as
+/// three on one instance would — neither instance saw three itself. The pause
+/// is decided from the totals the database answered to A's count and holds on B
+/// too, without another turn being sent to either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue11_three_failed_turns_spread_over_a_and_b_pause_the_agent() {
     let Some(p) = Pair::start("").await else {
@@ -584,11 +584,11 @@ async fn issue11_three_failed_turns_spread_over_a_and_b_pause_the_agent() {
     p.finish().await;
 }
 
-/// DESIGN §8 "counted once": a task's token budget spent alternately on A
-/// and B stops at the cap as on one instance, give or take the turns an
-/// instance has not heard of yet (its view lags the other instance by the
-/// counts committed since its own last commit: one group commit); both
-/// refuse after it.
+/// Counted once (docs/operations.md, "Scale-out on PostgreSQL"): a task's token
+/// budget spent alternately on A and B stops at the cap as on one instance,
+/// give or take the turns an instance has not heard of yet (its view lags the
+/// other instance by the counts committed since its own last commit: one group
+/// commit); both refuse after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue11_task_budget_spent_on_a_and_b_stops_at_the_cap() {
     let Some(p) = Pair::start("").await else {
@@ -637,7 +637,8 @@ async fn issue11_task_budget_spent_on_a_and_b_stops_at_the_cap() {
     p.finish().await;
 }
 
-/// DESIGN §8: a duplicate of an `Idempotency-Key` that instance A is still
+/// Idempotency across instances (docs/operations.md, "Scale-out on
+/// PostgreSQL"): a duplicate of an `Idempotency-Key` that instance A is still
 /// answering, sent to instance B, waits for A's answer (B finds A's claim
 /// and is woken by its release, `NOTIFY hale_idem`) and is answered from the
 /// store: one upstream call for both.
@@ -742,11 +743,12 @@ async fn stream_messages(url: &str, stream: &str) -> Vec<(String, String)> {
     out
 }
 
-/// DESIGN §8 with three instances on one PostgreSQL and one NATS: while
-/// operators pause agents through all three, the holder of the NATS relay
-/// is killed with SIGKILL; another instance takes the relay within 15 s and
-/// resumes from the stored cursor, and every event of the run reaches
-/// JetStream exactly once (distinct `Nats-Msg-Id`s) with none missing.
+/// Scale-out (docs/operations.md, "Scale-out on PostgreSQL") with three
+/// instances on one PostgreSQL and one NATS: while operators pause agents
+/// through all three, the holder of the NATS relay is killed with SIGKILL;
+/// another instance takes the relay within 15 s and resumes from the stored
+/// cursor, and every event of the run reaches JetStream exactly once (distinct
+/// `Nats-Msg-Id`s) with none missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue11_three_instances_nats_relay_holder_killed_every_event_reaches_jetstream_once() {
     let Some(pg) = store_common::pg_scratch().await else {
@@ -844,7 +846,7 @@ events:
     eprintln!("measured: relay:nats taken over {taken_after:?} after SIGKILL of its holder");
     assert!(
         taken_after <= Duration::from_secs(15),
-        "DESIGN §8: takeover within 15 s, took {taken_after:?}"
+        "a dead holder's lease is taken over within 15 s, took {taken_after:?}"
     );
     // Every pause reaches JetStream; read the stream once it has them all.
     let t1 = Instant::now();
@@ -881,9 +883,10 @@ events:
     store_common::drop_schema(&pg).await;
 }
 
-/// DESIGN §8 "counted once": the guard's per-task event cap is reached over
-/// two instances as on one (each turn is two events: its request and its
-/// response), give or take the turn an instance has not heard of yet.
+/// Counted once (docs/operations.md, "Scale-out on PostgreSQL"): the guard's
+/// per-task event cap is reached over two instances as on one (each turn is two
+/// events: its request and its response), give or take the turn an instance has
+/// not heard of yet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn issue11_guard_event_cap_of_a_task_served_by_a_and_b_is_reached_once() {
     let Some(p) = Pair::start("guard: {max_events: 20}").await else {

@@ -1,10 +1,10 @@
 //! Failure injection for event delivery through the real `hale serve`
-//! (issue 9 item 8, DESIGN §6): while agents are paused and resumed and turns
-//! run, NATS is killed with -9 and the webhook receiver answers 503 for a
-//! minute (`HALE_OUTAGE_SECS`, default 60). Afterwards every event is in
-//! JetStream and at the webhook, in the same order, with no duplicate in
-//! JetStream and no dead letter; during the outage `/ready` shows both sinks
-//! down with a backlog.
+//! (issue 9 item 8; docs/operations.md, "Events and sinks"): while agents are
+//! paused and resumed and turns run, NATS is killed with -9 and the webhook
+//! receiver answers 503 for a minute (`HALE_OUTAGE_SECS`, default 60).
+//! Afterwards every event is in JetStream and at the webhook, in the same
+//! order, with no duplicate in JetStream and no dead letter; during the outage
+//! `/ready` shows both sinks down with a backlog.
 
 mod common;
 

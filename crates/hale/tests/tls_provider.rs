@@ -1,4 +1,4 @@
-//! TLS to providers (DESIGN §3): every real provider is HTTPS.
+//! TLS to providers (docs/operations.md, "TLS"): every real provider is HTTPS.
 //!
 //! A provider on loopback over TLS — a certificate for 127.0.0.1 from the
 //! test CA in `tests/tls/` (made with openssl, valid until 2126), offering
@@ -8,7 +8,7 @@
 //! verifier's roots then come from that file) it reaches the provider over
 //! HTTP/2, streaming or not; without it the provider's certificate is not
 //! trusted, and the failure is a `network` failure to connect that names
-//! the certificate, which marks the provider's `base_url` (DESIGN §3).
+//! the certificate, which marks the provider's `base_url`.
 
 mod common;
 

@@ -1,4 +1,5 @@
-//! The intervention planner (DESIGN §5): what hale does about a stuck agent.
+//! The intervention planner (docs/operations.md, "Agent health and
+//! supervision"): what hale does about a stuck agent.
 //!
 //! A stuck agent is first nudged — a reminder the gateway injects into the
 //! agent's next request — up to `nudge_max_attempts` times, `nudge_interval`

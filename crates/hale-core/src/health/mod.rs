@@ -1,5 +1,6 @@
-//! Agent health (DESIGN §5): the per-agent state machine, the intervention
-//! planner and a registry that carries both for 100k agents.
+//! Agent health (docs/operations.md, "Agent health and supervision"): the
+//! per-agent state machine, the intervention planner and a registry that
+//! carries both for 100k agents.
 //!
 //! Every turn through the gateway, and every `POST /agents/{id}/heartbeat`, is
 //! a [`Heartbeat`]. Heartbeats only update counters — they are not events,
@@ -13,8 +14,9 @@
 //!   instants, counters and hashes (progress text is hashed to a `u64`, the
 //!   error window is a bit set), so a heartbeat is O(1) with no allocation and
 //!   an agent costs a few hundred bytes (see [`HealthRegistry::mem_per_agent`]).
-//! - **Signals, then precedence.** Each signal of DESIGN §5 is checked on its
-//!   own; when several hold, the most severe wins:
+//! - **Signals, then precedence.** Each signal (stale, error rate, token spike,
+//!   no progress, repeated calls, context exhausted, failures) is checked on
+//!   its own; when several hold, the most severe wins:
 //!   Terminated > Failing > Stuck > Degraded > Healthy.
 //! - **Time is an argument.** `now` is passed in, so every rule is tested with
 //!   fake instants.

@@ -66,7 +66,7 @@ fn tool_errors_classify_by_status_then_transport() {
 }
 
 #[test]
-fn tool_errors_map_onto_the_design_table() {
+fn tool_errors_map_onto_the_failure_classes() {
     assert_eq!(ToolError::NetworkTimeout.class(), ErrorClass::Timeout);
     assert_eq!(ToolError::NodeUnreachable.class(), ErrorClass::Network);
     assert_eq!(ToolError::CapacityExceeded.class(), ErrorClass::Overloaded);
@@ -85,7 +85,7 @@ fn tool_errors_map_onto_the_design_table() {
 }
 
 #[test]
-fn design_retryable_set_is_unreachable_timeout_503_429() {
+fn default_retryable_set_is_unreachable_timeout_503_429() {
     let retryable: Vec<ToolError> = ToolError::ALL
         .into_iter()
         .filter(|e| e.retryable_by_default())

@@ -1,5 +1,5 @@
 //! The relays: one task per sink moving events out of the outbox, in order,
-//! at least once (DESIGN §6).
+//! at least once (docs/operations.md, "Events and sinks").
 //!
 //! Each relay keeps the sink's cursor in the store (`sink_cursor` /
 //! `ack_sink`): it reads `events_after(cursor)`, delivers, and moves the
@@ -11,8 +11,8 @@
 //! every [`POLL_INTERVAL`] (events committed by another instance sharing a
 //! PostgreSQL store are not signalled locally).
 //!
-//! Failures (DESIGN §6 "Dead letters are for bad events, not bad
-//! infrastructure"): each failed attempt is judged by
+//! Failures: dead letters are for bad events, not bad infrastructure. Each
+//! failed attempt is judged by
 //! `hale_core::delivery::verdict`.
 //! - The sink is *down* (refused, timeout, 5xx, 408, 429, NATS disconnected,
 //!   JetStream unavailable, a stream-wide JetStream error): the relay's

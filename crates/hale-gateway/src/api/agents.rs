@@ -1,5 +1,6 @@
 //! `GET /agents`, `GET /agents/{id}`, `POST /agents/{id}/pause|resume` and
-//! `POST /agents/{id}/tasks/{task}/reset` (DESIGN §5, issue 8).
+//! `POST /agents/{id}/tasks/{task}/reset` (docs/http-api.md, "Agents";
+//! issue 8).
 //!
 //! An unknown agent (never seen, not under `agents:`) is a 404
 //! `agent_not_found`, so a typo never creates an agent — except for a

@@ -1,4 +1,5 @@
-//! Checkpoints (DESIGN §5): `POST|GET /agents/{id}/tasks/{task}/checkpoints`,
+//! Checkpoints (docs/http-api.md, "Checkpoints and recovery"):
+//! `POST|GET /agents/{id}/tasks/{task}/checkpoints`,
 //! `GET /agents/{id}/tasks/{task}/checkpoints/{cp}` (`latest`: the newest
 //! valid one) and `GET /agents/{id}/checkpoints`. Checkpoints are stored with
 //! the SHA-256 of their body; an invalid one is reported

@@ -1,5 +1,6 @@
-//! The dashboard (DESIGN §8): `GET /` and its assets under `/dashboard/`,
-//! compiled into the binary so the page works offline and with no CDN.
+//! The dashboard (docs/operations.md, "Dashboard"): `GET /` and its assets
+//! under `/dashboard/`, compiled into the binary so the page works offline and
+//! with no CDN.
 //!
 //! The page is a shell that holds no data: everything it shows comes from
 //! the admin API (`/agents`, `/deployments`, `/nodes`, `/ready`, `/dlq`,

@@ -1,9 +1,9 @@
 //! `GET /deployments` and `POST /deployments/{provider}/{model}/trip|reset`
-//! (DESIGN §3, issue 8): per-deployment health, and the operator's levers —
-//! trip forces a deployment out (an outside health check knows it is down
-//! before a call fails), reset brings it back at once (no waiting for the
-//! probe). Each lever emits `breaker.state_changed` naming who pulled it. A
-//! model name holding `/` is percent-encoded (`%2F`) in the path.
+//! (docs/http-api.md, "Deployments"; issue 8): per-deployment health, and the
+//! operator's levers — trip forces a deployment out (an outside health check
+//! knows it is down before a call fails), reset brings it back at once (no
+//! waiting for the probe). Each lever emits `breaker.state_changed` naming who
+//! pulled it. A model name holding `/` is percent-encoded (`%2F`) in the path.
 
 use super::edge::admin_refusal;
 use crate::Gateway;

@@ -1,5 +1,6 @@
-//! The edge every route shares (DESIGN §1, §8): auth, the admin layer,
-//! error shaping, fallbacks and the body limit.
+//! The edge every route shares: auth, the admin layer, error shaping,
+//! fallbacks and the body limit (docs/operations.md, "Who may call";
+//! docs/http-api.md, "Errors").
 //!
 //! Auth runs first: a bearer key (or Anthropic's `x-api-key`, or Google's
 //! `x-goog-api-key` or `key=` query parameter) maps to a scope ([`authorize`] → [`Caller`]); with no keys configured only direct

@@ -1,6 +1,7 @@
-//! The health routes (DESIGN §5): heartbeats (`POST /agents/{id}/heartbeat`),
-//! an operator's decision on an escalation (`POST /agents/{id}/decide`),
-//! termination (`POST /agents/{id}/terminate`), a task's state
+//! The health routes (docs/operations.md, "Agent health and supervision"):
+//! heartbeats (`POST /agents/{id}/heartbeat`), an operator's decision on an
+//! escalation (`POST /agents/{id}/decide`), termination
+//! (`POST /agents/{id}/terminate`), a task's state
 //! (`GET /agents/{id}/tasks/{task}`) and recovery
 //! (`POST /agents/{id}/tasks/{task}/recover`). The runtime they drive is
 //! [`crate::health`].

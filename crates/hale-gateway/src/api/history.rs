@@ -1,6 +1,6 @@
 //! `GET /history?agent=&deployment=&from=&to=` (admin): the health history
-//! the dashboard draws charts from (DESIGN §8 Dashboard). `from`/`to` are
-//! milliseconds since the epoch (`to` defaults to now, `from` to
+//! the dashboard draws charts from (docs/operations.md, "Health history").
+//! `from`/`to` are milliseconds since the epoch (`to` defaults to now, `from` to
 //! `HISTORY_DEFAULT_WINDOW` before `to`); `agent` filters transitions,
 //! `deployment` both transitions and minutes. The shape:
 //! `{"transitions": [{id, time_ms, kind, agent?, deployment?, payload}],

@@ -1,4 +1,4 @@
-//! The HTTP surface (DESIGN §1, §8): axum handlers only. Nothing below
+//! The HTTP surface (docs/http-api.md): axum handlers only. Nothing below
 //! imports this module; each handler authorizes at the edge ([`edge`]),
 //! asks the pipeline (a chat call) or a component, and renders.
 //!

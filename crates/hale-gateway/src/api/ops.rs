@@ -19,7 +19,7 @@ use std::time::Instant;
 
 /// `GET /ready`: 200 when the store answers (503 when not), with each event
 /// sink's state, backlog, oldest undelivered age, dead letters and last error
-/// (DESIGN §6). Public, so it shows sinks by their public names only (no
+/// Public, so it shows sinks by their public names only (no
 /// webhook credentials, paths or query strings). A sink that is down does not
 /// make hale unready: its events wait in the outbox.
 pub(super) async fn ready(State(gw): State<Arc<Gateway>>) -> Response {

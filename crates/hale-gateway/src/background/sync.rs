@@ -1,6 +1,6 @@
-//! Agent control across instances (DESIGN §8 "Scale-out"): an operator's
-//! pause, resume, terminate, decision or task reset on any instance holds on
-//! every instance within a second.
+//! Agent control across instances (docs/operations.md, "Scale-out on
+//! PostgreSQL"): an operator's pause, resume, terminate, decision or task reset
+//! on any instance holds on every instance within a second.
 //!
 //! The database row is the truth and the notification only a wake-up. Each
 //! control change commits its agent row together with an announcement

@@ -1,8 +1,8 @@
-//! The gateway's health runtime (DESIGN §5): heartbeats, the monitor, the
-//! interventions it acts on, checkpoints, recovery plans and replay. The
-//! component is [`HealthRt`]; its routes are `crate::api::health` and
-//! `crate::api::checkpoints`, its loop [`monitor()`], checkpoints and plans
-//! [`recovery`].
+//! The gateway's health runtime (docs/operations.md, "Agent health and
+//! supervision"): heartbeats, the monitor, the interventions it acts on,
+//! checkpoints, recovery plans and replay. The component is [`HealthRt`]; its
+//! routes are `crate::api::health` and `crate::api::checkpoints`, its loop
+//! [`monitor()`], checkpoints and plans [`recovery`].
 //!
 //! The rules are in `hale_core::health` (state machine, intervention planner,
 //! registry) and `hale_core::recovery` (limits, backoff, checkpoint chain).
@@ -36,12 +36,13 @@
 //!   limits are the gateway's `recovery:` config, so one place holds them
 //!   whether the supervisor is embedded or remote.
 //! - **Replay instead of re-billing** ([`HealthRt::replay`]) is on only for tasks that
-//!   were recovered at least once (DESIGN §5: "when a *recovered* agent
-//!   re-issues a request"). An agent that is not recovering and asks the same
-//!   question twice (polling, sampling) gets a fresh answer; a recovered one
-//!   gets the journalled answer with `x-hale-replayed: true` and no provider
-//!   call. The set of recovered tasks lives in memory (a gateway restart ends
-//!   replay for them, which only costs a re-bill, never a wrong answer).
+//!   were recovered at least once: it is a recovered agent's re-issued
+//!   request that must not be billed again. An agent that is not recovering and
+//!   asks the same question twice (polling, sampling) gets a fresh answer; a
+//!   recovered one gets the journalled answer with `x-hale-replayed: true` and
+//!   no provider call. The set of recovered tasks lives in memory (a gateway
+//!   restart ends replay for them, which only costs a re-bill, never a wrong
+//!   answer).
 //!
 //! Health is per agent (the registry's unit); termination and recovery are
 //! per (agent, task), the task being the one named by the request, the
@@ -324,7 +325,7 @@ fn task_label(task: Option<&str>) -> &str {
 }
 
 impl HealthRt {
-    /// Agent gate (DESIGN §1 step 2): a terminated task gets 410 `task_terminated`.
+    /// Agent gate: a terminated task gets 410 `task_terminated`.
     pub fn before_turn(&self, agent: &str, task: &str) -> Result<(), HaleError> {
         if self.is_terminated(agent, task) {
             let mut e = HaleError::new(

@@ -1,7 +1,8 @@
-//! The health monitor (DESIGN §5): evaluates every agent on a schedule
-//! (`health.evaluate_every`) and whenever a turn finished, turns what the
-//! registry reports into events and actions ([`Monitor::tick`]), and watches
-//! agents that went silent while out of memory ([`Monitor::watch_silent`]).
+//! The health monitor (docs/operations.md, "Agent health and supervision"):
+//! evaluates every agent on a schedule (`health.evaluate_every`) and whenever a
+//! turn finished, turns what the registry reports into events and actions
+//! ([`Monitor::tick`]), and watches agents that went silent while out of memory
+//! ([`Monitor::watch_silent`]).
 //!
 //! Only the instance holding the health monitor's lease runs it, because
 //! only it judges agents. Silence is read from the agents' rows

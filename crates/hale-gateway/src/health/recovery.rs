@@ -1,8 +1,9 @@
-//! Checkpoints and recovery plans (DESIGN §5): a checkpoint is valid when
-//! its SHA-256 matches and its body parses; an invalid one is reported once
-//! per process (`checkpoint.corrupt`) and never served. [`HealthRt::plan_recovery`]
-//! asks the agent's `RecoveryTracker` (`hale_core::recovery`) for a plan
-//! over the task's checkpoint chain and starts it.
+//! Checkpoints and recovery plans (docs/operations.md, "Agent health and
+//! supervision"): a checkpoint is valid when its SHA-256 matches and its body
+//! parses; an invalid one is reported once per process (`checkpoint.corrupt`)
+//! and never served. [`HealthRt::plan_recovery`] asks the agent's
+//! `RecoveryTracker` (`hale_core::recovery`) for a plan over the task's
+//! checkpoint chain and starts it.
 
 use super::{HealthRt, add};
 use crate::agents::Agents;

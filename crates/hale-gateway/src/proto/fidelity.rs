@@ -1,5 +1,6 @@
 //! Same-dialect fidelity: what a client sent reaches a provider of its own
-//! dialect as it was sent (DESIGN §1, §3).
+//! dialect as it was sent (docs/providers.md, "Same dialect: the client's
+//! bytes").
 //!
 //! The canonical model of [`super`] holds what hale reasons about (roles,
 //! text, tool calls, limits); it does not hold everything a dialect can say —
