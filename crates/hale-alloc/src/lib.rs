@@ -10,9 +10,10 @@
 //! allocates. A gateway's load comes in waves over many threads, so freed
 //! pages piled up in resident memory: the 10-minute many-agents benchmark
 //! grew 97 → 134 MiB with the default and stayed within 105–119 MiB with
-//! the delay at 0 (BENCHMARKS.md, "Memory over time"), at no throughput
-//! cost that a run could tell from noise. [`purge_at_once`] sets the delay
-//! to 0 unless the operator chose one (`MIMALLOC_PURGE_DELAY`).
+//! the delay at 0 (the many-agents memory run; the run is in BENCHMARKS.md's
+//! git history), at no throughput cost that a run could tell from noise.
+//! [`purge_at_once`] sets the delay to 0 unless the operator chose one
+//! (`MIMALLOC_PURGE_DELAY`).
 //!
 //! Transparent huge pages made each 2 MiB of heap resident whole and kept
 //! it so: mimalloc is built without asking for them (`no_thp`), and
@@ -83,8 +84,8 @@ pub const ALLOW_THP_ENV: &str = "MIMALLOC_ALLOW_THP";
 /// asked for huge pages on its arena, so every 2 MiB the heap touched
 /// became resident whole and was given back only whole: `hale serve` held
 /// 17,660 kB of anonymous memory right after start for a heap of 1.4 MB
-/// (heaptrack), and 3,960 kB without huge pages (BENCHMARKS.md, "Memory at
-/// start"). The crate is built with mimalloc's `no_thp`, so it never asks
+/// (heaptrack), and 3,960 kB without huge pages (the run is in BENCHMARKS.md's
+/// git history). The crate is built with mimalloc's `no_thp`, so it never asks
 /// (that covers the arena mapped by Rust's start-up before `main`); this
 /// switch covers a kernel set to `always`, which gives huge pages unasked.
 pub fn no_huge_pages() -> bool {

@@ -147,7 +147,7 @@ impl Store {
             // statement whose LIMIT is a parameter each time that parameter
             // is bound again (sqlx clears the binds after every run), ~77k
             // instructions a time for a poll that runs every health check
-            // (issue 30, BENCHMARKS.md); the monitor's limit is a constant.
+            // (callgrind, issue 30); the monitor's limit is a constant.
             let sql = format!(
                 "SELECT {AGENT_COLS} FROM agents WHERE \
                  (last_seen_ms > $1 OR (last_seen_ms = $1 AND id > $2)) AND last_seen_ms <= $3 \

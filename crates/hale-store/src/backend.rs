@@ -353,10 +353,11 @@ const TASK_SPEND_RETURNING: &str = concat!(
 /// Not `RETURNING`: SQLite gathers its rows in an ephemeral table first, a
 /// temporary b-tree opened and closed per statement, ~9k instructions each
 /// under callgrind; the read-back costs less (a c=1 turn: −24k in SQLite,
-/// +9k in sqlx, BENCHMARKS.md). And not one text for both kinds of count
-/// (the task's upsert as `INSERT … SELECT … WHERE ? IS NOT NULL`): SQLite
-/// takes an `INSERT … SELECT` for a multi-row write and keeps a statement
-/// journal for it, +9k instructions a turn at c=1 under callgrind.
+/// +9k in sqlx; the run is in BENCHMARKS.md's git history). And not one text
+/// for both kinds of count (the task's upsert as
+/// `INSERT … SELECT … WHERE ? IS NOT NULL`): SQLite takes an `INSERT … SELECT`
+/// for a multi-row write and keeps a statement journal for it, +9k
+/// instructions a turn at c=1 under callgrind.
 ///
 /// This one: a count with a task, 3 statements, 20 binds.
 const COUNT_TASK_SQLITE: &str = concat!(
@@ -490,7 +491,7 @@ const TURN_COLUMNS: usize = 18;
 /// binding it, and SQLite finds a numbered placeholder's name by walking
 /// the statement's list of names from its start: with `$n`, a 32-row upsert
 /// (576 placeholders) cost ~166k steps per statement, the writer's largest
-/// single cost (BENCHMARKS.md, "The journal writer's batches"). An anonymous
+/// single cost (callgrind, issue 30). An anonymous
 /// `?` has no name, so the question is answered at once.
 fn turn_insert_sql(rows: usize, pg: bool) -> &'static str {
     const SIZES: usize = TURN_CHUNK.ilog2() as usize + 1;
@@ -656,7 +657,7 @@ macro_rules! gen_apply {
             // hand-off to the connection's thread per statement rather than
             // per turn. PostgreSQL writes them one per statement in the loop
             // below (multi-row statements made its writer 2.3-2.9x slower,
-            // BENCHMARKS.md stop 19).
+            // measured at stop 19; the run is in BENCHMARKS.md's git history).
             if !$pg {
                 let turns: Vec<&TurnRow> = rows()
                     .filter_map(|r| if let Encoded::Turn(t) = r { Some(&**t) } else { None })
@@ -978,9 +979,10 @@ pub(crate) struct Applied {
 /// 512 KiB hold (at c=64 each of 64 agents' places in `turns_replay`, its
 /// `agents` and `task_spend` rows and their indexes): with 128 pages the
 /// writer spilled dirty pages to the WAL in the middle of its transactions
-/// and read them back, ~3 `pwrite64` and ~2 `pread64` per turn (issue 30,
-/// stop 36 in BENCHMARKS.md). Only pages the writer touches fill it, and
-/// what it caches is never written anywhere else, so durability is as before.
+/// and read them back, ~3 `pwrite64` and ~2 `pread64` per turn (issue 30;
+/// BENCHMARKS.md, "Syscalls per turn", has the figures since). Only pages the
+/// writer touches fill it, and what it caches is never written anywhere else,
+/// so durability is as before.
 pub(crate) const SQLITE_WRITER_CACHE_KIB: u32 = 2000;
 
 /// Where the writer's transactions run.

@@ -54,7 +54,7 @@ pub use error::{Result, StoreError};
 /// crate that polls it (like a generic function), so an unboxed API had the
 /// gateway, the tools, the events crate and the binary each compile the
 /// store's whole sqlx code for both backends again; a boxed one compiles it
-/// once, here (BENCHMARKS.md, "First build", stop 36).
+/// once, here (BENCHMARKS.md, "First build").
 pub type BoxFut<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 pub use history::{History, HistoryQuery, MAX_TRANSITIONS, TransitionRecord};
 pub use idem::{Claim, ClaimWaiter};

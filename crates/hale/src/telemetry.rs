@@ -12,7 +12,7 @@
 //!
 //! Until an exporter is installed that filter enables nothing, so a turn
 //! builds no span at all (the registry's span slab, enter and exit on every
-//! poll were ~11k instructions of a turn; BENCHMARKS.md): the callsites'
+//! poll were ~11k instructions of a turn under callgrind): the callsites'
 //! interest is computed again when the exporter goes in. Its level hint
 //! stays INFO either way, so the libraries' DEBUG logging (sqlx formats
 //! each statement when asked) is never switched on by it.

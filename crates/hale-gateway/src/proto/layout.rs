@@ -9,7 +9,7 @@
 //! whose bytes before the text's opening quote and from its closing quote
 //! on equal this one's is the same event with another text: only that
 //! string is read (~0.5k instructions instead of ~4.5k for the whole
-//! object; BENCHMARKS "Decoding by layout"). This is sound because
+//! object; callgrind, BENCHMARKS.md's git history). This is sound because
 //! replacing one JSON string token by another leaves every other token, and
 //! so every other field's value, as it was; an event that differs anywhere
 //! else is read the whole way. What "text-only" means, and what such an

@@ -2,7 +2,7 @@
 //! per-token fast paths: a stream sends one small object per token, and
 //! serde's derived read of it (field names matched through a visitor,
 //! unread values skipped through `IgnoredAny`) was most of the cost of
-//! decoding a chunk (callgrind, BENCHMARKS "Decoding the upstream's chunks").
+//! decoding a chunk (callgrind; BENCHMARKS.md's git history).
 //!
 //! It reads only well-formed JSON, and answers `None` — "not understood,
 //! ask serde" — for everything it does not handle or that is not JSON: a

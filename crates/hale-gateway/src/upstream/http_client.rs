@@ -4,9 +4,9 @@
 //! Why not reqwest for every attempt: an attempt through it cost ~62k
 //! instructions, most of them its layers — the redirect layer parses every
 //! request's URL again whatever the policy, the body, timeout and
-//! decompression wrappers (BENCHMARKS.md, "The provider client").
-//! hyper-util's client is the one reqwest wraps: the same pool, connector
-//! and TLS, without those layers.
+//! decompression wrappers (callgrind; the run is in BENCHMARKS.md's git
+//! history). hyper-util's client is the one reqwest wraps: the same pool,
+//! connector and TLS, without those layers.
 //!
 //! What reqwest gave hale, and is kept:
 //! - HTTPS through rustls on ring, certificates checked by the platform

@@ -55,7 +55,7 @@ struct TextDelta<'a> {
 /// event a stream sends per token — read straight from the data line,
 /// strings borrowed ([`Str`]), without a `Value` tree: per token, the tree
 /// with its paths for error messages was most of the cost of decoding (as
-/// measured for OpenAI chunks: callgrind, BENCHMARKS).
+/// measured for OpenAI chunks: callgrind, issue 30).
 ///
 /// [`StreamDecoder::decode`] takes this path only when the event is a
 /// `content_block_delta` (by its `type`, or by the SSE event name when
@@ -470,8 +470,8 @@ fn block_index(obj: &Map<String, Value>) -> Result<u64, ProtoError> {
 }
 
 // The events an encoder writes once or twice a stream, typed: built as
-// `json!` trees they were ~35k instructions a stream (callgrind, BENCHMARKS
-// "The streaming turn"). The fields are in the order `json!` (a sorted map)
+// `json!` trees they were ~35k instructions a stream (callgrind, issue 30).
+// The fields are in the order `json!` (a sorted map)
 // wrote them, so the bytes are the same (test `the_typed_events_are_the_json_ones`).
 
 /// `message_start`.

@@ -18,7 +18,7 @@ use crate::proto::sse::SseFrame;
 /// An upstream chunk of the common shape — text, a finish, usage — read
 /// straight from the data line, strings borrowed ([`Str`]), without a `Value` tree:
 /// a stream has one per token, and the tree with its paths for error
-/// messages was most of the cost of decoding one (callgrind, BENCHMARKS).
+/// messages was most of the cost of decoding one (callgrind, issue 30).
 ///
 /// [`StreamDecoder::decode`] takes this path only when the chunk reads as
 /// this struct and holds no tool calls and no error ([`PlainChunk::is_plain`]);
@@ -48,7 +48,7 @@ impl<'a> PlainChunk<'a> {
     /// `serde_json::from_str::<Obj<PlainChunk>>` reads (test
     /// `the_scanner_reads_what_serde_reads`), `None` when the scanner
     /// leaves the chunk to serde. ~4.6k instructions of serde per chunk
-    /// (callgrind, BENCHMARKS).
+    /// (callgrind, issue 30).
     fn scan(data: &'a str) -> Option<Self> {
         let mut s = Scan::new(data);
         let mut c = PlainChunk {
@@ -651,7 +651,7 @@ impl StreamEncoder {
     /// [`StreamEncoder::chunk`] of a piece of text, the same bytes, written
     /// by hand around the escaped text: a stream sends one per token, and
     /// serialising the whole chunk was ~3.4k instructions of it (callgrind,
-    /// BENCHMARKS "The streaming turn"; test `a_text_chunk_is_the_serialised_chunk`).
+    /// issue 30; test `a_text_chunk_is_the_serialised_chunk`).
     fn text_chunk(&mut self, text: &str) -> SseFrame {
         const HEAD: &str = r#"{"choices":[{"delta":{"content":"#;
         if self.text_tail.is_empty() {
