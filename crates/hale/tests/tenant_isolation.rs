@@ -1,7 +1,11 @@
-//! Issue 42, item 5: what one tenant may reach through the real
+//! Issue 42, items 1 and 5: what one tenant may reach through the real
 //! `hale serve`, with an admin key and two agent keys (alice, bob), its
 //! providers played by `hale chaos` on loopback.
 //!
+//! - A provider's own response id, handed to bob, cannot be continued by
+//!   alice: hale refuses it (404) before any provider is called, and so an
+//!   id hale does not keep, to an agent key; bob continues his own, and an
+//!   admin key still has an unknown id forwarded.
 //! - `/mcp` refuses a body over `limits.max_request_bytes` (413).
 //! - Gemini's `countTokens` refuses an `X-Hale-Agent` the key may not act as.
 //! - A checkpoint body that is not UTF-8 is refused (400), never stored.
@@ -80,6 +84,120 @@ async fn post_raw(
 
 async fn post(rig: &ChaosRig, path: &str, token: &str, body: Value) -> (u16, Value) {
     post_raw(rig, path, token, &[], body.to_string().into_bytes()).await
+}
+
+/// How many requests chaos received naming `id` as `previous_response_id`.
+async fn sent_to_provider(rig: &ChaosRig, id: &str) -> usize {
+    rig.chaos_bodies()
+        .await
+        .iter()
+        .filter(|b| b["previous_response_id"] == id)
+        .count()
+}
+
+/// Item 1: bob's turn is answered whole by the Responses provider, so bob
+/// gets the provider's own id. alice sending it as `previous_response_id`
+/// gets hale's 404, and the provider never sees it (before the fix hale
+/// forwarded it and the provider continued bob's conversation for alice).
+/// An id hale never handed out, and bob's `store: false` id (which hale
+/// does not keep), are refused to alice the same way. bob continues his own
+/// conversation through the provider; an admin key's unknown id still goes
+/// to the provider as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_cannot_continue_another_tenants_conversation_through_the_provider() {
+    let rig = rig().await;
+    let (s, bobs) = post(
+        &rig,
+        "/v1/responses",
+        BOB,
+        json!({"model": "r", "input": "bob's private question"}),
+    )
+    .await;
+    assert_eq!(s, 200, "{bobs}");
+    let bob_id = bobs["id"].as_str().expect("an id").to_owned();
+    assert!(
+        bob_id.starts_with("resp_chaos_"),
+        "the provider's own id reached bob: {bobs}"
+    );
+
+    // alice, with bob's id: hale's own 404, in OpenAI's shape, no provider call.
+    let (s, e) = post(
+        &rig,
+        "/v1/responses",
+        ALICE,
+        json!({"model": "r", "input": "go on", "previous_response_id": bob_id}),
+    )
+    .await;
+    assert_eq!(s, 404, "alice must not continue bob's response: {e}");
+    assert_eq!(e["error"]["type"], "previous_response_not_found", "{e}");
+    assert_eq!(
+        e["error"]["message"],
+        format!("Previous response with id '{bob_id}' not found."),
+        "{e}"
+    );
+    assert_eq!(
+        sent_to_provider(&rig, &bob_id).await,
+        0,
+        "bob's id was forwarded for alice"
+    );
+
+    // An id hale never handed out: the same 404 to an agent key, not forwarded.
+    let never = "resp_chaos_never_handed_out";
+    let (s, e) = post(
+        &rig,
+        "/v1/responses",
+        ALICE,
+        json!({"model": "r", "input": "go on", "previous_response_id": never}),
+    )
+    .await;
+    assert_eq!(s, 404, "{e}");
+    assert_eq!(e["error"]["type"], "previous_response_not_found", "{e}");
+    assert_eq!(sent_to_provider(&rig, never).await, 0);
+
+    // bob's `store: false` answer: the provider's id, not kept by hale.
+    let (s, unkept) = post(
+        &rig,
+        "/v1/responses",
+        BOB,
+        json!({"model": "r", "input": "not kept", "store": false}),
+    )
+    .await;
+    assert_eq!(s, 200, "{unkept}");
+    let unkept_id = unkept["id"].as_str().expect("an id").to_owned();
+    let (s, e) = post(
+        &rig,
+        "/v1/responses",
+        ALICE,
+        json!({"model": "r", "input": "go on", "previous_response_id": unkept_id}),
+    )
+    .await;
+    assert_eq!(s, 404, "{e}");
+    assert_eq!(e["error"]["type"], "previous_response_not_found", "{e}");
+    assert_eq!(sent_to_provider(&rig, &unkept_id).await, 0);
+
+    // bob continues his own: the provider gets his request, id and all.
+    let (s, next) = post(
+        &rig,
+        "/v1/responses",
+        BOB,
+        json!({"model": "r", "input": "and then?", "previous_response_id": bob_id}),
+    )
+    .await;
+    assert_eq!(s, 200, "bob continues his own conversation: {next}");
+    assert_eq!(sent_to_provider(&rig, &bob_id).await, 1);
+
+    // An admin key may act as every agent: an id hale does not keep goes
+    // to the provider as sent, whose own 404 comes back.
+    let (s, e) = post(
+        &rig,
+        "/v1/responses",
+        ADMIN,
+        json!({"model": "r", "input": "go on", "previous_response_id": never}),
+    )
+    .await;
+    assert_eq!(s, 404, "{e}");
+    assert_eq!(e["error"]["type"], "invalid_request_error", "{e}");
+    assert_eq!(sent_to_provider(&rig, never).await, 1);
 }
 
 /// Item 5a: `/mcp` reads at most `limits.max_request_bytes`, as every other
