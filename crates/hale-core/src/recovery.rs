@@ -24,6 +24,9 @@
 //!
 //! One tracker per agent: it keeps, per task, the recoveries started, and for
 //! the agent the start times inside the last hour.
+//!
+//! [`checkpoint_body`] is the rule for what a checkpoint may hold: UTF-8
+//! JSON, as hale serves it back as JSON.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -34,12 +37,48 @@ use crate::config::RecoveryConfig;
 pub const RECOVERY_WINDOW: Duration = Duration::from_secs(3600);
 
 /// A checkpoint as the adapter sees it; `valid` means the content hash
-/// matches and the body parses.
+/// matches and the body is UTF-8 JSON ([`checkpoint_body`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckpointView<'a> {
     pub id: &'a str,
     pub parent: Option<&'a str>,
     pub valid: bool,
+}
+
+/// Why a checkpoint body is not one hale keeps ([`checkpoint_body`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyProblem {
+    /// Not UTF-8: the first bad byte is at `at`.
+    NotUtf8 { at: usize },
+    /// UTF-8, but not one JSON value.
+    NotJson(String),
+}
+
+impl std::fmt::Display for BodyProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyProblem::NotUtf8 { at } => write!(
+                f,
+                "a checkpoint body must be UTF-8 JSON: byte {at} is not UTF-8"
+            ),
+            BodyProblem::NotJson(e) => write!(f, "a checkpoint body must be JSON: {e}"),
+        }
+    }
+}
+
+/// The rule for a checkpoint body: UTF-8 text holding one JSON value. hale
+/// serves a checkpoint back as `application/json` (and inside the JSON of a
+/// recovery plan), and JSON text is UTF-8 (RFC 8259 §8.1); a JSON parser
+/// that skips over strings without decoding them would take bytes that are
+/// not UTF-8 inside a string, so UTF-8 is checked first. A stored body that
+/// breaks the rule is not valid ([`CheckpointView::valid`]).
+pub fn checkpoint_body(body: &[u8]) -> Result<(), BodyProblem> {
+    let text = std::str::from_utf8(body).map_err(|e| BodyProblem::NotUtf8 {
+        at: e.valid_up_to(),
+    })?;
+    serde_json::from_str::<serde::de::IgnoredAny>(text)
+        .map(|_| ())
+        .map_err(|e| BodyProblem::NotJson(e.to_string()))
 }
 
 /// What to do about a failed task.
@@ -193,6 +232,41 @@ impl RecoveryTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checkpoint_body_table() {
+        /// What the rule says of a body: kept, not UTF-8 at a byte, not JSON.
+        #[derive(Debug)]
+        enum Want {
+            Ok,
+            Utf8(usize),
+            Json,
+        }
+        let table: [(&[u8], Want); 7] = [
+            (br#"{"step": 3}"#, Want::Ok),
+            (b"[1, 2]", Want::Ok),
+            ("{\"note\": \"caf\u{e9}\"}".as_bytes(), Want::Ok),
+            // Bytes that are not UTF-8 inside a string: a skipping parser takes them.
+            (b"{\"s\": \"\xff\xfe\"}", Want::Utf8(7)),
+            (b"\xc3", Want::Utf8(0)),
+            (b"", Want::Json),
+            (b"{\"open\": ", Want::Json),
+        ];
+        for (body, want) in table {
+            let got = checkpoint_body(body);
+            let ok = match (&want, &got) {
+                (Want::Ok, Ok(())) => true,
+                (Want::Utf8(at), Err(BodyProblem::NotUtf8 { at: got })) => at == got,
+                (Want::Json, Err(BodyProblem::NotJson(_))) => true,
+                (Want::Ok | Want::Utf8(_) | Want::Json, Ok(()) | Err(_)) => false,
+            };
+            assert!(ok, "{body:?}: want {want:?}, got {got:?}");
+        }
+        assert_eq!(
+            BodyProblem::NotUtf8 { at: 7 }.to_string(),
+            "a checkpoint body must be UTF-8 JSON: byte 7 is not UTF-8"
+        );
+    }
 
     fn cfg() -> RecoveryConfig {
         RecoveryConfig::default()

@@ -4,7 +4,7 @@
 //! hale keeps each Responses answer (unless the client sent `store: false`)
 //! with the turn's own input, the id it continues and the provider that
 //! answered it, so a conversation that continues with `previous_response_id`
-//! can be served by any deployment. Three decisions live here:
+//! can be served by any deployment. Four decisions live here:
 //!
 //! - [`link`]: for one attempt, pass the client's `previous_response_id`
 //!   through untouched (the provider holds the conversation) or send the
@@ -12,6 +12,8 @@
 //!   items);
 //! - [`may_read`]: whose responses a caller may read or continue (the
 //!   agent scope of its key, as for every other agent-owned thing);
+//! - [`may_continue`]: what becomes of a `previous_response_id` a caller
+//!   sends: continued from what hale keeps, forwarded as sent, or refused;
 //! - [`page`]: one page of a response's input items.
 //!
 //! Why expansion walks a chain (each stored response holds only its own
@@ -92,6 +94,50 @@ pub fn may_read(allowed: Option<&[String]>, owner: &str) -> bool {
     match allowed {
         None => true,
         Some(list) => list.iter().any(|a| a == owner),
+    }
+}
+
+/// What hale does with a `previous_response_id` a caller sends
+/// ([`may_continue`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Continue {
+    /// hale keeps it, for an agent the caller may act as: the turn
+    /// continues from what hale keeps ([`link`] with [`Previous::Kept`]).
+    Kept,
+    /// hale does not keep it and the caller may act as every agent (no
+    /// keys, an admin key): it goes as sent to the plan's Responses
+    /// deployments ([`link`] with [`Previous::Unknown`]).
+    Forward,
+    /// Refused with the 404 of an id that does not exist, before any
+    /// provider is called: it is kept for an agent the caller may not act
+    /// as, or hale does not keep it and the caller's key is scoped to
+    /// some agents.
+    Refuse,
+}
+
+/// The rule for a `previous_response_id`: `owner` is the agent hale keeps
+/// it for (`None`: hale does not keep it — never handed it out, `store:
+/// false`, pruned or deleted), `allowed` the agents the caller may act as
+/// (`None`: any).
+///
+/// Why an id hale does not keep is refused to an agent-scoped key: the
+/// providers keep responses under the operator's one key, shared by every
+/// tenant, so an id forwarded as sent continues whatever conversation the
+/// provider holds under it — another tenant's that hale no longer keeps, or
+/// one made with the operator's key outside hale. Only a caller that may
+/// act as every agent may reach those; to a scoped key, an id hale does not
+/// keep and another agent's are the same 404, so neither is an oracle.
+pub fn may_continue(allowed: Option<&[String]>, owner: Option<&str>) -> Continue {
+    match (owner, allowed) {
+        (Some(owner), allowed) => {
+            if may_read(allowed, owner) {
+                Continue::Kept
+            } else {
+                Continue::Refuse
+            }
+        }
+        (None, None) => Continue::Forward,
+        (None, Some(_)) => Continue::Refuse,
     }
 }
 
@@ -194,6 +240,34 @@ mod tests {
         assert!(may_read(Some(&mine), "b"));
         assert!(!may_read(Some(&mine), "c"));
         assert!(!may_read(Some(&[]), "a"));
+    }
+
+    #[test]
+    fn may_continue_table() {
+        let alice = ["alice".to_string()];
+        let both = ["alice".to_string(), "bob".to_string()];
+        let none: [String; 0] = [];
+        /// (the agents the caller may act as, the id's owner, what becomes of the id)
+        type Row<'a> = (Option<&'a [String]>, Option<&'a str>, Continue);
+        let table: [Row<'_>; 9] = [
+            // No keys or an admin key: any kept id, and an unknown one goes as sent.
+            (None, Some("bob"), Continue::Kept),
+            (None, None, Continue::Forward),
+            // An agent key: its own agents' ids are continued ...
+            (Some(&alice), Some("alice"), Continue::Kept),
+            (Some(&both), Some("bob"), Continue::Kept),
+            // ... another agent's are refused ...
+            (Some(&alice), Some("bob"), Continue::Refuse),
+            (Some(&none), Some("alice"), Continue::Refuse),
+            // ... and so is an id hale does not keep: it is never forwarded
+            // with the operator's provider key.
+            (Some(&alice), None, Continue::Refuse),
+            (Some(&both), None, Continue::Refuse),
+            (Some(&none), None, Continue::Refuse),
+        ];
+        for (allowed, owner, want) in table {
+            assert_eq!(may_continue(allowed, owner), want, "{allowed:?} {owner:?}");
+        }
     }
 
     #[test]

@@ -78,6 +78,36 @@ pub struct ChatCall {
     pub framing: wire::Framing,
 }
 
+/// Who a model-route request acts as: its agent and task headers, read
+/// against the caller's key ([`identify`]).
+pub struct Identity {
+    /// `X-Hale-Agent`, else the key's default agent, else `default`.
+    pub agent: String,
+    /// The agent was named (the header or a key's default): only a named
+    /// agent is ever paused.
+    pub named: bool,
+    /// `X-Hale-Task`, when sent.
+    pub task: Option<String>,
+}
+
+/// The agent gate every model route shares (the turn, and routes that call
+/// no provider, such as Gemini's `countTokens`): a bad `X-Hale-Agent` or
+/// `X-Hale-Task` is a 400, an agent the caller's key may not act as a 403.
+pub fn identify(caller: &Caller, headers: &HeaderMap) -> Result<Identity, HaleError> {
+    let named_agent = label_header(headers, &AGENT)?.or(caller.default_agent.clone());
+    let task = label_header(headers, &TASK)?;
+    let named = named_agent.is_some();
+    let agent = named_agent.unwrap_or_else(|| DEFAULT_AGENT.to_owned());
+    if let Some(allowed) = &caller.agents
+        && !allowed.iter().any(|a| a == &agent)
+    {
+        return Err(HaleError::forbidden(format!(
+            "this key may not act as agent {agent}"
+        )));
+    }
+    Ok(Identity { agent, named, task })
+}
+
 /// One chat call, in any dialect: the whole turn.
 pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
     let ChatCall {
@@ -91,21 +121,14 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
 
     // Agent gate. Traffic with no identity (no header, no key default)
     // belongs to no agent loop and is never paused.
-    let (named_agent, explicit_task) = match (
-        label_header(&headers, &AGENT),
-        label_header(&headers, &TASK),
-    ) {
-        (Ok(agent), Ok(task)) => (agent.or(caller.default_agent.clone()), task),
-        (Err(e), _) | (_, Err(e)) => return e.into_response(dialect),
+    let Identity {
+        agent,
+        named,
+        task: explicit_task,
+    } = match identify(&caller, &headers) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(dialect),
     };
-    let named = named_agent.is_some();
-    let agent = named_agent.unwrap_or_else(|| DEFAULT_AGENT.to_owned());
-    if let Some(allowed) = &caller.agents
-        && !allowed.iter().any(|a| a == &agent)
-    {
-        return HaleError::forbidden(format!("this key may not act as agent {agent}"))
-            .into_response(dialect);
-    }
     // A Responses conversation continued by `previous_response_id` is read
     // back first: the task is its root's, and compaction and budgets see
     // the whole conversation (crate::responses).

@@ -12,13 +12,19 @@
 //! request with the id (the provider's own), any other the expanded
 //! conversation, named in the attempt's `changes`.
 //!
+//! Who may use an id is `hale_core::responses::may_continue`: an id kept
+//! for an agent the caller may not act as — or, for an agent-scoped key,
+//! an id hale does not keep — is refused here with OpenAI's 404, before
+//! any provider is called, so a tenant never continues a conversation the
+//! provider holds under the operator's key for someone else.
+//!
 //! This module reads the store and builds requests; it holds no state of
 //! its own across turns: a turn carries its [`Continuation`].
 
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use hale_core::responses::{self as rules, Link, Previous};
+use hale_core::responses::{self as rules, Continue, Link, Previous};
 use hale_store::{ResponseRecord, Store, StoredResponse};
 use serde_json::Value;
 
@@ -31,7 +37,8 @@ pub struct Continuation {
     /// The `previous_response_id` the client sent.
     pub previous: Option<String>,
     /// What hale keeps of it: (provider that answered it, its id there is
-    /// known); `None`: hale does not keep it (or the caller may not see it).
+    /// known); `None`: hale does not keep it (and the caller may act as
+    /// every agent: `hale_core::responses::may_continue` forwards it).
     pub holder: Option<(String, bool)>,
     /// The chain is kept whole and within `CHAIN_MAX`: the turn's request
     /// is the expanded conversation.
@@ -94,7 +101,9 @@ pub fn previous_not_found(id: &str) -> HaleError {
 /// Reads a Responses request's conversation: with a `previous_response_id`
 /// hale keeps (and `allowed` may see), the request becomes the expanded
 /// conversation and the client's own is kept for the deployment that holds
-/// the previous response. Other dialects' requests are returned as they are.
+/// the previous response; an id `allowed` may not use
+/// (`hale_core::responses::may_continue`) is [`previous_not_found`]. Other
+/// dialects' requests are returned as they are.
 pub async fn prepare(
     store: &Store,
     allowed: Option<&[String]>,
@@ -127,11 +136,17 @@ pub async fn prepare(
                 format!("cannot read previous_response_id {prev}, so the call was not made: {e}"),
             )
         })?;
-    let Some(last) = chain
-        .last()
-        .filter(|r| r.id == prev && rules::may_read(allowed, &r.agent))
-    else {
-        return Ok((req, Some(c)));
+    // Who may use the id (hale_core::responses::may_continue): another
+    // agent's, or for an agent-scoped key one hale does not keep, is the
+    // 404 of an id that does not exist, and no provider is called.
+    let last = chain.last().filter(|r| r.id == prev);
+    let last = match (
+        rules::may_continue(allowed, last.map(|r| r.agent.as_str())),
+        last,
+    ) {
+        (Continue::Kept, Some(last)) => last,
+        (Continue::Forward, _) => return Ok((req, Some(c))),
+        (Continue::Refuse | Continue::Kept, _) => return Err(previous_not_found(prev)),
     };
     c.holder = Some((last.provider.clone(), last.provider_id.is_some()));
     c.expandable = chain.first().is_some_and(|r| r.previous_id.is_none())

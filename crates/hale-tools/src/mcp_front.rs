@@ -281,7 +281,9 @@ fn ulid_now() -> String {
 impl Tools {
     /// The MCP front, for `nest_service("/mcp", …)`. Host headers are
     /// checked against `allowed_hosts` (DNS-rebinding protection: a browser
-    /// page must not reach a loopback hale through a hostile name).
+    /// page must not reach a loopback hale through a hostile name). A body
+    /// over `limits.max_request_bytes` is a 413 ([`Tools::mcp_body_limit`];
+    /// the gateway's edge gives it hale's `request_too_large` shape).
     pub fn mcp_service(
         self: &Arc<Self>,
         allowed_hosts: Vec<String>,
@@ -296,7 +298,8 @@ impl Tools {
             Default::default(),
             StreamableHttpServerConfig::default()
                 .with_sse_keep_alive(None)
-                .with_allowed_hosts(allowed_hosts),
+                .with_allowed_hosts(allowed_hosts)
+                .with_max_request_body_bytes(self.mcp_body_limit),
         )
     }
 }

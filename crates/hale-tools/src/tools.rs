@@ -38,6 +38,9 @@ pub struct Tools {
     pub refresh_every: Duration,
     /// Host headers the MCP front accepts (empty: any).
     pub mcp_allowed_hosts: Vec<String>,
+    /// `limits.max_request_bytes`: the largest body the MCP front reads,
+    /// as every other route (its library's own cap is 4 MiB).
+    pub mcp_body_limit: usize,
     /// `guard.tool_caps`: calls of a tool allowed per agent and task on `/mcp`.
     pub tool_caps: std::collections::BTreeMap<String, u64>,
     /// Calls counted against `tool_caps`, per (agent, task, tool).
@@ -108,6 +111,7 @@ impl Tools {
             rr: AtomicU64::new(0),
             refresh_every: rules::CAPABILITY_REFRESH,
             mcp_allowed_hosts: allowed_hosts(cfg.listen),
+            mcp_body_limit: usize::try_from(cfg.limits.max_request_bytes).unwrap_or(usize::MAX),
             tool_caps: cfg.guard.tool_caps.clone(),
             cap_counts: Default::default(),
             interrupted_grace_ms: AtomicU64::new(

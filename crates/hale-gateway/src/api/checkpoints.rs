@@ -1,7 +1,9 @@
 //! Checkpoints (docs/http-api.md, "Checkpoints and recovery"):
 //! `POST|GET /agents/{id}/tasks/{task}/checkpoints`,
 //! `GET /agents/{id}/tasks/{task}/checkpoints/{cp}` (`latest`: the newest
-//! valid one) and `GET /agents/{id}/checkpoints`. Checkpoints are stored with
+//! valid one) and `GET /agents/{id}/checkpoints`. A body is UTF-8 JSON
+//! (`hale_core::recovery::checkpoint_body`; else 400), as it is served back
+//! as `application/json`. Checkpoints are stored with
 //! the SHA-256 of their body; an invalid one is reported
 //! (`checkpoint.corrupt`, once per checkpoint per process) and never served —
 //! listings mark it `valid: false`, a GET of it is 409.
@@ -48,8 +50,8 @@ pub(super) async fn put(
     if let Some(r) = agent_refusal(&gw, peer, &headers, &id) {
         return r;
     }
-    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
-        return bad(format!("a checkpoint body must be JSON: {e}"));
+    if let Err(problem) = hale_core::recovery::checkpoint_body(&body) {
+        return bad(problem.to_string());
     }
     let parent = match q.parent.filter(|p| !p.is_empty()) {
         Some(p) => match gw.store.checkpoint(&id, &p).await {

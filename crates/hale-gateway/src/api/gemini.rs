@@ -9,7 +9,8 @@
 //!   without `alt=sse` is Google's default form, one JSON array of the
 //!   chunks written as it grows ([`Framing::JsonArray`]).
 //! - `POST …/models/{model}:countTokens`: hale's token count of the request
-//!   (`hale_tokens`), `{"totalTokens": N}`.
+//!   (`hale_tokens`), `{"totalTokens": N}`, behind the turn's agent gate
+//!   ([`crate::pipeline::identify`]) though no provider is called.
 //! - `GET …/models` and `GET …/models/{model}`: the routes' and providers'
 //!   model names in Google's `Model` shape. `GET /v1/models` is OpenAI's
 //!   list too: it answers in Google's shape only for a Google client
@@ -89,6 +90,11 @@ pub(super) async fn action(
         }
     };
     if action == ClientAction::CountTokens {
+        // No provider is called, but the route is a model route: the same
+        // agent gate as a turn's (an agent the key may not act as is a 403).
+        if let Err(e) = pipeline::identify(&caller, &headers) {
+            return e.into_response(Dialect::Gemini);
+        }
         return count_tokens(sent, &headers, model);
     }
     let req = match proto::parse_gemini_sent(sent, &headers, model, stream) {

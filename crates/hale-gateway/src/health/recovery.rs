@@ -14,10 +14,11 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::time::Instant;
 
-/// Whether a stored checkpoint is valid: the hash matches and the body parses.
+/// Whether a stored checkpoint is valid: the hash matches and the body is
+/// UTF-8 JSON (`hale_core::recovery::checkpoint_body`).
 pub fn checkpoint_valid(c: &CheckpointRecord) -> bool {
     hex::encode(Sha256::digest(&c.body)).eq_ignore_ascii_case(&c.sha256)
-        && serde_json::from_slice::<serde::de::IgnoredAny>(&c.body).is_ok()
+        && hale_core::recovery::checkpoint_body(&c.body).is_ok()
 }
 
 impl HealthRt {
@@ -41,7 +42,7 @@ impl HealthRt {
                         "stored_sha256": c.sha256,
                         "actual_sha256": actual,
                         "hash_matches": actual.eq_ignore_ascii_case(&c.sha256),
-                        "parses": serde_json::from_slice::<serde::de::IgnoredAny>(&c.body).is_ok(),
+                        "parses": hale_core::recovery::checkpoint_body(&c.body).is_ok(),
                     })),
             );
         }
