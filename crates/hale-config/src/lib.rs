@@ -280,6 +280,8 @@ pub struct RawConfig {
 struct RawAuth {
     #[serde(default)]
     keys: Opt<Vec<Spanned<RawKey>>>,
+    #[serde(default)]
+    allowed_hosts: Opt<Vec<Spanned<String>>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -823,6 +823,47 @@ fn two_keys_with_one_token_is_an_error() {
 }
 
 #[test]
+fn allowed_hosts_are_normalized_names() {
+    let c = load_ok(&with_base(
+        "auth:\n  allowed_hosts: [hale.internal, Gateway.Example.COM., hale.internal, 10.0.0.5]\n",
+    ));
+    assert_eq!(
+        c.auth.allowed_hosts,
+        vec!["hale.internal", "gateway.example.com", "10.0.0.5"],
+        "lower case, no trailing dot, each once"
+    );
+    assert!(c.auth.keys.is_empty(), "names need no keys");
+    assert!(
+        load_ok(BASE).auth.allowed_hosts.is_empty(),
+        "none by default"
+    );
+}
+
+#[test]
+fn allowed_hosts_refuse_urls_ports_and_wildcards() {
+    let errs = load_err(&with_base(
+        "auth:\n  allowed_hosts:\n    - https://hale.example.com\n    - hale.example.com:443\n    - \"*.example.com\"\n    - \"\"\n    - hale..example\n",
+    ));
+    assert_error(&errs, "auth.allowed_hosts[0]", Some(12), "is a URL");
+    assert_error(&errs, "auth.allowed_hosts[1]", Some(13), "port");
+    assert_error(&errs, "auth.allowed_hosts[2]", Some(14), "wildcard");
+    assert_error(
+        &errs,
+        "auth.allowed_hosts[3]",
+        Some(15),
+        "must not be empty",
+    );
+    assert_error(&errs, "auth.allowed_hosts[4]", Some(16), "not a host name");
+    let errs = load_err(&with_base("auth:\n  allowed_host: [x]\n"));
+    assert_error(
+        &errs,
+        "auth.allowed_host",
+        Some(11),
+        "unknown field `allowed_host`",
+    );
+}
+
+#[test]
 fn thresholds_must_be_in_zero_one() {
     let errs = load_err(&with_base(
         "self_healing:\n  compaction_threshold: 1.5\n  circuit_breaker: {failure_rate: 0}\ncompaction:\n  warn_at: -0.1\n",

@@ -178,7 +178,7 @@ mod tests {
                 key("admin", "adm-token", KeyScope::Admin),
                 key("agent", "agt-token", KeyScope::Agents(vec!["a1".into()])),
             ],
-            insecure_no_auth: false,
+            ..AuthConfig::default()
         }
     }
 
@@ -194,8 +194,8 @@ mod tests {
     fn access_rule_table() {
         let none = AuthConfig::default();
         let insecure = AuthConfig {
-            keys: vec![],
             insecure_no_auth: true,
+            ..AuthConfig::default()
         };
         let keys = keyed();
         /// (config, peer loopback, forwarded, token, admin endpoint, expected)
@@ -310,8 +310,8 @@ mod tests {
         let addr = |s: &str| s.parse::<SocketAddr>().unwrap();
         let none = AuthConfig::default();
         let insecure = AuthConfig {
-            keys: vec![],
             insecure_no_auth: true,
+            ..AuthConfig::default()
         };
         assert_eq!(exposure_refusal(&none, addr("127.0.0.1:3000")), None);
         assert_eq!(exposure_refusal(&none, addr("[::1]:3000")), None);

@@ -105,7 +105,8 @@ impl Config {
     }
 }
 
-/// API keys and their scopes (the rule is [`crate::access`]).
+/// API keys and their scopes (the rule is [`crate::access`]), and the
+/// host names hale answers to (the rule is [`crate::browser`]).
 #[derive(Debug, Clone, Default)]
 pub struct AuthConfig {
     /// No keys: only direct loopback clients are served.
@@ -113,6 +114,13 @@ pub struct AuthConfig {
     /// No keys and this set: every client is served without authentication.
     /// Not a YAML key: only `hale serve --insecure-no-auth` sets it.
     pub insecure_no_auth: bool,
+    /// `auth.allowed_hosts`: the names hale is reached by besides IP
+    /// addresses and [`crate::browser::LOCALHOST`], normalized
+    /// ([`crate::browser::normalize_name`]). Default: none. Without keys, a
+    /// request whose `Host` is none of these is refused, and a page of one
+    /// of these names is hale's own ([`crate::browser::decide`]); with or
+    /// without keys, `/mcp` accepts these names besides loopback ones.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// `limits:` — bounds on what a caller may send.

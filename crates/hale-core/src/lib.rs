@@ -13,6 +13,7 @@ pub mod alert;
 pub mod azure;
 pub mod bedrock;
 pub mod breaker;
+pub mod browser;
 pub mod budget;
 pub mod class;
 pub mod classify;

@@ -110,7 +110,7 @@ impl Tools {
             metrics: metrics::Metrics::default(),
             rr: AtomicU64::new(0),
             refresh_every: rules::CAPABILITY_REFRESH,
-            mcp_allowed_hosts: allowed_hosts(cfg.listen),
+            mcp_allowed_hosts: allowed_hosts(cfg.listen, &cfg.auth.allowed_hosts),
             mcp_body_limit: usize::try_from(cfg.limits.max_request_bytes).unwrap_or(usize::MAX),
             tool_caps: cfg.guard.tool_caps.clone(),
             cap_counts: Default::default(),
@@ -152,17 +152,21 @@ impl Tools {
     }
 }
 
-/// The Host headers the MCP front accepts: loopback names and the listen
-/// address; any when hale listens on every interface (its clients then use
-/// names hale cannot know, and API keys are what protects it).
-fn allowed_hosts(listen: std::net::SocketAddr) -> Vec<String> {
+/// The Host headers the MCP front accepts: loopback names, the listen
+/// address and the configured names (`auth.allowed_hosts`, also accepted
+/// by the edge's rule, `hale_core::browser`); any when hale listens on
+/// every interface (its clients then use names hale cannot know, and API
+/// keys are what protects it).
+fn allowed_hosts(listen: std::net::SocketAddr, configured: &[String]) -> Vec<String> {
     if listen.ip().is_unspecified() {
         return Vec::new();
     }
     let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).to_vec();
     let ip = listen.ip().to_string();
-    if !hosts.contains(&ip) {
-        hosts.push(ip);
+    for name in std::iter::once(&ip).chain(configured) {
+        if !hosts.contains(name) {
+            hosts.push(name.clone());
+        }
     }
     hosts
 }

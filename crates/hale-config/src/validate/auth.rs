@@ -1,5 +1,7 @@
 //! `auth:` — the API keys: a unique name, a token read from the environment
-//! (each key its own) and a scope (admin or a list of agents).
+//! (each key its own) and a scope (admin or a list of agents); and the host
+//! names hale is reached by (`allowed_hosts`, the rule is
+//! `hale_core::browser`).
 
 use super::ctx::{Ctx, line_of};
 use crate::RawAuth;
@@ -9,6 +11,19 @@ use std::collections::BTreeMap;
 impl Ctx<'_> {
     pub(super) fn auth(&mut self, raw: &RawAuth) -> AuthConfig {
         let mut auth = AuthConfig::default();
+        if let Some(hosts) = &raw.allowed_hosts {
+            for (i, h) in hosts.value.iter().enumerate() {
+                match hale_core::browser::name_problem(&h.value) {
+                    Some(problem) => self.at(format!("auth.allowed_hosts[{i}]"), h, problem),
+                    None => {
+                        let name = hale_core::browser::normalize_name(&h.value);
+                        if !auth.allowed_hosts.contains(&name) {
+                            auth.allowed_hosts.push(name);
+                        }
+                    }
+                }
+            }
+        }
         let Some(keys) = &raw.keys else {
             return auth;
         };

@@ -8,6 +8,13 @@
 //! endpoints need an admin key when keys exist ([`admin_refusal`], and the
 //! [`admin_only`] layer for routes added by the binary).
 //!
+//! Before anything else, [`same_site_only`] refuses what a web page on the
+//! operator's machine could send a hale without keys (the rule is
+//! `hale_core::browser`): a `Host` hale does not answer to (421, DNS
+//! rebinding) and an `Origin` that is not hale's own (403, a cross-site
+//! request); and [`json_only`], on the model-call routes, a `POST` whose
+//! body is not `application/json` (415, in keyed mode too).
+//!
 //! [`wrap`] puts the edge around the routes: the body limit
 //! (`limits.max_request_bytes`), JSON answers for an unknown route (404) and
 //! a wrong method (405), and [`shape_errors`], which gives every error no
@@ -23,21 +30,23 @@ use crate::proto::Dialect;
 use crate::wire::dialect_of;
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
-use axum::http::header::AUTHORIZATION;
-use axum::http::{HeaderMap, HeaderName, Method, StatusCode, Uri};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use hale_core::access::{self, Grant};
+use hale_core::browser;
 use hale_core::config::KeyScope;
 use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
 
 /// `routes` plus `admin_extra` (behind [`admin_only`]) and `keyed_extra`
-/// (behind [`any_key`]), behind the edge every route shares: the body
-/// limit, JSON 404/405 fallbacks and [`shape_errors`].
+/// (behind [`any_key`]), behind the edge every route shares, outermost
+/// first: [`same_site_only`], the body limit, [`shape_errors`] and JSON
+/// 404/405 fallbacks.
 pub fn wrap(gw: Arc<Gateway>, routes: Router, admin_extra: Router, keyed_extra: Router) -> Router {
     let limit = gw.cfg.limits.max_request_bytes;
     let guarded = admin_extra.layer(axum::middleware::from_fn_with_state(gw.clone(), admin_only));
-    let keyed = keyed_extra.layer(axum::middleware::from_fn_with_state(gw, any_key));
+    let keyed = keyed_extra.layer(axum::middleware::from_fn_with_state(gw.clone(), any_key));
     routes
         .merge(guarded)
         .merge(keyed)
@@ -47,6 +56,72 @@ pub fn wrap(gw: Arc<Gateway>, routes: Router, admin_extra: Router, keyed_extra: 
         .layer(DefaultBodyLimit::max(
             usize::try_from(limit).unwrap_or(usize::MAX),
         ))
+        .layer(axum::middleware::from_fn_with_state(gw, same_site_only))
+}
+
+/// Refuses, with no keys configured, a request whose `Host` hale does not
+/// answer to (421 `misdirected_request`: a DNS-rebinding page's) or whose
+/// `Origin` is not hale's own (403 `forbidden`: a cross-site page's), in
+/// the route's error shape ([`browser::decide`]). With keys, or for a
+/// request with neither header a browser would send, it passes.
+async fn same_site_only(
+    State(gw): State<Arc<Gateway>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if !browser::applies(&gw.cfg.auth) {
+        return next.run(req).await;
+    }
+    // A value that is not text stands as U+FFFD, which no rule accepts.
+    fn text(v: &HeaderValue) -> &str {
+        v.to_str().unwrap_or("\u{fffd}")
+    }
+    // HTTP/2 names the host in `:authority`, which hyper keeps in the URI.
+    let host = req
+        .headers()
+        .get(HOST)
+        .map(text)
+        .or_else(|| req.uri().authority().map(|a| a.as_str()));
+    let origin = req.headers().get(ORIGIN).map(text);
+    let refusal = match browser::decide(&gw.cfg.auth, host, origin) {
+        Ok(()) => None,
+        Err(r) => Some((r, r.message(host, origin))),
+    };
+    let Some((refusal, message)) = refusal else {
+        return next.run(req).await;
+    };
+    let (status, kind) = match refusal {
+        browser::Refusal::Host => (StatusCode::MISDIRECTED_REQUEST, "misdirected_request"),
+        browser::Refusal::Origin => (StatusCode::FORBIDDEN, "forbidden"),
+    };
+    HaleError::new(status, kind, message).into_response(dialect_of(req.uri().path()))
+}
+
+/// On the model-call routes: refuses a `POST` whose body is not declared
+/// `application/json` (415 `unsupported_media_type`, in the route's error
+/// shape; [`browser::is_json`]) before it is read or authorized. Every
+/// dialect's SDK and CLI sends JSON; a page can send `text/plain`, a form
+/// or no content type cross-site without a preflight.
+pub(super) async fn json_only(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if req.method() != Method::POST {
+        return next.run(req).await;
+    }
+    let ct = req.headers().get(CONTENT_TYPE);
+    if browser::is_json(ct.and_then(|v| v.to_str().ok())) {
+        return next.run(req).await;
+    }
+    let got = match ct {
+        Some(v) => format!("content-type {}", String::from_utf8_lossy(v.as_bytes())),
+        None => "no content-type".to_owned(),
+    };
+    HaleError::from_status(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        format!("a model call's body must be JSON, sent with content-type: application/json (this request has {got})"),
+    )
+    .into_response(dialect_of(req.uri().path()))
 }
 
 /// 404 for a path no route serves.

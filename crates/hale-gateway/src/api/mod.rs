@@ -2,8 +2,9 @@
 //! imports this module; each handler authorizes at the edge ([`edge`]),
 //! asks the pipeline (a chat call) or a component, and renders.
 //!
-//! [`router`] lists every route in one place; [`app`] is what is served:
-//! the routes behind the edge every route shares. Serving refuses to start
+//! [`router`] lists every route in one place (the model calls apart, behind
+//! [`edge::json_only`]); [`app`] is what is served: the routes behind the
+//! edge every route shares. Serving refuses to start
 //! on a non-loopback address without keys
 //! (`hale_core::access::exposure_refusal`).
 //!
@@ -37,11 +38,24 @@ use std::sync::Arc;
 
 /// Every route.
 pub fn router(gw: Arc<Gateway>) -> Router {
-    Router::new()
-        // Model calls, in each wire dialect.
+    // Model calls, in each wire dialect: a `POST` must be JSON (`edge::json_only`).
+    let model_calls = Router::new()
         .route("/v1/chat/completions", post(chat::openai))
         .route("/v1/messages", post(chat::anthropic))
         .route("/v1/responses", post(chat::responses))
+        // Google's Generative Language API (Gemini CLI, google-genai):
+        // `{model}:{action}` is one segment, split by the handler.
+        .route(
+            "/v1beta/models/{model}",
+            get(gemini::model).post(gemini::action),
+        )
+        .route(
+            "/v1/models/{model}",
+            get(gemini::model).post(gemini::action),
+        )
+        .route_layer(axum::middleware::from_fn(edge::json_only));
+    Router::new()
+        .merge(model_calls)
         .route(
             "/v1/responses/{id}",
             get(responses::get).delete(responses::delete),
@@ -51,17 +65,7 @@ pub fn router(gw: Arc<Gateway>) -> Router {
             get(responses::input_items),
         )
         .route("/v1/models", get(gemini::models_either))
-        // Google's Generative Language API (Gemini CLI, google-genai):
-        // `{model}:{action}` is one segment, split by the handler.
         .route("/v1beta/models", get(gemini::models))
-        .route(
-            "/v1beta/models/{model}",
-            get(gemini::model).post(gemini::action),
-        )
-        .route(
-            "/v1/models/{model}",
-            get(gemini::model).post(gemini::action),
-        )
         // Operations.
         .route("/live", get(|| async { "ok" }))
         .route("/ready", get(ops::ready))
