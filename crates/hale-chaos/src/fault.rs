@@ -70,6 +70,9 @@ pub enum Fault {
     ContentFilter,
     /// 401 invalid key.
     Auth,
+    /// 401 whose message echoes the credentials the request carried, as a
+    /// misconfigured upstream or proxy does.
+    AuthEcho,
     /// 400 when the last message is an assistant prefill.
     NoPrefill,
     /// 503 for `secs` from the first request for that model.
@@ -122,6 +125,7 @@ pub const FAULT_NAMES: &[&str] = &[
     "context-overflow",
     "content-filter",
     "auth",
+    "auth-echo",
     "no-prefill",
     "down",
     "down-until-reset",
@@ -150,6 +154,7 @@ impl Fault {
             Fault::ContextOverflow { .. } => "context-overflow",
             Fault::ContentFilter => "content-filter",
             Fault::Auth => "auth",
+            Fault::AuthEcho => "auth-echo",
             Fault::NoPrefill => "no-prefill",
             Fault::Down { .. } => "down",
             Fault::DownUntilReset => "down-until-reset",
@@ -178,6 +183,7 @@ impl Fault {
             | Fault::ContextOverflow { .. }
             | Fault::ContentFilter
             | Fault::Auth
+            | Fault::AuthEcho
             | Fault::NoPrefill
             | Fault::Down { .. }
             | Fault::DownUntilReset
@@ -425,6 +431,7 @@ fn parse_known(spec: &str, head: &str, rest: &str) -> Result<FaultSpec, SpecErro
         },
         "content-filter" => Fault::ContentFilter,
         "auth" => Fault::Auth,
+        "auth-echo" => Fault::AuthEcho,
         "no-prefill" => Fault::NoPrefill,
         "down" => Fault::Down {
             secs: num_or("secs", DEFAULT_DOWN_SECS)?,

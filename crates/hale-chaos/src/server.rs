@@ -561,6 +561,52 @@ fn error_response(
     }
 }
 
+/// The request headers that carry a credential, echoed by `auth-echo`.
+const CREDENTIAL_HEADERS: [&str; 4] = ["authorization", "api-key", "x-goog-api-key", "x-api-key"];
+
+/// `auth-echo`: the provider's 401 in its flavor's shape, its message
+/// followed by every credential header the request carried, as it came —
+/// the upstream (or proxy) that hands a client's key back in its error.
+fn auth_echo(
+    flavor: &Flavor,
+    dialect: Dialect,
+    headers: &HeaderMap,
+    applied: &'static str,
+) -> Response {
+    let (body, exception) = match flavor {
+        Flavor::Plain | Flavor::Vertex => (wire::error_body(dialect, ErrorKind::Auth), None),
+        Flavor::Azure { .. } => (azure::error(ErrorKind::Auth).1, None),
+        Flavor::Bedrock { .. } => {
+            let (_, exception, body) = bedrock::error(ErrorKind::Auth);
+            (body, Some(exception))
+        }
+    };
+    let carried: Vec<String> = CREDENTIAL_HEADERS
+        .iter()
+        .filter_map(|h| {
+            let v = headers.get(*h)?.to_str().ok()?;
+            Some(format!("{h}: {v}"))
+        })
+        .collect();
+    let echo = format!(" (the request carried {})", carried.join(", "));
+    let mut v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    // OpenAI's, Anthropic's, Google's and Azure's `error.message`; Bedrock's `message`.
+    let at = match v.pointer("/error/message") {
+        Some(_) => "/error/message",
+        None => "/message",
+    };
+    if let Some(serde_json::Value::String(m)) = v.pointer_mut(at) {
+        m.push_str(&echo);
+    }
+    let mut r = json_response(401, v.to_string(), applied);
+    if let Some(e) = exception
+        && let Ok(h) = HeaderValue::from_str(&bedrock::error_type_header(e))
+    {
+        r.headers_mut().insert("x-amzn-errortype", h);
+    }
+    r
+}
+
 /// One chat request: read it, count it, pick the fault, carry it out.
 async fn chat(
     dialect: Dialect,
@@ -729,6 +775,7 @@ async fn chat_with(
             Dialect::Gemini => gemini_blocked(&req, body.len(), applied),
         },
         Fault::Auth => error_response(&flavor, dialect, ErrorKind::Auth, applied),
+        Fault::AuthEcho => auth_echo(&flavor, dialect, &headers, applied),
         Fault::NoPrefill => match dialect {
             Dialect::OpenAi | Dialect::Anthropic => {
                 error_response(&flavor, dialect, ErrorKind::NoPrefill, applied)
@@ -802,6 +849,7 @@ fn answers(fault: &Fault, dialect: Dialect) -> bool {
         | Fault::ContextOverflow { .. }
         | Fault::ContentFilter
         | Fault::Auth
+        | Fault::AuthEcho
         | Fault::Down { .. }
         | Fault::DownUntilReset
         | Fault::Flaky { .. } => false,
@@ -870,6 +918,7 @@ fn effective_fault<'a>(
         | Fault::StreamError { .. }
         | Fault::ContentFilter
         | Fault::Auth
+        | Fault::AuthEcho
         | Fault::Tool { .. }
         | Fault::Summarize => f,
     }
@@ -967,6 +1016,7 @@ impl Shape {
             | Fault::ContextOverflow { .. }
             | Fault::ContentFilter
             | Fault::Auth
+            | Fault::AuthEcho
             | Fault::NoPrefill
             | Fault::Down { .. }
             | Fault::DownUntilReset

@@ -324,6 +324,8 @@ pub fn apply(node: &ToolNode, tool: &str, header: Option<&str>) -> Result<Option
             | Fault::NoPrefill
             | Fault::Tool { .. }
             | Fault::Summarize
+            // Provider-only: a tool call carries no credential to echo.
+            | Fault::AuthEcho
             // Provider-only: tool nodes have the `flaky` tool for that.
             | Fault::Flaky { .. } => return Ok(None),
         },

@@ -116,6 +116,8 @@ impl Key {
 #[derive(Debug, Default)]
 pub struct Tokens {
     valid: HashSet<String>,
+    /// Every token minted, oldest first.
+    minted: Vec<String>,
     /// Each accepted assertion's claims, oldest first.
     grants: Vec<Value>,
     /// Requests refused for a missing or unknown token.
@@ -128,6 +130,7 @@ impl Tokens {
         self.grants.push(claims);
         let token = format!("ya29.chaos-{tag}-{}", self.grants.len());
         self.valid.insert(token.clone());
+        self.minted.push(token.clone());
         token
     }
 
@@ -148,7 +151,7 @@ impl Tokens {
     /// `GET /chaos/vertex/tokens`.
     pub fn view(&self) -> Value {
         json!({"minted": self.grants.len(), "valid": self.valid.len(),
-               "refused": self.refused, "grants": self.grants})
+               "refused": self.refused, "grants": self.grants, "tokens": self.minted})
     }
 }
 

@@ -145,6 +145,34 @@ async fn client_errors_have_provider_shapes() {
     );
 }
 
+/// `auth-echo` is the dialect's 401 whose message carries the credential
+/// headers the request came with, as they came.
+#[tokio::test]
+async fn auth_echo_is_a_401_echoing_the_credentials_received() {
+    let h = server().await;
+    let (s, v) = status_and_body(&h, D::OpenAi, "auth-echo").await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (401, Some("invalid_api_key"))
+    );
+    let m = v["error"]["message"].as_str().unwrap();
+    assert!(
+        m.ends_with("(the request carried authorization: Bearer k)"),
+        "{m}"
+    );
+    let (s, v) = status_and_body(&h, D::Anthropic, "auth-echo").await;
+    assert_eq!(
+        (s, error_type(D::Anthropic, &v).as_str()),
+        (401, "authentication_error")
+    );
+    let m = v["error"]["message"].as_str().unwrap();
+    assert!(m.ends_with("(the request carried x-api-key: k)"), "{m}");
+    assert_eq!(
+        h.stats().requests_per_fault.get("auth-echo").copied(),
+        Some(2)
+    );
+}
+
 #[tokio::test]
 async fn context_overflow_max_chars_lets_a_small_request_through() {
     let h = server().await;

@@ -20,6 +20,7 @@
 //! deployment (`provider/model`).
 
 use crate::config::{AzureConfig, ProviderApi};
+use crate::segment::{Refusal, Segment};
 use std::time::{Duration, Instant};
 
 /// The header an Azure API key travels in.
@@ -31,18 +32,21 @@ pub fn deployment<'a>(cfg: &'a AzureConfig, model: &'a str) -> &'a str {
     cfg.deployments.get(model).map_or(model, String::as_str)
 }
 
-/// The path and query after `base_url` of an attempt at `model` through `api`.
-pub fn path(cfg: &AzureConfig, api: ProviderApi, model: &str) -> String {
+/// The path and query after `base_url` of an attempt at `model` through
+/// `api`. On deployment URLs the deployment is one encoded path segment
+/// ([`crate::segment`]): a model `deployments` does not map is the
+/// client's string, refused when it cannot be one.
+pub fn path(cfg: &AzureConfig, api: ProviderApi, model: &str) -> Result<String, Refusal> {
     let op = match api {
         ProviderApi::Chat => "chat/completions",
         ProviderApi::Responses => "responses",
     };
     match &cfg.api_version {
-        Some(v) => format!(
+        Some(v) => Ok(format!(
             "/openai/deployments/{}/{op}?api-version={v}",
-            deployment(cfg, model)
-        ),
-        None => format!("/openai/v1/{op}"),
+            Segment::new(deployment(cfg, model))?
+        )),
+        None => Ok(format!("/openai/v1/{op}")),
     }
 }
 
@@ -176,11 +180,44 @@ mod tests {
         for (version, api, model, want_path, want_body) in rows {
             let c = cfg(version);
             assert_eq!(
-                path(&c, api, model),
-                want_path,
+                path(&c, api, model).as_deref(),
+                Ok(want_path),
                 "{version:?} {api:?} {model}"
             );
             assert_eq!(body_model(&c, model), want_body, "{version:?} {model}");
+        }
+    }
+
+    /// A model `deployments` does not map is the client's string: one
+    /// encoded segment on deployment URLs, refused when it has a dot part;
+    /// on the v1 API it is only in the body.
+    #[test]
+    fn a_clients_model_is_one_encoded_deployment_segment() {
+        let c = cfg(Some("2024-10-21"));
+        for (model, want) in [
+            (
+                "gpt-4o/embeddings?api-version=2023-05-15#",
+                Ok(
+                    "/openai/deployments/gpt-4o%2Fembeddings%3Fapi-version%3D2023-05-15%23/chat/completions?api-version=2024-10-21",
+                ),
+            ),
+            (
+                "x?key=k",
+                Ok("/openai/deployments/x%3Fkey%3Dk/chat/completions?api-version=2024-10-21"),
+            ),
+            ("../../x", Err(Refusal::DotPart)),
+            ("..", Err(Refusal::DotPart)),
+            ("%2e%2e", Err(Refusal::DotPart)),
+        ] {
+            assert_eq!(
+                path(&c, ProviderApi::Chat, model),
+                want.map(str::to_owned),
+                "{model}"
+            );
+            assert_eq!(
+                path(&cfg(None), ProviderApi::Chat, model).as_deref(),
+                Ok("/openai/v1/chat/completions")
+            );
         }
     }
 

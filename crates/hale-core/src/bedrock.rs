@@ -24,6 +24,7 @@
 use crate::class::ErrorClass;
 use crate::classify::{self, Classified, Observation};
 use crate::config::BedrockApi;
+use crate::segment::{Refusal, Segment};
 use std::time::{Duration, SystemTime};
 
 /// The SigV4 service name of the Bedrock runtime.
@@ -88,29 +89,17 @@ pub fn api_for(configured: Option<BedrockApi>, model: &str) -> BedrockApi {
     }
 }
 
-/// A model id (or ARN) as one URL path segment: everything but the
-/// unreserved characters percent-encoded (`:` and `/` of ARNs included).
-pub fn encode_model_id(model: &str) -> String {
-    let mut out = String::with_capacity(model.len());
-    for b in model.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// The path after `base_url` of an attempt at `model` through `api`.
-pub fn path(api: BedrockApi, model: &str, stream: bool) -> String {
+/// The path after `base_url` of an attempt at `model` through `api`: the
+/// model id (or ARN) one encoded path segment ([`crate::segment`]: `:` and
+/// `/` of ARNs encoded too), refused when empty or with a dot part.
+pub fn path(api: BedrockApi, model: &str, stream: bool) -> Result<String, Refusal> {
     let op = match (api, stream) {
         (BedrockApi::Converse, false) => "converse",
         (BedrockApi::Converse, true) => "converse-stream",
         (BedrockApi::Invoke, false) => "invoke",
         (BedrockApi::Invoke, true) => "invoke-with-response-stream",
     };
-    format!("/model/{}/{op}", encode_model_id(model))
+    Ok(format!("/model/{}/{op}", Segment::new(model)?))
 }
 
 /// Bedrock's exceptions, as far as hale tells them apart.
@@ -478,7 +467,20 @@ mod tests {
         ] {
             let got = api_for(api, model);
             assert_eq!(got, want_api, "{model}");
-            assert_eq!(path(got, model, stream), path_, "{model}");
+            assert_eq!(path(got, model, stream).as_deref(), Ok(path_), "{model}");
+        }
+        // `.` and `..` would be dot segments of `/model/{id}/…` (docs/operations.md, "Threat model").
+        for (model, want) in [
+            (".", Refusal::DotPart),
+            ("..", Refusal::DotPart),
+            ("../../x", Refusal::DotPart),
+            ("", Refusal::Empty),
+        ] {
+            assert_eq!(
+                path(BedrockApi::Converse, model, false),
+                Err(want),
+                "{model}"
+            );
         }
         assert!(!is_anthropic_model("mistral.anthropic-lookalike"));
         assert!(!is_anthropic_model("cohere.command-r-v1:0"));

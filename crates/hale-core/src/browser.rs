@@ -1,4 +1,4 @@
-//! What keeps a web page from driving hale (issue 42, item 4): the `Host`
+//! What keeps a web page from driving hale (docs/operations.md, "Threat model"): the `Host`
 //! a request names, its `Origin`, and the content type of a model call.
 //!
 //! With no `auth.keys`, hale trusts every client on its host

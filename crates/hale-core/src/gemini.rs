@@ -18,8 +18,12 @@
 //! Google): [`client_action`] reads a `models/{model}:{action}` segment,
 //! [`stream_form`] the `alt` of a stream request, and [`google_status`]
 //! names hale's own HTTP statuses as Google does in its error shape.
+//!
+//! The URL of an attempt at a `kind: gemini` provider names the model
+//! ([`path`]): one encoded path segment, as [`crate::segment`] rules.
 
 use crate::class::ErrorClass;
+use crate::segment::{self, Refusal, Segment};
 use std::time::Duration;
 
 /// The longest provider-given reason kept in an [`AnswerFailure`], in chars.
@@ -227,6 +231,22 @@ pub fn google_status(http: u16) -> &'static str {
     }
 }
 
+/// The path after a `kind: gemini` provider's `base_url` of an attempt at
+/// `model`: `/models/{model}:generateContent`, or
+/// `:streamGenerateContent?alt=sse` for a stream. A `models/` prefix, as
+/// Google lists models, is taken off; the rest is one encoded path segment,
+/// refused when empty or with a dot part ([`crate::segment`]).
+pub fn path(model: &str, stream: bool) -> Result<String, Refusal> {
+    if let Some(r) = segment::problem(model) {
+        return Err(r);
+    }
+    let m = Segment::new(model.strip_prefix("models/").unwrap_or(model))?;
+    Ok(match stream {
+        true => format!("/models/{m}:streamGenerateContent?alt=sse"),
+        false => format!("/models/{m}:generateContent"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,6 +391,41 @@ mod tests {
             (599, "INTERNAL"),
         ] {
             assert_eq!(google_status(http), want, "{http}");
+        }
+    }
+
+    /// The model is one encoded segment (docs/operations.md, "Threat model"): a `models/` prefix
+    /// taken off, `/`, `?` and `#` escaped, dot parts and an empty name refused.
+    #[test]
+    fn attempt_paths() {
+        for (model, stream, want) in [
+            (
+                "gemini-2.5-flash",
+                false,
+                Ok("/models/gemini-2.5-flash:generateContent"),
+            ),
+            (
+                "models/gemini-2.5-flash",
+                true,
+                Ok("/models/gemini-2.5-flash:streamGenerateContent?alt=sse"),
+            ),
+            (
+                "tool:name=f",
+                false,
+                Ok("/models/tool%3Aname%3Df:generateContent"),
+            ),
+            (
+                "x?key=k#",
+                false,
+                Ok("/models/x%3Fkey%3Dk%23:generateContent"),
+            ),
+            ("a/b", false, Ok("/models/a%2Fb:generateContent")),
+            ("..", false, Err(Refusal::DotPart)),
+            ("models/..", false, Err(Refusal::DotPart)),
+            ("models/", false, Err(Refusal::Empty)),
+            ("", true, Err(Refusal::Empty)),
+        ] {
+            assert_eq!(path(model, stream), want.map(str::to_owned), "{model}");
         }
     }
 }

@@ -24,6 +24,7 @@
 //! URL (one region), the rest the deployment.
 
 use crate::config::{Publisher, VertexConfig};
+use crate::segment::{self, Refusal, Segment};
 
 /// The OAuth2 scope hale asks a token for.
 pub const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
@@ -85,8 +86,14 @@ pub fn base_url(location: &str) -> String {
     }
 }
 
-/// The path and query after the base URL of an attempt at `model`.
-pub fn path(cfg: &VertexConfig, model: &str, stream: bool) -> String {
+/// The path and query after the base URL of an attempt at `model`: its
+/// last `/` part (a `publishers/…/models/` prefix is looked through) is one
+/// encoded path segment ([`crate::segment`], `@` kept); a model with a dot
+/// part, or an empty last part, is refused.
+pub fn path(cfg: &VertexConfig, model: &str, stream: bool) -> Result<String, Refusal> {
+    if let Some(r) = segment::problem(model) {
+        return Err(r);
+    }
     let publisher = publisher(cfg, model);
     let method = match (publisher, stream) {
         (Publisher::Google, false) => "generateContent",
@@ -94,28 +101,13 @@ pub fn path(cfg: &VertexConfig, model: &str, stream: bool) -> String {
         (Publisher::Anthropic, false) => "rawPredict",
         (Publisher::Anthropic, true) => "streamRawPredict",
     };
-    format!(
+    Ok(format!(
         "/v1/projects/{}/locations/{}/publishers/{}/models/{}:{method}",
         cfg.project,
         cfg.location,
         publisher.as_str(),
-        segment(model.rsplit('/').next().unwrap_or(model)),
-    )
-}
-
-/// A model name as one URL path segment (characters outside the unreserved
-/// set escaped; `@`, as in `claude-sonnet-4@20250514`, kept: Vertex's
-/// version separator).
-fn segment(model: &str) -> String {
-    let mut out = String::with_capacity(model.len());
-    for b in model.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'@') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+        Segment::keeping_at(model.rsplit('/').next().unwrap_or(model))?,
+    ))
 }
 
 /// Whether an attempt answered 401 is sent again with a freshly fetched
@@ -277,7 +269,23 @@ mod tests {
         for (location, publisher, model, stream, want_base, want_path) in rows {
             let c = cfg(location, publisher);
             assert_eq!(base_url(location), want_base, "{location}");
-            assert_eq!(path(&c, model, stream), want_path, "{location} {model}");
+            assert_eq!(
+                path(&c, model, stream).as_deref(),
+                Ok(want_path),
+                "{location} {model}"
+            );
+        }
+        // A dot part anywhere, or no last part, is refused (docs/operations.md, "Threat model").
+        let c = cfg("global", None);
+        for (model, want) in [
+            ("..", Refusal::DotPart),
+            ("x/../gemini-2.5-pro", Refusal::DotPart),
+            ("gemini-2.5-pro/.", Refusal::DotPart),
+            ("%2e%2e", Refusal::DotPart),
+            ("gemini/", Refusal::Empty),
+            ("", Refusal::Empty),
+        ] {
+            assert_eq!(path(&c, model, false), Err(want), "{model}");
         }
     }
 

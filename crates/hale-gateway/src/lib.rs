@@ -17,7 +17,9 @@
 //! - Components, each built from the config, an [`emit::Emitter`] and what
 //!   it owns: [`deployments`], [`agents`], [`health`], [`guard`],
 //!   [`idempotency`], [`history`].
-//! - [`upstream`], [`proto`], [`wire`], [`error`], [`metrics`], [`emit`]: the leaves.
+//! - [`upstream`], [`proto`], [`wire`], [`error`], [`metrics`], [`emit`],
+//!   [`secrets`] (the one redactor of secrets in what hale shows and
+//!   stores): the leaves.
 //!
 //! [`Gateway`] is a plain struct of the components, built once at start.
 
@@ -37,6 +39,7 @@ pub mod pipeline;
 pub mod proto;
 pub mod relay;
 pub mod responses;
+pub mod secrets;
 pub mod turn;
 pub mod upstream;
 pub mod wire;
@@ -97,13 +100,16 @@ impl Gateway {
     async fn new_inner(cfg: Arc<Config>, store: Store) -> anyhow::Result<Arc<Self>> {
         // One TLS crypto library (ring) for every client; a provider already installed is kept.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let upstream = upstream::Client::new(&cfg)?;
+        // The one redactor: the config's secrets now, live tokens as the
+        // upstream client fetches them; the emitter masks with it too.
+        let secrets = Arc::new(secrets::Redactor::from_config(&cfg));
+        let upstream = upstream::Client::new(&cfg, secrets.clone())?;
         let deployments = Deployments::new(cfg.clone(), Instant::now());
         // Paused agents, agents never seen, and the most recently seen up to
         // the idle bound; the rest are read back when they return.
         let records = store.agents_to_hold(cfg.memory.idle_agents).await?;
         let metrics = Arc::new(Metrics::for_config(&cfg));
-        let emitter = Emitter::new(store.clone(), metrics.clone());
+        let emitter = Emitter::new(store.clone(), metrics.clone(), secrets);
         let health = Arc::new(HealthRt::new(cfg.clone(), emitter.clone(), &records));
         let agents = Arc::new(Agents::new(cfg.clone(), emitter.clone(), records));
         let counted = store.counted();

@@ -213,6 +213,15 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
         Ok(t) => t,
         Err(e) => return HaleError::bad_request(e.to_string()).into_response(dialect),
     };
+    // A model a target's URL would name must be one path segment there
+    // (hale_core::segment): refused before any provider is called.
+    if let Some(why) = targets.iter().find_map(|t| {
+        gw.cfg
+            .provider(&t.provider)
+            .and_then(|p| crate::upstream::model_refused(p, &t.model))
+    }) {
+        return HaleError::bad_request(why).into_response(dialect);
+    }
     let turn_id = ulid::Ulid::from_parts(wall_ms(), rand::random::<u128>()).to_string();
     let mut turn = Turn::new(&gw.cfg, turn_id, agent.clone(), Some(task.clone()), targets);
     turn.named = named;
@@ -303,7 +312,11 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
     );
     let resp = match result {
         Err(f) => {
-            let err = turn.error(&f);
+            // The attempts' messages were masked as they came (upstream.rs);
+            // what the caller is told goes through the redactor again.
+            let mut err = turn.error(&f);
+            gw.emitter.secrets.mask_string(&mut err.message);
+            gw.emitter.secrets.mask_json(&mut err.hale);
             let pending = finish_turn(&gw, &turn, &req, &request_hash, None, Some(&f), None);
             durable(&gw, pending).await;
             err.into_response(dialect)
@@ -637,6 +650,17 @@ async fn durable(gw: &Gateway, pending: Option<hale_store::Committing>) {
     }
 }
 
+/// The turn's timeline as journalled, masked of every secret hale holds
+/// (`crate::secrets`); a turn whose attempts carry no message has nothing
+/// to mask.
+fn journal_rows(gw: &Gateway, turn: &Turn) -> String {
+    let mut rows = turn.journal_rows();
+    if turn.timeline.iter().any(|a| a.message.is_some()) {
+        gw.emitter.secrets.mask_string(&mut rows);
+    }
+    rows
+}
+
 /// Journals the turn and updates the agent's gate state. With
 /// `journal.durability: durable` the writes are queued with a handle to wait
 /// for their commit ([`durable`]); relaxed, they are submitted (`None`).
@@ -694,7 +718,7 @@ fn finish_turn(
         duration_ms: Some(now_ms.saturating_sub(turn.started_ms)),
         provider: target.as_ref().map(|t| t.provider.clone()),
         model: target.as_ref().map(|t| t.model.clone()),
-        attempts: turn.journal_rows(),
+        attempts: journal_rows(gw, turn),
         usage_in: usage.input_tokens,
         usage_out: usage.output_tokens,
         error_class: failure.map(|f| f.class.as_str().to_owned()),
@@ -766,7 +790,7 @@ fn finish_turn(
             .event(EventKind::AgentFailed)
             .agent(&turn.agent)
             .turn(&turn.id)
-            .payload(serde_json::json!({"class": f.class, "message": f.message, "consecutive_failures": rec.consecutive_failures}));
+            .payload(serde_json::json!({"class": f.class, "message": gw.emitter.secrets.mask(&f.message), "consecutive_failures": rec.consecutive_failures}));
         gw.metrics.event(ev.kind);
         writes.push(Write::Event(ev));
     }

@@ -13,6 +13,7 @@ use futures::{Stream, StreamExt};
 use hale_core::class::ErrorClass;
 use hale_core::classify::{self, Classified, Observation, Transport};
 use hale_core::config::{Config, ProviderApi, ProviderConfig, ProviderKind, Publisher};
+use hale_core::segment::Refusal;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -23,7 +24,9 @@ pub mod bedrock;
 mod http_client;
 mod vertex;
 
+use crate::secrets::Redactor;
 use http_client::{Body, HttpClient, Post};
+use std::sync::Arc;
 
 /// The Anthropic API version hale speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -67,6 +70,21 @@ impl Failure {
             message: f.message,
             connect_failed: false,
         }
+    }
+
+    /// A model that cannot be placed in the provider's URL
+    /// ([`model_refused`]): the caller's request, refused before it is
+    /// sent (a 400, never held against the provider).
+    pub fn refused(message: String) -> Self {
+        Self::from_classified(
+            Classified {
+                class: ErrorClass::BadRequest,
+                retry_after: None,
+                code: None,
+                message,
+            },
+            None,
+        )
     }
 
     /// The provider's credentials could not be had (an Entra token command
@@ -183,54 +201,64 @@ pub fn dialect_for(provider: &ProviderConfig, model: &str) -> Dialect {
 
 /// The chat endpoint of `provider` as text. Gemini names the model and
 /// whether to stream in the URL; the other dialects in the body.
-fn endpoint_str(provider: &ProviderConfig, model: &str, stream: bool) -> String {
-    match dialect_of(provider) {
+fn endpoint_str(provider: &ProviderConfig, model: &str, stream: bool) -> Result<String, Refusal> {
+    let path = match dialect_of(provider) {
         // A bedrock provider's URL is built per attempt (`bedrock::url`).
-        Dialect::Bedrock => format!(
-            "{}{}",
-            provider.base_url,
-            hale_core::bedrock::path(hale_core::config::BedrockApi::Converse, model, stream)
-        ),
-        Dialect::OpenAi => format!("{}/chat/completions", provider.base_url),
-        Dialect::Anthropic => format!("{}/v1/messages", provider.base_url),
-        Dialect::Responses => format!("{}/responses", provider.base_url),
-        Dialect::Gemini if stream => format!(
-            "{}/models/{}:streamGenerateContent?alt=sse",
-            provider.base_url,
-            model_segment(model)
-        ),
-        Dialect::Gemini => format!(
-            "{}/models/{}:generateContent",
-            provider.base_url,
-            model_segment(model)
-        ),
+        Dialect::Bedrock => {
+            hale_core::bedrock::path(hale_core::config::BedrockApi::Converse, model, stream)?
+        }
+        Dialect::OpenAi => "/chat/completions".to_owned(),
+        Dialect::Anthropic => "/v1/messages".to_owned(),
+        Dialect::Responses => "/responses".to_owned(),
+        Dialect::Gemini => hale_core::gemini::path(model, stream)?,
+    };
+    Ok(format!("{}{path}", provider.base_url))
+}
+
+/// The URL of an attempt at `model`, for every provider kind. A model the
+/// URL names (Azure's deployment URLs, Gemini, Vertex, Bedrock) is one
+/// encoded path segment, or refused ([`hale_core::segment`]): a client's
+/// string never adds a segment, a query or a fragment of its own.
+pub fn url(provider: &ProviderConfig, model: &str, stream: bool) -> Result<String, Refusal> {
+    match (&provider.vertex, &provider.azure, &provider.bedrock) {
+        (Some(v), _, _) => vertex::url(provider, v, model, stream),
+        (None, Some(az), _) => azure::url(provider, az, model),
+        (None, None, Some(bc)) => bedrock::url(provider, bc, model, stream),
+        (None, None, None) => endpoint_str(provider, model, stream),
     }
 }
 
-/// A model name as one URL path segment (a `models/` prefix, as Google
-/// lists them, is taken off; characters outside the segment's set escaped).
-fn model_segment(model: &str) -> String {
-    let m = model.strip_prefix("models/").unwrap_or(model);
-    let mut out = String::with_capacity(m.len());
-    for b in m.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
+/// Why `model` cannot be sent to `provider`, for the caller's 400 (`None`:
+/// it can). Only kinds whose URL names the model refuse one.
+pub fn model_refused(provider: &ProviderConfig, model: &str) -> Option<String> {
+    match provider.kind {
+        ProviderKind::OpenAi | ProviderKind::Anthropic => None,
+        ProviderKind::Azure
+        | ProviderKind::Gemini
+        | ProviderKind::Vertex
+        | ProviderKind::Bedrock => url(provider, model, false)
+            .err()
+            .map(|r| refusal_message(provider, model, r)),
     }
-    out
+}
+
+fn refusal_message(provider: &ProviderConfig, model: &str, r: Refusal) -> String {
+    format!(
+        "model {model:?} cannot be sent to provider `{}`: it becomes one path segment of the provider's URL, so it {r}",
+        provider.name
+    )
 }
 
 /// The chat endpoint of `provider`, parsed once per base URL and kind, not
 /// per attempt (formatting and parsing it was ~1.5 % of a turn's
-/// instructions); the parser's reason when it is not a URL. The map holds
-/// one entry per configured provider's base URL.
+/// instructions); the parser's reason when it is not a URL, a refusal when
+/// the model cannot be in it ([`url`]). The map holds one entry per
+/// configured provider's base URL.
 fn endpoint(
     provider: &ProviderConfig,
     model: &str,
     stream: bool,
-) -> Result<http::Uri, http_client::SendError> {
+) -> Result<Result<http::Uri, http_client::SendError>, Refusal> {
     use std::collections::HashMap;
     use std::sync::{LazyLock, RwLock};
     type Uris = RwLock<HashMap<String, http::Uri>>;
@@ -243,7 +271,7 @@ fn endpoint(
         Dialect::Responses => &RESPONSES,
         // The model is in a Gemini or Bedrock URL: parsed per attempt.
         Dialect::Gemini | Dialect::Bedrock => {
-            return http_client::uri(&endpoint_str(provider, model, stream));
+            return Ok(http_client::uri(&endpoint_str(provider, model, stream)?));
         }
     };
     if let Some(u) = map
@@ -251,12 +279,14 @@ fn endpoint(
         .unwrap_or_else(|e| e.into_inner())
         .get(&provider.base_url)
     {
-        return Ok(u.clone());
+        return Ok(Ok(u.clone()));
     }
-    let uri = http_client::uri(&endpoint_str(provider, model, stream))?;
-    map.write()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(provider.base_url.clone(), uri.clone());
+    let uri = http_client::uri(&endpoint_str(provider, model, stream)?);
+    if let Ok(u) = &uri {
+        map.write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(provider.base_url.clone(), u.clone());
+    }
     Ok(uri)
 }
 
@@ -278,18 +308,22 @@ pub struct Client {
     /// The AWS credentials of `bedrock` providers, resolved and refreshed
     /// across attempts.
     pub bedrock: bedrock::Keychain,
+    /// The gateway's one redactor ([`crate::secrets`]): every token fetched
+    /// is remembered in it, and every failure an attempt returns masked.
+    pub secrets: Arc<Redactor>,
 }
 
 impl Client {
     /// Builds the HTTP client (the ring crypto provider installed first)
     /// and the token sources of the config's vertex providers (reading
     /// their key files: a bad one stops the start, its provider named).
-    pub fn new(cfg: &Config) -> anyhow::Result<Self> {
+    pub fn new(cfg: &Config, secrets: Arc<Redactor>) -> anyhow::Result<Self> {
         Ok(Self {
             http: HttpClient::new()?,
             vertex: vertex::Tokens::new(cfg)?,
             azure: azure::Tokens::default(),
             bedrock: bedrock::Keychain::default(),
+            secrets,
         })
     }
 }
@@ -322,7 +356,13 @@ pub async fn send(
     };
     let dialect = dialect_for(provider, model);
     let out = proto::prepare(dialect, req, body_model, prefill);
-    let result = attempt(client, provider, model, &out, dialect, req.stream, limits).await;
+    let mut result = attempt(client, provider, model, &out, dialect, req.stream, limits).await;
+    // Whatever the upstream (or a proxy) put in its failure — the
+    // credential it was sent, echoed — is masked before hale shows or
+    // stores it (crate::secrets).
+    if let Err(f) = &mut result {
+        client.secrets.mask_string(&mut f.message);
+    }
     Sent {
         result,
         changes: out.changes,
@@ -340,8 +380,9 @@ async fn request(
     limits: &AttemptLimits,
 ) -> Result<(http::Request<bytes::Bytes>, Option<vertex::Bearer>), Failure> {
     let unsendable = |e: http_client::SendError| Failure::transport(e.transport(), &e.redacted());
+    let refused = |r: Refusal| Failure::refused(refusal_message(provider, model, r));
     if let Some(v) = &provider.vertex {
-        let uri = http_client::uri(&vertex::url(provider, v, model, stream));
+        let uri = http_client::uri(&url(provider, model, stream).map_err(refused)?);
         let mut post = match hale_core::vertex::publisher(v, model) {
             Publisher::Anthropic => Post::json(uri, &vertex::anthropic_body(out.body())),
             Publisher::Google => match &out.raw {
@@ -354,6 +395,9 @@ async fn request(
             .bearer(provider, limits.headers)
             .await
             .map_err(|vertex::TokenError(why)| Failure::auth(why))?;
+        client
+            .secrets
+            .remember(&format!("vertex:{}", provider.name), bearer.token());
         post.bearer(bearer.token());
         // The version is in the body on Vertex; the betas go as headers.
         for (k, v) in &out.headers {
@@ -364,11 +408,12 @@ async fn request(
         return Ok((post.finish().map_err(unsendable)?, Some(bearer)));
     }
     let uri = match (&provider.azure, &provider.bedrock) {
-        // Azure's URL names the deployment (the model): built per attempt.
-        (Some(az), _) => http_client::uri(&azure::url(provider, az, model)),
-        // Bedrock's names the model and the API.
-        (None, Some(bc)) => http_client::uri(&bedrock::url(provider, bc, model, stream)),
-        (None, None) => endpoint(provider, model, stream),
+        // Azure's URL names the deployment (the model), Bedrock's the model
+        // and the API: built per attempt.
+        (Some(_), _) | (None, Some(_)) => {
+            http_client::uri(&url(provider, model, stream).map_err(refused)?)
+        }
+        (None, None) => endpoint(provider, model, stream).map_err(refused)?,
     };
     let dialect = dialect_for(provider, model);
     let mut post = match (&out.raw, &provider.bedrock, dialect) {
@@ -397,7 +442,7 @@ async fn request(
     if let Some(az) = &provider.azure {
         client
             .azure
-            .authorize(&mut post, provider, az)
+            .authorize(&mut post, provider, az, &client.secrets)
             .await
             .map_err(|azure::TokenError(why)| Failure::auth(why))?;
     }
@@ -436,7 +481,13 @@ async fn attempt(
         if let Some(bc) = &provider.bedrock {
             client
                 .bedrock
-                .authorize(client.http.reqwest(), provider, bc, &mut request)
+                .authorize(
+                    client.http.reqwest(),
+                    provider,
+                    bc,
+                    &mut request,
+                    &client.secrets,
+                )
                 .await
                 .map_err(|bedrock::CredentialError(why)| Failure::auth(why))?;
         }
@@ -486,7 +537,10 @@ async fn attempt(
             client.azure.refused(provider, az).await;
         }
         let error_type = header(hale_core::bedrock::ERROR_TYPE_HEADER);
-        let body = read_capped(resp.into_body(), limits.headers).await;
+        // Masked before it is classified: the classifier cuts the message,
+        // which could leave part of a secret that straddles the cut.
+        let read = read_capped(resp.into_body(), limits.headers).await;
+        let body = client.secrets.mask(&read);
         let obs = Observation {
             status: Some(status),
             retry_after: retry_after.as_deref(),
@@ -513,8 +567,18 @@ async fn attempt(
     }
     if stream {
         Ok(Answer::Stream(match &provider.bedrock {
-            Some(_) => bedrock_stream(resp.into_body(), dialect, limits.stream_idle),
-            None => event_stream(resp.into_body(), dialect, limits.stream_idle),
+            Some(_) => bedrock_stream(
+                resp.into_body(),
+                dialect,
+                limits.stream_idle,
+                client.secrets.clone(),
+            ),
+            None => event_stream(
+                resp.into_body(),
+                dialect,
+                limits.stream_idle,
+                client.secrets.clone(),
+            ),
         }))
     } else {
         use http_body_util::BodyExt;
@@ -551,7 +615,10 @@ async fn attempt(
                         &serde_json::json!({ "response": v }).to_string(),
                     )
                 {
-                    return Err(stream_error(&body, "the response failed"));
+                    return Err(stream_error(
+                        &client.secrets.mask(&body),
+                        "the response failed",
+                    ));
                 }
                 value
                     .map_err(|e| e.to_string())
@@ -613,7 +680,12 @@ async fn read_capped(body: Body, limit: Duration) -> String {
 }
 
 /// Decodes an upstream SSE body into canonical events, with the idle timeout.
-fn event_stream(body: Body, dialect: Dialect, idle: Duration) -> EventStream {
+fn event_stream(
+    body: Body,
+    dialect: Dialect,
+    idle: Duration,
+    secrets: Arc<Redactor>,
+) -> EventStream {
     let decoder = match dialect {
         Dialect::OpenAi => Decoder::OpenAi(proto::openai::StreamDecoder::new()),
         Dialect::Anthropic => Decoder::Anthropic(proto::anthropic::StreamDecoder::new()),
@@ -631,6 +703,7 @@ fn event_stream(body: Body, dialect: Dialect, idle: Duration) -> EventStream {
         stall: Box::pin(tokio::time::sleep(idle)),
         armed: false,
         ended: false,
+        secrets,
     })
 }
 
@@ -724,7 +797,12 @@ fn bedrock_frames(body: Body) -> impl Stream<Item = Result<sse_stream::Sse, bedr
 
 /// Decodes a Bedrock event stream (Converse, or an Anthropic model through
 /// InvokeModel: `dialect`) into canonical events, with the idle timeout.
-fn bedrock_stream(body: Body, dialect: Dialect, idle: Duration) -> EventStream {
+fn bedrock_stream(
+    body: Body,
+    dialect: Dialect,
+    idle: Duration,
+    secrets: Arc<Redactor>,
+) -> EventStream {
     Box::pin(Events {
         sse: Box::pin(bedrock_frames(body)),
         decoder: bedrock_decoder(dialect),
@@ -732,6 +810,7 @@ fn bedrock_stream(body: Body, dialect: Dialect, idle: Duration) -> EventStream {
         stall: Box::pin(tokio::time::sleep(idle)),
         armed: false,
         ended: false,
+        secrets,
     })
 }
 
@@ -762,7 +841,7 @@ pub fn decode_bedrock_stream(
     let mut out = Vec::new();
     while let Some(f) = reader.next_frame() {
         let item = match f {
-            Ok(frame) => decoder.decode(&bedrock_sse(frame)),
+            Ok(frame) => decoder.decode(&bedrock_sse(frame), &Redactor::default()),
             Err(e) => Err(Failure::transport(Transport::StreamCut, &e.to_string())),
         };
         let end = item.is_err();
@@ -788,6 +867,8 @@ struct Events<S> {
     /// `stall` is set for the event being waited for.
     armed: bool,
     ended: bool,
+    /// Masks the upstream's text in a failure ([`crate::secrets`]).
+    secrets: Arc<Redactor>,
 }
 
 impl<S, E> Stream for Events<S>
@@ -830,24 +911,34 @@ where
                 Transport::StreamCut,
                 &format!("stream cut: {e}"),
             )),
-            Some(Ok(ev)) => this.decoder.decode(&ev),
+            Some(Ok(ev)) => this.decoder.decode(&ev, &this.secrets),
         };
         this.ended = item.is_err();
+        // Whatever the upstream put in its failure is masked (crate::secrets).
+        let item = item.map_err(|mut f| {
+            this.secrets.mask_string(&mut f.message);
+            f
+        });
         Poll::Ready(Some(item))
     }
 }
 
 impl Decoder {
     /// One SSE event: its canonical events, `Ok(None)` for a malformed one
-    /// (the relay counts and skips it), `Err` for an upstream error event.
-    fn decode(&mut self, ev: &sse_stream::Sse) -> Result<Option<Vec<StreamEvent>>, Failure> {
+    /// (the relay counts and skips it), `Err` for an upstream error event
+    /// (read with `secrets` masked, before its message is cut).
+    fn decode(
+        &mut self,
+        ev: &sse_stream::Sse,
+        secrets: &Redactor,
+    ) -> Result<Option<Vec<StreamEvent>>, Failure> {
         let Some(data) = ev.data.as_deref() else {
             return Ok(Some(Vec::new()));
         };
         if matches!(self, Decoder::Converse(_) | Decoder::Invoke(_))
             && ev.event.as_deref() == Some(BEDROCK_EXCEPTION)
         {
-            return Err(bedrock_exception(ev.id.as_deref(), data));
+            return Err(bedrock_exception(ev.id.as_deref(), &secrets.mask(data)));
         }
         let decoded = match self {
             Decoder::OpenAi(d) => d.decode(ev.event.as_deref(), data),
@@ -859,6 +950,7 @@ impl Decoder {
         match decoded {
             Ok(evs) => Ok(Some(evs)),
             Err(e) => {
+                let data = &*secrets.mask(data);
                 // A Responses `error` or `response.failed` event, in the
                 // shape the classifier reads (the `type` names it, with or
                 // without an SSE event name).
@@ -966,7 +1058,313 @@ mod tests {
             stall: Box::pin(tokio::time::sleep(IDLE)),
             armed: false,
             ended: false,
+            secrets: Arc::default(),
         })
+    }
+
+    mod urls {
+        use super::super::*;
+        use hale_core::config::{
+            AzureAuth, AzureConfig, BedrockAuth, BedrockConfig, VertexConfig, VertexCredentials,
+        };
+        use percent_encoding::percent_decode_str;
+        use proptest::prelude::*;
+
+        const BASE: &str = "https://res.example.com/base";
+        const VERSION: &str = "2024-10-21";
+
+        /// Where a provider kind's URL puts the model, and what it adds.
+        enum Place {
+            /// Not in the URL: the path is exactly these segments.
+            Nowhere(&'static [&'static str]),
+            /// `before`, then the model's segment, then `after`.
+            Segment {
+                before: Vec<String>,
+                after: &'static [&'static str],
+            },
+            /// `before`, then the model's segment followed by `:{method}`.
+            Method {
+                before: Vec<String>,
+                method: &'static str,
+            },
+        }
+
+        /// One configured provider of each kind and URL scheme.
+        fn providers() -> Vec<ProviderConfig> {
+            use ProviderKind::*;
+            let mut out = vec![
+                ProviderConfig::new("openai", OpenAi, BASE, "gpt-4o"),
+                ProviderConfig::new("anthropic", Anthropic, BASE, "claude"),
+                ProviderConfig::new("gemini", Gemini, BASE, "gemini-2.5-flash"),
+            ];
+            let mut responses = ProviderConfig::new("responses", OpenAi, BASE, "gpt-4o");
+            responses.api = ProviderApi::Responses;
+            out.push(responses);
+            for (name, version, api) in [
+                ("azure-deployments", Some(VERSION), ProviderApi::Chat),
+                (
+                    "azure-deployments-responses",
+                    Some(VERSION),
+                    ProviderApi::Responses,
+                ),
+                ("azure-v1", None, ProviderApi::Chat),
+            ] {
+                let mut p = ProviderConfig::new(name, Azure, BASE, "gpt-4o");
+                p.api = api;
+                p.azure = Some(AzureConfig {
+                    api_version: version.map(str::to_owned),
+                    deployments: [("mapped".to_owned(), "prod-4o".to_owned())].into(),
+                    auth: AzureAuth::ApiKey,
+                });
+                out.push(p);
+            }
+            let mut v = ProviderConfig::new("vertex", Vertex, BASE, "gemini-2.5-pro");
+            v.vertex = Some(VertexConfig {
+                project: "my-proj".into(),
+                location: "us-east5".into(),
+                publisher: None,
+                credentials: VertexCredentials::Default,
+            });
+            out.push(v);
+            let mut b = ProviderConfig::new("bedrock", Bedrock, BASE, "amazon.nova-pro-v1:0");
+            b.bedrock = Some(BedrockConfig {
+                region: "us-east-1".into(),
+                api: None,
+                auth: BedrockAuth::ApiKey,
+            });
+            out.push(b);
+            out
+        }
+
+        /// The path a provider's URL must have for `model` (segments after
+        /// the base's), the client's string each names, and its query.
+        fn expected(
+            p: &ProviderConfig,
+            model: &str,
+            stream: bool,
+        ) -> (Place, String, Option<String>) {
+            let segs = |s: &[&str]| s.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+            match (p.kind, &p.azure, &p.vertex, &p.bedrock) {
+                (ProviderKind::Azure, Some(az), _, _) => match &az.api_version {
+                    Some(v) => (
+                        Place::Segment {
+                            before: segs(&["openai", "deployments"]),
+                            after: match p.api {
+                                ProviderApi::Chat => &["chat", "completions"],
+                                ProviderApi::Responses => &["responses"],
+                            },
+                        },
+                        hale_core::azure::deployment(az, model).to_owned(),
+                        Some(format!("api-version={v}")),
+                    ),
+                    None => (
+                        Place::Nowhere(&["openai", "v1", "chat", "completions"]),
+                        String::new(),
+                        None,
+                    ),
+                },
+                (ProviderKind::Gemini, ..) => (
+                    Place::Method {
+                        before: segs(&["models"]),
+                        method: if stream {
+                            "streamGenerateContent"
+                        } else {
+                            "generateContent"
+                        },
+                    },
+                    model.strip_prefix("models/").unwrap_or(model).to_owned(),
+                    stream.then(|| "alt=sse".to_owned()),
+                ),
+                (ProviderKind::Vertex, _, Some(v), _) => {
+                    let publisher = hale_core::vertex::publisher(v, model);
+                    let method = match (publisher, stream) {
+                        (Publisher::Google, false) => "generateContent",
+                        (Publisher::Google, true) => "streamGenerateContent",
+                        (Publisher::Anthropic, false) => "rawPredict",
+                        (Publisher::Anthropic, true) => "streamRawPredict",
+                    };
+                    let google_stream = publisher == Publisher::Google && stream;
+                    (
+                        Place::Method {
+                            before: segs(&[
+                                "v1",
+                                "projects",
+                                "my-proj",
+                                "locations",
+                                "us-east5",
+                                "publishers",
+                                publisher.as_str(),
+                                "models",
+                            ]),
+                            method,
+                        },
+                        model.rsplit('/').next().unwrap_or(model).to_owned(),
+                        google_stream.then(|| "alt=sse".to_owned()),
+                    )
+                }
+                (ProviderKind::Bedrock, _, _, Some(bc)) => {
+                    let op: &'static [&'static str] =
+                        match (hale_core::bedrock::api_for(bc.api, model), stream) {
+                            (hale_core::config::BedrockApi::Converse, false) => &["converse"],
+                            (hale_core::config::BedrockApi::Converse, true) => &["converse-stream"],
+                            (hale_core::config::BedrockApi::Invoke, false) => &["invoke"],
+                            (hale_core::config::BedrockApi::Invoke, true) => {
+                                &["invoke-with-response-stream"]
+                            }
+                        };
+                    (
+                        Place::Segment {
+                            before: segs(&["model"]),
+                            after: op,
+                        },
+                        model.to_owned(),
+                        None,
+                    )
+                }
+                (ProviderKind::OpenAi, ..) => match p.api {
+                    ProviderApi::Chat => (
+                        Place::Nowhere(&["chat", "completions"]),
+                        String::new(),
+                        None,
+                    ),
+                    ProviderApi::Responses => (Place::Nowhere(&["responses"]), String::new(), None),
+                },
+                (ProviderKind::Anthropic, ..) => {
+                    (Place::Nowhere(&["v1", "messages"]), String::new(), None)
+                }
+                (ProviderKind::Azure | ProviderKind::Vertex | ProviderKind::Bedrock, ..) => {
+                    unreachable!("each kind is built with its settings")
+                }
+            }
+        }
+
+        fn decoded(s: &str) -> String {
+            percent_decode_str(s).decode_utf8_lossy().into_owned()
+        }
+
+        /// Arbitrary strings, and strings built of the pieces an attacker
+        /// would use: separators, dots, escapes, queries and fragments.
+        fn model() -> impl Strategy<Value = String> {
+            let piece = prop_oneof![
+                Just("/"),
+                Just("\\"),
+                Just("."),
+                Just(".."),
+                Just("?"),
+                Just("#"),
+                Just("&"),
+                Just("="),
+                Just("%"),
+                Just("%2e"),
+                Just("%2F"),
+                Just("%25"),
+                Just(":"),
+                Just("@"),
+                Just(" "),
+                Just("\u{0}"),
+                Just("é"),
+                Just("models/"),
+                Just("publishers/google/models/"),
+                Just("api-version=2023-05-15"),
+                Just("key=k"),
+                Just("gpt-4o"),
+                Just("mapped"),
+                Just("claude-x"),
+                Just("anthropic.claude-3"),
+                Just("embeddings"),
+            ];
+            prop_oneof![
+                any::<String>(),
+                proptest::collection::vec(piece, 0..8).prop_map(|v| v.concat()),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(2048))]
+
+            /// Issue 42: for every provider kind, whatever model a client
+            /// names, the URL an attempt is sent to has exactly the path
+            /// segments of its kind — the client's string at most one of
+            /// them, which decodes back to it — the kind's own query or
+            /// none, and no fragment; the `url` crate (which reqwest and
+            /// most proxies' rules follow) and `http::Uri` read the same
+            /// and normalise nothing. Or the model is refused, exactly when
+            /// it is empty or has a `.` or `..` part.
+            #[test]
+            fn a_clients_model_is_at_most_one_segment_of_any_providers_url(model in model(), stream in any::<bool>()) {
+                for p in providers() {
+                    let (place, named, query) = expected(&p, &model, stream);
+                    let refusal = match &place {
+                        Place::Nowhere(_) => None,
+                        Place::Segment { .. } | Place::Method { .. } => {
+                            hale_core::segment::problem(&model).or_else(|| hale_core::segment::problem(&named))
+                        }
+                    };
+                    let got = url(&p, &model, stream);
+                    prop_assert_eq!(got.as_ref().err().copied(), refusal, "{}: {:?}", p.name, model);
+                    prop_assert_eq!(model_refused(&p, &model).is_some(), refusal.is_some());
+                    let Ok(text) = got else { continue };
+                    let parsed = reqwest::Url::parse(&text).map_err(|e| TestCaseError::fail(format!("{text}: {e}")))?;
+                    prop_assert_eq!(parsed.as_str(), text.as_str(), "the url crate changed nothing");
+                    prop_assert_eq!(parsed.fragment(), None);
+                    prop_assert_eq!(parsed.query().map(str::to_owned), query.clone(), "{}", text);
+                    let segments: Vec<&str> = parsed.path_segments().map(Iterator::collect).unwrap_or_default();
+                    prop_assert_eq!(segments[0], "base");
+                    let rest = &segments[1..];
+                    match &place {
+                        Place::Nowhere(want) => prop_assert_eq!(rest, *want),
+                        Place::Segment { before, after } => {
+                            prop_assert_eq!(rest.len(), before.len() + 1 + after.len(), "{}", text);
+                            prop_assert_eq!(&rest[..before.len()], &before[..]);
+                            prop_assert_eq!(decoded(rest[before.len()]), named.clone());
+                            prop_assert_eq!(&rest[before.len() + 1..], *after);
+                        }
+                        Place::Method { before, method } => {
+                            prop_assert_eq!(rest.len(), before.len() + 1, "{}", text);
+                            prop_assert_eq!(&rest[..before.len()], &before[..]);
+                            let (seg, m) = rest[before.len()].rsplit_once(':').unwrap_or(("", ""));
+                            prop_assert_eq!(m, *method);
+                            prop_assert_eq!(decoded(seg), named.clone());
+                        }
+                    }
+                    // What is sent: the request target hale builds from it.
+                    let uri = http_client::uri(&text).map_err(|e| TestCaseError::fail(e.redacted()))?;
+                    prop_assert_eq!(uri.path(), parsed.path());
+                    prop_assert_eq!(uri.query(), parsed.query());
+                }
+            }
+        }
+
+        /// The issue's own examples: an Azure deployment URL keeps its
+        /// endpoint and API version; Bedrock's dot segments are refused.
+        #[test]
+        fn the_issues_examples() {
+            let ps = providers();
+            let by = |n: &str| ps.iter().find(|p| p.name == n).expect("provider");
+            let az = by("azure-deployments");
+            assert_eq!(
+                url(az, "gpt-4o/embeddings?api-version=2023-05-15#", false).as_deref(),
+                Ok(
+                    "https://res.example.com/base/openai/deployments/gpt-4o%2Fembeddings%3Fapi-version%3D2023-05-15%23/chat/completions?api-version=2024-10-21"
+                )
+            );
+            assert_eq!(
+                url(az, "x?key=k", false).as_deref(),
+                Ok(
+                    "https://res.example.com/base/openai/deployments/x%3Fkey%3Dk/chat/completions?api-version=2024-10-21"
+                )
+            );
+            let why = model_refused(az, "../../x").expect("refused");
+            assert!(
+                why.contains("provider `azure-deployments`") && why.contains("`..`"),
+                "{why}"
+            );
+            for m in [".", "..", "../x"] {
+                assert_eq!(url(by("bedrock"), m, false), Err(Refusal::DotPart), "{m}");
+            }
+            // Not in the URL of an OpenAI provider: nothing to refuse.
+            assert_eq!(model_refused(by("openai"), ".."), None);
+        }
     }
 
     /// A TLS handshake failure is a network failure to connect (it marks
@@ -1011,13 +1409,15 @@ mod tests {
             if let Some(name) = event {
                 ev = ev.event(name);
             }
-            let f = d.decode(&ev).expect_err("an upstream error");
+            let f = d
+                .decode(&ev, &Redactor::default())
+                .expect_err("an upstream error");
             assert_eq!(f.class, class, "{event:?} {data}: {f:?}");
             assert!(!f.message.is_empty());
         }
         let mut d = Decoder::Responses(proto::responses::StreamDecoder::new());
         let garbage = sse_stream::Sse::default().data("{not json");
-        assert!(matches!(d.decode(&garbage), Ok(None)));
+        assert!(matches!(d.decode(&garbage, &Redactor::default()), Ok(None)));
     }
 
     fn texts(item: &Result<Option<Vec<StreamEvent>>, Failure>) -> usize {

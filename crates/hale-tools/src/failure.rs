@@ -48,6 +48,21 @@ impl CallFailure {
         }
     }
 
+    /// A call hale refused to send: the caller's input (a 400, final on
+    /// every node), with the request never made.
+    pub fn refused(message: String) -> Self {
+        CallFailure {
+            obs: ToolObservation {
+                status: Some(400),
+                transport: None,
+                output_invalid: false,
+            },
+            sent: false,
+            retry_after: None,
+            message,
+        }
+    }
+
     /// A 2xx whose output is not usable.
     pub fn invalid_output(message: String) -> Self {
         CallFailure {

@@ -250,6 +250,11 @@ impl JobRequest {
                 out.push(format!(
                     "steps[{i}].tool_name must be 1 to {MAX_ID_LEN} characters"
                 ));
+            } else if let Some(r) = hale_core::segment::problem(&s.tool_name) {
+                // An HTTP node's URL names the tool (`{url}/tools/{name}`).
+                out.push(format!(
+                    "steps[{i}].tool_name {r} (it becomes a path segment of a node's URL)"
+                ));
             }
             if s.timeout_ms == 0 {
                 out.push(format!("steps[{i}].timeout_ms must be greater than 0"));

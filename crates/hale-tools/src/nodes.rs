@@ -406,7 +406,10 @@ pub mod http {
             .ok_or_else(|| CallFailure::invalid_output("tool listing has no tools array".into()))
     }
 
-    /// `POST {url}/tools/{name}` with the arguments as the JSON body.
+    /// `POST {url}/tools/{name}` with the arguments as the JSON body. The
+    /// name is one path segment (the `url` crate encodes `/`, `?`, `#` and
+    /// `%`); a name with a `.` or `..` part, which it would drop or climb,
+    /// is refused unsent (`hale_core::segment`; jobs refuse it at submit).
     pub async fn call(
         client: &reqwest::Client,
         url: &str,
@@ -416,6 +419,11 @@ pub mod http {
         idempotency_key: Option<&str>,
         job_id: &str,
     ) -> Result<Value, CallFailure> {
+        if let Some(r) = hale_core::segment::problem(tool) {
+            return Err(CallFailure::refused(format!(
+                "tool name {tool:?} {r}: it becomes a path segment of the node's URL"
+            )));
+        }
         let mut target = reqwest::Url::parse(url)
             .map_err(|e| CallFailure::invalid_output(format!("node url does not parse: {e}")))?;
         target
@@ -463,5 +471,37 @@ pub mod http {
         }
         serde_json::from_slice(&body)
             .map_err(|e| CallFailure::invalid_output(format!("tool output is not JSON: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::http;
+    use std::time::Duration;
+
+    /// A tool name with a `.` or `..` part is refused unsent (the `url`
+    /// crate would drop it, calling `{url}/tools`): a final 400 that names
+    /// the rule, not a failure of the node (docs/operations.md, "Threat model").
+    #[tokio::test]
+    async fn a_tool_name_with_a_dot_part_is_refused_unsent() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::new();
+        // Nothing listens at port 9: a request made would fail to connect.
+        for tool in ["..", ".", "a/../b", "%2e%2e"] {
+            let f = http::call(
+                &client,
+                "http://127.0.0.1:9",
+                tool,
+                &serde_json::json!({}),
+                Duration::from_secs(1),
+                None,
+                "job",
+            )
+            .await
+            .expect_err("refused");
+            assert!(!f.sent, "{tool}");
+            assert_eq!(f.obs.status, Some(400), "{tool}");
+            assert!(f.message.contains("`..`"), "{tool}: {}", f.message);
+        }
     }
 }

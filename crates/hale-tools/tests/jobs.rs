@@ -399,6 +399,17 @@ async fn steps_chain_results_and_bad_jobs_get_a_clear_400() {
             .contains("max_attempts"),
         "{err}"
     );
+    // A tool name becomes a path segment of an HTTP node's URL: one with a
+    // `.` or `..` part is refused, the rule named (issue 42).
+    let (s, err) = h
+        .submit(json!({"job_id": "y", "steps": [{"step_id": "a", "tool_name": "../admin"}]}))
+        .await;
+    assert_eq!(s, 400);
+    let msg = err["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("steps[0].tool_name") && msg.contains("`..`"),
+        "{err}"
+    );
     let (s, _) = h.get("/jobs/nope").await;
     assert_eq!(s, 404);
     h.stop().await;

@@ -13,19 +13,24 @@
 //! provider), without the command's output.
 
 use super::http_client::Post;
+use crate::secrets::Redactor;
 use hale_core::azure;
 use hale_core::config::{AzureAuth, AzureConfig, ProviderConfig, Secret};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The attempt's URL for `model`.
-pub(super) fn url(provider: &ProviderConfig, az: &AzureConfig, model: &str) -> String {
-    format!(
+/// The attempt's URL for `model` (refused: [`azure::path`]).
+pub(super) fn url(
+    provider: &ProviderConfig,
+    az: &AzureConfig,
+    model: &str,
+) -> Result<String, hale_core::segment::Refusal> {
+    Ok(format!(
         "{}{}",
         provider.base_url,
-        azure::path(az, provider.api, model)
-    )
+        azure::path(az, provider.api, model)?
+    ))
 }
 
 /// A fetched Entra token.
@@ -69,12 +74,14 @@ impl Tokens {
             .clone()
     }
 
-    /// Sets the provider's credentials on `post`.
+    /// Sets the provider's credentials on `post`; a token fetched is
+    /// remembered by `secrets` (masked wherever hale shows text).
     pub(super) async fn authorize(
         &self,
         post: &mut Post,
         provider: &ProviderConfig,
         az: &AzureConfig,
+        secrets: &Redactor,
     ) -> Result<(), TokenError> {
         match (&az.auth, &provider.api_key) {
             (AzureAuth::ApiKey, Some(k)) => post.secret(azure::API_KEY_HEADER, k.expose()),
@@ -93,6 +100,7 @@ impl Tokens {
                 );
                 if due {
                     let token = run_token_command(command, provider.timeout).await?;
+                    secrets.remember(&format!("azure:{}", provider.name), token.expose());
                     *held = Some(Held {
                         token,
                         fetched: now,
@@ -184,7 +192,7 @@ mod tests {
     async fn bearer(tokens: &Tokens, p: &ProviderConfig, az: &AzureConfig) -> String {
         let mut post = post();
         tokens
-            .authorize(&mut post, p, az)
+            .authorize(&mut post, p, az, &Redactor::default())
             .await
             .expect("authorized");
         post.headers()["authorization"]
@@ -212,6 +220,18 @@ mod tests {
         assert_eq!(bearer(&tokens, &p, &az).await, "Bearer tok-2");
         // Each owner holds its own tokens: another client runs the command.
         assert_eq!(bearer(&Tokens::default(), &p, &az).await, "Bearer tok-3");
+    }
+
+    /// A token the command printed is masked by the redactor from then on.
+    #[tokio::test]
+    async fn a_fetched_token_is_remembered_by_the_redactor() {
+        let (p, az) = provider("azure-remembered", "echo entra-token-xyz");
+        let secrets = Redactor::default();
+        Tokens::default()
+            .authorize(&mut post(), &p, &az, &secrets)
+            .await
+            .expect("authorized");
+        assert_eq!(secrets.mask("got entra-token-xyz"), "got [redacted]");
     }
 
     /// A provider of the same name reloaded with another command (or
@@ -247,14 +267,14 @@ mod tests {
         let tokens = Tokens::default();
         let (p, az) = provider("azure-token-fail", "echo secret-output; exit 3");
         let f = tokens
-            .authorize(&mut post(), &p, &az)
+            .authorize(&mut post(), &p, &az, &Redactor::default())
             .await
             .expect_err("a failure");
         assert!(f.0.contains("failed"), "{}", f.0);
         assert!(!f.0.contains("secret-output"), "{}", f.0);
         let (p, az) = provider("azure-token-empty", "true");
         let f = tokens
-            .authorize(&mut post(), &p, &az)
+            .authorize(&mut post(), &p, &az, &Redactor::default())
             .await
             .expect_err("a failure");
         assert!(f.0.contains("no token"), "{}", f.0);
@@ -269,7 +289,7 @@ mod tests {
         p.api_key = Some(Secret::new("azure-key-1"));
         let mut post = post();
         Tokens::default()
-            .authorize(&mut post, &p, &az)
+            .authorize(&mut post, &p, &az, &Redactor::default())
             .await
             .expect("authorized");
         let v = &post.headers()[azure::API_KEY_HEADER];

@@ -26,6 +26,7 @@
 //! a time per provider. No key, secret or token reaches a log, an event or
 //! an error: a failure is a [`CredentialError`] naming only what was tried.
 
+use crate::secrets::Redactor;
 use aws_credential_types::Credentials;
 use aws_smithy_eventstream::frame::{DecodedFrame, MessageFrameDecoder};
 use aws_smithy_types::event_stream::{HeaderValue, Message};
@@ -36,10 +37,19 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-/// The attempt's URL for `model`.
-pub fn url(provider: &ProviderConfig, bc: &BedrockConfig, model: &str, stream: bool) -> String {
+/// The attempt's URL for `model` (refused: [`bedrock::path`]).
+pub fn url(
+    provider: &ProviderConfig,
+    bc: &BedrockConfig,
+    model: &str,
+    stream: bool,
+) -> Result<String, hale_core::segment::Refusal> {
     let api = bedrock::api_for(bc.api, model);
-    format!("{}{}", provider.base_url, bedrock::path(api, model, stream))
+    Ok(format!(
+        "{}{}",
+        provider.base_url,
+        bedrock::path(api, model, stream)?
+    ))
 }
 
 /// An Anthropic Messages body (the client's JSON or hale's rendering) as
@@ -147,13 +157,15 @@ impl Keychain {
 
     /// Signs `req` (method, URL, `content-type` and body as built) with the
     /// provider's credentials, or sets its API key as a bearer. `http`
-    /// reaches STS for a web identity.
+    /// reaches STS for a web identity. Credentials resolved are remembered
+    /// by `secrets` (masked wherever hale shows text).
     pub async fn authorize(
         &self,
         http: &reqwest::Client,
         provider: &ProviderConfig,
         bc: &BedrockConfig,
         req: &mut http::Request<Bytes>,
+        secrets: &Redactor,
     ) -> Result<(), CredentialError> {
         let profile = match &bc.auth {
             BedrockAuth::ApiKey => {
@@ -182,6 +194,12 @@ impl Keychain {
             let (creds, expires) = self
                 .resolve(http, profile.as_deref(), &bc.region, provider.timeout)
                 .await?;
+            let source = format!("bedrock:{}", provider.name);
+            secrets.remember(&format!("{source}:key-id"), creds.access_key_id());
+            secrets.remember(&format!("{source}:secret"), creds.secret_access_key());
+            if let Some(t) = creds.session_token() {
+                secrets.remember(&format!("{source}:session"), t);
+            }
             *held = Some(Held {
                 creds,
                 expires,
@@ -619,13 +637,23 @@ mod tests {
         let (p, bc) = bedrock_provider(BedrockAuth::SigV4 { profile: None });
         let chain = Keychain::new(Sources::from_env(|k| match k {
             "AWS_ACCESS_KEY_ID" => Some("AKIDENV".into()),
-            "AWS_SECRET_ACCESS_KEY" => Some("s".into()),
+            "AWS_SECRET_ACCESS_KEY" => Some("env-secret-access-key".into()),
+            "AWS_SESSION_TOKEN" => Some("env-session-token".into()),
             _ => None,
         }));
         let mut req = post();
-        chain.authorize(&http, &p, &bc, &mut req).await.unwrap();
+        let secrets = Redactor::default();
+        chain
+            .authorize(&http, &p, &bc, &mut req, &secrets)
+            .await
+            .unwrap();
         let auth = req.headers()["authorization"].to_str().unwrap().to_owned();
         assert!(auth.contains("Credential=AKIDENV/"), "{auth}");
+        // What was resolved is masked from now on.
+        assert_eq!(
+            secrets.mask("env-secret-access-key env-session-token"),
+            "[redacted] [redacted]"
+        );
 
         let dir = tempfile::tempdir().unwrap();
         let creds = dir.path().join("credentials");
@@ -644,7 +672,10 @@ mod tests {
             profile: Some("work".into()),
         });
         let mut req = post();
-        chain.authorize(&http, &p, &bc, &mut req).await.unwrap();
+        chain
+            .authorize(&http, &p, &bc, &mut req, &Redactor::default())
+            .await
+            .unwrap();
         let auth = req.headers()["authorization"].to_str().unwrap().to_owned();
         assert!(auth.contains("Credential=AKIDFILE/"), "{auth}");
 
@@ -652,7 +683,10 @@ mod tests {
         let chain = Keychain::new(Sources::from_env(|_| None));
         let (p, bc) = bedrock_provider(BedrockAuth::SigV4 { profile: None });
         let mut req = post();
-        let e = chain.authorize(&http, &p, &bc, &mut req).await.unwrap_err();
+        let e = chain
+            .authorize(&http, &p, &bc, &mut req, &Redactor::default())
+            .await
+            .unwrap_err();
         assert!(e.0.contains("AWS_ACCESS_KEY_ID"), "{}", e.0);
     }
 
@@ -664,7 +698,10 @@ mod tests {
         p.api_key = Some(Secret::new("bedrock-key"));
         let chain = Keychain::new(Sources::from_env(|_| None));
         let mut req = post();
-        chain.authorize(&http, &p, &bc, &mut req).await.unwrap();
+        chain
+            .authorize(&http, &p, &bc, &mut req, &Redactor::default())
+            .await
+            .unwrap();
         assert_eq!(req.headers()["authorization"], "Bearer bedrock-key");
     }
 

@@ -164,14 +164,18 @@ async fn build(
     }
 }
 
-/// The attempt's URL for `model`.
+/// The attempt's URL for `model` (refused: [`vertex::path`]).
 pub(super) fn url(
     provider: &ProviderConfig,
     v: &VertexConfig,
     model: &str,
     stream: bool,
-) -> String {
-    format!("{}{}", provider.base_url, vertex::path(v, model, stream))
+) -> Result<String, hale_core::segment::Refusal> {
+    Ok(format!(
+        "{}{}",
+        provider.base_url,
+        vertex::path(v, model, stream)?
+    ))
 }
 
 /// A Claude body as Vertex wants it: Anthropic's Messages body without
