@@ -1,7 +1,7 @@
 //! The gateway's health runtime (docs/operations.md, "Agent health and
 //! supervision"): heartbeats, the monitor, the interventions it acts on,
 //! checkpoints, recovery plans and replay. The component is [`HealthRt`]; its
-//! routes are `crate::api::health` and `crate::api::checkpoints`, its loop
+//! routes are in `api/health.rs` and `api/checkpoints.rs`, its loop
 //! [`monitor()`], checkpoints and plans [`recovery`].
 //!
 //! The rules are in `hale_core::health` (state machine, intervention planner,
