@@ -35,6 +35,7 @@ pub mod pages;
 pub mod pause;
 pub mod recovery;
 pub mod responses;
+pub mod resume;
 pub mod retry;
 pub mod select;
 pub mod severity;
