@@ -130,7 +130,6 @@ impl Timings {
         format!(
             "    timeout_ms: {timeout}\n\
              health:\n  \
-               heartbeat_timeout_ms: {stale}\n  \
                stale_after_ms: {stale}\n  \
                stuck_after_ms: {stuck}\n  \
                nudge: {{max_attempts: {SEED_NUDGES}, interval_ms: {nudge}}}\n  \

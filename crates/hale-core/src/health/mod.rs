@@ -44,9 +44,6 @@
 //!   in a row → failing.
 //! - *terminated*: set by [`AgentHealth::terminate`]; only
 //!   [`AgentHealth::reset`] leaves it.
-//!
-//! `HealthConfig::heartbeat_timeout` is not read here: staleness is
-//! `stale_after`.
 
 mod intervention;
 mod registry;
