@@ -14,6 +14,10 @@
 //!   while heartbeats keep coming with the same progress;
 //! - **stuck**: heartbeats and model turns, but the progress never changes;
 //! - **looping**: the identical model request again and again;
+//! - **silent**: healthy for a few heartbeat intervals, then silent (no
+//!   heartbeat, no call): judged stale at its last heartbeat + stale, stuck
+//!   at its last progress + stuck; the table shows how late against those
+//!   deadlines (the monitor sleeps until the earliest one any agent has);
 //! - **crash-looping**: `hale run` supervising `hale-bench health-child`,
 //!   which checkpoints and crashes twice, and must resume from the newest
 //!   checkpoint each time.
@@ -54,6 +58,9 @@ const TARGET_CHECK_MS: f64 = 100.0;
 const TARGET_HEARTBEAT_MS: f64 = 50.0;
 const TARGET_CONCURRENT: u64 = 100;
 const TARGET_TRANSITION_MS: f64 = 1000.0;
+/// A silent agent's change of state after its deadline (the seed's "state
+/// transition < 1 s", not scaled).
+const TARGET_SILENT_MS: f64 = 1000.0;
 
 #[derive(Parser, Debug, Clone, Serialize)]
 #[command(
@@ -74,9 +81,16 @@ pub struct HealthArgs {
     pub stuck: usize,
     #[arg(long, default_value_t = 40)]
     pub looping: usize,
+    /// Agents that stop heartbeating and calling after a few intervals.
+    #[arg(long, default_value_t = 100)]
+    pub silent: usize,
     /// Agents under `hale run` that crash twice and resume from checkpoints.
     #[arg(long, default_value_t = 10)]
     pub crashing: usize,
+    /// hale's storage: a `postgres://` URL (its database must exist and be
+    /// empty or hale's); default SQLite in the run's temporary directory.
+    #[arg(long)]
+    pub storage: Option<String>,
     /// The hale binary; default: `hale` next to this binary, or target/release/hale.
     #[arg(long)]
     pub hale_bin: Option<PathBuf>,
@@ -130,7 +144,6 @@ impl Timings {
         format!(
             "    timeout_ms: {timeout}\n\
              health:\n  \
-               heartbeat_timeout_ms: {stale}\n  \
                stale_after_ms: {stale}\n  \
                stuck_after_ms: {stuck}\n  \
                nudge: {{max_attempts: {SEED_NUDGES}, interval_ms: {nudge}}}\n  \
@@ -161,6 +174,7 @@ enum Kind {
     Slow,
     Stuck,
     Looping,
+    Silent,
     Crashing,
 }
 
@@ -172,6 +186,10 @@ struct Book {
     stuck_at_ms: HashMap<String, u64>,
     /// Looping agent → the wall ms its third identical request was sent.
     loop_third_ms: HashMap<String, u64>,
+    /// Silent agent → the wall ms its last heartbeat was sent (its last
+    /// contact: the deadlines are this + stale, + stuck; sent a few ms
+    /// before hale took it, so a lateness measured from it is an upper bound).
+    silent_since_ms: HashMap<String, u64>,
     heartbeat_ns: Vec<u64>,
     heartbeat_errors: u64,
     check_ns: Vec<u64>,
@@ -340,6 +358,31 @@ async fn stuck(f: Arc<Fleet>, agent: String, offset: Duration) {
             Ok(false) | Err(_) => break,
         }
     }
+}
+
+async fn silent(f: Arc<Fleet>, agent: String, offset: Duration, rounds: u64) {
+    f.sleep(offset).await;
+    for k in 1..=rounds {
+        if !f.live() {
+            return;
+        }
+        let _ = f
+            .turn(&agent, "ok:tokens=8", &format!("{agent} step {k}"))
+            .await;
+        // The heartbeat after the turn is its last contact.
+        let sent = wall_ms();
+        if f.heartbeat(&agent, hb("work", &format!("step {k}"))).await {
+            f.book
+                .lock()
+                .expect("book")
+                .silent_since_ms
+                .insert(agent.clone(), sent);
+        }
+        if k < rounds {
+            f.sleep(f.t.heartbeat).await;
+        }
+    }
+    // Silent from here: no heartbeat, no call.
 }
 
 async fn looping(f: Arc<Fleet>, agent: String, offset: Duration) {
@@ -644,6 +687,9 @@ struct Report {
     run_ms: u64,
     rows: Vec<TableRow>,
     detection_s: Vec<f64>,
+    /// Silent agents: ms from their stale / stuck deadline to the event.
+    silent_stale_late_ms: Vec<f64>,
+    silent_stuck_late_ms: Vec<f64>,
     intervention_s: Vec<f64>,
     transition_ms: Vec<f64>,
     false_positives: Vec<String>,
@@ -672,12 +718,16 @@ pub async fn run(args: HealthArgs) -> anyhow::Result<()> {
     let work = tempfile::Builder::new().prefix("hale-health-").tempdir()?;
     let chaos = procs::start_chaos(&bin, work.path()).await?;
     let addr = procs::free_port()?;
-    let cfg = procs::hale_config(
+    let mut cfg = procs::hale_config(
         addr,
         &format!("http://{}/v1", chaos.addr),
         "ok:tokens=8",
         &work.path().join("data"),
     ) + &t.yaml(think);
+    if let Some(url) = &args.storage {
+        // A YAML double-quoted string takes JSON escapes.
+        cfg.push_str(&format!("storage: {}\n", serde_json::to_string(url)?));
+    }
     let hale = procs::start_hale_with(&bin, work.path(), addr, &cfg).await?;
     let base = format!("http://{addr}");
     let http = reqwest::Client::builder()
@@ -685,7 +735,7 @@ pub async fn run(args: HealthArgs) -> anyhow::Result<()> {
         .pool_max_idle_per_host(2048)
         .tcp_nodelay(true)
         .build()?;
-    let total = args.healthy + args.slow + args.stuck + args.looping + args.crashing;
+    let total = args.healthy + args.slow + args.stuck + args.looping + args.silent + args.crashing;
     let run_for = t.run_for();
     eprintln!(
         "hale-health: {total} agents, scale {} (heartbeat {:?}, stuck {:?}, nudge {:?} x{SEED_NUDGES}, escalation {:?}), {:.0} s, {}",
@@ -725,6 +775,7 @@ pub async fn run(args: HealthArgs) -> anyhow::Result<()> {
         (Kind::Slow, args.slow),
         (Kind::Stuck, args.stuck),
         (Kind::Looping, args.looping),
+        (Kind::Silent, args.silent),
     ];
     for (kind, n) in groups {
         for i in 0..n {
@@ -748,6 +799,7 @@ pub async fn run(args: HealthArgs) -> anyhow::Result<()> {
                 )),
                 Kind::Stuck => tokio::spawn(stuck(f, agent, off)),
                 Kind::Looping => tokio::spawn(looping(f, agent, off)),
+                Kind::Silent => tokio::spawn(silent(f, agent, off, 1 + (i % 3) as u64)),
                 // Crash-loopers run under `hale run`, started below.
                 Kind::Crashing => continue,
             };
@@ -832,6 +884,14 @@ fn analyse(
     let mut first: HashMap<(&str, &str), u64> = HashMap::new();
     let mut flagged: HashMap<&str, Vec<&str>> = HashMap::new();
     for e in events {
+        // Degraded (stale) is no judgement of an agent: it is not flagged.
+        if e.kind == "health.state_changed" && e.to.as_deref() == Some("degraded") {
+            let slot = first
+                .entry((e.agent.as_str(), "degraded"))
+                .or_insert(e.time_ms);
+            *slot = (*slot).min(e.time_ms);
+            continue;
+        }
         let key = match (e.kind.as_str(), e.to.as_deref()) {
             ("health.state_changed", Some("stuck")) => "stuck",
             ("health.state_changed", Some("failing")) => "failing",
@@ -876,6 +936,26 @@ fn analyse(
                 .map(|&d| d.saturating_sub(sent) as f64)
         })
         .collect();
+    // Silent agents: how late after their deadlines they were judged stale, then stuck.
+    let stale_ms = t.stale.as_millis() as u64;
+    let stuck_ms = t.stuck.as_millis() as u64;
+    let mut silent_stale_late_ms = Vec::new();
+    let mut silent_stuck_late_ms = Vec::new();
+    let mut silent_missed = 0usize;
+    for (agent, &since) in &book.silent_since_ms {
+        let late = |key: &str, after: u64| {
+            first
+                .get(&(agent.as_str(), key))
+                .map(|&d| d as f64 - (since + after) as f64)
+        };
+        match (late("degraded", stale_ms), late("stuck", stuck_ms)) {
+            (Some(a), Some(b)) => {
+                silent_stale_late_ms.push(a);
+                silent_stuck_late_ms.push(b);
+            }
+            (Some(_), None) | (None, Some(_)) | (None, None) => silent_missed += 1,
+        }
+    }
     // False positives: healthy and slow agents judged stuck/failing, nudged, escalated or terminated.
     let good: Vec<&String> = book
         .kinds
@@ -907,6 +987,9 @@ fn analyse(
     detection_s = sorted(detection_s);
     intervention_s = sorted(intervention_s);
     transition_ms = sorted(transition_ms);
+    silent_stale_late_ms = sorted(silent_stale_late_ms);
+    silent_stuck_late_ms = sorted(silent_stuck_late_ms);
+    let silent_n = book.silent_since_ms.len();
     let ms = |v: &[u64]| sorted(v.iter().map(|&n| n as f64 / 1e6).collect());
     let hb_ms = ms(&book.heartbeat_ns);
     let check_ms = ms(&book.check_ns);
@@ -1027,6 +1110,32 @@ fn analyse(
                 && transition_ms.last().copied().unwrap_or(f64::MAX) < TARGET_TRANSITION_MS,
         },
     ];
+    for (what, late) in [
+        (
+            "last heartbeat + stale → health.state_changed degraded",
+            &silent_stale_late_ms,
+        ),
+        (
+            "last progress + stuck → health.state_changed stuck",
+            &silent_stuck_late_ms,
+        ),
+    ] {
+        let max = late.last().copied().unwrap_or(f64::NAN);
+        rows.push(TableRow {
+            metric: format!(
+                "Silent agent judged after its deadline ({what}; {} of {silent_n} silent agents, {silent_missed} missed)",
+                late.len()
+            ),
+            measured: format!(
+                "p50 {:.0} ms, p99 {:.0} ms, max {max:.0} ms",
+                pct(late, 50.0),
+                pct(late, 99.0)
+            ),
+            seed_target: "< 1 s".into(),
+            scaled_target: "< 1 s (max; not scaled)".into(),
+            met: silent_missed == 0 && !late.is_empty() && max < TARGET_SILENT_MS,
+        });
+    }
     // Figures never computed are failures, not passes.
     for r in &mut rows {
         if r.measured.contains("NaN") {
@@ -1042,6 +1151,8 @@ fn analyse(
         run_ms,
         rows,
         detection_s,
+        silent_stale_late_ms,
+        silent_stuck_late_ms,
         intervention_s,
         transition_ms,
         false_positives,

@@ -48,6 +48,7 @@ pub use validate::validate;
 use hale_core::config::Config;
 #[cfg(doc)]
 use hale_core::config::{ProviderConfig, Secret};
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
 use serde_saphyr::Spanned;
 use std::collections::BTreeMap;
@@ -406,8 +407,9 @@ struct RawSelfHealing {
     enabled: Opt<bool>,
     #[serde(default)]
     max_consecutive_failures: Opt<u32>,
+    /// Removed: refused with what to use instead.
     #[serde(default)]
-    restart_delay_ms: Opt<u64>,
+    restart_delay_ms: Opt<IgnoredAny>,
     #[serde(default)]
     resume_probe_after_ms: Opt<u64>,
     #[serde(default)]
@@ -535,8 +537,9 @@ struct RawGuard {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawHealth {
+    /// Removed: refused with what to use instead.
     #[serde(default)]
-    heartbeat_timeout_ms: Opt<u64>,
+    heartbeat_timeout_ms: Opt<IgnoredAny>,
     #[serde(default)]
     stale_after_ms: Opt<u64>,
     #[serde(default)]
@@ -570,8 +573,9 @@ struct RawRecovery {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawCompaction {
+    /// Removed: refused with what to use instead.
     #[serde(default)]
-    warn_at: Opt<f64>,
+    warn_at: Opt<IgnoredAny>,
     #[serde(default)]
     summarizer_model: Opt<String>,
     #[serde(default)]

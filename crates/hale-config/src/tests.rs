@@ -51,7 +51,6 @@ self_healing:
   enabled: true
   max_consecutive_failures: 3    # failed turns in a row before the agent is paused
   resume_probe_after_ms: 30000   # first automatic trial of a paused agent, doubling to 5 min
-  restart_delay_ms: 2000         # first restart delay, doubling
   compaction_threshold: 0.85
   circuit_breaker: {enabled: true, failure_threshold: 5, window_ms: 60000,
                     half_open_after_ms: 10000, max_open_ms: 10000,
@@ -71,7 +70,7 @@ cooldown_ms: {auth: 600000, rate_limit: 60000, billing: 1800000, timeout: 30000,
 guard: {max_events: 2000, max_tool_calls: 400, task_timeout_ms: 600000,
         tool_caps: {edit_file: 8, delete_file: 3, run_command: 10, web_search: 8},
         tool_loop_threshold: 4, file_edit_loop_threshold: 4}
-health: {heartbeat_timeout_ms: 600000, stale_after_ms: 600000, stuck_after_ms: 1800000,
+health: {stale_after_ms: 600000, stuck_after_ms: 1800000,
          nudge: {max_attempts: 3, interval_ms: 600000}, escalation_timeout_ms: 900000}
 recovery: {max_per_task: 3, max_per_hour: 5, backoff_ms: [60000, 120000, 240000]}
 events:
@@ -214,7 +213,6 @@ fn full_example_loads_with_expected_values() {
     let sh = &c.self_healing;
     assert!(sh.enabled);
     assert_eq!(sh.max_consecutive_failures, 3);
-    assert_eq!(sh.restart_delay, Duration::from_millis(2000));
     assert_eq!(c.compaction.threshold, 0.85);
     let b = &sh.circuit_breaker;
     assert!(b.enabled);
@@ -334,7 +332,6 @@ fn omitted_fields_keep_defaults() {
         c.self_healing.max_consecutive_failures,
         sh.max_consecutive_failures
     );
-    assert_eq!(c.self_healing.restart_delay, sh.restart_delay);
     assert_eq!(c.self_healing.circuit_breaker, sh.circuit_breaker);
     assert_eq!(c.self_healing.fallback_enabled, sh.fallback_enabled);
     assert_eq!(c.self_healing.fallback_providers, sh.fallback_providers);
@@ -866,7 +863,7 @@ fn allowed_hosts_refuse_urls_ports_and_wildcards() {
 #[test]
 fn thresholds_must_be_in_zero_one() {
     let errs = load_err(&with_base(
-        "self_healing:\n  compaction_threshold: 1.5\n  circuit_breaker: {failure_rate: 0}\ncompaction:\n  warn_at: -0.1\n",
+        "self_healing:\n  compaction_threshold: 1.5\n  circuit_breaker: {failure_rate: 0}\n",
     ));
     assert_error(
         &errs,
@@ -880,23 +877,33 @@ fn thresholds_must_be_in_zero_one() {
         Some(12),
         "outside (0, 1]",
     );
-    assert_error(&errs, "compaction.warn_at", Some(14), "outside (0, 1]");
 }
 
+/// A removed key is refused at its line, naming what to use instead; an
+/// unknown key would only be "unknown field".
 #[test]
-fn warn_at_must_be_below_threshold() {
+fn removed_keys_name_what_to_use_instead() {
     let errs = load_err(&with_base(
-        "self_healing:\n  compaction_threshold: 0.7\ncompaction:\n  warn_at: 0.7\n",
+        "self_healing:\n  restart_delay_ms: 2000\nhealth:\n  heartbeat_timeout_ms: 600000\ncompaction:\n  warn_at: 0.8\n",
     ));
     assert_error(
         &errs,
-        "compaction.warn_at",
-        Some(13),
-        "must be below self_healing.compaction_threshold (0.7) set on line 11",
+        "self_healing.restart_delay_ms",
+        Some(11),
+        "removed: use recovery.backoff_ms",
     );
-    // Against the default threshold too.
-    let errs = load_err(&with_base("compaction: {warn_at: 0.9}\n"));
-    assert_error(&errs, "compaction.warn_at", Some(10), "(0.85)");
+    assert_error(
+        &errs,
+        "health.heartbeat_timeout_ms",
+        Some(13),
+        "removed: use health.stale_after_ms",
+    );
+    assert_error(
+        &errs,
+        "compaction.warn_at",
+        Some(15),
+        "removed: use self_healing.compaction_threshold",
+    );
 }
 
 #[test]

@@ -9,8 +9,7 @@
 //!
 //! Rules, and why:
 //!
-//! - **Pressure** is `tokens / window`: at `warn_at` (0.80) the plan carries
-//!   `warn`; at `threshold` (0.85) it compacts. A plan aims below
+//! - **Pressure** is `tokens / window`: at `threshold` (0.85) it compacts. A plan aims below
 //!   `threshold · window · (1 − HEADROOM)` ([`HEADROOM`]) so the next turn
 //!   does not compact again at once.
 //! - **Cheapest tier first.** Tier 1 strips large tool results (over
@@ -131,8 +130,6 @@ pub struct Plan {
     /// Tier 3: the range summarised into one system message. Tier 4: the
     /// range replaced by the digest.
     pub oldest_half: Option<Range<usize>>,
-    /// Whether the conversation is at or past the warning level.
-    pub warn: bool,
 }
 
 /// How full the context is.
@@ -140,19 +137,16 @@ pub struct Plan {
 #[serde(rename_all = "snake_case")]
 pub enum Pressure {
     Ok,
-    Warn,
     Compact,
 }
 
 /// `total_tokens` against the window: `Compact` at or over the threshold,
-/// `Warn` at or over `warn_at`, else `Ok`.
+/// else `Ok`.
 pub fn pressure(total_tokens: u64, window: u32, cfg: &crate::config::CompactionConfig) -> Pressure {
     let window = f64::from(window.max(1));
     let ratio = total_tokens as f64 / window;
     if ratio >= cfg.threshold {
         Pressure::Compact
-    } else if ratio >= cfg.warn_at {
-        Pressure::Warn
     } else {
         Pressure::Ok
     }
@@ -184,10 +178,7 @@ pub fn needs_exact_count(
     window: u32,
     cfg: &crate::config::CompactionConfig,
 ) -> bool {
-    !matches!(
-        pressure(upper_bound, window, cfg),
-        Pressure::Ok | Pressure::Warn
-    )
+    matches!(pressure(upper_bound, window, cfg), Pressure::Compact)
 }
 
 /// Estimated tokens of a summary of `input` tokens.
@@ -301,13 +292,9 @@ pub fn plan(msgs: &[MsgView], window: u32, cfg: &crate::config::CompactionConfig
         strip: Vec::new(),
         batches: Vec::new(),
         oldest_half: None,
-        warn: match p {
-            Pressure::Ok => false,
-            Pressure::Warn | Pressure::Compact => true,
-        },
     };
     match p {
-        Pressure::Ok | Pressure::Warn => return out,
+        Pressure::Ok => return out,
         Pressure::Compact => {}
     }
 
@@ -533,7 +520,7 @@ mod tests {
         let rows: &[(u64, u32, bool)] = &[
             (0, 128_000, false),
             (1_000, 128_000, false),
-            (102_000, 128_000, false), // warn level: still cannot compact
+            (102_000, 128_000, false), // 80 %: still cannot compact
             (108_799, 128_000, false),
             (108_800, 128_000, true), // exactly the threshold
             (500_000, 128_000, true),
@@ -607,20 +594,16 @@ mod tests {
     fn pressure_levels() {
         let c = cfg();
         assert_eq!(pressure(799, 1000, &c), Pressure::Ok);
-        assert_eq!(pressure(800, 1000, &c), Pressure::Warn);
-        assert_eq!(pressure(849, 1000, &c), Pressure::Warn);
+        assert_eq!(pressure(849, 1000, &c), Pressure::Ok);
         assert_eq!(pressure(850, 1000, &c), Pressure::Compact);
     }
 
     #[test]
-    fn under_threshold_plans_nothing_but_warns_at_080() {
+    fn under_threshold_plans_nothing() {
         let msgs = vec![sys(100), user(300), asst(400)];
         let p = plan(&msgs, 1000, &cfg());
         assert_eq!(p.tier, Tier::None);
-        assert!(p.warn);
         assert!(p.strip.is_empty() && p.batches.is_empty() && p.oldest_half.is_none());
-        let p = plan(&msgs[..2], 1000, &cfg());
-        assert!(!p.warn);
     }
 
     /// A conversation of 12 messages: system, then user/call/result groups.
@@ -795,7 +778,6 @@ mod tests {
             strip: vec![9],
             batches: vec![1..5, 4..8],
             oldest_half: None,
-            warn: true,
         };
         let d = fallback_to_digest(&p);
         assert_eq!(d.tier, Tier::Digest);
@@ -953,7 +935,7 @@ mod tests {
             }
             prop_assert!(p.est_after_tokens <= p.before_tokens);
             match pressure(p.before_tokens, window, &c) {
-                Pressure::Ok | Pressure::Warn => prop_assert_eq!(p.tier, Tier::None),
+                Pressure::Ok => prop_assert_eq!(p.tier, Tier::None),
                 Pressure::Compact => {}
             }
         }

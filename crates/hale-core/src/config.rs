@@ -475,8 +475,6 @@ pub struct SelfHealingConfig {
     pub enabled: bool,
     /// Failed turns in a row before the agent is paused.
     pub max_consecutive_failures: u32,
-    /// First restart delay of a supervised process, doubling.
-    pub restart_delay: Duration,
     /// First automatic trial of an agent paused for failures…
     pub resume_probe_after: Duration,
     /// …doubling per failed trial up to this.
@@ -491,7 +489,6 @@ impl Default for SelfHealingConfig {
         Self {
             enabled: true,
             max_consecutive_failures: 3,
-            restart_delay: Duration::from_millis(2000),
             resume_probe_after: Duration::from_secs(30),
             resume_probe_max: Duration::from_secs(300),
             circuit_breaker: BreakerConfig::default(),
@@ -634,8 +631,6 @@ impl Default for RetryConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CooldownConfig {
     pub by_class: BTreeMap<ErrorClass, Duration>,
-    /// First rate-limit cooldown when the provider gave no `Retry-After`.
-    pub rate_limit_initial: Duration,
 }
 
 impl CooldownConfig {
@@ -672,10 +667,7 @@ impl Default for CooldownConfig {
                 d.map(|d| (c, d))
             })
             .collect();
-        Self {
-            by_class,
-            rate_limit_initial: s(1),
-        }
+        Self { by_class }
     }
 }
 
@@ -762,7 +754,6 @@ impl Default for GuardConfig {
 /// `health:` — agent health and interventions.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthConfig {
-    pub heartbeat_timeout: Duration,
     /// Degraded when no heartbeat for this long (stale 10–20 min)…
     pub stale_after: Duration,
     /// …stuck when no progress for this long.
@@ -786,7 +777,6 @@ impl Default for HealthConfig {
     fn default() -> Self {
         let m = |n: u64| Duration::from_secs(60 * n);
         Self {
-            heartbeat_timeout: m(10),
             stale_after: m(10),
             stuck_after: m(30),
             error_rate_threshold: 0.25,
@@ -826,7 +816,6 @@ impl Default for RecoveryConfig {
 /// Compaction settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompactionConfig {
-    pub warn_at: f64,
     /// `self_healing.compaction_threshold`.
     pub threshold: f64,
     /// Tool results longer than this (chars) are stripped by tier 1.
@@ -844,7 +833,6 @@ pub struct CompactionConfig {
 impl Default for CompactionConfig {
     fn default() -> Self {
         Self {
-            warn_at: 0.80,
             threshold: 0.85,
             strip_over_chars: 200,
             keep_last: 4,

@@ -37,6 +37,7 @@ pub mod pause;
 pub mod recovery;
 pub mod redact;
 pub mod responses;
+pub mod resume;
 pub mod retry;
 pub mod segment;
 pub mod select;

@@ -6,7 +6,7 @@
 //! `{"error": {"type", "message", "hale": {turn_id, agent, timeline}}}`.
 //! Errors no handler made (an unknown route, a wrong method, a body over the
 //! limit, an extractor's rejection) are given the same shape by
-//! [`crate::api::edge`] through [`HaleError::from_status`].
+//! the HTTP edge (`api/edge.rs`) through [`HaleError::from_status`].
 
 use crate::proto::Dialect;
 use crate::upstream::Failure;

@@ -61,8 +61,8 @@ pub struct Caller {
     pub agents: Option<Vec<String>>,
 }
 
-/// One chat call, parsed from its wire dialect (`crate::api::chat`): what
-/// the turn needs of a request in any dialect.
+/// One chat call, parsed from its wire dialect by the HTTP handler that
+/// received it: what the turn needs of a request in any dialect.
 pub struct ChatCall {
     /// The caller's dialect: the answer and its errors are in it.
     pub dialect: Dialect,

@@ -28,6 +28,7 @@ use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 use hale_core::classify::Transport;
 use hale_core::config::FINISH_GRACE;
+use hale_core::resume::{self, ToolAligned, ToolEvent, align};
 use std::collections::VecDeque;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -370,21 +371,6 @@ pub(crate) fn input_tokens_estimate(req: &ChatRequest) -> u64 {
     u64::from(system) + messages
 }
 
-/// Skips the part of `t` that repeats what was already delivered.
-/// Returns the new part, or `None` when `t` contradicts the delivered text.
-fn align<'a>(skip: &mut String, t: &'a str) -> Option<&'a str> {
-    if skip.is_empty() {
-        return Some(t);
-    }
-    let n = skip.len().min(t.len());
-    if skip.as_bytes()[..n] != t.as_bytes()[..n] {
-        return None;
-    }
-    // Equal byte prefixes of two valid strings end on a char boundary of both.
-    skip.drain(..n);
-    Some(&t[n..])
-}
-
 /// What becomes of a resumed answer's tool-call event.
 #[derive(Debug, PartialEq)]
 enum Aligned {
@@ -397,53 +383,42 @@ enum Aligned {
 }
 
 /// Aligns a resumed answer's tool-call event with the calls delivered before
-/// the break: `names` are theirs by index, `skips` the part of each one's
-/// arguments the resumed answer has not repeated yet. A delivered call is not
-/// started again (its name must match, and the calls before it must be
-/// complete); its arguments skip what was delivered; a call past the
-/// delivered ones is new once every delivered call is repeated whole.
+/// the break (`names` by index, `skips` what each one's arguments have not
+/// repeated yet): the rule is [`resume::align_tool`]; this carries it out on
+/// the stream event.
 fn align_tool(ev: StreamEvent, names: &[String], skips: &mut [String]) -> Aligned {
-    let before_complete =
-        |i: usize, skips: &[String]| skips[..i.min(skips.len())].iter().all(String::is_empty);
-    match ev {
-        StreamEvent::ToolCallStart {
-            index, ref name, ..
-        } => {
-            let i = index as usize;
-            if !before_complete(i, skips) {
-                return Aligned::Contradicts;
-            }
-            match names.get(i) {
-                Some(delivered) if delivered == name => Aligned::Repeat,
-                Some(_) => Aligned::Contradicts,
-                None => Aligned::Send(ev),
-            }
-        }
-        StreamEvent::ToolCallDelta {
-            index,
-            ref arguments,
-        } => {
-            let i = index as usize;
-            let Some(skip) = skips.get_mut(i) else {
-                return Aligned::Send(ev);
-            };
-            match align(skip, arguments) {
-                None => Aligned::Contradicts,
-                Some("") => Aligned::Repeat,
-                Some(rest) if rest.len() == arguments.len() => Aligned::Send(ev),
-                Some(rest) => Aligned::Send(StreamEvent::ToolCallDelta {
-                    index,
-                    arguments: rest.to_owned(),
-                }),
-            }
-        }
+    let (index, tool) = match &ev {
+        StreamEvent::ToolCallStart { index, name, .. } => (
+            *index,
+            ToolEvent::Start {
+                index: *index,
+                name,
+            },
+        ),
+        StreamEvent::ToolCallDelta { index, arguments } => (
+            *index,
+            ToolEvent::Delta {
+                index: *index,
+                arguments,
+            },
+        ),
         StreamEvent::Start { .. }
         | StreamEvent::TextDelta(_)
         | StreamEvent::Finish(_)
         | StreamEvent::Usage(_)
         | StreamEvent::Done
         | StreamEvent::OpaqueStart { .. }
-        | StreamEvent::OpaqueDelta { .. } => Aligned::Send(ev),
+        | StreamEvent::OpaqueDelta { .. } => return Aligned::Send(ev),
+    };
+    match resume::align_tool(tool, names, skips) {
+        ToolAligned::Send => Aligned::Send(ev),
+        // Only arguments are sent in part.
+        ToolAligned::SendRest(rest) => Aligned::Send(StreamEvent::ToolCallDelta {
+            index,
+            arguments: rest.to_owned(),
+        }),
+        ToolAligned::Repeat => Aligned::Repeat,
+        ToolAligned::Contradicts => Aligned::Contradicts,
     }
 }
 
@@ -482,102 +457,40 @@ impl Sink {
 
 #[cfg(test)]
 mod tests {
-    use super::{Aligned, StreamEvent, align, align_tool};
+    use super::{Aligned, StreamEvent, align_tool};
 
-    fn start(index: u32, name: &str) -> StreamEvent {
-        StreamEvent::ToolCallStart {
-            index,
-            id: format!("call_{index}"),
-            name: name.to_owned(),
-        }
-    }
-
-    fn delta(index: u32, arguments: &str) -> StreamEvent {
-        StreamEvent::ToolCallDelta {
-            index,
-            arguments: arguments.to_owned(),
-        }
-    }
-
-    /// A call cut inside its arguments (`{"path":"a`) and answered again
-    /// whole: the caller gets the start once and the rest of the arguments.
+    /// The adapter sends the part of a delivered call's arguments the rule
+    /// names, as an event of the same call (the rule's table is
+    /// `hale_core::resume`'s).
     #[test]
-    fn align_tool_table() {
+    fn align_tool_sends_the_rest_of_a_delivered_call() {
         let names = vec!["edit_file".to_owned()];
-        // (resumed events, what is sent: None = Repeat, or contradiction)
-        let cases: Vec<(Vec<StreamEvent>, Vec<Aligned>)> = vec![
-            (
-                vec![
-                    start(0, "edit_file"),
-                    delta(0, r#"{"pa"#),
-                    delta(0, r#"th":"a.rs"}"#),
-                ],
-                vec![
-                    Aligned::Repeat,
-                    Aligned::Repeat,
-                    Aligned::Send(delta(0, r#".rs"}"#)),
-                ],
-            ),
-            (
-                vec![start(0, "edit_file"), delta(0, r#"{"path":"a.rs"}"#)],
-                vec![Aligned::Repeat, Aligned::Send(delta(0, r#".rs"}"#))],
-            ),
-            // Another tool, or other arguments: the resumed answer contradicts.
-            (vec![start(0, "run_shell")], vec![Aligned::Contradicts]),
-            (
-                vec![start(0, "edit_file"), delta(0, r#"{"path":"b"#)],
-                vec![Aligned::Repeat, Aligned::Contradicts],
-            ),
-            // A second call before the first is repeated whole.
-            (
-                vec![start(0, "edit_file"), delta(0, r#"{"pa"#), start(1, "x")],
-                vec![Aligned::Repeat, Aligned::Repeat, Aligned::Contradicts],
-            ),
-        ];
-        for (events, want) in cases {
-            let mut skips = vec![r#"{"path":"a"#.to_owned()];
-            let got: Vec<Aligned> = events
-                .iter()
-                .map(|e| align_tool(e.clone(), &names, &mut skips))
-                .collect();
-            assert_eq!(got, want, "{events:?}");
-        }
-        // Once the delivered call is whole, a new call passes as it is.
         let mut skips = vec![r#"{"path":"a"#.to_owned()];
+        let start = StreamEvent::ToolCallStart {
+            index: 0,
+            id: "call_0".into(),
+            name: "edit_file".into(),
+        };
+        assert_eq!(align_tool(start, &names, &mut skips), Aligned::Repeat);
+        let whole = StreamEvent::ToolCallDelta {
+            index: 0,
+            arguments: r#"{"path":"a.rs"}"#.into(),
+        };
         assert_eq!(
-            align_tool(delta(0, r#"{"path":"a.rs"}"#), &names, &mut skips),
-            Aligned::Send(delta(0, r#".rs"}"#))
+            align_tool(whole, &names, &mut skips),
+            Aligned::Send(StreamEvent::ToolCallDelta {
+                index: 0,
+                arguments: r#".rs"}"#.into(),
+            })
         );
+        let other = StreamEvent::ToolCallStart {
+            index: 1,
+            id: "call_1".into(),
+            name: "x".into(),
+        };
         assert_eq!(
-            align_tool(start(1, "x"), &names, &mut skips),
-            Aligned::Send(start(1, "x"))
+            align_tool(other.clone(), &names, &mut skips),
+            Aligned::Send(other)
         );
-        assert_eq!(
-            align_tool(delta(1, "{}"), &names, &mut skips),
-            Aligned::Send(delta(1, "{}"))
-        );
-    }
-
-    #[test]
-    fn align_skips_the_delivered_prefix_across_chunks() {
-        let mut skip = "w0 w1 w2".to_owned();
-        assert_eq!(align(&mut skip, "w0"), Some(""));
-        assert_eq!(align(&mut skip, " w1 w"), Some(""));
-        assert_eq!(align(&mut skip, "2 w3"), Some(" w3"));
-        assert!(skip.is_empty());
-        assert_eq!(align(&mut skip, " w4"), Some(" w4"));
-    }
-
-    #[test]
-    fn align_rejects_a_different_answer() {
-        let mut skip = "w0 w1".to_owned();
-        assert_eq!(align(&mut skip, "x0"), None);
-    }
-
-    #[test]
-    fn align_handles_multibyte_text() {
-        let mut skip = "héllo".to_owned();
-        assert_eq!(align(&mut skip, "hé"), Some(""));
-        assert_eq!(align(&mut skip, "llo wörld"), Some(" wörld"));
     }
 }

@@ -243,6 +243,78 @@ async fn silent_agent_becomes_stuck_and_is_escalated() {
     h.stop().await;
 }
 
+/// An agent that heartbeats once and goes silent (no heartbeat, no call) is
+/// judged at its deadline, with `evaluate_every` left at its default (5 s):
+/// woken by the new agent, the monitor plans its next evaluation at the
+/// rule's deadline (last heartbeat + `stale_after`), not at its next 5 s
+/// tick, and the agent is degraded (stale) then. The plan is asserted
+/// exactly (bracketed by the instants around the heartbeat); the event's
+/// arrival only with a margin of a second, generous beside the
+/// milliseconds the rule leaves (the old tick was up to 5 s late).
+#[tokio::test]
+async fn a_silent_agent_is_judged_at_its_deadline_not_at_the_next_tick() {
+    let c = chaos().await;
+    let mut cfg = config(vec![openai("p", &c, "ok")]);
+    let stale = Duration::from_secs(2);
+    cfg.health.stale_after = stale;
+    let every = cfg.health.evaluate_every;
+    assert_eq!(every, Duration::from_secs(5), "the default cadence");
+    let h = Hale::start(cfg).await;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let monitor = tokio::spawn(health::monitor(&h.gw, cancel.clone()));
+    // The monitor's first plan: nothing to judge, the cadence.
+    while h.gw.health.planned_wake().is_none() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let before = Instant::now();
+    let (s, _, _) = post_raw(&h, "/agents/silent/heartbeat", r#"{"task":"t"}"#).await;
+    assert_eq!(s, 204);
+    let after = Instant::now();
+    // Woken by the new agent, the monitor plans its next evaluation at the
+    // agent's deadline: the heartbeat's instant (between `before` and
+    // `after`) + stale_after.
+    let planned = loop {
+        if let Some(p) = h.gw.health.planned_wake()
+            && p >= before + stale
+        {
+            break p;
+        }
+        assert!(
+            Instant::now() < after + every,
+            "the monitor did not plan a wake at the agent's deadline: {:?}",
+            h.gw.health.planned_wake()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        planned <= after + stale,
+        "planned {:?} after the deadline (at most {:?} after the heartbeat)",
+        planned - before,
+        after - before + stale
+    );
+    // And at it, the agent is degraded (stale).
+    let seen = loop {
+        let evs = events(&h).await;
+        let stale_changes = of_kind(&evs, EventKind::HealthStateChanged)
+            .into_iter()
+            .filter(|e| e.agent.as_deref() == Some("silent") && e.payload["to"] == "degraded")
+            .count();
+        if stale_changes == 1 {
+            break Instant::now();
+        }
+        assert!(Instant::now() < after + stale + every, "not judged stale");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        seen < after + stale + Duration::from_secs(1),
+        "judged stale {:?} after its deadline",
+        seen - (after + stale)
+    );
+    cancel.cancel();
+    monitor.await.expect("monitor");
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn operator_decides_more_time_then_terminate() {
     let c = chaos().await;

@@ -61,6 +61,14 @@ impl<'a> Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// A key hale no longer has: refused, naming what to use instead (docs/configuration.md,
+    /// "Removed keys"), rather than the bare "unknown field" an unknown key gets.
+    pub(super) fn removed<T>(&mut self, path: &str, node: &Option<Spanned<T>>, instead: &str) {
+        if let Some(n) = node {
+            self.at(path, n, format!("removed: {instead}"));
+        }
+    }
+
     pub(super) fn err(
         &mut self,
         path: impl Into<String>,

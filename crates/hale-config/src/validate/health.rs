@@ -7,10 +7,10 @@ use hale_core::config::HealthConfig;
 impl Ctx<'_> {
     pub(super) fn health(&mut self, r: &RawHealth) -> HealthConfig {
         let mut h = HealthConfig::default();
-        h.heartbeat_timeout = self.positive_ms(
+        self.removed(
             "health.heartbeat_timeout_ms",
             &r.heartbeat_timeout_ms,
-            h.heartbeat_timeout,
+            "use health.stale_after_ms (no heartbeat and no call for this long: stale)",
         );
         h.stale_after = self.positive_ms("health.stale_after_ms", &r.stale_after_ms, h.stale_after);
         h.stuck_after = self.positive_ms("health.stuck_after_ms", &r.stuck_after_ms, h.stuck_after);

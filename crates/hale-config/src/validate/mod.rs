@@ -96,7 +96,7 @@ pub fn validate(
         cfg.recovery = cx.recovery(&r.value);
     }
     if let Some(c) = &raw.compaction {
-        cx.compaction(&c.value, raw.self_healing.as_ref(), &mut cfg.compaction);
+        cx.compaction(&c.value, &mut cfg.compaction);
     }
     if let Some(e) = &raw.events {
         cfg.events = cx.events(&e.value);

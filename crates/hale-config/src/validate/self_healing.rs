@@ -21,10 +21,10 @@ impl Ctx<'_> {
             &r.max_consecutive_failures,
             sh.max_consecutive_failures,
         );
-        sh.restart_delay = self.positive_ms(
+        self.removed(
             "self_healing.restart_delay_ms",
             &r.restart_delay_ms,
-            sh.restart_delay,
+            "use recovery.backoff_ms (the waits of `hale run` before each restart)",
         );
         sh.resume_probe_after = self.positive_ms(
             "self_healing.resume_probe_after_ms",

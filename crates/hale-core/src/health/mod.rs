@@ -44,15 +44,12 @@
 //!   in a row → failing.
 //! - *terminated*: set by [`AgentHealth::terminate`]; only
 //!   [`AgentHealth::reset`] leaves it.
-//!
-//! `HealthConfig::heartbeat_timeout` is not read here: staleness is
-//! `stale_after`.
 
 mod intervention;
 mod registry;
 
 pub use intervention::{DecideError, Decision, Intervention, InterventionPhase, Interventions};
-pub use registry::{HealthOutput, HealthRegistry};
+pub use registry::{HealthOutput, HealthRegistry, deadline};
 
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
@@ -541,6 +538,21 @@ impl AgentHealth {
             breaker_open: self.flag(F_BREAKER_OPEN),
             context_exhausted: self.flag(F_CONTEXT_EXHAUSTED),
         }
+    }
+}
+
+/// When the health monitor evaluates next, after an evaluation at `now`:
+/// at the earliest deadline any agent has (`earliest`,
+/// [`HealthRegistry::next_deadline`]), so a silent agent is judged at its
+/// deadline rather than up to `every` late; and at the latest `every` after
+/// `now`, when the agents changed by heartbeats and setters are judged (a
+/// turn, a new agent or an operator's decision wakes the monitor sooner). A
+/// deadline already past is now.
+pub fn next_wake(now: Instant, earliest: Option<Instant>, every: Duration) -> Instant {
+    let cap = now + every;
+    match earliest {
+        Some(d) => d.clamp(now, cap),
+        None => cap,
     }
 }
 

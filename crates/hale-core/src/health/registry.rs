@@ -374,14 +374,7 @@ impl HealthRegistry {
             };
             slot.dirty = false;
             evaluate_slot(slot, cfg, now, out);
-            let deadline = [
-                slot.health.next_deadline(cfg, now),
-                slot.interventions.next_deadline(cfg),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
-            if let Some(d) = deadline
+            if let Some(d) = deadline(&slot.health, &slot.interventions, cfg, now)
                 && slot.scheduled.is_none_or(|s| d < s)
             {
                 // Never schedule in the past: the next call picks it up.
@@ -392,6 +385,28 @@ impl HealthRegistry {
         }
         self.due = due;
         self.drop_stale_entries();
+    }
+
+    /// The earliest instant at which [`evaluate_all`](Self::evaluate_all)
+    /// has time-based work: the first live entry of the schedule (stale
+    /// entries on top are dropped). It is the earliest [`deadline`] of the
+    /// agents evaluated so far, or earlier: a heartbeat since only moved an
+    /// agent's deadline later, and evaluating then just schedules it again.
+    /// Agents changed since the last evaluation (the dirty list) are not in
+    /// it until evaluated. `None`: no agent has a deadline.
+    pub fn next_deadline(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((t, i))) = self.heap.peek() {
+            let live = self
+                .slots
+                .get(i as usize)
+                .and_then(Option::as_ref)
+                .is_some_and(|s| s.scheduled == Some(t));
+            if live {
+                return Some(t);
+            }
+            self.heap.pop();
+        }
+        None
     }
 
     /// Estimated bytes per agent: slot, map entry, name, heap and dirty
@@ -416,6 +431,28 @@ impl HealthRegistry {
             * 256;
         (slots + map + names + heap + lists + pending) / n
     }
+}
+
+/// The earliest instant after `now` at which one agent's health or
+/// intervention may change with no heartbeat and no setter: stale
+/// (`last_heartbeat + stale_after`), stuck (`last_progress + stuck_after`),
+/// the next nudge, the end of an escalation or of a quiet time. `None`: only
+/// a heartbeat or a setter can change it. The monitor sleeps until the
+/// earliest one over every agent ([`HealthRegistry::next_deadline`],
+/// [`super::next_wake`]).
+pub fn deadline(
+    health: &AgentHealth,
+    interventions: &Interventions,
+    cfg: &HealthConfig,
+    now: Instant,
+) -> Option<Instant> {
+    [
+        health.next_deadline(cfg, now),
+        interventions.next_deadline(cfg),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
 }
 
 fn evaluate_slot(

@@ -965,3 +965,101 @@ fn an_agent_registered_as_silent_is_judged_from_its_last_turn() {
             .any(|(_, o)| matches!(o, HealthOutput::Intervention(Intervention::Nudge { .. })))
     );
 }
+
+// ---- when the monitor wakes ----
+
+/// The monitor's next evaluation: the earliest deadline, never past `every`
+/// from now, never in the past.
+#[test]
+fn next_wake_table() {
+    let now = Instant::now();
+    let s = Duration::from_secs;
+    let every = s(5);
+    let cases: [(Option<Instant>, Instant); 5] = [
+        // No agent has a deadline: the cadence of heartbeat-driven signals.
+        (None, now + every),
+        // A deadline before the cadence: then, not up to `every` late.
+        (
+            Some(now + Duration::from_millis(1200)),
+            now + Duration::from_millis(1200),
+        ),
+        (Some(now + every), now + every),
+        // A deadline after the cadence: the cadence first.
+        (Some(now + s(600)), now + every),
+        // A deadline already past: at once.
+        (Some(now - s(1)), now),
+    ];
+    for (earliest, want) in cases {
+        assert_eq!(next_wake(now, earliest, every), want, "{earliest:?}");
+    }
+}
+
+/// A stale rule of 10 s, stuck of 30 s.
+fn quick() -> HealthConfig {
+    HealthConfig {
+        stale_after: Duration::from_secs(10),
+        stuck_after: Duration::from_secs(30),
+        ..HealthConfig::default()
+    }
+}
+
+proptest! {
+    /// Agents last heard from at arbitrary instants, then silent: after an
+    /// evaluation, the registry's next deadline is the earliest of the
+    /// agents' [`deadline`]s (each computed on a copy of the agent), nothing
+    /// happens just before it, and evaluating at it moves the schedule on.
+    #[test]
+    fn the_schedule_is_the_earliest_deadline_of_any_agent(
+        heard in proptest::collection::vec((0u64..40_000, any::<bool>()), 1..40),
+    ) {
+        let cfg = quick();
+        let t0 = Instant::now();
+        let mut r = HealthRegistry::new();
+        // Each agent's own copy, fed the same heartbeats.
+        let mut copies = Vec::new();
+        let mut order: Vec<(usize, u64, bool)> =
+            heard.iter().enumerate().map(|(i, &(at, p))| (i, at, p)).collect();
+        order.sort_by_key(|&(_, at, _)| at);
+        let mut out = Vec::new();
+        for &(i, _, _) in &order {
+            r.register(&format!("a{i}"), t0);
+        }
+        for _ in 0..heard.len() {
+            copies.push(AgentHealth::new(t0));
+        }
+        for &(i, at, with_progress) in &order {
+            let now = t0 + Duration::from_millis(at);
+            let text = format!("step {at}");
+            let hb = Heartbeat {
+                progress: with_progress.then_some(text.as_str()),
+                ..Heartbeat::default()
+            };
+            r.heartbeat(&format!("a{i}"), &hb, now);
+            copies[i].heartbeat(&hb, now);
+        }
+        let now = t0 + Duration::from_millis(40_000);
+        r.evaluate_all(&cfg, now, &mut out);
+        let mut ivs = Vec::new();
+        for c in copies.iter_mut() {
+            c.evaluate(&cfg, now);
+            let mut iv = Interventions::new();
+            iv.plan(&cfg, c.state(), now);
+            ivs.push(iv);
+        }
+        let want = copies
+            .iter()
+            .zip(&ivs)
+            .filter_map(|(c, iv)| deadline(c, iv, &cfg, now))
+            .min();
+        let got = r.next_deadline();
+        prop_assert_eq!(got, want);
+        let Some(d) = got else { return Ok(()) };
+        out.clear();
+        r.evaluate_all(&cfg, d - Duration::from_nanos(1), &mut out);
+        prop_assert!(out.is_empty(), "a change before the deadline: {out:?}");
+        r.evaluate_all(&cfg, d, &mut out);
+        // Evaluated at the deadline, the schedule moves past it: the
+        // monitor never wakes twice for one instant.
+        prop_assert!(r.next_deadline().is_none_or(|n| n > d));
+    }
+}

@@ -1,7 +1,7 @@
 //! The gateway's health runtime (docs/operations.md, "Agent health and
 //! supervision"): heartbeats, the monitor, the interventions it acts on,
 //! checkpoints, recovery plans and replay. The component is [`HealthRt`]; its
-//! routes are `crate::api::health` and `crate::api::checkpoints`, its loop
+//! routes are in `api/health.rs` and `api/checkpoints.rs`, its loop
 //! [`monitor()`], checkpoints and plans [`recovery`].
 //!
 //! The rules are in `hale_core::health` (state machine, intervention planner,
@@ -87,8 +87,11 @@ pub struct HealthRt {
     reported: Mutex<HashSet<String>>,
     /// Last checkpoint id handed out, for monotonic ULIDs.
     last_id: Mutex<u128>,
-    /// Poked when a turn finished, so the monitor evaluates soon.
+    /// Poked when a turn finished, a new agent heartbeated or an operator
+    /// decided, so the monitor evaluates now and plans its next wake.
     wake: tokio::sync::Notify,
+    /// When the monitor evaluates next ([`HealthRt::plan_wake`]).
+    planned: Mutex<Option<Instant>>,
     /// Reused by `tick`.
     scratch: Mutex<Vec<(Arc<str>, HealthOutput)>>,
 }
@@ -156,6 +159,7 @@ impl HealthRt {
             reported: Mutex::new(HashSet::new()),
             last_id: Mutex::new(0),
             wake: tokio::sync::Notify::new(),
+            planned: Mutex::new(None),
             scratch: Mutex::new(Vec::new()),
         }
     }
@@ -186,7 +190,16 @@ impl HealthRt {
 
     /// Records one heartbeat (O(1); see the module doc).
     pub fn heartbeat(&self, agent: &str, hb: &Heartbeat<'_>, now: Instant) {
-        self.reg().heartbeat(agent, hb, now);
+        let new = {
+            let mut r = self.reg();
+            let new = r.state(agent).is_none();
+            r.heartbeat(agent, hb, now);
+            new
+        };
+        if new {
+            // Its first deadline may come before the monitor's next wake.
+            self.wake.notify_one();
+        }
         if let Some(task) = hb.task {
             let mut book = self.book();
             match book.current.get_mut(agent) {
@@ -263,6 +276,22 @@ impl HealthRt {
     /// Asks the monitor to evaluate soon.
     pub fn wake(&self) {
         self.wake.notify_one();
+    }
+
+    /// Plans the monitor's next evaluation after one at `now`: the earliest
+    /// deadline any agent has, at the latest `every` on
+    /// (`hale_core::health::next_wake`). Returns it and remembers it
+    /// ([`HealthRt::planned_wake`]).
+    pub fn plan_wake(&self, now: Instant, every: std::time::Duration) -> Instant {
+        let earliest = self.reg().next_deadline();
+        let at = hale_core::health::next_wake(now, earliest, every);
+        *self.planned.lock().expect("planned wake lock") = Some(at);
+        at
+    }
+
+    /// When the monitor evaluates next, as it last planned; `None` before it ran.
+    pub fn planned_wake(&self) -> Option<Instant> {
+        *self.planned.lock().expect("planned wake lock")
     }
 
     /// Agents in the registry and its slots (freed ones included).
@@ -572,7 +601,10 @@ impl HealthRt {
         d: Decision,
         now: Instant,
     ) -> Result<Option<StateChange>, hale_core::health::DecideError> {
-        self.reg().decide(agent, d, now)
+        let r = self.reg().decide(agent, d, now);
+        // A decision moves the agent's deadlines (more time, hand-off).
+        self.wake.notify_one();
+        r
     }
 
     /// A task as `GET /agents/{id}/tasks/{task}` shows it. A supervisor

@@ -1,8 +1,10 @@
 //! The health monitor (docs/operations.md, "Agent health and supervision"):
-//! evaluates every agent on a schedule (`health.evaluate_every`) and whenever a
-//! turn finished, turns what the registry reports into events and actions
-//! ([`Monitor::tick`]), and watches agents that went silent while out of memory
-//! ([`Monitor::watch_silent`]).
+//! evaluates the agents at the earliest deadline any of them has (stale,
+//! stuck, the next nudge, an escalation's end: `hale_core::health::next_wake`),
+//! at the latest every `health.evaluate_every`, and whenever a turn finished,
+//! a new agent heartbeated or an operator decided; turns what the registry
+//! reports into events and actions ([`Monitor::tick`]), and watches agents
+//! that went silent while out of memory ([`Monitor::watch_silent`]).
 //!
 //! Only the instance holding the health monitor's lease runs it, because
 //! only it judges agents. Silence is read from the agents' rows
@@ -52,9 +54,10 @@ async fn monitor_inner(m: Monitor, cancel: CancellationToken) {
     m.watch_silent(&mut silence, wall_ms(), Instant::now())
         .await;
     loop {
+        let wake = m.health.plan_wake(Instant::now(), every);
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep_until(wake.into()) => {}
             _ = m.health.wake.notified() => {}
         }
         let now = Instant::now();
