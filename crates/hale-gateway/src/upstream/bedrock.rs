@@ -119,8 +119,9 @@ impl Sources {
 }
 
 /// The credentials of every bedrock provider, resolved on first use and
-/// again when due. Built once by the gateway; a reloaded config that gives
-/// a name another region, endpoint or auth gets a slot of its own.
+/// again when due. Built once by the gateway from its config, which hale
+/// reads once at start (there is no reload), so no slot outlives its
+/// provider; a slot is keyed by name, region, endpoint and auth.
 pub struct Keychain {
     slots: Mutex<HashMap<SlotKey, Slot>>,
     sources: Sources,
