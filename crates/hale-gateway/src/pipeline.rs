@@ -13,7 +13,7 @@ use crate::compaction;
 use crate::emit::wall_ms;
 use crate::error::HaleError;
 use crate::guard;
-use crate::idempotency::IdemStart;
+use crate::idempotency::{IdemGuard, IdemStart};
 use crate::proto::{self, ChatRequest, Dialect};
 use crate::relay;
 use crate::turn::{self, Served, Turn};
@@ -108,53 +108,135 @@ pub fn identify(caller: &Caller, headers: &HeaderMap) -> Result<Identity, HaleEr
     Ok(Identity { agent, named, task })
 }
 
-/// One chat call, in any dialect: the whole turn.
+/// One chat call, in any dialect: the whole turn, as the steps of
+/// docs/architecture.md, "One request's path" (3 to 11; 1 and 2 are the
+/// handler's).
 pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
     let ChatCall {
         dialect,
         caller,
         headers,
         body,
-        mut req,
+        req,
         framing,
     } = call;
+    // 3. Agent gate.
+    let (gate, mut req) = match agent_gate(&gw, &caller, &headers, req).await {
+        Ok(g) => g,
+        Err(e) => return e.into_response(dialect),
+    };
+    // 4. Idempotency (and a recovered task's replay).
+    let keys = match idempotency(&gw, &gate, &headers, &body, dialect).await {
+        Ok(keys) => keys,
+        Err(resp) => return resp,
+    };
+    // 5. Guard: the task's limits; a hit is final.
+    if let Err(e) = gw.tasks.check_request(&gate.agent, &gate.task, &req) {
+        return e.into_response(dialect);
+    }
+    // 6. Plan targets.
+    let mut turn = match plan_targets(&gw, gate, &req) {
+        Ok(t) => t,
+        Err(e) => return e.into_response(dialect),
+    };
+    gw.metrics.turn_started();
+    // One span per turn (the attempts are its children), exported over OTLP
+    // when `telemetry.otlp_endpoint` is set.
+    let span = tracing::info_span!(
+        "turn",
+        turn_id = %turn.id,
+        agent = %keys.agent,
+        task = %keys.task,
+        model = %req.model,
+        outcome = tracing::field::Empty,
+    );
+    // 7. Compaction, the pending nudge, then the budget.
+    compaction(&gw, &mut turn, &mut req, (&keys.agent, &keys.task), &span).await;
+    if let Err(e) = gw
+        .tasks
+        .check_budget(&keys.agent, &keys.task, || gw.agents.record(&keys.agent))
+    {
+        return e.into_response(dialect);
+    }
+    // 8. Attempt loop.
+    let result = attempt_loop(&gw, &mut turn, &mut req, &span).await;
+    span.record(
+        "outcome",
+        match &result {
+            Ok(_) => "served",
+            Err(f) => f.class.as_str(),
+        },
+    );
+    // 9-11. Relay or render, evidence, accounting and the journal.
+    match result {
+        Err(f) => answer_failed(&gw, &turn, &req, keys, &f, dialect).await,
+        Ok((served, Served::Complete(reply))) => {
+            answer_complete(&gw, &turn, &req, keys, (served, reply), dialect).await
+        }
+        Ok((served, Served::Stream(live))) => {
+            let enc =
+                Encoder::new(dialect, &turn.id, &turn.targets[served].model, &req).framed(framing);
+            answer_stream(gw, turn, req, keys, (served, live), enc)
+        }
+    }
+}
 
-    // Agent gate. Traffic with no identity (no header, no key default)
-    // belongs to no agent loop and is never paused.
+/// Who the turn is for, once through the agent gate (step 3).
+struct Gate {
+    agent: String,
+    /// The agent was named: only a named agent is ever paused.
+    named: bool,
+    task: String,
+    admission: agents::Admission,
+    /// Keeps the agent in memory until the turn ends.
+    hold: agents::TurnHold,
+    continuation: Option<crate::responses::Continuation>,
+}
+
+/// Step 3, the agent gate: who is calling as which agent on which task; a
+/// paused agent is refused here, and a turn waits while the journal's
+/// backlog is full.
+async fn agent_gate(
+    gw: &Gateway,
+    caller: &Caller,
+    headers: &HeaderMap,
+    req: ChatRequest,
+) -> Result<(Gate, ChatRequest), HaleError> {
+    // Traffic with no identity (no header, no key default) belongs to no
+    // agent loop and is never paused.
     let Identity {
         agent,
         named,
         task: explicit_task,
-    } = match identify(&caller, &headers) {
-        Ok(id) => id,
-        Err(e) => return e.into_response(dialect),
-    };
+    } = identify(caller, headers)?;
     // A Responses conversation continued by `previous_response_id` is read
     // back first: the task is its root's, and compaction and budgets see
     // the whole conversation (crate::responses).
-    let continuation =
-        match crate::responses::prepare(&gw.store, caller.agents.as_deref(), req).await {
-            Ok((expanded, c)) => {
-                req = expanded;
-                c
-            }
-            Err(e) => return e.into_response(dialect),
-        };
+    let (req, continuation) =
+        crate::responses::prepare(&gw.store, caller.agents.as_deref(), req).await?;
     // The task: X-Hale-Task, else the conversation's root.
     let task = conversation_task(explicit_task.as_deref(), &req);
     // An agent forgotten while idle is read back first (its counters, its pause).
     gw.load_agent(&agent).await;
     // From here until the turn ends, the agent stays in memory.
     let hold = gw.hold_turn(&agent);
-    let admission = match gw.agents.admit(&agent, wall_ms()) {
-        Ok(a) => a,
-        Err(e) => return e.into_response(dialect),
+    let admission = gw.agents.admit(&agent, wall_ms())?;
+    gw.health.before_turn(&agent, &task)?;
+    wait_for_journal_room(gw).await;
+    let gate = Gate {
+        agent,
+        named,
+        task,
+        admission,
+        hold,
+        continuation,
     };
-    if let Err(e) = gw.health.before_turn(&agent, &task) {
-        return e.into_response(dialect);
-    }
-    // The journal's backlog is held in memory: when the store's writer has
-    // fallen behind, a new turn waits for it (bounded; hale_core::memory).
+    Ok((gate, req))
+}
+
+/// The journal's backlog is held in memory: when the store's writer has
+/// fallen behind, a new turn waits for it (bounded; hale_core::memory).
+async fn wait_for_journal_room(gw: &Gateway) {
     match gw
         .store
         .room(
@@ -174,45 +256,72 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
             gw.metrics.journal_writer_stuck.inc();
         }
     }
+}
 
-    // Idempotency: a key seen before with this body returns the stored
-    // response (with another body: 422); a concurrent duplicate waits.
-    let request_hash = request_hash(&body);
-    let idem_key = header(&headers, &IDEMPOTENCY_KEY).map(|k| format!("{agent}\u{1f}{k}"));
-    let _idem_guard = match &idem_key {
+/// Who a turn's answer is recorded for, and the keys it is kept under
+/// (step 4): the body's hash, and the agent's `Idempotency-Key` with its
+/// in-flight guard, released once the answer is committed.
+struct Keys {
+    agent: String,
+    task: String,
+    request_hash: String,
+    idem_key: Option<String>,
+    /// Held, never read: dropping it lets a waiting duplicate go.
+    _idem_guard: Option<IdemGuard>,
+}
+
+/// Step 4, idempotency: a key seen before with this body returns the stored
+/// response (with another body: 422); a concurrent duplicate waits. Then a
+/// recovered task's request that already completed is answered from the
+/// journal. `Err` is the answer to send.
+async fn idempotency(
+    gw: &Gateway,
+    gate: &Gate,
+    headers: &HeaderMap,
+    body: &[u8],
+    dialect: Dialect,
+) -> Result<Keys, Response> {
+    let (agent, task) = (&gate.agent, &gate.task);
+    let request_hash = request_hash(body);
+    let idem_key = header(headers, &IDEMPOTENCY_KEY).map(|k| format!("{agent}\u{1f}{k}"));
+    let idem_guard = match &idem_key {
         None => None,
         Some(key) => match gw.idempotency.begin(key, &request_hash).await {
-            IdemStart::Stored(resp) => return stored_response(resp, IDEMPOTENT_REPLAY_HEADER),
+            IdemStart::Stored(resp) => return Err(stored_response(resp, IDEMPOTENT_REPLAY_HEADER)),
             IdemStart::Reused => {
-                return HaleError::idempotency_key_reused().into_response(dialect);
+                return Err(HaleError::idempotency_key_reused().into_response(dialect));
             }
             IdemStart::Fresh(guard) => Some(guard),
             IdemStart::Unknown(e) => {
-                return HaleError::new(
+                return Err(HaleError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "store_unavailable",
                     format!("cannot check the Idempotency-Key, so the call was not made: {e}"),
                 )
-                .into_response(dialect);
+                .into_response(dialect));
             }
         },
     };
-
-    // Replay: a recovered task's request that already completed is answered from the journal.
-    if let Some(stored) = gw.health.replay(&agent, &task, &request_hash).await {
-        return stored_response(stored, crate::health::REPLAYED_HEADER);
-    }
-
-    // Guard: the task's limits; a hit is final.
-    if let Err(e) = gw.tasks.check_request(&agent, &task, &req) {
-        return e.into_response(dialect);
-    }
-
-    // Plan targets.
-    let targets = match select::plan(&gw.cfg, &agent, &req.model) {
-        Ok(t) => t,
-        Err(e) => return HaleError::bad_request(e.to_string()).into_response(dialect),
+    let keys = Keys {
+        agent: agent.clone(),
+        task: task.clone(),
+        request_hash,
+        idem_key,
+        _idem_guard: idem_guard,
     };
+    // Replay: a recovered task's request that already completed is answered from the journal.
+    if let Some(stored) = gw.health.replay(agent, task, &keys.request_hash).await {
+        return Err(stored_response(stored, crate::health::REPLAYED_HEADER));
+    }
+    Ok(keys)
+}
+
+/// Step 6, plan targets: the turn over the deployments the config's routes
+/// and the agent's chain give; a model no target's URL can name, or a
+/// `previous_response_id` no target can hold, is refused before any call.
+fn plan_targets(gw: &Gateway, gate: Gate, req: &ChatRequest) -> Result<Turn, HaleError> {
+    let targets = select::plan(&gw.cfg, &gate.agent, &req.model)
+        .map_err(|e| HaleError::bad_request(e.to_string()))?;
     // A model a target's URL would name must be one path segment there
     // (hale_core::segment): refused before any provider is called.
     if let Some(why) = targets.iter().find_map(|t| {
@@ -220,14 +329,14 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
             .provider(&t.provider)
             .and_then(|p| crate::upstream::model_refused(p, &t.model))
     }) {
-        return HaleError::bad_request(why).into_response(dialect);
+        return Err(HaleError::bad_request(why));
     }
     let turn_id = ulid::Ulid::from_parts(wall_ms(), rand::random::<u128>()).to_string();
-    let mut turn = Turn::new(&gw.cfg, turn_id, agent.clone(), Some(task.clone()), targets);
-    turn.named = named;
-    turn.admission = admission;
-    turn.hold = Some(hold);
-    turn.responses = continuation;
+    let mut turn = Turn::new(&gw.cfg, turn_id, gate.agent, Some(gate.task), targets);
+    turn.named = gate.named;
+    turn.admission = gate.admission;
+    turn.hold = Some(gate.hold);
+    turn.responses = gate.continuation;
     // A previous_response_id no deployment of the plan can hold is OpenAI's 404.
     if !turn.leave_out_unheld(&gw.cfg) {
         let id = turn
@@ -235,34 +344,33 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
             .as_ref()
             .and_then(|c| c.previous.clone())
             .unwrap_or_default();
-        return crate::responses::previous_not_found(&id).into_response(dialect);
+        return Err(crate::responses::previous_not_found(&id));
     }
-    gw.metrics.turn_started();
-    // One span per turn (the attempts are its children), exported over OTLP
-    // when `telemetry.otlp_endpoint` is set.
-    let span = tracing::info_span!(
-        "turn",
-        turn_id = %turn.id,
-        agent = %agent,
-        task = %task,
-        model = %req.model,
-        outcome = tracing::field::Empty,
-    );
+    Ok(turn)
+}
 
-    // Compaction against the first target's window.
+/// Step 7, compaction against the first target's window; then a pending
+/// nudge goes last, so it is never compacted away.
+async fn compaction(
+    gw: &Gateway,
+    turn: &mut Turn,
+    req: &mut ChatRequest,
+    (agent, task): (&str, &str),
+    span: &tracing::Span,
+) {
     let first = turn.targets[0].clone();
     let window = compaction::window_of(gw.cfg.provider(&first.provider), &first.model);
     if let Some(c) = gw
         .compaction
-        .compact(gw.env(), &turn, &mut req, &first.model, window, false)
+        .compact(gw.env(), turn, req, &first.model, window, false)
         .instrument(span.clone())
         .await
     {
         turn.compacted |= c.tier != hale_core::compaction::Tier::None || c.reused;
-        gw.compaction.emit(&turn, &c);
+        gw.compaction.emit(turn, &c);
     }
     // Health: a pending nudge goes last, after compaction, so it is never compacted away.
-    let nudged = match gw.health.take_nudge(&agent, &task) {
+    let nudged = match gw.health.take_nudge(agent, task) {
         Some(nudge) => {
             req.messages
                 .push(proto::Message::text(proto::Role::System, nudge));
@@ -275,18 +383,18 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
     if let Some(c) = turn.responses.as_mut() {
         c.changed = turn.compacted || nudged;
     }
+}
 
-    // Budget: the agent's and the task's caps.
-    if let Err(e) = gw
-        .tasks
-        .check_budget(&agent, &task, || gw.agents.record(&agent))
-    {
-        return e.into_response(dialect);
-    }
-
-    // Attempt loop; a context overflow is compacted and retried once.
+/// Step 8, the attempt loop (`turn::run`); a context overflow is compacted
+/// and retried once ([`retry_after_overflow`]).
+async fn attempt_loop(
+    gw: &Gateway,
+    turn: &mut Turn,
+    req: &mut ChatRequest,
+    span: &tracing::Span,
+) -> Result<(usize, Served), crate::upstream::Failure> {
     turn.compact_on_overflow = true;
-    let mut result = turn::run(gw.env(), &mut turn, &req, None, None)
+    let mut result = turn::run(gw.env(), turn, req, None, None)
         .instrument(span.clone())
         .await;
     if let Err(f) = &result
@@ -294,151 +402,185 @@ pub async fn handle(gw: Arc<Gateway>, call: ChatCall) -> Response {
         && let Some(idx) = turn.overflow_at.take()
     {
         turn.compact_on_overflow = false;
-        if retry_after_overflow(&gw, &mut turn, &mut req, idx)
+        if retry_after_overflow(gw, turn, req, idx)
             .instrument(span.clone())
             .await
         {
-            result = turn::run(gw.env(), &mut turn, &req, None, None)
+            result = turn::run(gw.env(), turn, req, None, None)
                 .instrument(span.clone())
                 .await;
         }
     }
-    span.record(
-        "outcome",
-        match &result {
-            Ok(_) => "served",
-            Err(f) => f.class.as_str(),
-        },
-    );
-    let resp = match result {
-        Err(f) => {
-            // The attempts' messages were masked as they came (upstream.rs);
-            // what the caller is told goes through the redactor again.
-            let mut err = turn.error(&f);
-            gw.emitter.secrets.mask_string(&mut err.message);
-            gw.emitter.secrets.mask_json(&mut err.hale);
-            let pending = finish_turn(&gw, &turn, &req, &request_hash, None, Some(&f), None);
-            durable(&gw, pending).await;
-            err.into_response(dialect)
-        }
-        Ok((served, Served::Complete(mut reply))) => {
-            let target = turn.targets[served].clone();
-            let body: Bytes = match reply.body_for(dialect) {
-                Some(own) => own.clone(),
-                None => {
-                    let answer = &mut reply.answer;
-                    if answer.model.is_empty() {
-                        answer.model = target.model.clone();
-                    }
-                    let rendered = wire::render_answer(dialect, answer, &req);
-                    serde_json::to_vec(&rendered).unwrap_or_default().into()
-                }
-            };
-            let answer = reply.answer;
-            let mut resp = Response::new(Body::from(body.clone()));
-            resp.headers_mut()
-                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            evidence(&mut resp, &turn, served, &answer.model);
-            let stored = StoredResponse {
-                status: 200,
-                headers: evidence_pairs(&resp),
-                body: body.to_vec(),
-                content_type: "application/json".into(),
-            };
-            gw.tasks
-                .record_response(&agent, &task, &guard::tool_calls(&answer.content));
-            // A second copy only for an idempotency key: cloning the answer
-            // for every turn was ~15 allocations per turn.
-            let for_key = idem_key.as_ref().map(|_| stored.clone());
-            let pending = finish_turn(
-                &gw,
-                &turn,
-                &req,
-                &request_hash,
-                Some(served),
-                None,
-                Some((stored, answer.usage)),
-            );
-            if let (Some(key), Some(stored)) = (&idem_key, for_key) {
-                let write = vec![Write::Idempotency {
-                    key: key.clone(),
-                    request_hash: request_hash.clone(),
-                    response: stored,
-                }];
-                match gw.store.backend() {
-                    // Another instance has no in-flight entry for this key:
-                    // the answer is stored before the client can repeat the
-                    // request there (docs/operations.md, "Scale-out on
-                    // PostgreSQL").
-                    hale_store::Backend::Postgres => {
-                        if let Err(e) = gw.store.commit(write).await {
-                            tracing::warn!(error = %e, "storing an idempotent answer failed");
-                        }
-                    }
-                    // One instance: its in-flight map covers the commit.
-                    hale_store::Backend::Sqlite => gw.store.submit(write),
-                }
+    result
+}
+
+/// A failed turn (steps 10 and 11): journalled, then the caller's error in
+/// its dialect.
+async fn answer_failed(
+    gw: &Gateway,
+    turn: &Turn,
+    req: &ChatRequest,
+    keys: Keys,
+    f: &crate::upstream::Failure,
+    dialect: Dialect,
+) -> Response {
+    // The attempts' messages were masked as they came (upstream.rs);
+    // what the caller is told goes through the redactor again.
+    let mut err = turn.error(f);
+    gw.emitter.secrets.mask_string(&mut err.message);
+    gw.emitter.secrets.mask_json(&mut err.hale);
+    let pending = finish_turn(gw, turn, req, &keys.request_hash, None, Some(f), None);
+    durable(gw, pending).await;
+    let resp = err.into_response(dialect);
+    drop(keys);
+    resp
+}
+
+/// A complete answer (steps 9 to 11): rendered in the caller's dialect (or
+/// the provider's own bytes), with its evidence; journalled, kept under its
+/// idempotency key, and released once committed.
+async fn answer_complete(
+    gw: &Gateway,
+    turn: &Turn,
+    req: &ChatRequest,
+    keys: Keys,
+    (served, mut reply): (usize, crate::upstream::Reply),
+    dialect: Dialect,
+) -> Response {
+    let target = turn.targets[served].clone();
+    let body: Bytes = match reply.body_for(dialect) {
+        Some(own) => own.clone(),
+        None => {
+            let answer = &mut reply.answer;
+            if answer.model.is_empty() {
+                answer.model = target.model.clone();
             }
-            // Released once the turn is committed (journal.durability).
-            durable(&gw, pending).await;
-            resp
-        }
-        Ok((served, Served::Stream(live))) => {
-            let target = turn.targets[served].clone();
-            let (tx, rx) = tokio::sync::mpsc::channel(STREAM_CHANNEL);
-            let enc = Encoder::new(dialect, &turn.id, &target.model, &req).framed(framing);
-            let content_type = enc.content_type();
-            let mut resp = Response::new(Body::from_stream(tokio_stream_from(rx)));
-            let h = resp.headers_mut();
-            h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-            h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-            evidence(&mut resp, &turn, served, &target.model);
-            let pairs = evidence_pairs(&resp);
-            let gw2 = gw.clone();
-            tokio::spawn(async move {
-                let mut r = relay::relay(gw2.env(), &mut turn, &req, served, live, enc, tx).await;
-                gw2.metrics.stream_resumed(r.resumes);
-                gw2.tasks.record_response(&agent, &task, &r.tool_calls);
-                if let Some(c) = turn.responses.as_mut() {
-                    // A resumed stream is no one provider's response.
-                    c.upstream_id = if r.resumes == 0 {
-                        r.upstream_id.take()
-                    } else {
-                        None
-                    };
-                }
-                let stored = StoredResponse {
-                    status: 200,
-                    headers: pairs,
-                    body: std::mem::take(&mut r.body),
-                    content_type: content_type.into(),
-                };
-                let for_key = (r.failure.is_none() && idem_key.is_some()).then(|| stored.clone());
-                let pending = finish_turn(
-                    &gw2,
-                    &turn,
-                    &req,
-                    &request_hash,
-                    Some(r.served),
-                    r.failure.as_ref(),
-                    Some((stored, r.usage)),
-                );
-                if let (Some(key), Some(stored)) = (&idem_key, for_key) {
-                    gw2.store.submit(vec![Write::Idempotency {
-                        key: key.clone(),
-                        request_hash: request_hash.clone(),
-                        response: stored,
-                    }]);
-                }
-                // The closing frame goes once the turn is committed.
-                durable(&gw2, pending).await;
-                r.tail.send().await;
-                drop(_idem_guard);
-            });
-            return resp;
+            let rendered = wire::render_answer(dialect, answer, req);
+            serde_json::to_vec(&rendered).unwrap_or_default().into()
         }
     };
-    drop(_idem_guard);
+    let answer = reply.answer;
+    let mut resp = Response::new(Body::from(body.clone()));
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    evidence(&mut resp, turn, served, &answer.model);
+    let stored = StoredResponse {
+        status: 200,
+        headers: evidence_pairs(&resp),
+        body: body.to_vec(),
+        content_type: "application/json".into(),
+    };
+    gw.tasks
+        .record_response(&keys.agent, &keys.task, &guard::tool_calls(&answer.content));
+    // A second copy only for an idempotency key: cloning the answer
+    // for every turn was ~15 allocations per turn.
+    let for_key = keys.idem_key.as_ref().map(|_| stored.clone());
+    let pending = finish_turn(
+        gw,
+        turn,
+        req,
+        &keys.request_hash,
+        Some(served),
+        None,
+        Some((stored, answer.usage)),
+    );
+    if let (Some(key), Some(stored)) = (&keys.idem_key, for_key) {
+        keep_idempotent_answer(gw, key, &keys.request_hash, stored).await;
+    }
+    // Released once the turn is committed (journal.durability).
+    durable(gw, pending).await;
+    drop(keys);
+    resp
+}
+
+/// Stores a complete answer under its idempotency key.
+async fn keep_idempotent_answer(
+    gw: &Gateway,
+    key: &str,
+    request_hash: &str,
+    stored: StoredResponse,
+) {
+    let write = vec![Write::Idempotency {
+        key: key.to_owned(),
+        request_hash: request_hash.to_owned(),
+        response: stored,
+    }];
+    match gw.store.backend() {
+        // Another instance has no in-flight entry for this key:
+        // the answer is stored before the client can repeat the
+        // request there (docs/operations.md, "Scale-out on
+        // PostgreSQL").
+        hale_store::Backend::Postgres => {
+            if let Err(e) = gw.store.commit(write).await {
+                tracing::warn!(error = %e, "storing an idempotent answer failed");
+            }
+        }
+        // One instance: its in-flight map covers the commit.
+        hale_store::Backend::Sqlite => gw.store.submit(write),
+    }
+}
+
+/// A streamed answer (steps 9 to 11): the response goes at once with its
+/// evidence, and a task relays the stream into it, then journals the turn
+/// and sends the closing frame once it is committed.
+fn answer_stream(
+    gw: Arc<Gateway>,
+    mut turn: Turn,
+    req: ChatRequest,
+    keys: Keys,
+    (served, live): (usize, turn::Live),
+    enc: Encoder,
+) -> Response {
+    let target = turn.targets[served].clone();
+    let (tx, rx) = tokio::sync::mpsc::channel(STREAM_CHANNEL);
+    let content_type = enc.content_type();
+    let mut resp = Response::new(Body::from_stream(tokio_stream_from(rx)));
+    let h = resp.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    evidence(&mut resp, &turn, served, &target.model);
+    let pairs = evidence_pairs(&resp);
+    tokio::spawn(async move {
+        let mut r = relay::relay(gw.env(), &mut turn, &req, served, live, enc, tx).await;
+        gw.metrics.stream_resumed(r.resumes);
+        gw.tasks
+            .record_response(&keys.agent, &keys.task, &r.tool_calls);
+        if let Some(c) = turn.responses.as_mut() {
+            // A resumed stream is no one provider's response.
+            c.upstream_id = if r.resumes == 0 {
+                r.upstream_id.take()
+            } else {
+                None
+            };
+        }
+        let stored = StoredResponse {
+            status: 200,
+            headers: pairs,
+            body: std::mem::take(&mut r.body),
+            content_type: content_type.into(),
+        };
+        let for_key = (r.failure.is_none() && keys.idem_key.is_some()).then(|| stored.clone());
+        let pending = finish_turn(
+            &gw,
+            &turn,
+            &req,
+            &keys.request_hash,
+            Some(r.served),
+            r.failure.as_ref(),
+            Some((stored, r.usage)),
+        );
+        if let (Some(key), Some(stored)) = (&keys.idem_key, for_key) {
+            gw.store.submit(vec![Write::Idempotency {
+                key: key.clone(),
+                request_hash: keys.request_hash.clone(),
+                response: stored,
+            }]);
+        }
+        // The closing frame goes once the turn is committed.
+        durable(&gw, pending).await;
+        r.tail.send().await;
+        drop(keys);
+    });
     resp
 }
 
