@@ -21,15 +21,16 @@ use crate::history::HistoryRt;
 use crate::proto::{ChatRequest, StreamEvent};
 use crate::upstream::{self, Answer, AttemptLimits, EventStream, Failure};
 use futures::StreamExt;
-use hale_core::breaker::{Admission, BreakerState, Transition};
+use hale_core::breaker::{Admission, BreakerState, SharedBreaker, Transition};
 use hale_core::class::ErrorClass;
 use hale_core::classify::{self, Transport};
-use hale_core::config::{Config, Target};
+use hale_core::config::{Config, ProviderConfig, Target};
 use hale_core::deployment::Gate;
 use hale_core::event::EventKind;
-use hale_core::retry::{self, AttemptFacts, RetryDecision};
+use hale_core::retry::{self, AttemptFacts, RetryBudget, RetryDecision};
 use hale_core::select::{self, Candidate, Pick};
 use serde::Serialize;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
@@ -292,215 +293,278 @@ pub async fn run(
             return Err(last.unwrap_or_else(deadline_failure));
         }
         let Some((idx, mode, over)) = choose(env, turn, now) else {
-            return Err(last.unwrap_or_else(|| Failure {
-                class: ErrorClass::Unknown,
-                retry_after: None,
-                status: None,
-                message: "every deployment of the route is forced out by an operator".into(),
-                connect_failed: false,
-            }));
+            return Err(last.unwrap_or_else(forced_out_failure));
         };
         turn.note_passed_over(over, now);
-        let target = turn.targets[idx].clone();
-        let Some(provider) = env.cfg.provider(&target.provider) else {
+        let Some(mut on) = on_target(env, turn, idx, mode, now) else {
             turn.exhausted[idx] = true;
             continue;
         };
-        let deployment = crate::deployments::key(&target);
-        let breaker = env.deployments.breaker(&turn.agent, &deployment);
-        let budget = env.deployments.budget(&target.provider);
-        if let Some(b) = budget {
-            b.lock().expect("budget lock").on_request(now);
-        }
-        let mut attempts_on_target = 0u32;
-        let mut prev_wait = None;
-        // A Responses conversation: the deployment holding the previous
-        // response gets the client's request, any other the expanded one.
-        let speaks_responses = upstream::dialect_of(provider) == crate::proto::Dialect::Responses;
-        let own = match turn
-            .responses
-            .as_ref()
-            .map(|c| (c.link(&target.provider, speaks_responses), c))
-        {
-            Some((hale_core::responses::Link::Passthrough, c)) => c.passthrough(),
-            Some((hale_core::responses::Link::Expand | hale_core::responses::Link::Skip, _))
-            | None => None,
-        };
+        let own = own_request(turn, &on);
         let base: &ChatRequest = own.as_deref().unwrap_or(req);
         // After a 504 the same target is asked again with a lower max_tokens.
         let mut lowered: Option<ChatRequest> = None;
         loop {
             let req = lowered.as_ref().unwrap_or(base);
-            attempts_on_target += 1;
-            let start = Instant::now();
-            let remaining = turn.deadline.saturating_duration_since(start);
-            let headers = match mode {
-                Mode::Probe => env.cfg.retry.probe_timeout.min(provider.timeout),
-                Mode::Normal | Mode::Trial | Mode::FailOpen => provider.timeout,
-            }
-            .min(remaining);
-            let limits = AttemptLimits {
-                headers,
-                stream_idle: provider.stream_idle_timeout,
-            };
-            let model = target.model.as_str();
+            on.attempts += 1;
             // Only targets that accept an assistant prefill get one; others are aligned by the relay.
-            let pf = prefill.as_deref().filter(|_| provider.supports_prefill);
-            let span = tracing::info_span!(
-                "attempt",
-                turn_id = %turn.id,
-                n = turn.timeline.len() + 1,
-                target = %target,
-                mode = ?mode,
-                class = tracing::field::Empty,
-            );
-            // Boxed: the attempt's future (the HTTP client's state) was
-            // most of the size of every future that awaits it (this loop,
-            // compaction's summaries, the turn: ~8 KB), and a future is
-            // copied whole each time it is moved before its first poll
-            // (into `instrument`, a box, a task).
-            let attempt = Box::pin(upstream::send(
-                env.upstream,
-                provider,
-                req,
-                model,
-                pf,
-                &limits,
-            ));
-            let upstream::Sent {
-                result: sent,
-                changes,
-            } = attempt.instrument(span.clone()).await;
-            let result = match sent {
-                Ok(Answer::Complete(r)) => Ok(Served::Complete(r)),
-                Ok(Answer::Stream(s)) => {
-                    let budget = provider
-                        .first_token_timeout
-                        .min(turn.deadline.saturating_duration_since(start));
-                    first_content(s, start + budget).await.map(Served::Stream)
-                }
-                Err(f) => Err(f),
-            };
-            let elapsed = start.elapsed();
-            span.record(
-                "class",
-                result.as_ref().map_or_else(|f| f.class.as_str(), |_| "ok"),
-            );
-            env.emit
-                .metrics
-                .attempt(&target, result.as_ref().err().map(|f| f.class), elapsed);
-            match result {
+            let pf = prefill.as_deref().filter(|_| on.provider.supports_prefill);
+            let (result, elapsed) = attempt(env, turn, &on, req, pf, resume).await;
+            let f = match result {
                 Ok(served) => {
-                    turn.timeline.push(AttemptRecord {
-                        target: deployment.clone(),
-                        start_ms: turn.since_start(start),
-                        duration_ms: elapsed.as_millis() as u64,
-                        mode,
-                        class: None,
-                        status: Some(200),
-                        message: None,
-                        resume,
-                        changes,
-                    });
-                    on_success(env, turn, &target, mode, elapsed);
+                    on_success(env, turn, &on.target, mode, elapsed);
                     turn.prefilled = pf.is_some();
                     return Ok((idx, served));
                 }
-                Err(f) => {
-                    turn.timeline.push(AttemptRecord {
-                        target: deployment.clone(),
-                        start_ms: turn.since_start(start),
-                        duration_ms: elapsed.as_millis() as u64,
-                        mode,
-                        class: Some(f.class),
-                        status: f.status,
-                        message: Some(f.message.clone()),
-                        resume,
-                        changes,
-                    });
-                    turn.last_failure = Some(f.clone());
-                    // A target that rejects an assistant prefill is asked again without it;
-                    // that rejection is never what the caller sees, nor held against the provider.
-                    if pf.is_some() && f.class == ErrorClass::BadRequest {
-                        prefill = None;
-                        attempts_on_target -= 1;
-                        continue;
+                Err(f) => f,
+            };
+            turn.last_failure = Some(f.clone());
+            // A target that rejects an assistant prefill is asked again without it;
+            // that rejection is never what the caller sees, nor held against the provider.
+            if pf.is_some() && f.class == ErrorClass::BadRequest {
+                prefill = None;
+                on.attempts -= 1;
+                continue;
+            }
+            if f.class == ErrorClass::ContextOverflow && turn.compact_on_overflow {
+                turn.overflow_at = Some(idx);
+                return Err(f);
+            }
+            on_failure(env, turn, &on.target, &f, elapsed);
+            if f.class == ErrorClass::RateLimit {
+                turn.rate_limits[idx] += 1;
+            }
+            let (decision, has_next) = next_move(env, turn, &on, &f);
+            match decision {
+                RetryDecision::RetrySame { wait } => {
+                    // The breaker may have opened on this very failure:
+                    // move on when a deployment in rotation is left;
+                    // otherwise this is the best bet and is retried.
+                    if let Admission::Rejected { .. } = on.breaker.allow(Instant::now() + wait)
+                        && has_next
+                    {
+                        turn.exhausted[idx] = true;
+                        last = Some(f);
+                        break;
                     }
-                    if f.class == ErrorClass::ContextOverflow && turn.compact_on_overflow {
-                        turn.overflow_at = Some(idx);
-                        return Err(f);
-                    }
-                    on_failure(env, turn, &target, &f, elapsed);
-                    if f.class == ErrorClass::RateLimit {
-                        turn.rate_limits[idx] += 1;
-                    }
-                    let others = others_left(env, turn, idx, Instant::now());
-                    let (has_next, untried_left) = (others.left.healthy, others.any);
-                    let probing = select::moves_on_at_once(
-                        matches!(mode, Mode::Probe | Mode::Trial | Mode::FailOpen),
-                        others.left,
-                    );
-                    // A probe that moves on spends no retry token.
-                    let budget_ok = (probing && untried_left)
-                        || !classify::rule(f.class).retry_same_target
-                        || budget.is_none_or(|b| {
-                            b.lock().expect("budget lock").try_retry(Instant::now())
-                        });
-                    let facts = AttemptFacts {
-                        class: f.class,
-                        retry_after: f.retry_after,
-                        attempts_on_target,
-                        rate_limits_on_target_this_turn: turn.rate_limits[idx],
-                        prev_wait,
-                        has_next_target: has_next,
-                        untried_left,
-                        time_left: turn.deadline.saturating_duration_since(Instant::now()),
-                        budget_ok,
-                        probing,
-                    };
-                    let decision = retry::decide(&env.cfg.retry, &facts, &mut rand::rng());
-                    match decision {
-                        RetryDecision::RetrySame { wait } => {
-                            // The breaker may have opened on this very failure:
-                            // move on when a deployment in rotation is left;
-                            // otherwise this is the best bet and is retried.
-                            if let Admission::Rejected { .. } = breaker.allow(Instant::now() + wait)
-                                && has_next
-                            {
-                                turn.exhausted[idx] = true;
-                                last = Some(f);
-                                break;
-                            }
-                            env.emit.emit(
-                                env.emit
-                                    .event(EventKind::AgentRetry)
-                                    .agent(&turn.agent)
-                                    .turn(&turn.id)
-                                    .payload(serde_json::json!({
-                                        "target": target.to_string(),
-                                        "class": f.class,
-                                        "attempt": attempts_on_target,
-                                        "wait_ms": wait.as_millis() as u64,
-                                    })),
-                            );
-                            tokio::time::sleep(wait).await;
-                            prev_wait = Some(wait);
-                            if f.status == Some(504) {
-                                let mut r = req.clone();
-                                r.max_tokens = Some(retry::lowered_max_tokens(req.max_tokens));
-                                lowered = Some(r);
-                            }
-                        }
-                        RetryDecision::NextTarget => {
-                            turn.exhausted[idx] = true;
-                            last = Some(f);
-                            break;
-                        }
-                        RetryDecision::Stop => return Err(f),
+                    announce_retry(env, turn, &on, &f, wait);
+                    tokio::time::sleep(wait).await;
+                    on.prev_wait = Some(wait);
+                    if f.status == Some(504) {
+                        let mut r = req.clone();
+                        r.max_tokens = Some(retry::lowered_max_tokens(req.max_tokens));
+                        lowered = Some(r);
                     }
                 }
+                RetryDecision::NextTarget => {
+                    turn.exhausted[idx] = true;
+                    last = Some(f);
+                    break;
+                }
+                RetryDecision::Stop => return Err(f),
             }
         }
+    }
+}
+
+/// The deployment the loop is calling: what stays fixed across its
+/// attempts, and the count and last wait of those attempts.
+struct OnTarget<'a> {
+    idx: usize,
+    target: Target,
+    provider: &'a ProviderConfig,
+    /// Its key (`deployments::key`): the target of its timeline rows.
+    deployment: String,
+    mode: Mode,
+    breaker: Arc<SharedBreaker>,
+    budget: Option<&'a Mutex<RetryBudget>>,
+    attempts: u32,
+    prev_wait: Option<Duration>,
+}
+
+/// Target `idx` as the loop calls it, its request counted in its provider's
+/// retry budget; `None` when the config has no such provider.
+fn on_target<'a>(
+    env: Env<'a>,
+    turn: &Turn,
+    idx: usize,
+    mode: Mode,
+    now: Instant,
+) -> Option<OnTarget<'a>> {
+    let target = turn.targets[idx].clone();
+    let provider = env.cfg.provider(&target.provider)?;
+    let deployment = crate::deployments::key(&target);
+    let breaker = env.deployments.breaker(&turn.agent, &deployment);
+    let budget = env.deployments.budget(&target.provider);
+    if let Some(b) = budget {
+        b.lock().expect("budget lock").on_request(now);
+    }
+    Some(OnTarget {
+        idx,
+        target,
+        provider,
+        deployment,
+        mode,
+        breaker,
+        budget,
+        attempts: 0,
+        prev_wait: None,
+    })
+}
+
+/// A Responses conversation: the deployment holding the previous response
+/// gets the client's request (returned), any other the expanded one (`None`).
+fn own_request(turn: &Turn, on: &OnTarget<'_>) -> Option<Arc<ChatRequest>> {
+    let speaks_responses = upstream::dialect_of(on.provider) == crate::proto::Dialect::Responses;
+    match turn
+        .responses
+        .as_ref()
+        .map(|c| (c.link(&on.target.provider, speaks_responses), c))
+    {
+        Some((hale_core::responses::Link::Passthrough, c)) => c.passthrough(),
+        Some((hale_core::responses::Link::Expand | hale_core::responses::Link::Skip, _)) | None => {
+            None
+        }
+    }
+}
+
+/// One attempt: sent, a stream read up to its first content, counted in the
+/// metrics and written as a row of the timeline; its outcome and duration.
+async fn attempt(
+    env: Env<'_>,
+    turn: &mut Turn,
+    on: &OnTarget<'_>,
+    req: &ChatRequest,
+    pf: Option<&str>,
+    resume: Option<&'static str>,
+) -> (Result<Served, Failure>, Duration) {
+    let (provider, mode) = (on.provider, on.mode);
+    let start = Instant::now();
+    let remaining = turn.deadline.saturating_duration_since(start);
+    let headers = match mode {
+        Mode::Probe => env.cfg.retry.probe_timeout.min(provider.timeout),
+        Mode::Normal | Mode::Trial | Mode::FailOpen => provider.timeout,
+    }
+    .min(remaining);
+    let limits = AttemptLimits {
+        headers,
+        stream_idle: provider.stream_idle_timeout,
+    };
+    let span = tracing::info_span!(
+        "attempt",
+        turn_id = %turn.id,
+        n = turn.timeline.len() + 1,
+        target = %on.target,
+        mode = ?mode,
+        class = tracing::field::Empty,
+    );
+    // Boxed: the attempt's future (the HTTP client's state) was
+    // most of the size of every future that awaits it (this loop,
+    // compaction's summaries, the turn: ~8 KB), and a future is
+    // copied whole each time it is moved before its first poll
+    // (into `instrument`, a box, a task).
+    let sent = Box::pin(upstream::send(
+        env.upstream,
+        provider,
+        req,
+        on.target.model.as_str(),
+        pf,
+        &limits,
+    ));
+    let upstream::Sent {
+        result: sent,
+        changes,
+    } = sent.instrument(span.clone()).await;
+    let result = match sent {
+        Ok(Answer::Complete(r)) => Ok(Served::Complete(r)),
+        Ok(Answer::Stream(s)) => {
+            let budget = provider
+                .first_token_timeout
+                .min(turn.deadline.saturating_duration_since(start));
+            first_content(s, start + budget).await.map(Served::Stream)
+        }
+        Err(f) => Err(f),
+    };
+    let elapsed = start.elapsed();
+    span.record(
+        "class",
+        result.as_ref().map_or_else(|f| f.class.as_str(), |_| "ok"),
+    );
+    env.emit
+        .metrics
+        .attempt(&on.target, result.as_ref().err().map(|f| f.class), elapsed);
+    turn.timeline.push(AttemptRecord {
+        target: on.deployment.clone(),
+        start_ms: turn.since_start(start),
+        duration_ms: elapsed.as_millis() as u64,
+        mode,
+        class: result.as_ref().err().map(|f| f.class),
+        status: result.as_ref().map_or_else(|f| f.status, |_| Some(200)),
+        message: result.as_ref().err().map(|f| f.message.clone()),
+        resume,
+        changes,
+    });
+    (result, elapsed)
+}
+
+/// After failure `f`, hale-core's retry decision (`retry::decide`) on the
+/// facts of this deployment and the others left; and whether one in
+/// rotation is left.
+fn next_move(env: Env<'_>, turn: &Turn, on: &OnTarget<'_>, f: &Failure) -> (RetryDecision, bool) {
+    let others = others_left(env, turn, on.idx, Instant::now());
+    let (has_next, untried_left) = (others.left.healthy, others.any);
+    let probing = select::moves_on_at_once(
+        matches!(on.mode, Mode::Probe | Mode::Trial | Mode::FailOpen),
+        others.left,
+    );
+    // A probe that moves on spends no retry token.
+    let budget_ok = (probing && untried_left)
+        || !classify::rule(f.class).retry_same_target
+        || on
+            .budget
+            .is_none_or(|b| b.lock().expect("budget lock").try_retry(Instant::now()));
+    let facts = AttemptFacts {
+        class: f.class,
+        retry_after: f.retry_after,
+        attempts_on_target: on.attempts,
+        rate_limits_on_target_this_turn: turn.rate_limits[on.idx],
+        prev_wait: on.prev_wait,
+        has_next_target: has_next,
+        untried_left,
+        time_left: turn.deadline.saturating_duration_since(Instant::now()),
+        budget_ok,
+        probing,
+    };
+    (
+        retry::decide(&env.cfg.retry, &facts, &mut rand::rng()),
+        has_next,
+    )
+}
+
+/// The `agent.retry` event of a retry on the same deployment after `wait`.
+fn announce_retry(env: Env<'_>, turn: &Turn, on: &OnTarget<'_>, f: &Failure, wait: Duration) {
+    env.emit.emit(
+        env.emit
+            .event(EventKind::AgentRetry)
+            .agent(&turn.agent)
+            .turn(&turn.id)
+            .payload(serde_json::json!({
+                "target": on.target.to_string(),
+                "class": f.class,
+                "attempt": on.attempts,
+                "wait_ms": wait.as_millis() as u64,
+            })),
+    );
+}
+
+/// The turn's failure when every deployment of the route is forced out.
+fn forced_out_failure() -> Failure {
+    Failure {
+        class: ErrorClass::Unknown,
+        retry_after: None,
+        status: None,
+        message: "every deployment of the route is forced out by an operator".into(),
+        connect_failed: false,
     }
 }
 
