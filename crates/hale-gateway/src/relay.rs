@@ -30,6 +30,7 @@ use hale_core::classify::Transport;
 use hale_core::config::FINISH_GRACE;
 use hale_core::resume::{self, ToolAligned, ToolEvent, align};
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 use std::time::Instant;
 use tokio::sync::mpsc;
 
@@ -59,270 +60,378 @@ pub async fn relay(
     env: Env<'_>,
     turn: &mut Turn,
     req: &ChatRequest,
-    mut served: usize,
+    served: usize,
     live: turn::Live,
-    mut enc: Encoder,
+    enc: Encoder,
     tx: mpsc::Sender<Result<Bytes, std::convert::Infallible>>,
 ) -> Relayed {
-    let mut out = Sink {
-        tx,
-        body: Vec::new(),
-        unsent: 0,
-        gone: false,
+    let mut r = Relay {
+        env,
+        out: Sink {
+            tx,
+            body: Vec::new(),
+            unsent: 0,
+            gone: false,
+        },
+        enc,
+        pending: live.head.into(),
+        stream: live.rest,
+        served,
+        model: turn.targets[served].model.clone(),
+        delivered: String::new(),
+        tool_calls: Vec::new(),
+        started: false,
+        upstream_id: None,
+        finish: None,
+        usage: None,
+        skip: String::new(),
+        tool_names: Vec::new(),
+        tool_skip: Vec::new(),
+        resumes: 0,
+        attempt_start: Instant::now(),
     };
-    let mut pending: VecDeque<StreamEvent> = live.head.into();
-    let mut stream: EventStream = live.rest;
     // Malformed chunks skipped before the first content count too.
     env.emit.metrics.malformed_chunks(live.malformed);
-    let mut delivered = String::new();
-    let mut tool_calls: Vec<crate::guard::CallSeen> = Vec::new();
-    let mut started = false;
-    let mut upstream_id: Option<String> = None;
-    let mut finish: Option<StopReason> = None;
-    let mut usage: Option<Usage> = None;
-    let mut skip = String::new();
+    let failure: Option<Failure> = loop {
+        let ev = match r.pending.pop_front() {
+            Some(ev) => ev,
+            None => match r.read().await {
+                Read::More => continue,
+                Read::Ended => break None,
+                // The stream broke mid-answer: resume it, or end with an in-band error.
+                Read::Broke(fault) => match r.resume(turn, req, fault).await {
+                    Ok(()) => continue,
+                    Err(fault) => break Some(fault),
+                },
+            },
+        };
+        if let ControlFlow::Break(end) = r.forward(&turn.id, ev) {
+            break end;
+        }
+    };
+    r.close(req, failure).await
+}
+
+/// A relay in progress: the caller's end, the upstream being read, and what
+/// was delivered (to align a resumed answer with it).
+struct Relay<'a> {
+    env: Env<'a>,
+    out: Sink,
+    enc: Encoder,
+    /// Events read and not yet relayed.
+    pending: VecDeque<StreamEvent>,
+    stream: EventStream,
+    /// The target serving now.
+    served: usize,
+    model: String,
+    /// The answer's text delivered so far.
+    delivered: String,
+    tool_calls: Vec<crate::guard::CallSeen>,
+    /// The stream's opening was sent.
+    started: bool,
+    upstream_id: Option<String>,
+    finish: Option<StopReason>,
+    usage: Option<Usage>,
+    /// Delivered text a resumed answer has not repeated yet.
+    skip: String,
     // The calls delivered before the last break (their names) and, per call,
     // the delivered arguments the resumed answer has not repeated yet.
-    let mut tool_names: Vec<String> = Vec::new();
-    let mut tool_skip: Vec<String> = Vec::new();
-    let mut resumes = 0u32;
-    let mut model = turn.targets[served].model.clone();
-    let mut attempt_start = Instant::now();
+    tool_names: Vec<String>,
+    tool_skip: Vec<String>,
+    resumes: u32,
+    attempt_start: Instant,
+}
 
-    let failure: Option<Failure> = 'relay: loop {
-        let ev = match pending.pop_front() {
-            Some(ev) => ev,
+/// What reading the upstream gave when no event was pending.
+enum Read {
+    /// Events were queued (or a malformed chunk skipped).
+    More,
+    /// The stream ended after its finish.
+    Ended,
+    /// The stream broke mid-answer.
+    Broke(Failure),
+}
+
+impl Relay<'_> {
+    /// Reads the upstream: what is already there without waiting; before
+    /// waiting, the caller is handed what was buffered.
+    async fn read(&mut self) -> Read {
+        let next = match self.stream.next().now_or_never() {
+            Some(n) => n,
             None => {
-                // Take what is already there without waiting; before waiting,
-                // hand the caller what was buffered.
-                let next = match stream.next().now_or_never() {
-                    Some(n) => n,
-                    None => {
-                        out.flush().await;
-                        if finish.is_some() {
-                            // After a finish, a missing [DONE] must not hold the caller.
-                            tokio::time::timeout(FINISH_GRACE, stream.next())
-                                .await
-                                .unwrap_or_default()
-                        } else {
-                            stream.next().await
-                        }
-                    }
-                };
-                let fault = match next {
-                    Some(Ok(Some(evs))) => {
-                        pending.extend(evs);
-                        continue;
-                    }
-                    Some(Ok(None)) => {
-                        env.emit.metrics.malformed_chunks(1);
-                        continue;
-                    }
-                    None if finish.is_some() => break 'relay None,
-                    None => Failure::transport(
-                        Transport::StreamEndedWithoutFinish,
-                        "stream ended without a finish",
-                    ),
-                    Some(Err(f)) => f,
-                };
-                // The stream broke mid-answer: resume it, or end with an in-band error.
-                let target = turn.targets[served].clone();
-                turn::on_failure(env, turn, &target, &fault, attempt_start.elapsed());
-                // The attempt that was serving broke: its timeline row says so.
-                let label = target.to_string();
-                if let Some(row) = turn
-                    .timeline
-                    .iter_mut()
-                    .rev()
-                    .find(|r| r.target == label && r.class.is_none())
-                {
-                    row.class = Some(fault.class);
-                    row.status = None;
-                    row.message = Some(fault.message.clone());
-                    row.duration_ms =
-                        (turn.started.elapsed().as_millis() as u64).saturating_sub(row.start_ms);
-                    row.resume = Some("broke mid-stream");
-                }
-                env.emit
-                    .metrics
-                    .attempt(&target, Some(fault.class), attempt_start.elapsed());
-                if resumes >= MAX_RESUMES || out.gone {
-                    break 'relay Some(fault);
-                }
-                resumes += 1;
-                turn.exhausted[served] = true;
-                if turn.exhausted.iter().all(|e| *e) {
-                    // No other target: the same one may still finish the answer.
-                    turn.exhausted[served] = false;
-                }
-                out.flush().await;
-                attempt_start = Instant::now();
-                let resumed =
-                    turn::run(env, turn, req, Some(delivered.clone()), Some("resumed")).await;
-                match resumed {
-                    Ok((idx, Served::Stream(l))) => {
-                        served = idx;
-                        model = turn.targets[idx].model.clone();
-                        skip = if turn.prefilled {
-                            String::new()
-                        } else {
-                            delivered.clone()
-                        };
-                        tool_names = tool_calls.iter().map(|c| c.1.clone()).collect();
-                        tool_skip = tool_calls.iter().map(|c| c.2.clone()).collect();
-                        usage = None;
-                        pending = l.head.into();
-                        stream = l.rest;
-                        env.emit.metrics.malformed_chunks(l.malformed);
-                        continue;
-                    }
-                    Ok((_, Served::Complete(_))) | Err(_) => break 'relay Some(fault),
+                self.out.flush().await;
+                if self.finish.is_some() {
+                    // After a finish, a missing [DONE] must not hold the caller.
+                    tokio::time::timeout(FINISH_GRACE, self.stream.next())
+                        .await
+                        .unwrap_or_default()
+                } else {
+                    self.stream.next().await
                 }
             }
         };
+        match next {
+            Some(Ok(Some(evs))) => {
+                self.pending.extend(evs);
+                Read::More
+            }
+            Some(Ok(None)) => {
+                self.env.emit.metrics.malformed_chunks(1);
+                Read::More
+            }
+            None if self.finish.is_some() => Read::Ended,
+            None => Read::Broke(Failure::transport(
+                Transport::StreamEndedWithoutFinish,
+                "stream ended without a finish",
+            )),
+            Some(Err(f)) => Read::Broke(f),
+        }
+    }
+
+    /// After a break: the broken attempt fed back and its timeline row
+    /// marked, then the attempt loop run again from the delivered text;
+    /// `Err` is the failure the stream ends with.
+    async fn resume(
+        &mut self,
+        turn: &mut Turn,
+        req: &ChatRequest,
+        fault: Failure,
+    ) -> Result<(), Failure> {
+        let env = self.env;
+        let target = turn.targets[self.served].clone();
+        turn::on_failure(env, turn, &target, &fault, self.attempt_start.elapsed());
+        // The attempt that was serving broke: its timeline row says so.
+        let label = target.to_string();
+        if let Some(row) = turn
+            .timeline
+            .iter_mut()
+            .rev()
+            .find(|r| r.target == label && r.class.is_none())
+        {
+            row.class = Some(fault.class);
+            row.status = None;
+            row.message = Some(fault.message.clone());
+            row.duration_ms =
+                (turn.started.elapsed().as_millis() as u64).saturating_sub(row.start_ms);
+            row.resume = Some("broke mid-stream");
+        }
+        env.emit
+            .metrics
+            .attempt(&target, Some(fault.class), self.attempt_start.elapsed());
+        if self.resumes >= MAX_RESUMES || self.out.gone {
+            return Err(fault);
+        }
+        self.resumes += 1;
+        turn.exhausted[self.served] = true;
+        if turn.exhausted.iter().all(|e| *e) {
+            // No other target: the same one may still finish the answer.
+            turn.exhausted[self.served] = false;
+        }
+        self.out.flush().await;
+        self.attempt_start = Instant::now();
+        let resumed = turn::run(
+            env,
+            turn,
+            req,
+            Some(self.delivered.clone()),
+            Some("resumed"),
+        )
+        .await;
+        match resumed {
+            Ok((idx, Served::Stream(l))) => {
+                self.served = idx;
+                self.model = turn.targets[idx].model.clone();
+                self.skip = if turn.prefilled {
+                    String::new()
+                } else {
+                    self.delivered.clone()
+                };
+                self.tool_names = self.tool_calls.iter().map(|c| c.1.clone()).collect();
+                self.tool_skip = self.tool_calls.iter().map(|c| c.2.clone()).collect();
+                self.usage = None;
+                self.pending = l.head.into();
+                self.stream = l.rest;
+                env.emit.metrics.malformed_chunks(l.malformed);
+                Ok(())
+            }
+            Ok((_, Served::Complete(_))) | Err(_) => Err(fault),
+        }
+    }
+
+    /// Relays one event to the caller, aligned with what was delivered
+    /// before a break; `Break` ends the stream (`Some`: with that failure).
+    fn forward(&mut self, turn_id: &str, ev: StreamEvent) -> ControlFlow<Option<Failure>> {
         match ev {
             StreamEvent::Start { ref id, .. } => {
-                if resumes == 0 && upstream_id.is_none() && !id.is_empty() {
-                    upstream_id = Some(id.clone());
+                if self.resumes == 0 && self.upstream_id.is_none() && !id.is_empty() {
+                    self.upstream_id = Some(id.clone());
                 }
-                if !started {
-                    started = true;
-                    out.send(&mut enc, &ev);
-                }
-            }
-            StreamEvent::TextDelta(t) => {
-                open_once(&mut started, &mut out, &mut enc, &turn.id, &model);
-                let rest = match align(&mut skip, &t) {
-                    Some(rest) => rest,
-                    None => {
-                        break 'relay Some(Failure::transport(
-                            Transport::StreamCut,
-                            "the stream broke and the resumed answer did not match what was delivered",
-                        ));
-                    }
-                };
-                if !t.is_empty() && rest.len() == t.len() {
-                    // Nothing skipped (every delta but the first ones of
-                    // a resumed answer): the event goes as it came, its
-                    // text not copied again.
-                    delivered.push_str(&t);
-                    out.send(&mut enc, &StreamEvent::TextDelta(t));
-                } else if !rest.is_empty() {
-                    delivered.push_str(rest);
-                    out.send(&mut enc, &StreamEvent::TextDelta(rest.to_owned()));
+                if !self.started {
+                    self.started = true;
+                    self.out.send(&mut self.enc, &ev);
                 }
             }
+            StreamEvent::TextDelta(t) => return self.text(turn_id, t),
             StreamEvent::ToolCallStart { .. } | StreamEvent::ToolCallDelta { .. } => {
-                if !skip.is_empty() {
-                    break 'relay Some(Failure::transport(
-                        Transport::StreamCut,
-                        "the stream broke and the resumed answer did not match what was delivered",
-                    ));
-                }
-                let ev = match align_tool(ev, &tool_names, &mut tool_skip) {
-                    Aligned::Send(ev) => ev,
-                    Aligned::Repeat => continue,
-                    Aligned::Contradicts => {
-                        break 'relay Some(Failure::transport(
-                            Transport::StreamCut,
-                            "the stream broke and the resumed tool call did not match what was delivered",
-                        ));
-                    }
-                };
-                open_once(&mut started, &mut out, &mut enc, &turn.id, &model);
-                match &ev {
-                    StreamEvent::ToolCallStart { index, id, name } => {
-                        let i = *index as usize;
-                        if tool_calls.len() <= i {
-                            tool_calls.resize(i + 1, Default::default());
-                        }
-                        tool_calls[i].0 = id.clone();
-                        tool_calls[i].1 = name.clone();
-                    }
-                    StreamEvent::ToolCallDelta { index, arguments } => {
-                        if let Some(c) = tool_calls.get_mut(*index as usize) {
-                            c.2.push_str(arguments);
-                        }
-                    }
-                    StreamEvent::Start { .. }
-                    | StreamEvent::TextDelta(_)
-                    | StreamEvent::Finish(_)
-                    | StreamEvent::Usage(_)
-                    | StreamEvent::Done
-                    | StreamEvent::OpaqueStart { .. }
-                    | StreamEvent::OpaqueDelta { .. } => {}
-                }
-                out.send(&mut enc, &ev);
+                return self.tool_call(turn_id, ev);
             }
             // Blocks hale does not model (thinking, a server tool's call),
             // as the provider sent them, from the first serving attempt
             // only: after a resume, the continuation's own thinking would
             // be a second, unrelated block inside the answer.
             StreamEvent::OpaqueStart { .. } | StreamEvent::OpaqueDelta { .. } => {
-                if resumes > 0 {
-                    continue;
+                if self.resumes > 0 {
+                    return ControlFlow::Continue(());
                 }
-                open_once(&mut started, &mut out, &mut enc, &turn.id, &model);
-                out.send(&mut enc, &ev);
+                self.open_once(turn_id);
+                self.out.send(&mut self.enc, &ev);
             }
             StreamEvent::Finish(r) => {
-                if !skip.is_empty() || tool_skip.iter().any(|s| !s.is_empty()) {
-                    break 'relay Some(Failure::transport(
+                if !self.skip.is_empty() || self.tool_skip.iter().any(|s| !s.is_empty()) {
+                    return ControlFlow::Break(Some(Failure::transport(
                         Transport::StreamCut,
                         "the resumed answer ended before reaching what was delivered",
-                    ));
+                    )));
                 }
-                finish = Some(r);
-                out.send(&mut enc, &ev);
+                self.finish = Some(r);
+                self.out.send(&mut self.enc, &ev);
             }
-            StreamEvent::Usage(u) => usage = Some(u),
+            StreamEvent::Usage(u) => self.usage = Some(u),
             StreamEvent::Done => {
-                if finish.is_some() {
-                    break 'relay None;
+                if self.finish.is_some() {
+                    return ControlFlow::Break(None);
                 }
                 // [DONE] without a finish is a cut in disguise.
-                pending.clear();
-                stream = Box::pin(futures::stream::empty());
+                self.pending.clear();
+                self.stream = Box::pin(futures::stream::empty());
             }
         }
-    };
+        ControlFlow::Continue(())
+    }
 
-    let usage = usage.unwrap_or_else(|| Usage {
-        input_tokens: input_tokens_estimate(req),
-        output_tokens: u64::from(hale_tokens::Tokenizer::approximate(&delivered)),
-    });
-    out.flush().await;
-    // The closing frames are handed back unsent, so the turn is journalled
-    // before the caller sees the end of the stream.
-    let tail = match &failure {
-        None => {
-            let mut t = Vec::new();
-            enc.encode_into(&StreamEvent::Usage(usage), &mut t);
-            enc.encode_into(&StreamEvent::Done, &mut t);
-            Bytes::from(t)
+    /// A text delta, less the prefix a resumed answer repeats.
+    fn text(&mut self, turn_id: &str, t: String) -> ControlFlow<Option<Failure>> {
+        self.open_once(turn_id);
+        let rest = match align(&mut self.skip, &t) {
+            Some(rest) => rest,
+            None => {
+                return ControlFlow::Break(Some(Failure::transport(
+                    Transport::StreamCut,
+                    "the stream broke and the resumed answer did not match what was delivered",
+                )));
+            }
+        };
+        if !t.is_empty() && rest.len() == t.len() {
+            // Nothing skipped (every delta but the first ones of
+            // a resumed answer): the event goes as it came, its
+            // text not copied again.
+            self.delivered.push_str(&t);
+            self.out.send(&mut self.enc, &StreamEvent::TextDelta(t));
+        } else if !rest.is_empty() {
+            self.delivered.push_str(rest);
+            self.out
+                .send(&mut self.enc, &StreamEvent::TextDelta(rest.to_owned()));
         }
-        Some(f) => enc.error(
-            crate::error::HaleError::failure_status(f).as_u16(),
-            f.class.as_str(),
-            &f.message,
-        ),
-    };
-    let mut body = out.body;
-    body.extend_from_slice(&tail);
-    // Success was fed back at the first content (turn::run); a break was fed back above.
-    Relayed {
-        served,
-        model,
-        usage,
-        failure,
-        resumes,
-        body,
-        tool_calls,
-        tail: Closing {
-            tx: out.tx,
-            bytes: tail,
-        },
-        upstream_id,
+        ControlFlow::Continue(())
+    }
+
+    /// A tool-call event, aligned call by call with the calls delivered
+    /// before a break ([`align_tool`]), and noted for the guard.
+    fn tool_call(&mut self, turn_id: &str, ev: StreamEvent) -> ControlFlow<Option<Failure>> {
+        if !self.skip.is_empty() {
+            return ControlFlow::Break(Some(Failure::transport(
+                Transport::StreamCut,
+                "the stream broke and the resumed answer did not match what was delivered",
+            )));
+        }
+        let ev = match align_tool(ev, &self.tool_names, &mut self.tool_skip) {
+            Aligned::Send(ev) => ev,
+            Aligned::Repeat => return ControlFlow::Continue(()),
+            Aligned::Contradicts => {
+                return ControlFlow::Break(Some(Failure::transport(
+                    Transport::StreamCut,
+                    "the stream broke and the resumed tool call did not match what was delivered",
+                )));
+            }
+        };
+        self.open_once(turn_id);
+        match &ev {
+            StreamEvent::ToolCallStart { index, id, name } => {
+                let i = *index as usize;
+                if self.tool_calls.len() <= i {
+                    self.tool_calls.resize(i + 1, Default::default());
+                }
+                self.tool_calls[i].0 = id.clone();
+                self.tool_calls[i].1 = name.clone();
+            }
+            StreamEvent::ToolCallDelta { index, arguments } => {
+                if let Some(c) = self.tool_calls.get_mut(*index as usize) {
+                    c.2.push_str(arguments);
+                }
+            }
+            StreamEvent::Start { .. }
+            | StreamEvent::TextDelta(_)
+            | StreamEvent::Finish(_)
+            | StreamEvent::Usage(_)
+            | StreamEvent::Done
+            | StreamEvent::OpaqueStart { .. }
+            | StreamEvent::OpaqueDelta { .. } => {}
+        }
+        self.out.send(&mut self.enc, &ev);
+        ControlFlow::Continue(())
+    }
+
+    /// Sends the stream's opening before its first content, once.
+    fn open_once(&mut self, turn_id: &str) {
+        open_once(
+            &mut self.started,
+            &mut self.out,
+            &mut self.enc,
+            turn_id,
+            &self.model,
+        );
+    }
+
+    /// The end of the relay: what was buffered handed over, and the closing
+    /// frames (usage and `[DONE]`, or the in-band error) handed back unsent.
+    async fn close(mut self, req: &ChatRequest, failure: Option<Failure>) -> Relayed {
+        let usage = self.usage.unwrap_or_else(|| Usage {
+            input_tokens: input_tokens_estimate(req),
+            output_tokens: u64::from(hale_tokens::Tokenizer::approximate(&self.delivered)),
+        });
+        self.out.flush().await;
+        // The closing frames are handed back unsent, so the turn is journalled
+        // before the caller sees the end of the stream.
+        let tail = match &failure {
+            None => {
+                let mut t = Vec::new();
+                self.enc.encode_into(&StreamEvent::Usage(usage), &mut t);
+                self.enc.encode_into(&StreamEvent::Done, &mut t);
+                Bytes::from(t)
+            }
+            Some(f) => self.enc.error(
+                crate::error::HaleError::failure_status(f).as_u16(),
+                f.class.as_str(),
+                &f.message,
+            ),
+        };
+        let mut body = self.out.body;
+        body.extend_from_slice(&tail);
+        // Success was fed back at the first content (turn::run); a break was fed back in `resume`.
+        Relayed {
+            served: self.served,
+            model: self.model,
+            usage,
+            failure,
+            resumes: self.resumes,
+            body,
+            tool_calls: self.tool_calls,
+            tail: Closing {
+                tx: self.out.tx,
+                bytes: tail,
+            },
+            upstream_id: self.upstream_id,
+        }
     }
 }
 
