@@ -277,270 +277,256 @@ impl Metrics {
     /// Metrics that know no names: every agent, provider and model is
     /// labelled [`OTHER`] (the gateway uses [`Metrics::for_config`]).
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("hale");
-        let turns = Family::<OutcomeLabels, Counter>::default();
-        registry.register("turns", "Finished turns by outcome", turns.clone());
-        let turns_started = Counter::default();
-        registry.register("turns_started", "Turns started", turns_started.clone());
-        let attempts = Family::<AttemptLabels, Counter>::default();
-        registry.register(
-            "attempts",
-            "Upstream attempts by target and class (ok = success)",
-            attempts.clone(),
-        );
-        let turn_latency = Histogram::new(exponential_buckets(0.001, 2.0, 18));
-        registry.register(
-            "turn_duration_seconds",
-            "Turn latency",
-            turn_latency.clone(),
-        );
-        let attempt_latency = Histogram::new(exponential_buckets(0.001, 2.0, 18));
-        registry.register(
-            "attempt_duration_seconds",
-            "Attempt latency",
-            attempt_latency.clone(),
-        );
-        let events = Family::<KindLabels, Counter>::default();
-        registry.register("events", "Events emitted by kind", events.clone());
-        let malformed_chunks = Counter::default();
-        registry.register(
-            "malformed_chunks",
-            "Malformed upstream stream chunks skipped",
-            malformed_chunks.clone(),
-        );
-        let stream_resumes = Counter::default();
-        registry.register(
-            "stream_resumes",
-            "Broken streams resumed on another attempt",
-            stream_resumes.clone(),
-        );
-        let breaker_state = Family::<BreakerLabels, Gauge>::default();
-        registry.register(
-            "breaker_state",
-            "Circuit breakers in each state (1 = a configured agent's breaker is in it; agent=\"other\": how many unconfigured agents' breakers are)",
-            breaker_state.clone(),
-        );
-        let deployment_health = Family::<DeploymentStateLabels, Gauge>::default();
-        registry.register(
-            "deployment_health",
-            "Deployment health: healthy, degraded or ejected (1 = current)",
-            deployment_health.clone(),
-        );
-        let deployment_ejected_seconds =
-            Family::<DeploymentLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register(
-            "deployment_ejected_seconds",
-            "Remaining ejection per deployment",
-            deployment_ejected_seconds.clone(),
-        );
-        let deployment_consecutive_failures = Family::<DeploymentLabels, Gauge>::default();
-        registry.register(
-            "deployment_consecutive_failures",
-            "Consecutive failed calls per deployment",
-            deployment_consecutive_failures.clone(),
-        );
-        let deployment_success_ratio =
-            Family::<DeploymentLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register(
-            "deployment_success_ratio",
-            "Successful calls / calls per deployment in the ejection window",
-            deployment_success_ratio.clone(),
-        );
-        let outbox_depth = Gauge::default();
-        registry.register(
-            "outbox_depth",
-            "Events not yet delivered to every sink",
-            outbox_depth.clone(),
-        );
-        let store_queued_writes = Gauge::default();
-        registry.register(
-            "store_queued_writes",
-            "Writes submitted to the store and not yet committed",
-            store_queued_writes.clone(),
-        );
-        let store_commits = Counter::default();
-        registry.register(
-            "store_commits",
-            "Group commits (transactions) of the journal's writer since start",
-            store_commits.clone(),
-        );
-        let journal_waits = Counter::default();
-        registry.register(
-            "journal_waits",
-            "Turns that waited for the journal's backlog to shrink before starting",
-            journal_waits.clone(),
-        );
-        let journal_wait_timeouts = Counter::default();
-        registry.register(
-            "journal_wait_timeouts",
-            "Turns that went on with the journal's backlog still over its bound",
-            journal_wait_timeouts.clone(),
-        );
-        let journal_writer_stuck = Counter::default();
-        registry.register(
-            "journal_writer_stuck",
-            "Turns that went on without waiting: the journal's backlog was over its bound and its writer stuck",
-            journal_writer_stuck.clone(),
-        );
-        let answers_uncommitted_stuck = Counter::default();
-        registry.register(
-            "answers_uncommitted_stuck",
-            "Answers released before their turn was committed: the journal's writer was stuck",
-            answers_uncommitted_stuck.clone(),
-        );
-        let answers_uncommitted_timeout = Counter::default();
-        registry.register(
-            "answers_uncommitted_timeout",
-            "Answers released before their turn was committed: the longest wait for the commit ran out",
-            answers_uncommitted_timeout.clone(),
-        );
-        let answers_uncommitted_failed = Counter::default();
-        registry.register(
-            "answers_uncommitted_failed",
-            "Answers released although their turn's commit failed",
-            answers_uncommitted_failed.clone(),
-        );
-        let agents_held = Gauge::default();
-        registry.register(
-            "agents_held",
-            "Agents held in memory (the rest are in the store only)",
-            agents_held.clone(),
-        );
-        let tasks_held = Gauge::default();
-        registry.register(
-            "tasks_held",
-            "Tasks whose guard and spend are held in memory",
-            tasks_held.clone(),
-        );
-        let breakers_held = Gauge::default();
-        registry.register(
-            "breakers_held",
-            "Circuit breakers (agent x deployment) held in memory; those at rest are dropped with idle agents",
-            breakers_held.clone(),
-        );
-        let dead_letters = Gauge::default();
-        registry.register(
-            "dead_letters",
-            "Events in the dead-letter table",
-            dead_letters.clone(),
-        );
-        let outbox_shed = Gauge::default();
-        registry.register(
-            "outbox_shed",
-            "Undelivered events shed at the outbox cap since start",
-            outbox_shed.clone(),
-        );
-        let sink_delivered = Family::<SinkLabels, Gauge>::default();
-        registry.register(
-            "sink_delivered",
-            "Events acknowledged per sink since start",
-            sink_delivered.clone(),
-        );
-        let sink_failed = Family::<SinkLabels, Gauge>::default();
-        registry.register(
-            "sink_failed",
-            "Failed delivery attempts per sink since start",
-            sink_failed.clone(),
-        );
-        let sink_dead_lettered = Family::<SinkLabels, Gauge>::default();
-        registry.register(
-            "sink_dead_lettered",
-            "Events dead-lettered per sink since start",
-            sink_dead_lettered.clone(),
-        );
-        let sink_healthy = Family::<SinkLabels, Gauge>::default();
-        registry.register(
-            "sink_healthy",
-            "1 when the sink is up (not waiting out an outage)",
-            sink_healthy.clone(),
-        );
-        let sink_state = Family::<SinkStateLabels, Gauge>::default();
-        registry.register(
-            "sink_state",
-            "Event sink state (1 = current): up, down (waiting out an outage), half_open (trial)",
-            sink_state.clone(),
-        );
-        let sink_backlog = Family::<SinkLabels, Gauge>::default();
-        registry.register(
-            "sink_backlog",
-            "Outbox events committed after the sink's cursor",
-            sink_backlog.clone(),
-        );
-        let sink_oldest_undelivered_age =
-            Family::<SinkLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register(
-            "sink_oldest_undelivered_age_seconds",
-            "Age of the oldest event not yet delivered to the sink (0 when caught up)",
-            sink_oldest_undelivered_age.clone(),
-        );
-        let sink_dead_letters = Family::<SinkLabels, Gauge>::default();
-        registry.register(
-            "sink_dead_letters",
-            "Events of the sink in the dead-letter table",
-            sink_dead_letters.clone(),
-        );
-        let node_availability = Family::default();
-        registry.register(
-            "node_availability",
-            "Tool node availability: 1 - faults / (calls + health checks)",
-            node_availability.clone(),
-        );
-        let failover_rate = Family::default();
-        registry.register(
-            "failover_rate",
-            "Share of tool calls moved to another node, per node or per tool",
-            failover_rate.clone(),
-        );
-        let degraded_percentage = Family::default();
-        registry.register(
-            "degraded_percentage",
-            "Percentage of a tool's steps served degraded",
-            degraded_percentage.clone(),
-        );
-        Self {
-            registry,
-            turns,
-            turns_started,
-            attempts,
-            turn_latency,
-            attempt_latency,
-            events,
-            malformed_chunks,
-            stream_resumes,
-            breaker_state,
-            deployment_health,
-            deployment_ejected_seconds,
-            deployment_consecutive_failures,
-            deployment_success_ratio,
-            outbox_depth,
-            store_queued_writes,
-            store_commits,
-            journal_waits,
-            journal_wait_timeouts,
-            journal_writer_stuck,
-            answers_uncommitted_stuck,
-            answers_uncommitted_timeout,
-            answers_uncommitted_failed,
-            agents_held,
-            breakers_held,
-            tasks_held,
-            dead_letters,
-            outbox_shed,
-            sink_delivered,
-            sink_failed,
-            sink_dead_lettered,
-            sink_healthy,
-            sink_state,
-            sink_backlog,
-            sink_oldest_undelivered_age,
-            sink_dead_letters,
+        let mut m = Self {
+            registry: Registry::with_prefix("hale"),
+            turns: Family::<OutcomeLabels, Counter>::default(),
+            turns_started: Counter::default(),
+            attempts: Family::<AttemptLabels, Counter>::default(),
+            turn_latency: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
+            attempt_latency: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
+            events: Family::<KindLabels, Counter>::default(),
+            malformed_chunks: Counter::default(),
+            stream_resumes: Counter::default(),
+            breaker_state: Family::<BreakerLabels, Gauge>::default(),
+            deployment_health: Family::<DeploymentStateLabels, Gauge>::default(),
+            deployment_ejected_seconds: Family::<
+                DeploymentLabels,
+                Gauge<f64, std::sync::atomic::AtomicU64>,
+            >::default(),
+            deployment_consecutive_failures: Family::<DeploymentLabels, Gauge>::default(),
+            deployment_success_ratio: Family::<
+                DeploymentLabels,
+                Gauge<f64, std::sync::atomic::AtomicU64>,
+            >::default(),
+            outbox_depth: Gauge::default(),
+            store_queued_writes: Gauge::default(),
+            store_commits: Counter::default(),
+            journal_waits: Counter::default(),
+            journal_wait_timeouts: Counter::default(),
+            journal_writer_stuck: Counter::default(),
+            answers_uncommitted_stuck: Counter::default(),
+            answers_uncommitted_timeout: Counter::default(),
+            answers_uncommitted_failed: Counter::default(),
+            agents_held: Gauge::default(),
+            breakers_held: Gauge::default(),
+            tasks_held: Gauge::default(),
+            dead_letters: Gauge::default(),
+            outbox_shed: Gauge::default(),
+            sink_delivered: Family::<SinkLabels, Gauge>::default(),
+            sink_failed: Family::<SinkLabels, Gauge>::default(),
+            sink_dead_lettered: Family::<SinkLabels, Gauge>::default(),
+            sink_healthy: Family::<SinkLabels, Gauge>::default(),
+            sink_state: Family::<SinkStateLabels, Gauge>::default(),
+            sink_backlog: Family::<SinkLabels, Gauge>::default(),
+            sink_oldest_undelivered_age: Family::<
+                SinkLabels,
+                Gauge<f64, std::sync::atomic::AtomicU64>,
+            >::default(),
+            sink_dead_letters: Family::<SinkLabels, Gauge>::default(),
             sink_source: std::sync::OnceLock::new(),
-            node_availability,
-            failover_rate,
-            degraded_percentage,
+            node_availability: Family::default(),
+            failover_rate: Family::default(),
+            degraded_percentage: Family::default(),
             tool_source: std::sync::OnceLock::new(),
             bounds: LabelBounds::default(),
-        }
+        };
+        // Registered family by family, in the order `/metrics` lists them.
+        m.register_turns();
+        m.register_deployments();
+        m.register_journal();
+        m.register_memory();
+        m.register_delivery();
+        m.register_tools();
+        m
+    }
+
+    /// Registers the turns family: the turns and their attempts.
+    fn register_turns(&mut self) {
+        self.registry
+            .register("turns", "Finished turns by outcome", self.turns.clone());
+        self.registry
+            .register("turns_started", "Turns started", self.turns_started.clone());
+        self.registry.register(
+            "attempts",
+            "Upstream attempts by target and class (ok = success)",
+            self.attempts.clone(),
+        );
+        self.registry.register(
+            "turn_duration_seconds",
+            "Turn latency",
+            self.turn_latency.clone(),
+        );
+        self.registry.register(
+            "attempt_duration_seconds",
+            "Attempt latency",
+            self.attempt_latency.clone(),
+        );
+        self.registry
+            .register("events", "Events emitted by kind", self.events.clone());
+        self.registry.register(
+            "malformed_chunks",
+            "Malformed upstream stream chunks skipped",
+            self.malformed_chunks.clone(),
+        );
+        self.registry.register(
+            "stream_resumes",
+            "Broken streams resumed on another attempt",
+            self.stream_resumes.clone(),
+        );
+    }
+
+    /// Registers the deployments family: the deployments' breakers and health.
+    fn register_deployments(&mut self) {
+        self.registry.register("breaker_state", "Circuit breakers in each state (1 = a configured agent's breaker is in it; agent=\"other\": how many unconfigured agents' breakers are)", self.breaker_state.clone());
+        self.registry.register(
+            "deployment_health",
+            "Deployment health: healthy, degraded or ejected (1 = current)",
+            self.deployment_health.clone(),
+        );
+        self.registry.register(
+            "deployment_ejected_seconds",
+            "Remaining ejection per deployment",
+            self.deployment_ejected_seconds.clone(),
+        );
+        self.registry.register(
+            "deployment_consecutive_failures",
+            "Consecutive failed calls per deployment",
+            self.deployment_consecutive_failures.clone(),
+        );
+        self.registry.register(
+            "deployment_success_ratio",
+            "Successful calls / calls per deployment in the ejection window",
+            self.deployment_success_ratio.clone(),
+        );
+    }
+
+    /// Registers the journal family: the store's outbox and journal, and answers released before their commit.
+    fn register_journal(&mut self) {
+        self.registry.register(
+            "outbox_depth",
+            "Events not yet delivered to every sink",
+            self.outbox_depth.clone(),
+        );
+        self.registry.register(
+            "store_queued_writes",
+            "Writes submitted to the store and not yet committed",
+            self.store_queued_writes.clone(),
+        );
+        self.registry.register(
+            "store_commits",
+            "Group commits (transactions) of the journal's writer since start",
+            self.store_commits.clone(),
+        );
+        self.registry.register(
+            "journal_waits",
+            "Turns that waited for the journal's backlog to shrink before starting",
+            self.journal_waits.clone(),
+        );
+        self.registry.register(
+            "journal_wait_timeouts",
+            "Turns that went on with the journal's backlog still over its bound",
+            self.journal_wait_timeouts.clone(),
+        );
+        self.registry.register("journal_writer_stuck", "Turns that went on without waiting: the journal's backlog was over its bound and its writer stuck", self.journal_writer_stuck.clone());
+        self.registry.register(
+            "answers_uncommitted_stuck",
+            "Answers released before their turn was committed: the journal's writer was stuck",
+            self.answers_uncommitted_stuck.clone(),
+        );
+        self.registry.register("answers_uncommitted_timeout", "Answers released before their turn was committed: the longest wait for the commit ran out", self.answers_uncommitted_timeout.clone());
+        self.registry.register(
+            "answers_uncommitted_failed",
+            "Answers released although their turn's commit failed",
+            self.answers_uncommitted_failed.clone(),
+        );
+    }
+
+    /// Registers the memory family: what is held in memory.
+    fn register_memory(&mut self) {
+        self.registry.register(
+            "agents_held",
+            "Agents held in memory (the rest are in the store only)",
+            self.agents_held.clone(),
+        );
+        self.registry.register(
+            "tasks_held",
+            "Tasks whose guard and spend are held in memory",
+            self.tasks_held.clone(),
+        );
+        self.registry.register("breakers_held", "Circuit breakers (agent x deployment) held in memory; those at rest are dropped with idle agents", self.breakers_held.clone());
+    }
+
+    /// Registers the delivery family: the event sinks' delivery.
+    fn register_delivery(&mut self) {
+        self.registry.register(
+            "dead_letters",
+            "Events in the dead-letter table",
+            self.dead_letters.clone(),
+        );
+        self.registry.register(
+            "outbox_shed",
+            "Undelivered events shed at the outbox cap since start",
+            self.outbox_shed.clone(),
+        );
+        self.registry.register(
+            "sink_delivered",
+            "Events acknowledged per sink since start",
+            self.sink_delivered.clone(),
+        );
+        self.registry.register(
+            "sink_failed",
+            "Failed delivery attempts per sink since start",
+            self.sink_failed.clone(),
+        );
+        self.registry.register(
+            "sink_dead_lettered",
+            "Events dead-lettered per sink since start",
+            self.sink_dead_lettered.clone(),
+        );
+        self.registry.register(
+            "sink_healthy",
+            "1 when the sink is up (not waiting out an outage)",
+            self.sink_healthy.clone(),
+        );
+        self.registry.register(
+            "sink_state",
+            "Event sink state (1 = current): up, down (waiting out an outage), half_open (trial)",
+            self.sink_state.clone(),
+        );
+        self.registry.register(
+            "sink_backlog",
+            "Outbox events committed after the sink's cursor",
+            self.sink_backlog.clone(),
+        );
+        self.registry.register(
+            "sink_oldest_undelivered_age_seconds",
+            "Age of the oldest event not yet delivered to the sink (0 when caught up)",
+            self.sink_oldest_undelivered_age.clone(),
+        );
+        self.registry.register(
+            "sink_dead_letters",
+            "Events of the sink in the dead-letter table",
+            self.sink_dead_letters.clone(),
+        );
+    }
+
+    /// Registers the tools family: the tool jobs' nodes and steps.
+    fn register_tools(&mut self) {
+        self.registry.register(
+            "node_availability",
+            "Tool node availability: 1 - faults / (calls + health checks)",
+            self.node_availability.clone(),
+        );
+        self.registry.register(
+            "failover_rate",
+            "Share of tool calls moved to another node, per node or per tool",
+            self.failover_rate.clone(),
+        );
+        self.registry.register(
+            "degraded_percentage",
+            "Percentage of a tool's steps served degraded",
+            self.degraded_percentage.clone(),
+        );
     }
 
     /// Plugs in the event relays' figures (once).
