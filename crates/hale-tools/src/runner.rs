@@ -194,6 +194,16 @@ async fn call(
     }
 }
 
+/// Where a step is between its attempts.
+struct Progress {
+    /// The nodes failed over from.
+    tried: Vec<String>,
+    attempts: u32,
+    failed_over: bool,
+    /// The target's first choice(s) passed over before the first attempt.
+    skipped: Vec<(String, &'static str)>,
+}
+
 /// Runs one step; appends its attempts to the job's timeline and path.
 pub async fn run_step(
     tools: &Tools,
@@ -201,16 +211,119 @@ pub async fn run_step(
     step: &StepRequest,
     args: Value,
 ) -> StepOutcome {
-    let start = Instant::now();
-    let deadline = start + Duration::from_millis(step.timeout_ms);
-    let mut tried: Vec<String> = Vec::new();
-    let mut attempts: u32 = 0;
+    let deadline = Instant::now() + Duration::from_millis(step.timeout_ms);
+    let mut p = Progress {
+        tried: Vec::new(),
+        attempts: 0,
+        failed_over: false,
+        skipped: Vec::new(),
+    };
+    // (`load_balanced` has no primary; asking it would also turn its
+    // round-robin an extra time.)
+    if !matches!(step.target, Target::LoadBalanced { .. }) {
+        p.skipped = note_skipped(tools, job, step, &p.tried);
+    }
     let mut same: Option<Arc<Node>> = None;
-    let mut failed_over = false;
-    // The target's first choice(s) passed over before the first attempt.
-    let mut skipped: Vec<(String, &'static str)> = Vec::new();
-    let mut first_pick = true;
-    let fail = |attempts: u32, error: ToolError, message: String, maybe: bool| StepOutcome {
+    loop {
+        let (node, left_after) = match pick_node(job, tools, step, &p, same.take()) {
+            Ok(picked) => picked,
+            Err(outcome) => return outcome,
+        };
+        let now = Instant::now();
+        let remaining = deadline.saturating_duration_since(now);
+        if remaining.is_zero() {
+            return failed(
+                step,
+                p.attempts,
+                ToolError::NetworkTimeout,
+                format!("step timeout of {} ms passed", step.timeout_ms),
+                false,
+            );
+        }
+        let other_left = failover_allowed(step) && left_after > 0;
+        let budget = rules::attempt_budget(remaining, if other_left { 2 } else { 1 });
+        p.attempts += 1;
+        let started_ms = crate::wall_ms();
+        let (outcome, latency) = attempt(tools, step, &node, &args, budget, now, &job.job_id).await;
+        let f = match outcome {
+            Ok(served) => {
+                return succeeded(tools, job, step, &node, &p, (started_ms, latency), served);
+            }
+            Err(f) => f,
+        };
+        let error = record_failure(tools, job, step, &node, &f, (started_ms, latency));
+        let (decision, maybe) = decide(job, step, &node, (error, &f), p.attempts, other_left);
+        match decision {
+            StepDecision::RetrySameNode { wait } => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if wait >= left {
+                    tools
+                        .metrics
+                        .step(&step.tool_name, p.failed_over, true, false);
+                    return failed(
+                        step,
+                        p.attempts,
+                        error,
+                        format!(
+                            "{}; the step's timeout leaves no time for a retry",
+                            f.message
+                        ),
+                        maybe,
+                    );
+                }
+                tokio::time::sleep(wait).await;
+                same = Some(node);
+            }
+            StepDecision::NextNode => fail_over(tools, job, step, &mut p, &node, (error, &f)),
+            StepDecision::Stop(reason) => {
+                tools
+                    .metrics
+                    .step(&step.tool_name, p.failed_over, true, false);
+                return stopped(step, p.attempts, (error, &f), maybe, reason);
+            }
+        }
+    }
+}
+
+/// The core's decision after a failed attempt (`rules::decide`), and
+/// whether the call may have run on the node.
+fn decide(
+    job: &Job,
+    step: &StepRequest,
+    node: &Node,
+    (error, f): (ToolError, &CallFailure),
+    attempts: u32,
+    other_left: bool,
+) -> (StepDecision, bool) {
+    let maybe = rules::maybe_executed(error, f.obs.transport, f.sent);
+    let safe = rules::safe_to_rerun(
+        node.deterministic(&step.tool_name) || job.request.declares_deterministic(&step.tool_name),
+        step.idempotency_key.is_some(),
+        step.retry_unsafe,
+    );
+    let decision = rules::decide(
+        &step.retry,
+        &FailedAttempt {
+            error,
+            retry_after: f.retry_after,
+            attempts_made: attempts,
+            maybe_executed: maybe,
+            safe_to_rerun: safe,
+            other_node_left: other_left,
+        },
+    );
+    (decision, maybe)
+}
+
+/// A step that failed for good, after `attempts`.
+fn failed(
+    step: &StepRequest,
+    attempts: u32,
+    error: ToolError,
+    message: String,
+    maybe: bool,
+) -> StepOutcome {
+    StepOutcome {
         step_id: step.step_id.clone(),
         ok: false,
         verified: false,
@@ -220,263 +333,278 @@ pub async fn run_step(
         maybe_executed: maybe,
         error: Some(error),
         message: Some(message),
-    };
-    loop {
-        // (`load_balanced` has no primary; asking it would also turn its
-        // round-robin an extra time.)
-        if first_pick && !matches!(step.target, Target::LoadBalanced { .. }) {
-            first_pick = false;
-            let chosen = candidates(tools, step, &tried, true)
-                .ok()
-                .and_then(|c| c.first().map(|n| n.name().to_owned()));
-            skipped = skipped_before(tools, step, chosen.as_deref());
-            for (name, why) in &skipped {
-                job.timeline.push(Attempt {
-                    step: step.step_id.clone(),
-                    node: name.clone(),
-                    timestamp: crate::wall_ms(),
-                    duration_ms: 0,
-                    status: "skipped".into(),
-                    error: None,
-                    message: Some(format!("skipped: {why}")),
-                });
-                job.execution_path.push(format!("{name} (skipped: {why})"));
-            }
-        }
-        let (node, left_after) = match same.take() {
-            Some(n) => {
-                let left = candidates(tools, step, &tried, false)
-                    .map(|c| c.iter().filter(|x| x.name() != n.name()).count())
-                    .unwrap_or(0);
-                (n, left)
-            }
-            None => match candidates(tools, step, &tried, attempts == 0) {
-                Ok(c) if !c.is_empty() => {
-                    let left = c.len() - 1;
-                    (c[0].clone(), left)
-                }
-                Ok(_) => {
-                    let msg = if attempts == 0 {
-                        format!("no node offering `{}` is available", step.tool_name)
-                    } else {
-                        format!("no other node offering `{}` is left", step.tool_name)
-                    };
-                    let error = if attempts == 0 {
-                        ToolError::NoNodeAvailable
-                    } else {
-                        last_error(job, &step.step_id).unwrap_or(ToolError::NoNodeAvailable)
-                    };
-                    return fail(attempts, error, msg, false);
-                }
-                Err(msg) => return fail(attempts, ToolError::NoNodeAvailable, msg, false),
-            },
-        };
-        let now = Instant::now();
-        let remaining = deadline.saturating_duration_since(now);
-        if remaining.is_zero() {
-            return fail(
-                attempts,
-                ToolError::NetworkTimeout,
-                format!("step timeout of {} ms passed", step.timeout_ms),
-                false,
-            );
-        }
-        let other_left = failover_allowed(step) && left_after > 0;
-        let budget = rules::attempt_budget(remaining, if other_left { 2 } else { 1 });
-        attempts += 1;
-        let started_ms = crate::wall_ms();
-        let _ = node.admit(now);
-        if let Some(b) = &step.breaker {
-            tools
-                .step_breakers
-                .admit(node.name(), &step.tool_name, b, now);
-        }
-        let outcome = call(tools, &node, step, &args, budget, &job.job_id).await;
-        let latency = now.elapsed();
-        let outcome =
-            outcome.and_then(
-                |v| match node.tool(&step.tool_name).and_then(|t| t.output_schema) {
-                    Some(schema) => rules::validate_output(&schema, &v)
-                        .map(|()| (v, true))
-                        .map_err(|p| {
-                            CallFailure::invalid_output(format!(
-                                "output breaks the tool's schema: {p}"
-                            ))
-                        }),
-                    None => Ok((v, false)),
-                },
-            );
-        match outcome {
-            Ok((result, verified)) => {
-                node.record(Instant::now(), crate::wall_ms(), latency, None);
-                if let Some(b) = &step.breaker {
-                    tools.step_breakers.record(
-                        node.name(),
-                        &step.tool_name,
-                        b,
-                        Instant::now(),
-                        latency,
-                        None,
-                    );
-                }
-                job.timeline.push(Attempt {
-                    step: step.step_id.clone(),
-                    node: node.name().to_owned(),
-                    timestamp: started_ms,
-                    duration_ms: latency.as_millis() as u64,
-                    status: "success".into(),
-                    error: None,
-                    message: None,
-                });
-                job.execution_path
-                    .push(format!("{} (success)", node.name()));
-                if let Some((primary, why)) = skipped.first() {
-                    job.degrade(format!(
-                        "Primary node {primary} unavailable ({why}), failed over to {} (step {})",
-                        node.name(),
-                        step.step_id
-                    ));
-                }
-                if attempts > 1 {
-                    let first_fail = job
-                        .timeline
-                        .iter()
-                        .rev()
-                        .find(|a| a.step == step.step_id && a.status != "success")
-                        .map(|a| {
-                            format!(
-                                "{} ({})",
-                                a.node,
-                                a.error.map(ToolError::outcome).unwrap_or("error")
-                            )
-                        })
-                        .unwrap_or_default();
-                    job.degrade(format!(
-                        "step {}: {} failed; served by {} after {attempts} attempts",
-                        step.step_id,
-                        first_fail,
-                        node.name()
-                    ));
-                }
-                tools.metrics.step(
-                    &step.tool_name,
-                    failed_over || !skipped.is_empty(),
-                    attempts > 1 || !skipped.is_empty(),
-                    true,
-                );
-                return StepOutcome {
-                    step_id: step.step_id.clone(),
-                    ok: true,
-                    verified,
-                    result,
-                    node: Some(node.name().to_owned()),
-                    attempts,
-                    maybe_executed: false,
-                    error: None,
-                    message: None,
-                };
-            }
-            Err(f) => {
-                let error = rules::classify(&f.obs);
-                node.record(
-                    Instant::now(),
-                    crate::wall_ms(),
-                    latency,
-                    Some((error, f.retry_after)),
-                );
-                if let Some(b) = &step.breaker {
-                    tools.step_breakers.record(
-                        node.name(),
-                        &step.tool_name,
-                        b,
-                        Instant::now(),
-                        latency,
-                        Some(error),
-                    );
-                }
-                job.timeline.push(Attempt {
-                    step: step.step_id.clone(),
-                    node: node.name().to_owned(),
-                    timestamp: started_ms,
-                    duration_ms: latency.as_millis() as u64,
-                    status: "error".into(),
-                    error: Some(error),
-                    message: Some(f.message.clone()),
-                });
-                job.execution_path
-                    .push(format!("{} ({})", node.name(), error.outcome()));
-                let maybe = rules::maybe_executed(error, f.obs.transport, f.sent);
-                let safe = rules::safe_to_rerun(
-                    node.deterministic(&step.tool_name)
-                        || job.request.declares_deterministic(&step.tool_name),
-                    step.idempotency_key.is_some(),
-                    step.retry_unsafe,
-                );
-                let decision = rules::decide(
-                    &step.retry,
-                    &FailedAttempt {
-                        error,
-                        retry_after: f.retry_after,
-                        attempts_made: attempts,
-                        maybe_executed: maybe,
-                        safe_to_rerun: safe,
-                        other_node_left: other_left,
-                    },
-                );
-                match decision {
-                    StepDecision::RetrySameNode { wait } => {
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        if wait >= left {
-                            tools
-                                .metrics
-                                .step(&step.tool_name, failed_over, true, false);
-                            return fail(
-                                attempts,
-                                error,
-                                format!(
-                                    "{}; the step's timeout leaves no time for a retry",
-                                    f.message
-                                ),
-                                maybe,
-                            );
-                        }
-                        tokio::time::sleep(wait).await;
-                        same = Some(node);
-                    }
-                    StepDecision::NextNode => {
-                        failed_over = true;
-                        tools.metrics.failover_from(node.name());
-                        job.note(
-                            EventKind::JobFailedOver,
-                            json!({
-                                "job_id": job.job_id, "step_id": step.step_id, "from": node.name(),
-                                "error": error, "message": f.message,
-                            }),
-                        );
-                        tried.push(node.name().to_owned());
-                    }
-                    StepDecision::Stop(reason) => {
-                        tools
-                            .metrics
-                            .step(&step.tool_name, failed_over, true, false);
-                        let why = match reason {
-                            StopReason::NonRetryable => "not retryable",
-                            StopReason::AttemptsExhausted => "attempts exhausted",
-                            StopReason::MaybeExecuted => {
-                                "the call may have run on the node and the tool is not safe to re-run (retry_unsafe: false)"
-                            }
-                        };
-                        return fail(
-                            attempts,
-                            error,
-                            format!("{} ({why})", f.message),
-                            maybe && reason == StopReason::MaybeExecuted,
-                        );
-                    }
-                }
-            }
-        }
     }
+}
+
+/// The target's first choice(s) passed over before the first attempt, each
+/// a `skipped` row of the timeline and an entry of the path.
+fn note_skipped(
+    tools: &Tools,
+    job: &mut Job,
+    step: &StepRequest,
+    tried: &[String],
+) -> Vec<(String, &'static str)> {
+    let chosen = candidates(tools, step, tried, true)
+        .ok()
+        .and_then(|c| c.first().map(|n| n.name().to_owned()));
+    let skipped = skipped_before(tools, step, chosen.as_deref());
+    for (name, why) in &skipped {
+        job.timeline.push(Attempt {
+            step: step.step_id.clone(),
+            node: name.clone(),
+            timestamp: crate::wall_ms(),
+            duration_ms: 0,
+            status: "skipped".into(),
+            error: None,
+            message: Some(format!("skipped: {why}")),
+        });
+        job.execution_path.push(format!("{name} (skipped: {why})"));
+    }
+    skipped
+}
+
+/// The node of the next attempt (`same` again after a wait, else the first
+/// candidate) and how many others are left; `Err` when none is.
+fn pick_node(
+    job: &Job,
+    tools: &Tools,
+    step: &StepRequest,
+    p: &Progress,
+    same: Option<Arc<Node>>,
+) -> Result<(Arc<Node>, usize), StepOutcome> {
+    if let Some(n) = same {
+        let left = candidates(tools, step, &p.tried, false)
+            .map(|c| c.iter().filter(|x| x.name() != n.name()).count())
+            .unwrap_or(0);
+        return Ok((n, left));
+    }
+    match candidates(tools, step, &p.tried, p.attempts == 0) {
+        Ok(c) if !c.is_empty() => {
+            let left = c.len() - 1;
+            Ok((c[0].clone(), left))
+        }
+        Ok(_) => {
+            let msg = if p.attempts == 0 {
+                format!("no node offering `{}` is available", step.tool_name)
+            } else {
+                format!("no other node offering `{}` is left", step.tool_name)
+            };
+            let error = if p.attempts == 0 {
+                ToolError::NoNodeAvailable
+            } else {
+                last_error(job, &step.step_id).unwrap_or(ToolError::NoNodeAvailable)
+            };
+            Err(failed(step, p.attempts, error, msg, false))
+        }
+        Err(msg) => Err(failed(
+            step,
+            p.attempts,
+            ToolError::NoNodeAvailable,
+            msg,
+            false,
+        )),
+    }
+}
+
+/// One call on `node` within `budget`, admitted by the node and the step's
+/// breaker, its output checked against the tool's schema when it has one
+/// (`true`: verified); the outcome and its latency.
+async fn attempt(
+    tools: &Tools,
+    step: &StepRequest,
+    node: &Arc<Node>,
+    args: &Value,
+    budget: Duration,
+    now: Instant,
+    job_id: &str,
+) -> (Result<(Value, bool), CallFailure>, Duration) {
+    let _ = node.admit(now);
+    if let Some(b) = &step.breaker {
+        tools
+            .step_breakers
+            .admit(node.name(), &step.tool_name, b, now);
+    }
+    let outcome = call(tools, node, step, args, budget, job_id).await;
+    let latency = now.elapsed();
+    let outcome =
+        outcome.and_then(
+            |v| match node.tool(&step.tool_name).and_then(|t| t.output_schema) {
+                Some(schema) => rules::validate_output(&schema, &v)
+                    .map(|()| (v, true))
+                    .map_err(|p| {
+                        CallFailure::invalid_output(format!("output breaks the tool's schema: {p}"))
+                    }),
+                None => Ok((v, false)),
+            },
+        );
+    (outcome, latency)
+}
+
+/// A successful attempt: recorded on the node and the step's breaker, a
+/// row of the timeline, the job degraded when it was not the first choice.
+fn succeeded(
+    tools: &Tools,
+    job: &mut Job,
+    step: &StepRequest,
+    node: &Arc<Node>,
+    p: &Progress,
+    (started_ms, latency): (u64, Duration),
+    (result, verified): (Value, bool),
+) -> StepOutcome {
+    let attempts = p.attempts;
+    node.record(Instant::now(), crate::wall_ms(), latency, None);
+    if let Some(b) = &step.breaker {
+        tools.step_breakers.record(
+            node.name(),
+            &step.tool_name,
+            b,
+            Instant::now(),
+            latency,
+            None,
+        );
+    }
+    job.timeline.push(Attempt {
+        step: step.step_id.clone(),
+        node: node.name().to_owned(),
+        timestamp: started_ms,
+        duration_ms: latency.as_millis() as u64,
+        status: "success".into(),
+        error: None,
+        message: None,
+    });
+    job.execution_path
+        .push(format!("{} (success)", node.name()));
+    if let Some((primary, why)) = p.skipped.first() {
+        job.degrade(format!(
+            "Primary node {primary} unavailable ({why}), failed over to {} (step {})",
+            node.name(),
+            step.step_id
+        ));
+    }
+    if attempts > 1 {
+        let first_fail = job
+            .timeline
+            .iter()
+            .rev()
+            .find(|a| a.step == step.step_id && a.status != "success")
+            .map(|a| {
+                format!(
+                    "{} ({})",
+                    a.node,
+                    a.error.map(ToolError::outcome).unwrap_or("error")
+                )
+            })
+            .unwrap_or_default();
+        job.degrade(format!(
+            "step {}: {} failed; served by {} after {attempts} attempts",
+            step.step_id,
+            first_fail,
+            node.name()
+        ));
+    }
+    tools.metrics.step(
+        &step.tool_name,
+        p.failed_over || !p.skipped.is_empty(),
+        attempts > 1 || !p.skipped.is_empty(),
+        true,
+    );
+    StepOutcome {
+        step_id: step.step_id.clone(),
+        ok: true,
+        verified,
+        result,
+        node: Some(node.name().to_owned()),
+        attempts,
+        maybe_executed: false,
+        error: None,
+        message: None,
+    }
+}
+
+/// A failed attempt, classified (`rules::classify`): recorded on the node
+/// and the step's breaker, a row of the timeline and an entry of the path.
+fn record_failure(
+    tools: &Tools,
+    job: &mut Job,
+    step: &StepRequest,
+    node: &Arc<Node>,
+    f: &CallFailure,
+    (started_ms, latency): (u64, Duration),
+) -> ToolError {
+    let error = rules::classify(&f.obs);
+    node.record(
+        Instant::now(),
+        crate::wall_ms(),
+        latency,
+        Some((error, f.retry_after)),
+    );
+    if let Some(b) = &step.breaker {
+        tools.step_breakers.record(
+            node.name(),
+            &step.tool_name,
+            b,
+            Instant::now(),
+            latency,
+            Some(error),
+        );
+    }
+    job.timeline.push(Attempt {
+        step: step.step_id.clone(),
+        node: node.name().to_owned(),
+        timestamp: started_ms,
+        duration_ms: latency.as_millis() as u64,
+        status: "error".into(),
+        error: Some(error),
+        message: Some(f.message.clone()),
+    });
+    job.execution_path
+        .push(format!("{} ({})", node.name(), error.outcome()));
+    error
+}
+
+/// Leaves `node` for the next one: counted, noted as `job.failed_over`.
+fn fail_over(
+    tools: &Tools,
+    job: &mut Job,
+    step: &StepRequest,
+    p: &mut Progress,
+    node: &Arc<Node>,
+    (error, f): (ToolError, &CallFailure),
+) {
+    p.failed_over = true;
+    tools.metrics.failover_from(node.name());
+    job.note(
+        EventKind::JobFailedOver,
+        json!({
+            "job_id": job.job_id, "step_id": step.step_id, "from": node.name(),
+            "error": error, "message": f.message,
+        }),
+    );
+    p.tried.push(node.name().to_owned());
+}
+
+/// The step's outcome when the core says stop, naming why.
+fn stopped(
+    step: &StepRequest,
+    attempts: u32,
+    (error, f): (ToolError, &CallFailure),
+    maybe: bool,
+    reason: StopReason,
+) -> StepOutcome {
+    let why = match reason {
+        StopReason::NonRetryable => "not retryable",
+        StopReason::AttemptsExhausted => "attempts exhausted",
+        StopReason::MaybeExecuted => {
+            "the call may have run on the node and the tool is not safe to re-run (retry_unsafe: false)"
+        }
+    };
+    failed(
+        step,
+        attempts,
+        error,
+        format!("{} ({why})", f.message),
+        maybe && reason == StopReason::MaybeExecuted,
+    )
 }
 
 fn last_error(job: &Job, step: &str) -> Option<ToolError> {
