@@ -21,10 +21,12 @@ use std::time::{Duration, SystemTime};
 
 mod azure;
 pub mod bedrock;
+mod credentials;
 mod http_client;
 mod vertex;
 
 use crate::secrets::Redactor;
+use credentials::Credentials;
 use http_client::{Body, HttpClient, Post};
 use std::sync::Arc;
 
@@ -299,30 +301,24 @@ pub struct Sent {
 
 /// The provider clients' shared parts, built once from the config: the
 /// HTTP client ([`http_client`]: hyper-util, reqwest where a proxy variable
-/// applies), the OAuth2 token sources of `vertex` providers, the Entra
-/// tokens of `azure` ones and the AWS credentials of `bedrock` ones.
+/// applies), the providers' [`Credentials`] (the one home of every token
+/// hale fetches) and the redactor that masks them.
 pub struct Client {
     http: HttpClient,
-    vertex: vertex::Tokens,
-    azure: azure::Tokens,
-    /// The AWS credentials of `bedrock` providers, resolved and refreshed
-    /// across attempts.
-    pub bedrock: bedrock::Keychain,
+    creds: Credentials,
     /// The gateway's one redactor ([`crate::secrets`]): every token fetched
     /// is remembered in it, and every failure an attempt returns masked.
     pub secrets: Arc<Redactor>,
 }
 
 impl Client {
-    /// Builds the HTTP client (the ring crypto provider installed first)
-    /// and the token sources of the config's vertex providers (reading
-    /// their key files: a bad one stops the start, its provider named).
+    /// Builds the HTTP client (the ring crypto provider installed first,
+    /// as [`crate::Gateway`] does) and the providers' credentials
+    /// ([`Credentials::new`]).
     pub fn new(cfg: &Config, secrets: Arc<Redactor>) -> anyhow::Result<Self> {
         Ok(Self {
             http: HttpClient::new()?,
-            vertex: vertex::Tokens::new(cfg)?,
-            azure: azure::Tokens::default(),
-            bedrock: bedrock::Keychain::default(),
+            creds: Credentials::new(cfg)?,
             secrets,
         })
     }
@@ -391,6 +387,7 @@ async fn request(
             },
         };
         let bearer = client
+            .creds
             .vertex
             .bearer(provider, limits.headers)
             .await
@@ -441,6 +438,7 @@ async fn request(
     }
     if let Some(az) = &provider.azure {
         client
+            .creds
             .azure
             .authorize(&mut post, provider, az, &client.secrets)
             .await
@@ -480,6 +478,7 @@ async fn attempt(
         // Bedrock signs the built request: the signature covers all of it.
         if let Some(bc) = &provider.bedrock {
             client
+                .creds
                 .bedrock
                 .authorize(
                     client.http.reqwest(),
@@ -513,7 +512,7 @@ async fn attempt(
         if let Some(b) = &bearer
             && hale_core::vertex::resend_after_refusal(resp.status().as_u16(), refetched)
         {
-            client.vertex.refused(provider, b).await;
+            client.creds.vertex.refused(provider, b).await;
             refetched = true;
             continue;
         }
@@ -534,7 +533,7 @@ async fn attempt(
         if status == 401
             && let Some(az) = &provider.azure
         {
-            client.azure.refused(provider, az).await;
+            client.creds.azure.refused(provider, az).await;
         }
         let error_type = header(hale_core::bedrock::ERROR_TYPE_HEADER);
         // Masked before it is classified: the classifier cuts the message,
@@ -557,7 +556,7 @@ async fn attempt(
                     .and_then(hale_core::bedrock::exception_of)
                     .is_some_and(hale_core::bedrock::refetch_credentials);
                 if refused {
-                    client.bedrock.refused(provider, bc).await;
+                    client.creds.bedrock.refused(provider, bc).await;
                 }
                 hale_core::bedrock::classify(&obs, named.as_deref())
             }
@@ -1037,6 +1036,73 @@ mod tests {
     use tokio::time::{Instant, sleep};
 
     const IDLE: Duration = Duration::from_secs(10);
+
+    /// Two gateways' upstream clients, built from one config in one
+    /// process, each fetch and keep their own Entra token and register it
+    /// with their own redactor: no slot is shared between them.
+    #[tokio::test]
+    async fn two_clients_in_one_process_keep_separate_entra_tokens() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let count = dir.path().join("n");
+        // Prints entra-tok-1, entra-tok-2, … one more each run.
+        let command = format!(
+            "n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; echo entra-tok-$n",
+            c = count.display()
+        );
+        let mut p =
+            ProviderConfig::new("azure", ProviderKind::Azure, "http://127.0.0.1:9", "gpt-4o");
+        let az = hale_core::config::AzureConfig {
+            api_version: None,
+            deployments: Default::default(),
+            auth: hale_core::config::AzureAuth::EntraCommand {
+                command,
+                refresh: Duration::from_secs(3600),
+            },
+        };
+        p.azure = Some(az.clone());
+        let cfg = Config::with_providers(vec![p.clone()]);
+        async fn bearer(
+            client: &Client,
+            p: &ProviderConfig,
+            az: &hale_core::config::AzureConfig,
+        ) -> String {
+            let mut post = Post::raw_json(
+                Ok(http::Uri::from_static("http://127.0.0.1:9/x")),
+                bytes::Bytes::new(),
+            );
+            client
+                .creds
+                .azure
+                .authorize(&mut post, p, az, &client.secrets)
+                .await
+                .expect("authorized");
+            post.headers()["authorization"]
+                .to_str()
+                .expect("ascii")
+                .to_owned()
+        }
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let a = Client::new(&cfg, Arc::new(Redactor::default())).expect("client a");
+        let b = Client::new(&cfg, Arc::new(Redactor::default())).expect("client b");
+        assert_eq!(bearer(&a, &p, &az).await, "Bearer entra-tok-1");
+        assert_eq!(
+            bearer(&b, &p, &az).await,
+            "Bearer entra-tok-2",
+            "b ran the command itself"
+        );
+        // Each keeps its own token from then on.
+        assert_eq!(bearer(&a, &p, &az).await, "Bearer entra-tok-1");
+        assert_eq!(bearer(&b, &p, &az).await, "Bearer entra-tok-2");
+        // Each token is masked by the redactor of the client that fetched it.
+        assert_eq!(
+            a.secrets.mask("entra-tok-1 entra-tok-2"),
+            "[redacted] entra-tok-2"
+        );
+        assert_eq!(
+            b.secrets.mask("entra-tok-1 entra-tok-2"),
+            "entra-tok-1 [redacted]"
+        );
+    }
 
     /// An upstream that sends one text chunk after each of `gaps`, then ends.
     fn upstream(

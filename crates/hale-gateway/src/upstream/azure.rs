@@ -4,7 +4,7 @@
 //! a token is due) are `hale_core::azure`'s; this file carries them out.
 //!
 //! An Entra token from `token_command` is kept per provider ([`Tokens`],
-//! owned by the upstream client, not a process-wide map) and fetched
+//! part of the upstream client's `Credentials`, not a process-wide map) and fetched
 //! again when `hale_core::azure::token_due` says so (too old, or refused
 //! with a 401). One fetch at a time per provider: attempts that find the
 //! token due wait for the one fetching it rather than each running the
@@ -48,7 +48,7 @@ type SlotKey = (String, String, String);
 /// The Entra tokens of `azure` providers with a `token_command`, one slot
 /// per provider: by its name, endpoint and command, so a reloaded config
 /// that points the same name elsewhere (or runs another command) never
-/// sends the old token. Owned by the upstream client beside the Vertex
+/// sends the old token. Held in the upstream client's `Credentials` beside the Vertex
 /// tokens and the Bedrock keychain.
 #[derive(Default)]
 pub struct Tokens {

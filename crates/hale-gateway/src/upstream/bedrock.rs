@@ -5,7 +5,7 @@
 //! model, paths, exceptions, profile files, when credentials are due) are
 //! `hale_core::bedrock`'s; this file carries them out.
 //!
-//! Credentials are held by a [`Keychain`], a component the gateway builds
+//! Credentials are held by a [`Keychain`], part of the `Credentials` the gateway builds
 //! once and lends every attempt (no process-wide state): per provider, the
 //! credentials last resolved, their expiry, and whether Bedrock refused
 //! them. They are resolved as the AWS SDKs do, in this order:

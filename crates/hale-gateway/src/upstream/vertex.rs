@@ -11,7 +11,7 @@
 //! refusal rule: after a 401 the provider's token source is built again,
 //! so the next token is fetched fresh, not read from the cache.
 //!
-//! [`Tokens`] is owned by the upstream client, built once from the config
+//! [`Tokens`] is part of the upstream client's `Credentials`, built once from the config
 //! (one source per vertex provider, by name), not a process-wide map. A
 //! token never reaches a log, an event or an error: failures are a
 //! [`TokenError`] naming what failed.
