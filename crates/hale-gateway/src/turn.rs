@@ -136,6 +136,9 @@ pub struct Turn {
     pub hold: Option<crate::agents::TurnHold>,
     /// A Responses turn's conversation (`previous_response_id`, what is kept).
     pub responses: Option<crate::responses::Continuation>,
+    /// Whom the turn is for: an agent, or hale's own compaction (its
+    /// attempts carry [`upstream::COMPACTION_HEADER`]).
+    pub purpose: upstream::Purpose,
 }
 
 /// A live stream after its first content: the events read so far and the rest.
@@ -182,6 +185,7 @@ impl Turn {
             hold: None,
             last_failure: None,
             responses: None,
+            purpose: upstream::Purpose::Agent,
         }
     }
 
@@ -364,6 +368,7 @@ pub async fn run(
                 model,
                 pf,
                 &limits,
+                turn.purpose,
             ));
             let upstream::Sent {
                 result: sent,
