@@ -1,5 +1,6 @@
 //! What a request is answered with: the deterministic text, prefill
-//! continuation, summaries, and the few request facts the faults look at.
+//! continuation, summaries, and the few request facts the faults and the
+//! task model ([`crate::task`]) look at.
 //!
 //! Determinism is the point: the same request always yields the same text
 //! (`w0 w1 w2 …`, one word per stream chunk), so a client that resumes a cut
@@ -28,6 +29,10 @@ pub struct ChatRequest {
     pub max_tokens: Option<u64>,
     #[serde(default)]
     pub max_completion_tokens: Option<u64>,
+    /// The tools offered, in the dialect's own shape ([`crate::task::offered`]
+    /// reads them all; Converse's `toolConfig.tools` is put here).
+    #[serde(default)]
+    pub tools: Option<Value>,
 }
 
 /// One message; only role and content matter.
@@ -94,23 +99,64 @@ impl ChatRequest {
         self.messages.last().is_some_and(|m| m.role == "assistant")
     }
 
-    /// Whether the system prompt or the last user message asks for a summary
-    /// ("summarize"/"summarise", any case).
-    pub fn asks_for_summary(&self) -> bool {
-        let mut hit = false;
-        let mut check = |s: &str| hit |= mentions_summarize(s);
-        if let Some(sys) = &self.system {
-            visit_text(sys, &mut check);
-        }
-        for m in &self.messages {
-            if m.role == "system" || m.role == "developer" {
-                visit_text(&m.content, &mut check);
-            }
-        }
-        if let Some(m) = self.messages.iter().rev().find(|m| m.role == "user") {
-            visit_text(&m.content, &mut check);
-        }
-        hit
+    /// The conversation's texts that are neither the assistant's nor the
+    /// system prompt's: tool results (wherever the dialect puts them: `tool`
+    /// messages, `tool_result` blocks, function responses) and user text.
+    /// The task model reads its tools' markers here.
+    pub fn observed_texts(&self) -> Vec<String> {
+        self.messages
+            .iter()
+            .filter(|m| !matches!(m.role.as_str(), "assistant" | "system" | "developer"))
+            .map(|m| {
+                let mut s = String::new();
+                visit_text(&m.content, &mut |t| {
+                    s.push_str(t);
+                    s.push('\n');
+                });
+                s
+            })
+            .collect()
+    }
+
+    /// Tool results in the conversation: `tool` messages, and `tool_result`
+    /// blocks in the others (Anthropic's user turns).
+    pub fn tool_results(&self) -> usize {
+        self.messages
+            .iter()
+            .map(|m| match (m.role.as_str(), &m.content) {
+                ("tool", _) => 1,
+                (_, Value::Array(blocks)) => blocks
+                    .iter()
+                    .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+                    .count(),
+                (_, _) => 0,
+            })
+            .sum()
+    }
+
+    /// The task the user messages name (`task-<seed>-<steps>`), for a
+    /// model named `task` alone.
+    pub fn named_task(&self) -> Option<crate::task::Task> {
+        self.messages
+            .iter()
+            .filter(|m| m.role == "user")
+            .find_map(|m| {
+                let mut found = None;
+                visit_text(&m.content, &mut |t| {
+                    if found.is_none() {
+                        found = crate::task::named_in(t);
+                    }
+                });
+                found
+            })
+    }
+
+    /// The tools offered, read from any dialect's shape.
+    pub fn offered_tools(&self) -> Vec<crate::task::Offered> {
+        self.tools
+            .as_ref()
+            .map(crate::task::offered)
+            .unwrap_or_default()
     }
 
     /// "Summary of N messages: …" — the first few words of each non-system
@@ -156,13 +202,6 @@ impl ChatRequest {
 pub const SUMMARY_WORDS: usize = 4;
 /// Messages listed in a summary; the rest are elided.
 pub const SUMMARY_MAX_MESSAGES: usize = 32;
-
-fn mentions_summarize(s: &str) -> bool {
-    const NEEDLES: [&[u8]; 2] = [b"summarize", b"summarise"];
-    let b = s.as_bytes();
-    b.windows(9)
-        .any(|w| NEEDLES.iter().any(|n| w.eq_ignore_ascii_case(n)))
-}
 
 /// Calls `f` with every piece of text in a message content: a string, text
 /// blocks, and the content of tool results.
@@ -365,13 +404,6 @@ mod tests {
         assert_eq!(continue_after(c(), "w0 w"), ["1", " w2", " w3", " w4"]);
         assert_eq!(continue_after(c(), "nope"), c());
         assert!(continue_after(c(), "w0 w1 w2 w3 w4").is_empty());
-    }
-
-    #[test]
-    fn summarize_is_detected_in_any_case() {
-        assert!(mentions_summarize("Please SUMMARISE this"));
-        assert!(mentions_summarize("summarize"));
-        assert!(!mentions_summarize("summary"));
     }
 
     fn request(body: serde_json::Value) -> ChatRequest {

@@ -423,6 +423,7 @@ pub fn read_converse(body: &[u8], model: &str, stream: bool) -> Result<ChatReque
         stream_options: None,
         max_tokens,
         max_completion_tokens: None,
+        tools: m.get("toolConfig").and_then(|t| t.get("tools")).cloned(),
     })
 }
 

@@ -11,6 +11,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::task::{self, TaskRef};
+
 /// Words in a normal answer when `tokens` is not given.
 pub const DEFAULT_TOKENS: usize = 60;
 /// Words sent by `cut` before the connection is dropped.
@@ -212,6 +214,10 @@ pub struct FaultSpec {
     pub times: Option<u64>,
     /// Words in the answer text.
     pub tokens: usize,
+    /// The task the answers play (`task-<seed>-<steps>:FAULT…`), whose
+    /// tool calls and final answer the fault then shapes; `None`: the
+    /// plain answers.
+    pub task: Option<TaskRef>,
 }
 
 impl FaultSpec {
@@ -221,6 +227,7 @@ impl FaultSpec {
             fault: Fault::Ok,
             times: None,
             tokens: DEFAULT_TOKENS,
+            task: None,
         }
     }
 }
@@ -247,6 +254,9 @@ impl std::error::Error for SpecError {}
 pub fn parse_lenient(spec: &str) -> Result<Option<FaultSpec>, SpecError> {
     let spec = spec.trim();
     let (head, rest) = split_head(spec);
+    if let Some(task) = task::parse_head(head) {
+        return parse_task(spec, task, rest).map(Some);
+    }
     if head == "chaos" {
         // `chaos` alone is ok; `chaos:<fault>:…` names the fault after it;
         // `chaos:tokens=5` is ok with parameters.
@@ -278,6 +288,47 @@ pub fn parse_strict(spec: &str) -> Result<FaultSpec, SpecError> {
             ),
         }),
     }
+}
+
+/// `task-<seed>-<steps>[:FAULT…]`: the task, and the fault that shapes its
+/// answers (none: `ok`). A fault name is required after the task (a typo
+/// must not silently play the task unfaulted); `tool` is refused, as the
+/// task makes its own calls (`cut:after=N` cuts inside one).
+fn parse_task(
+    spec: &str,
+    task: Result<TaskRef, String>,
+    rest: &str,
+) -> Result<FaultSpec, SpecError> {
+    let err = |problem: String| SpecError {
+        spec: spec.to_owned(),
+        problem,
+    };
+    let task = task.map_err(err)?;
+    let mut out = if rest.is_empty() {
+        FaultSpec::ok()
+    } else {
+        match parse_lenient(rest)? {
+            Some(s) => s,
+            None => {
+                return Err(err(format!(
+                    "`{}` after the task is not a fault (known: {})",
+                    split_head(rest).0,
+                    FAULT_NAMES.join(", ")
+                )));
+            }
+        }
+    };
+    if matches!(out.fault, Fault::Tool { .. }) {
+        return Err(err(
+            "a task makes its own tool calls: `tool` does not apply (`cut:after=N` cuts inside one)"
+                .into(),
+        ));
+    }
+    if out.task.is_some() {
+        return Err(err("a spec names one task".into()));
+    }
+    out.task = Some(task);
+    Ok(out)
 }
 
 fn split_head(spec: &str) -> (&str, &str) {
@@ -457,6 +508,7 @@ fn parse_known(spec: &str, head: &str, rest: &str) -> Result<FaultSpec, SpecErro
         fault,
         times,
         tokens,
+        task: None,
     })
 }
 
@@ -575,6 +627,30 @@ mod tests {
         );
         assert_eq!(s.times, None, "every request is cut");
         assert!(parse_lenient("tool:cut_after=x").is_err());
+    }
+
+    #[test]
+    fn a_task_takes_a_fault_after_it() {
+        let t = crate::task::Task::new(7, 6).unwrap();
+        let s = parse_lenient("task-7-6").unwrap().unwrap();
+        assert_eq!((s.fault, s.task), (Fault::Ok, Some(TaskRef::Fixed(t))));
+        let s = parse_lenient("task-7-6:cut:after=2").unwrap().unwrap();
+        assert_eq!(s.fault, Fault::Cut { after: 2 });
+        assert_eq!((s.times, s.task), (Some(1), Some(TaskRef::Fixed(t))));
+        let s = parse_lenient("task:error-503:times=2").unwrap().unwrap();
+        assert_eq!(s.fault, Fault::Error503);
+        assert_eq!((s.times, s.task), (Some(2), Some(TaskRef::FromPrompt)));
+        for bad in [
+            "task-7-6:cutt",
+            "task-7-6:times=2",
+            "task-7-0",
+            "task-7-6:tool:name=x",
+            "task-7-6:task-8-6",
+        ] {
+            assert!(parse_lenient(bad).is_err(), "{bad}");
+        }
+        // Not a task: a model name.
+        assert_eq!(parse_lenient("task-force").unwrap(), None);
     }
 
     #[test]

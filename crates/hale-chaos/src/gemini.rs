@@ -92,6 +92,7 @@ pub fn read_request(body: &[u8], model: &str, stream: bool) -> Result<ChatReques
         stream_options: None,
         max_tokens,
         max_completion_tokens: None,
+        tools: m.get("tools").cloned(),
     })
 }
 
@@ -256,7 +257,9 @@ mod tests {
         assert_eq!(r.max_output(), Some(7));
         assert_eq!(r.messages[2].role, "tool");
         assert_eq!(r.prefill().as_deref(), Some("So"));
-        assert!(r.asks_for_summary());
+        assert_eq!(r.system, Some(serde_json::json!([{"text": "Summarize"}])));
+        assert_eq!(r.tool_results(), 1);
+        assert!(r.observed_texts()[1].contains(r#"{"result":"ok"}"#));
         assert!(read_request(b"{\"contents\": 3}", "m", false).is_err());
     }
 }

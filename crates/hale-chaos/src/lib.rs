@@ -10,6 +10,8 @@
 //! crate's README, pulled in so the two never drift.
 //!
 //! Module map: [`fault`] parses the grammar, [`script`] the YAML scripts,
+//! [`task`] plays an agent's model through a multi-step tool task (and
+//! checks its final answer),
 //! `azure` what Azure OpenAI's wire changes (routes' checks, error shapes,
 //! filter annotations), `vertex` Vertex AI's (publisher routes, bearer
 //! check, the loopback OAuth2 token endpoint), `bedrock` AWS Bedrock's (SigV4 verified, Converse
@@ -33,6 +35,7 @@ mod responses;
 pub mod script;
 mod server;
 mod state;
+pub mod task;
 pub mod tools;
 mod vertex;
 mod wire;
@@ -46,7 +49,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use fault::{Fault, FaultSpec, InBand, SpecError};
-pub use request::{APPLIED_HEADER, FAULT_HEADER};
+pub use request::{APPLIED_HEADER, COMPACTION_HEADER, FAULT_HEADER};
 pub use script::{Script, Step, parse_script};
 pub use server::MAX_BODY_BYTES;
 pub use state::{MAX_KEPT_BODIES, Stats};

@@ -84,6 +84,7 @@ pub fn read_request(body: &[u8]) -> Result<(ChatRequest, Map<String, Value>), St
         stream_options: None,
         max_tokens: max_output,
         max_completion_tokens: None,
+        tools: m.remove("tools"),
     };
     Ok((req, echo))
 }

@@ -37,8 +37,9 @@ use crate::azure::{self, Flavor};
 use crate::bedrock::{self, Api};
 use crate::fault::{self, Fault, FaultSpec, InBand};
 use crate::frame::Ctx;
-use crate::request::{APPLIED_HEADER, ConnKill, FAULT_HEADER};
+use crate::request::{APPLIED_HEADER, COMPACTION_HEADER, ConnKill, FAULT_HEADER};
 use crate::state::Shared;
+use crate::task::{self, Task, TaskRef};
 use crate::wire::{self, Dialect, ErrorKind};
 use crate::{gemini, responses, vertex};
 
@@ -726,6 +727,7 @@ async fn chat_with(
     };
 
     let fault = effective_fault(spec, &req, &shared, seen, now);
+    let play = Play::of(spec, model, &req, &headers, fault);
     // A Responses request continuing a response this server does not hold is
     // OpenAI's 404, where an answer would otherwise be (an error fault wins).
     if dialect == Dialect::Responses
@@ -792,6 +794,7 @@ async fn chat_with(
                 body.len(),
                 spec.tokens,
                 fault,
+                &play,
             ),
         },
         Fault::Reset => {
@@ -819,7 +822,47 @@ async fn chat_with(
             body.len(),
             spec.tokens,
             fault,
+            &play,
         ),
+    }
+}
+
+/// What an answering request's content is: hale's compaction gets a
+/// summary (it carries [`COMPACTION_HEADER`]; so does the `summarize`
+/// fault), a task's request its next move, any other the plain answer.
+enum Play {
+    Summary,
+    Task(Task),
+    Plain,
+}
+
+impl Play {
+    fn of(
+        spec: &FaultSpec,
+        model: &str,
+        req: &ChatRequest,
+        headers: &HeaderMap,
+        fault: &Fault,
+    ) -> Play {
+        if matches!(fault, Fault::Summarize) || headers.contains_key(COMPACTION_HEADER) {
+            return Play::Summary;
+        }
+        // The task of the spec, else of the model name (a header, an
+        // override or a script step shapes a task's answers too).
+        let named = || {
+            model
+                .starts_with(task::TASK_HEAD)
+                .then(|| fault::parse_lenient(model).ok().flatten()?.task)
+                .flatten()
+        };
+        match spec.task.or_else(named) {
+            Some(TaskRef::Fixed(t)) => Play::Task(t),
+            Some(TaskRef::FromPrompt) => Play::Task(req.named_task().unwrap_or(Task {
+                seed: 0,
+                steps: task::DEFAULT_TASK_STEPS,
+            })),
+            None => Play::Plain,
+        }
     }
 }
 
@@ -1037,6 +1080,7 @@ fn answer(
     body_len: usize,
     tokens: usize,
     fault: &Fault,
+    play: &Play,
 ) -> Response {
     let seq = shared.next_seq();
     // `no-prefill` only gets here on the Responses API: no continuation.
@@ -1047,22 +1091,41 @@ fn answer(
     };
     let prefill = prefill.as_deref().unwrap_or("");
     let tag = &shared.tag;
-    let answer = if matches!(fault, Fault::Summarize) || req.asks_for_summary() {
-        let chunks = answer::text_chunks(&req.summary());
-        Answer::text(answer::continue_after(chunks, prefill), req.max_output())
-    } else if let Fault::Tool {
-        name, arguments, ..
-    } = fault
-    {
-        let id = match dialect {
-            Dialect::OpenAi | Dialect::Gemini => format!("call_chaos{seq}"),
-            Dialect::Anthropic => format!("toolu_chaos{seq}"),
-            Dialect::Responses => format!("call_chaos_{tag}_{seq}"),
-        };
-        Answer::tool(id, name, arguments)
-    } else {
-        let chunks = answer::word_chunks(tokens);
-        Answer::text(answer::continue_after(chunks, prefill), req.max_output())
+    let call_id = || match dialect {
+        Dialect::OpenAi | Dialect::Gemini => format!("call_chaos{seq}"),
+        Dialect::Anthropic => format!("toolu_chaos{seq}"),
+        Dialect::Responses => format!("call_chaos_{tag}_{seq}"),
+    };
+    let answer = match (play, fault) {
+        (Play::Summary, _) => {
+            let chunks = answer::text_chunks(&req.summary());
+            Answer::text(answer::continue_after(chunks, prefill), req.max_output())
+        }
+        (Play::Task(t), _) => {
+            let (tools, texts) = (req.offered_tools(), req.observed_texts());
+            let seen = task::Seen {
+                tools: &tools,
+                texts: &texts,
+                tool_results: req.tool_results(),
+            };
+            match task::next_move(t, seen) {
+                task::Move::Call { name, arguments } => Answer::tool(call_id(), &name, &arguments),
+                task::Move::Answer(text) => {
+                    let chunks = answer::text_chunks(&text);
+                    Answer::text(answer::continue_after(chunks, prefill), req.max_output())
+                }
+            }
+        }
+        (
+            Play::Plain,
+            Fault::Tool {
+                name, arguments, ..
+            },
+        ) => Answer::tool(call_id(), name, arguments),
+        (Play::Plain, _) => {
+            let chunks = answer::word_chunks(tokens);
+            Answer::text(answer::continue_after(chunks, prefill), req.max_output())
+        }
     };
     let ctx = Ctx {
         id: match dialect {

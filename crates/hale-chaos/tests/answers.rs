@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use hale_chaos::ChaosHandle;
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -293,7 +294,7 @@ async fn tool_call_anthropic_both_modes() {
 }
 
 #[tokio::test]
-async fn summarize_is_automatic_on_the_word_and_explicit_by_name() {
+async fn summaries_answer_hales_compaction_mark_and_the_fault_not_the_word() {
     let h = server().await;
     let conv = json!({"messages": [
         {"role": "system", "content": "Please SUMMARISE the conversation."},
@@ -301,17 +302,21 @@ async fn summarize_is_automatic_on_the_word_and_explicit_by_name() {
         {"role": "assistant", "content": "w0 w1 w2"},
         {"role": "user", "content": "go on"},
     ]});
-    let v: Value = send(&h, D::OpenAi, &body("gpt-4o", false, conv))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(
-        full_text(D::OpenAi, &v),
-        "Summary of 3 messages: user: fix the failing test; assistant: w0 w1 w2; user: go on"
-    );
-    // Anthropic top-level system prompt, and the explicit fault.
+    let b = body("gpt-4o", false, conv);
+    // A prompt that asks for a summary (Claude Code's does) is no
+    // compaction request: the plain answer.
+    let v: Value = send(&h, D::OpenAi, &b).await.unwrap().json().await.unwrap();
+    assert_eq!(full_text(D::OpenAi, &v), words(60));
+    // hale's compaction mark is, in either dialect.
+    for d in BOTH {
+        let r = send_marked(&h, d, &b).await;
+        let v: Value = r.json().await.unwrap();
+        // A system message inside `messages` is left out, as it is of the summary.
+        let want =
+            "Summary of 3 messages: user: fix the failing test; assistant: w0 w1 w2; user: go on";
+        assert_eq!(full_text(d, &v), want, "{d:?}");
+    }
+    // And the explicit fault.
     let b = body(
         "summarize",
         false,
@@ -338,7 +343,22 @@ async fn summarize_is_automatic_on_the_word_and_explicit_by_name() {
         .json()
         .await
         .unwrap();
-    assert!(full_text(D::Anthropic, &v).starts_with("Summary of 1 messages"));
+    assert_eq!(full_text(D::Anthropic, &v), words(60));
+}
+
+/// `send` with hale's compaction mark.
+async fn send_marked(h: &ChaosHandle, d: D, b: &Value) -> reqwest::Response {
+    let mut rb = client()
+        .post(url(h, d))
+        .json(b)
+        .header(hale_chaos::COMPACTION_HEADER, "1");
+    rb = match d {
+        D::Anthropic => rb
+            .header("anthropic-version", "2023-06-01")
+            .header("x-api-key", "k"),
+        D::OpenAi => rb.bearer_auth("k"),
+    };
+    rb.send().await.unwrap()
 }
 
 #[tokio::test]

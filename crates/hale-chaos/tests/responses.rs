@@ -691,7 +691,19 @@ async fn summaries_read_instructions_and_input_items() {
             ],
         }),
     );
+    // The wording alone is no summary request: the plain answer.
     let (_, v) = rjson(&h, &b).await;
+    assert_eq!(v["output"][0]["content"][0]["text"], words(60));
+    // hale's compaction mark is.
+    let r = client()
+        .post(rurl(&h))
+        .bearer_auth("k")
+        .header(hale_chaos::COMPACTION_HEADER, "1")
+        .json(&b)
+        .send()
+        .await
+        .unwrap();
+    let v: Value = r.json().await.unwrap();
     assert_eq!(
         v["output"][0]["content"][0]["text"],
         "Summary of 4 messages: user: fix the failing test; assistant: w0 w1 w2; tool: all tests pass now; user: go on"

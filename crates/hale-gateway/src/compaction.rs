@@ -575,6 +575,8 @@ async fn summarise(
     let id = format!("{}-summary", turn.id);
     let mut st = Turn::new(env.cfg, id, turn.agent.clone(), turn.task.clone(), targets);
     st.deadline = st.started + SUMMARIZER_DEADLINE.min(env.cfg.retry.turn_deadline);
+    // Marked for the provider as hale's own compaction request.
+    st.purpose = crate::upstream::Purpose::Compaction;
     match turn::run(env, &mut st, &sreq, None, None).await {
         Ok((_, Served::Complete(r))) => {
             let s = r.answer.text();

@@ -139,6 +139,9 @@ pub struct Turn {
     pub hold: Option<crate::agents::TurnHold>,
     /// A Responses turn's conversation (`previous_response_id`, what is kept).
     pub responses: Option<crate::responses::Continuation>,
+    /// Whom the turn is for: an agent, or hale's own compaction (its
+    /// attempts carry [`upstream::COMPACTION_HEADER`]).
+    pub purpose: upstream::Purpose,
 }
 
 /// A live stream after its first content: the events read so far and the rest.
@@ -185,6 +188,7 @@ impl Turn {
             hold: None,
             last_failure: None,
             responses: None,
+            purpose: upstream::Purpose::Agent,
         }
     }
 
@@ -470,6 +474,7 @@ async fn attempt(
         on.target.model.as_str(),
         pf,
         &limits,
+        turn.purpose,
     ));
     let upstream::Sent {
         result: sent,

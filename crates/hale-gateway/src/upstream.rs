@@ -156,6 +156,22 @@ impl Reply {
     }
 }
 
+/// The header that marks hale's own compaction requests (its summariser
+/// calls, [`Purpose::Compaction`]) to every provider kind: a header, not a
+/// body field, so the body a provider sees is the request's own. A test
+/// provider (`hale chaos`) answers such a request with a summary and tells
+/// it from an agent's turn by this mark alone, not by the prompt's wording.
+pub const COMPACTION_HEADER: &str = "x-hale-compaction";
+
+/// Whom an attempt is for: an agent's turn, or hale's own compaction
+/// (sent with [`COMPACTION_HEADER`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Purpose {
+    #[default]
+    Agent,
+    Compaction,
+}
+
 /// How long the attempt may take for headers (a probe uses a shorter timeout).
 pub struct AttemptLimits {
     pub headers: Duration,
@@ -345,6 +361,7 @@ pub async fn send(
     model: &str,
     prefill: Option<&str>,
     limits: &AttemptLimits,
+    purpose: Purpose,
 ) -> Sent {
     let body_model = match &provider.azure {
         Some(az) => hale_core::azure::body_model(az, model),
@@ -352,7 +369,7 @@ pub async fn send(
     };
     let dialect = dialect_for(provider, model);
     let out = proto::prepare(dialect, req, body_model, prefill);
-    let mut result = attempt(client, provider, model, &out, dialect, req.stream, limits).await;
+    let mut result = attempt(client, provider, model, &out, req.stream, purpose, limits).await;
     // Whatever the upstream (or a proxy) put in its failure — the
     // credential it was sent, echoed — is masked before hale shows or
     // stores it (crate::secrets).
@@ -365,7 +382,8 @@ pub async fn send(
     }
 }
 
-/// The request of one attempt, with its credentials; for a vertex provider
+/// The request of one attempt, with its credentials (and hale's
+/// [`COMPACTION_HEADER`] when it is for compaction); for a vertex provider
 /// also the token it carries (a 401 refuses that one).
 async fn request(
     client: &Client,
@@ -373,8 +391,13 @@ async fn request(
     model: &str,
     out: &proto::Prepared<'_>,
     stream: bool,
+    purpose: Purpose,
     limits: &AttemptLimits,
 ) -> Result<(http::Request<bytes::Bytes>, Option<vertex::Bearer>), Failure> {
+    let mark = |post: &mut Post| match purpose {
+        Purpose::Compaction => post.header(COMPACTION_HEADER, "1"),
+        Purpose::Agent => {}
+    };
     let unsendable = |e: http_client::SendError| Failure::transport(e.transport(), &e.redacted());
     let refused = |r: Refusal| Failure::refused(refusal_message(provider, model, r));
     if let Some(v) = &provider.vertex {
@@ -402,6 +425,7 @@ async fn request(
                 post.header(k, v);
             }
         }
+        mark(&mut post);
         return Ok((post.finish().map_err(unsendable)?, Some(bearer)));
     }
     let uri = match (&provider.azure, &provider.bedrock) {
@@ -460,6 +484,8 @@ async fn request(
     if provider.bedrock.is_some() && stream {
         post.header("accept", "application/vnd.amazon.eventstream");
     }
+    // Before Bedrock signs the built request: the mark is signed with it.
+    mark(&mut post);
     Ok((post.finish().map_err(unsendable)?, None))
 }
 
@@ -468,13 +494,15 @@ async fn attempt(
     provider: &ProviderConfig,
     model: &str,
     out: &proto::Prepared<'_>,
-    dialect: Dialect,
     stream: bool,
+    purpose: Purpose,
     limits: &AttemptLimits,
 ) -> Result<Answer, Failure> {
+    let dialect = dialect_for(provider, model);
     let mut refetched = false;
     let resp = loop {
-        let (mut request, bearer) = request(client, provider, model, out, stream, limits).await?;
+        let (mut request, bearer) =
+            request(client, provider, model, out, stream, purpose, limits).await?;
         // Bedrock signs the built request: the signature covers all of it.
         if let Some(bc) = &provider.bedrock {
             client

@@ -3,7 +3,11 @@
 //! Code (`claude -p`, the Anthropic Messages API) and Gemini CLI
 //! (`gemini -p`, Google's Generative Language API), each at the version
 //! pinned in `scripts/clis/package.json`, each finishing a turn while the
-//! primary deployment answers 503 and the fallback's stream is cut once.
+//! primary deployment answers 503 and the fallback's stream is cut once;
+//! and Codex and Claude Code each finishing `hale chaos`'s six-step task
+//! (issue 41: shell steps, a checked final answer) while the primary cuts a
+//! stream inside a tool call's arguments and answers 503 in bursts, and the
+//! route fails over across provider kinds.
 //!
 //! Each CLI runs non-interactively in a temporary home (`CODEX_HOME`,
 //! `HOME`) with a cleared environment, so nothing of the machine's
@@ -18,6 +22,7 @@
 
 mod common;
 
+use common::chaos_task::{TASK_SCRIPT, assert_task_finished, task_config};
 use common::*;
 use hale_testkit::{CLAUDE, CODEX, GEMINI, cli_or_skip};
 use serde_json::{Value, json};
@@ -374,4 +379,108 @@ async fn gemini_cli_completes_a_turn_through_a_503_and_a_cut_stream() {
     );
     // The whole answer is what the provider says to the request uncut.
     assert_eq!(stdout.trim(), words(60), "{stdout}");
+}
+
+// ---------------------------------------------------------------------------
+// A six-step task through faults on every provider kind (issue 41)
+// ---------------------------------------------------------------------------
+
+/// `codex exec` runs the six-step task through hale: a Responses primary
+/// that cuts a stream inside a tool call's arguments and answers 503 in a
+/// burst, an Anthropic backup that 503s as well, a Gemini backup; Codex's
+/// own retries off. Its last message is the task's checked answer and the
+/// files are written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_exec_finishes_a_six_step_task_through_faults_across_kinds() {
+    let Some(codex) = cli_or_skip(CODEX) else {
+        return;
+    };
+    let config = task_config("gpt-5-codex", "responses", ["anthropic", "gemini"]);
+    let rig = ChaosRig::start_scripted(
+        &config,
+        TASK_SCRIPT,
+        &[("HALE_TEST_GEMINI_KEY", "k-gemini-test")],
+    )
+    .await;
+    let home = rig.dir.path().join("codex-home");
+    let work = rig.dir.path().join("work");
+    std::fs::create_dir_all(&home).expect("CODEX_HOME");
+    std::fs::create_dir_all(&work).expect("workdir");
+    let base_url = format!("model_providers.hale.base_url=\"{}/v1\"", rig.base);
+    let args = [
+        "exec",
+        "--skip-git-repo-check",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "-m",
+        "gpt-5-codex",
+        "-c",
+        "model_provider=\"hale\"",
+        "-c",
+        "model_providers.hale.name=\"hale\"",
+        "-c",
+        base_url.as_str(),
+        "-c",
+        "model_providers.hale.wire_api=\"responses\"",
+        "-c",
+        "model_providers.hale.env_key=\"HALE_TEST_KEY\"",
+        "-c",
+        "model_providers.hale.request_max_retries=0",
+        "-c",
+        "model_providers.hale.stream_max_retries=0",
+        "-c",
+        "check_for_update_on_startup=false",
+        "-c",
+        "analytics.enabled=false",
+        "Run task-41-6 with your shell tool, then report.",
+    ];
+    let envs = [
+        ("CODEX_HOME", home.to_string_lossy().into_owned()),
+        ("HOME", home.to_string_lossy().into_owned()),
+        ("HALE_TEST_KEY", "sk-hale-test".to_string()),
+    ];
+    let out = run_cli(&codex, &args, &work, &envs, &rig).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_task_finished(&rig, &stdout, &work, &[1, 2, 3, 4, 5, 6]).await;
+}
+
+/// `claude -p` runs the same task: an Anthropic primary with the same
+/// faults, a Responses backup, a Gemini one. Claude Code's system prompt
+/// mentions summarising; the task model answers what the task says (only
+/// hale's compaction mark gets a summary). Bash is allowed by
+/// `--allowedTools` (the bypass mode refuses to run as root).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_finishes_a_six_step_task_through_faults_across_kinds() {
+    let Some(claude) = cli_or_skip(CLAUDE) else {
+        return;
+    };
+    let config = task_config("claude-task", "anthropic", ["responses", "gemini"]);
+    let rig = ChaosRig::start_scripted(
+        &config,
+        TASK_SCRIPT,
+        &[("HALE_TEST_GEMINI_KEY", "k-gemini-test")],
+    )
+    .await;
+    let home = rig.dir.path().join("claude-home");
+    let work = rig.dir.path().join("work");
+    std::fs::create_dir_all(&home).expect("HOME");
+    std::fs::create_dir_all(&work).expect("workdir");
+    let envs = [
+        ("HOME", home.to_string_lossy().into_owned()),
+        ("ANTHROPIC_BASE_URL", rig.base.clone()),
+        ("ANTHROPIC_API_KEY", "sk-ant-hale-test".to_string()),
+        ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
+        ("DISABLE_TELEMETRY", "1".to_string()),
+        ("DISABLE_ERROR_REPORTING", "1".to_string()),
+        ("DISABLE_AUTOUPDATER", "1".to_string()),
+    ];
+    let args = [
+        "-p",
+        "Run task-41-6 with the Bash tool, then report.",
+        "--allowedTools",
+        "Bash",
+    ];
+    let out = run_cli(&claude, &args, &work, &envs, &rig).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_task_finished(&rig, &stdout, &work, &[1, 2, 3, 4, 5, 6]).await;
 }

@@ -1,7 +1,9 @@
 //! The official `openai` Python SDK against the real `hale serve`, with a
 //! failing primary and a healthy fallback: streaming and not, the SDK sees
 //! the complete answer. The Python side (`tests/sdk/openai_client.py`)
-//! asserts the text and prints JSON that this test checks.
+//! asserts the text and prints JSON that this test checks. And an SDK
+//! agent loop (`tests/sdk/task_loop.py`) finishing `hale chaos`'s six-step
+//! task through faults across provider kinds (issue 41).
 //!
 //! Python comes from `HALE_PYTHON`, else `.venv/bin/python` at the workspace
 //! root (`scripts/test.sh` creates it with `pip install openai`). Without a
@@ -51,5 +53,44 @@ async fn openai_python_sdk_gets_complete_answers_through_failover() {
     assert!(
         s.chaos_requests(PRIMARY_MODEL).await >= 3,
         "the primary was tried"
+    );
+}
+
+/// An `openai` SDK agent loop (Chat Completions, streamed, the SDK's
+/// retries off; `tests/sdk/task_loop.py`) runs `hale chaos`'s six-step task
+/// (issue 41) through hale: an OpenAI chat primary that cuts a stream
+/// inside a tool call's arguments and answers 503 in a burst, an Anthropic
+/// backup that 503s too, a Gemini backup. The loop's final text is the
+/// task's checked answer, its shell calls wrote every file, and every third
+/// step went to its `echo` tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sdk_loop_finishes_a_six_step_task_through_faults_across_kinds() {
+    use common::chaos_task::{TASK_SCRIPT, assert_task_finished, task_config};
+    let Some(py) = python_or_skip("import openai", "openai") else {
+        return;
+    };
+    let config = task_config("r", "openai", ["anthropic", "gemini"]);
+    let rig = ChaosRig::start_scripted(
+        &config,
+        TASK_SCRIPT,
+        &[("HALE_TEST_GEMINI_KEY", "k-gemini-test")],
+    )
+    .await;
+    let work = rig.dir.path().join("work");
+    std::fs::create_dir_all(&work).expect("workdir");
+    let work_arg = work.to_string_lossy().into_owned();
+    let v = rig
+        .sdk(
+            &py,
+            "task_loop.py",
+            &["r", &work_arg, "Run task-41-6, then report."],
+        )
+        .await;
+    let final_text = v["final"].as_str().expect("a final text");
+    assert_task_finished(&rig, final_text, &work, &[1, 2, 4, 5]).await;
+    assert_eq!(
+        v["calls"],
+        serde_json::json!(["shell", "shell", "echo", "shell", "shell", "echo"]),
+        "{v}"
     );
 }

@@ -4,6 +4,7 @@
 //! waiting for a server to answer.
 #![allow(dead_code)]
 
+pub mod chaos_task;
 pub mod proxy;
 
 use std::path::Path;
@@ -202,6 +203,16 @@ impl ChaosRig {
     pub async fn start_with(config: &str, chaos_args: &[&str], env: &[(&str, &str)]) -> ChaosRig {
         let dir = tempfile::tempdir().expect("tempdir");
         ChaosRig::start_in(dir, config, chaos_args, env).await
+    }
+
+    /// [`ChaosRig::start`] with a chaos script and environment variables
+    /// for `hale serve`.
+    pub async fn start_scripted(config: &str, script: &str, env: &[(&str, &str)]) -> ChaosRig {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("chaos-script.yaml");
+        std::fs::write(&path, script).expect("script written");
+        let arg = path.to_string_lossy().into_owned();
+        ChaosRig::start_in(dir, config, &["--script", &arg], env).await
     }
 
     async fn start_in(

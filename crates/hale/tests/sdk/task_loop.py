@@ -1,0 +1,106 @@
+"""An agent loop on the `openai` SDK's Chat Completions, with function tools.
+
+Usage: task_loop.py MODEL BASE_URL WORKDIR PROMPT
+
+Streams each model turn (the SDK's own retries off: the healing is
+hale's), runs the tool calls it asks for — `shell` (bash -c in WORKDIR) and
+`echo` (its arguments back as JSON) — and sends their outputs back as tool
+messages, until a turn answers without a tool call (at most 40 turns).
+Prints one JSON object: the final text, the calls made, the turns.
+"""
+
+import json
+import subprocess
+import sys
+
+import openai
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "shell",
+            "description": "Runs a bash command in the working directory; returns its output.",
+            "parameters": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}},
+                "required": ["command"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "echo",
+            "description": "Returns its arguments.",
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+        },
+    },
+]
+
+
+def run(name: str, args: dict, workdir: str) -> str:
+    if name == "shell":
+        p = subprocess.run(
+            ["bash", "-c", args["command"]], cwd=workdir, capture_output=True, text=True, timeout=60
+        )
+        return p.stdout + p.stderr
+    if name == "echo":
+        return json.dumps({"echo": args})
+    return f"no tool {name}"
+
+
+def turn(client: openai.OpenAI, model: str, messages: list) -> tuple[str, list]:
+    """One streamed turn: its text and its tool calls (id, name, arguments)."""
+    text, calls = [], {}
+    stream = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, stream=True)
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        if delta.content:
+            text.append(delta.content)
+        for tc in delta.tool_calls or []:
+            c = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+            if tc.id:
+                c["id"] = tc.id
+            if tc.function and tc.function.name:
+                c["name"] += tc.function.name
+            if tc.function and tc.function.arguments:
+                c["arguments"] += tc.function.arguments
+    return "".join(text), [calls[i] for i in sorted(calls)]
+
+
+def main() -> None:
+    model, base_url, workdir, prompt = sys.argv[1:5]
+    client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=60)
+    messages = [
+        {"role": "system", "content": "You are an agent; summarize your work when done."},
+        {"role": "user", "content": prompt},
+    ]
+    made = []
+    for n in range(1, 41):
+        text, calls = turn(client, model, messages)
+        if not calls:
+            print(json.dumps({"final": text, "calls": made, "turns": n}))
+            return
+        messages.append(
+            {
+                "role": "assistant",
+                "content": text or None,
+                "tool_calls": [
+                    {"id": c["id"], "type": "function",
+                     "function": {"name": c["name"], "arguments": c["arguments"]}}
+                    for c in calls
+                ],
+            }
+        )
+        for c in calls:
+            out = run(c["name"], json.loads(c["arguments"]), workdir)
+            made.append(c["name"])
+            messages.append({"role": "tool", "tool_call_id": c["id"], "content": out})
+    sys.exit("no final answer in 40 turns")
+
+
+if __name__ == "__main__":
+    main()
