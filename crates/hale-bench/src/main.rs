@@ -17,6 +17,7 @@
 //! the client competes for CPU (through hale there are two servers to run).
 
 mod bare;
+mod chaos_hour;
 mod hash;
 mod health;
 mod load;
@@ -429,6 +430,15 @@ fn main() -> anyhow::Result<()> {
             .enable_all()
             .build()?;
         std::process::exit(rt.block_on(health::child(args))?);
+    }
+    // `hale-bench chaos-hour …`: agents finish tool tasks through rotating
+    // faults on every provider kind (chaos_hour.rs).
+    if std::env::args().nth(1).as_deref() == Some("chaos-hour") {
+        let args = chaos_hour::HourArgs::parse_from(std::env::args().skip(1));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        return rt.block_on(chaos_hour::run(args));
     }
     // `hale-bench hash …`: the request hash's native cost (hash.rs).
     if std::env::args().nth(1).as_deref() == Some("hash") {

@@ -86,10 +86,26 @@ fn spawn(
     addr: SocketAddr,
     work: &Path,
 ) -> anyhow::Result<Proc> {
+    spawn_env(name, bin, args, addr, work, &[])
+}
+
+fn spawn_env(
+    name: &'static str,
+    bin: &Path,
+    args: &[String],
+    addr: SocketAddr,
+    work: &Path,
+    envs: &[(&str, &str)],
+) -> anyhow::Result<Proc> {
     let log = work.join(format!("{name}-{}.log", addr.port()));
-    let err = std::fs::File::create(&log)?;
+    // Appended: a process restarted on its port keeps one log.
+    let err = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)?;
     let child = Command::new(bin)
         .args(args)
+        .envs(envs.iter().copied())
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -116,6 +132,47 @@ pub async fn start_chaos(bin: &Path, work: &Path) -> anyhow::Result<Proc> {
     )?;
     wait_ready(&mut p, "/v1/models").await?;
     Ok(p)
+}
+
+/// Starts `hale chaos` on `addr` (a port it had before: a restart) and
+/// waits until it answers.
+pub async fn start_chaos_at(bin: &Path, work: &Path, addr: SocketAddr) -> anyhow::Result<Proc> {
+    let mut p = spawn(
+        "chaos",
+        bin,
+        &["chaos".into(), "--listen".into(), addr.to_string()],
+        addr,
+        work,
+    )?;
+    wait_ready(&mut p, "/v1/models").await?;
+    Ok(p)
+}
+
+/// Starts `hale serve` on `addr` with the config `yaml` and environment
+/// variables `envs` (the providers' `api_key_env`).
+pub async fn start_hale_env(
+    bin: &Path,
+    work: &Path,
+    addr: SocketAddr,
+    yaml: &str,
+    envs: &[(&str, &str)],
+) -> anyhow::Result<Proc> {
+    let cfg_path = work.join("hale.yaml");
+    std::fs::write(&cfg_path, yaml)?;
+    let args = [
+        "serve".to_owned(),
+        "--config".to_owned(),
+        cfg_path.display().to_string(),
+    ];
+    let mut p = spawn_env("hale", bin, &args, addr, work, envs)?;
+    wait_ready(&mut p, "/ready").await?;
+    Ok(p)
+}
+
+/// Open file descriptors of a process (`/proc/PID/fd`); `None` off Linux or
+/// once it has exited.
+pub fn open_fds(pid: u32) -> Option<usize> {
+    Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())
 }
 
 /// Starts this binary's `bare-proxy` (bare.rs) in front of `chaos` and waits until it answers.

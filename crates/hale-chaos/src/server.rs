@@ -1156,6 +1156,16 @@ fn answer(
     }
     let shape = Shape::of(fault);
     let applied = fault.name();
+    let sent = match shape.cut {
+        Some(at) if req.is_stream() => {
+            let pieces = answer.pieces().len().max(1) as u64;
+            answer.output_tokens * (at as u64).min(pieces) / pieces
+        }
+        // A non-streamed body is cut half way.
+        Some(_) => answer.output_tokens / 2,
+        None => answer.output_tokens,
+    };
+    shared.record_tokens(ctx.input_tokens, sent);
     // Azure's Chat Completions answers carry its content-filter results.
     let azure_chat = dialect == Dialect::OpenAi && matches!(flavor, Flavor::Azure { .. });
     let bedrock = match flavor {

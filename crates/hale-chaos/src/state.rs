@@ -33,6 +33,14 @@ pub struct Stats {
     pub requests_per_fault: BTreeMap<String, u64>,
     /// How many request bodies are kept (at most [`MAX_KEPT_BODIES`]).
     pub last_request_bodies: usize,
+    /// Input tokens of the requests answered (each answer's `usage`: body
+    /// bytes / 4), so a benchmark can count what a run cost at the providers.
+    #[serde(default)]
+    pub input_tokens: u64,
+    /// Output tokens sent: each answer's, or the part of it sent before a
+    /// cut (the pieces sent, in proportion).
+    #[serde(default)]
+    pub output_tokens: u64,
 }
 
 #[derive(Debug)]
@@ -164,7 +172,14 @@ impl Shared {
         }
     }
 
-    /// Whether `down-until-reset` answers ok.
+    /// Counts the tokens of one answer ([`Stats::input_tokens`],
+    /// [`Stats::output_tokens`]).
+    pub fn record_tokens(&self, input: u64, output: u64) {
+        let mut g = self.lock();
+        g.stats.input_tokens += input;
+        g.stats.output_tokens += output;
+    }
+
     /// The fault spec set for `model` by `POST /chaos/override`, if any.
     pub fn override_for(&self, model: &str) -> Option<String> {
         let g = self.lock();
@@ -174,9 +189,12 @@ impl Shared {
         g.overrides.get(model).cloned()
     }
 
-    /// Sets (or, with `None`, clears) the fault of `model`.
+    /// Sets (or, with `None`, clears) the fault of `model`. The model's
+    /// request count starts again, so the new fault's `times` (and `down`,
+    /// `flaky`) count from now, not from the server's start.
     pub fn set_override(&self, model: &str, spec: Option<String>) {
         let mut g = self.lock();
+        g.keys.remove(model);
         match spec {
             Some(s) => g.overrides.insert(model.to_owned(), s),
             None => g.overrides.remove(model),

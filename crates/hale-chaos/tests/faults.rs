@@ -493,6 +493,9 @@ async fn stats_count_models_faults_and_bodies_and_reset_clears() {
     assert_eq!(v["requests_per_fault"]["ok"], 2);
     assert_eq!(v["last_request_bodies"], 3);
     assert_eq!(h.stats().requests_total, 3);
+    // Two answers of 60 words each; the 429 cost nothing.
+    assert_eq!(v["output_tokens"], 120);
+    assert!(v["input_tokens"].as_u64() > Some(0), "{v}");
     let reqs: Value = hale_testkit::get_json(
         &client(),
         &format!("{}/chaos/requests", h.base_url_anthropic),
@@ -509,6 +512,23 @@ async fn stats_count_models_faults_and_bodies_and_reset_clears() {
             .status(),
         429
     );
+}
+
+#[tokio::test]
+async fn an_overrides_times_count_from_when_it_is_set_and_a_cut_counts_the_tokens_sent() {
+    let h = server().await;
+    for _ in 0..3 {
+        assert_eq!(post(&h, D::OpenAi, "gpt-4o", false).await.status(), 200);
+    }
+    // `cut` applies to one request: the first after the override, not the
+    // server's first for the model.
+    h.set_fault("gpt-4o", Some("cut:after=10"));
+    let before = h.stats().output_tokens;
+    let (_, broke) = read_all(post(&h, D::OpenAi, "gpt-4o", true).await).await;
+    assert!(broke, "the first request after the override is cut");
+    assert_eq!(h.stats().output_tokens - before, 10, "ten words were sent");
+    let (_, broke) = read_all(post(&h, D::OpenAi, "gpt-4o", true).await).await;
+    assert!(!broke, "then whole");
 }
 
 #[tokio::test]

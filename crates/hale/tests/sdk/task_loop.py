@@ -6,7 +6,9 @@ Streams each model turn (the SDK's own retries off: the healing is
 hale's), runs the tool calls it asks for — `shell` (bash -c in WORKDIR) and
 `echo` (its arguments back as JSON) — and sends their outputs back as tool
 messages, until a turn answers without a tool call (at most 40 turns).
-Prints one JSON object: the final text, the calls made, the turns.
+Prints one JSON object: the final text, the calls made, the turns, and
+hale's turn id of each answer (`x-hale-turn-id`). A turn the SDK raises on
+(hale failed it to the client) prints `{"error": …}` and exits 2.
 """
 
 import json
@@ -50,10 +52,14 @@ def run(name: str, args: dict, workdir: str) -> str:
     return f"no tool {name}"
 
 
-def turn(client: openai.OpenAI, model: str, messages: list) -> tuple[str, list]:
-    """One streamed turn: its text and its tool calls (id, name, arguments)."""
+def turn(client: openai.OpenAI, model: str, messages: list) -> tuple[str, list, str]:
+    """One streamed turn: its text, its tool calls (id, name, arguments), hale's turn id."""
     text, calls = [], {}
-    stream = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, stream=True)
+    raw = client.chat.completions.with_raw_response.create(
+        model=model, messages=messages, tools=TOOLS, stream=True
+    )
+    turn_id = raw.headers.get("x-hale-turn-id")
+    stream = raw.parse()
     for chunk in stream:
         if not chunk.choices:
             continue
@@ -68,7 +74,7 @@ def turn(client: openai.OpenAI, model: str, messages: list) -> tuple[str, list]:
                 c["name"] += tc.function.name
             if tc.function and tc.function.arguments:
                 c["arguments"] += tc.function.arguments
-    return "".join(text), [calls[i] for i in sorted(calls)]
+    return "".join(text), [calls[i] for i in sorted(calls)], turn_id
 
 
 def main() -> None:
@@ -78,11 +84,17 @@ def main() -> None:
         {"role": "system", "content": "You are an agent; summarize your work when done."},
         {"role": "user", "content": prompt},
     ]
-    made = []
+    made, ids = [], []
     for n in range(1, 41):
-        text, calls = turn(client, model, messages)
+        try:
+            text, calls, turn_id = turn(client, model, messages)
+        except openai.APIError as e:
+            print(json.dumps({"error": f"{type(e).__name__}: {e}", "calls": made, "turns": n,
+                              "turn_ids": ids}))
+            sys.exit(2)
+        ids.append(turn_id)
         if not calls:
-            print(json.dumps({"final": text, "calls": made, "turns": n}))
+            print(json.dumps({"final": text, "calls": made, "turns": n, "turn_ids": ids}))
             return
         messages.append(
             {
@@ -96,7 +108,13 @@ def main() -> None:
             }
         )
         for c in calls:
-            out = run(c["name"], json.loads(c["arguments"]), workdir)
+            try:
+                args = json.loads(c["arguments"])
+            except json.JSONDecodeError as e:
+                print(json.dumps({"error": f"garbled arguments {c['arguments']!r}: {e}",
+                                  "calls": made, "turns": n, "turn_ids": ids}))
+                sys.exit(2)
+            out = run(c["name"], args, workdir)
             made.append(c["name"])
             messages.append({"role": "tool", "tool_call_id": c["id"], "content": out})
     sys.exit("no final answer in 40 turns")
