@@ -67,11 +67,11 @@ pub struct HourArgs {
     #[arg(long, default_value_t = 8)]
     steps: u32,
     /// A new fault starts this often, e.g. `30s`.
-    #[arg(long, default_value = "30s", value_parser = crate::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = crate::duration::parse_duration)]
     #[serde(serialize_with = "crate::ser_duration")]
     fault_every: Duration,
     /// How long each fault lasts (a refused connection: at least 60 s).
-    #[arg(long, default_value = "60s", value_parser = crate::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = crate::duration::parse_duration)]
     #[serde(serialize_with = "crate::ser_duration")]
     fault_lasts: Duration,
     /// Fault-free tasks per client before the faults, the whole fleet at

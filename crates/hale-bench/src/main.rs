@@ -18,6 +18,7 @@
 
 mod bare;
 mod chaos_hour;
+mod duration;
 mod hash;
 mod health;
 mod load;
@@ -43,11 +44,11 @@ static GLOBAL: hale_alloc::Alloc = hale_alloc::ALLOC;
 )]
 struct Args {
     /// Measured time per run, e.g. `10s`, `500ms`.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = duration::parse_duration)]
     #[serde(serialize_with = "ser_duration")]
     duration: Duration,
     /// Warm-up per run (not measured).
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = duration::parse_duration)]
     #[serde(serialize_with = "ser_duration")]
     warmup: Duration,
     /// Concurrencies (closed-loop workers, one connection each), comma-separated.
@@ -109,7 +110,7 @@ struct Args {
     agents_every: Option<u64>,
     /// Sample hale's VmRSS this often during each through-hale run (e.g.
     /// `60s`), printed and written to the JSON.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = duration::parse_duration)]
     #[serde(serialize_with = "ser_opt_duration")]
     rss_every: Option<Duration>,
     /// A peer gateway measured with the same client and load, after the
@@ -287,26 +288,6 @@ enum StreamMode {
 
 fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
-}
-
-/// Parses `10s`, `1.5s`, `500ms`.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else {
-        (s, 1.0)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("not a duration: {s:?} (use e.g. 10s or 500ms)"))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(format!("not a duration: {s:?}"));
-    }
-    Ok(Duration::from_secs_f64(v * scale))
 }
 
 /// One (mode, concurrency) row of the results.
@@ -809,16 +790,6 @@ fn peers_table(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parse_duration_takes_seconds_and_milliseconds() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("-1s").is_err());
-    }
 
     #[test]
     fn table_shows_added_latency_and_ratio_per_row() {
