@@ -29,14 +29,14 @@
 //! /turns/{id}`): missing or repeated ids are counted, and each failed
 //! attempt's class is tallied with how its turn ended.
 //!
-//! Not built yet (reported by the run): the scale-out mode (two hale
+//! Not built yet: the scale-out mode (two hale
 //! instances on PostgreSQL and NATS behind a load balancer), the agent CLIs
 //! and the other SDK loops as clients, Vertex providers, tool nodes, NATS
 //! and webhook event counts, the peer column.
 
 use crate::procs::{self, Proc};
 use anyhow::{Context, bail};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -57,9 +57,6 @@ pub struct HourArgs {
     /// The seed of the fault schedule and of the tasks.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// `embedded` (one hale, SQLite) or `scale-out` (not built yet).
-    #[arg(long, value_enum, default_value_t = Mode::Embedded)]
-    mode: Mode,
     /// Agent loops running at once (client `c` calls route `c % 6`).
     #[arg(long, default_value_t = 6)]
     clients: usize,
@@ -96,16 +93,6 @@ pub struct HourArgs {
     /// Where to write the results as JSON.
     #[arg(long, default_value = "target/chaos-hour.json")]
     out: PathBuf,
-}
-
-/// Where hale runs.
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-enum Mode {
-    /// One `hale serve`, SQLite.
-    Embedded,
-    /// Two instances on PostgreSQL and NATS behind a load balancer.
-    ScaleOut,
 }
 
 /// The provider deployments: (name, kind), one chaos process each.
@@ -495,10 +482,9 @@ pub async fn run(args: HourArgs) -> anyhow::Result<()> {
         schedule(args.seed, total, args.fault_every, args.fault_lasts)
     };
     println!(
-        "chaos hour: seed {}, {} min, mode {:?}, {} clients, {}-step tasks, {} faults",
+        "chaos hour: seed {}, {} min, embedded (one hale, SQLite), {} clients, {}-step tasks, {} faults",
         args.seed,
         args.minutes,
-        args.mode,
         args.clients,
         args.steps,
         plan.len()
@@ -515,11 +501,6 @@ pub async fn run(args: HourArgs) -> anyhow::Result<()> {
     }
     if args.print_schedule {
         return Ok(());
-    }
-    if args.mode == Mode::ScaleOut {
-        bail!(
-            "--mode scale-out is not built yet (two hale instances on PostgreSQL and NATS behind a load balancer); run --mode embedded"
-        );
     }
     let bin = procs::find_hale(args.hale_bin.as_deref())?;
     let python = match &args.python {
@@ -777,10 +758,9 @@ pub async fn run(args: HourArgs) -> anyhow::Result<()> {
     let fmt = |x: Option<f64>, unit: &str| x.map_or("n/a".to_owned(), |v| format!("{v:.1}{unit}"));
     println!();
     println!(
-        "## The chaos hour: seed {}, {:.1} min, {:?}, {} clients ({} faults played)",
+        "## The chaos hour: seed {}, {:.1} min, embedded, {} clients ({} faults played)",
         args.seed,
         wall.as_secs_f64() / 60.0,
-        args.mode,
         args.clients,
         applied.values().sum::<u64>()
     );
@@ -846,7 +826,7 @@ pub async fn run(args: HourArgs) -> anyhow::Result<()> {
     }
     println!();
     println!(
-        "Not measured in this mode yet: events at NATS and the webhook sink, dead letters, the agent CLIs, Vertex, tool nodes (see chaos_hour.rs)."
+        "Not measured yet: events at NATS and the webhook sink, dead letters, the agent CLIs, Vertex, tool nodes (see chaos_hour.rs)."
     );
     let report = json!({
         "args": args,

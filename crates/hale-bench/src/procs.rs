@@ -122,16 +122,7 @@ fn spawn_env(
 
 /// Starts `hale chaos` on a free port and waits until it answers.
 pub async fn start_chaos(bin: &Path, work: &Path) -> anyhow::Result<Proc> {
-    let addr = free_port()?;
-    let mut p = spawn(
-        "chaos",
-        bin,
-        &["chaos".into(), "--listen".into(), addr.to_string()],
-        addr,
-        work,
-    )?;
-    wait_ready(&mut p, "/v1/models").await?;
-    Ok(p)
+    start_chaos_at(bin, work, free_port()?).await
 }
 
 /// Starts `hale chaos` on `addr` (a port it had before: a restart) and
