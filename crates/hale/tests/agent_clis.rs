@@ -26,7 +26,7 @@ use common::chaos_task::{TASK_SCRIPT, assert_task_finished, task_config};
 use common::*;
 use hale_testkit::{CLAUDE, CODEX, GEMINI, cli_or_skip};
 use serde_json::{Value, json};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
@@ -98,17 +98,10 @@ providers:
   - {name: fb2, kind: openai, api: responses, base_url: '{chaos}/v1', default_model: codex-fb}
 ";
 
-/// `codex exec` with a custom model provider whose base URL is hale: the
-/// model's shell call runs, its output goes back through hale, and the
-/// answer — after 503s on the primary and a stream cut on the fallback —
-/// is printed whole. Codex's `store: false` and
-/// `include: ["reasoning.encrypted_content"]` reach the provider as sent.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codex_exec_completes_a_tool_turn_through_a_503_and_a_cut_stream() {
-    let Some(codex) = cli_or_skip(CODEX) else {
-        return;
-    };
-    let rig = ChaosRig::start(CODEX_CONFIG, Some(CODEX_SCRIPT)).await;
+/// `codex exec PROMPT` with a custom model provider whose base URL is hale
+/// (its own retries off: the healing is hale's), in a fresh home and work
+/// directory; its output and the work directory.
+async fn run_codex(codex: &Path, rig: &ChaosRig, prompt: &str) -> (Output, PathBuf) {
     let home = rig.dir.path().join("codex-home");
     let work = rig.dir.path().join("work");
     std::fs::create_dir_all(&home).expect("CODEX_HOME");
@@ -139,14 +132,49 @@ async fn codex_exec_completes_a_tool_turn_through_a_503_and_a_cut_stream() {
         "check_for_update_on_startup=false",
         "-c",
         "analytics.enabled=false",
-        "Run echo hale-tool-ok, then answer.",
+        prompt,
     ];
     let envs = [
         ("CODEX_HOME", home.to_string_lossy().into_owned()),
         ("HOME", home.to_string_lossy().into_owned()),
         ("HALE_TEST_KEY", "sk-hale-test".to_string()),
     ];
-    let out = run_cli(&codex, &args, &work, &envs, &rig).await;
+    (run_cli(codex, &args, &work, &envs, rig).await, work)
+}
+
+/// `claude ARGS` with `ANTHROPIC_BASE_URL` = hale (its own retries off: the
+/// healing is hale's), in a fresh home and work directory; its output and
+/// the work directory.
+async fn run_claude(claude: &Path, rig: &ChaosRig, args: &[&str]) -> (Output, PathBuf) {
+    let home = rig.dir.path().join("claude-home");
+    let work = rig.dir.path().join("work");
+    std::fs::create_dir_all(&home).expect("HOME");
+    std::fs::create_dir_all(&work).expect("workdir");
+    let envs = [
+        ("HOME", home.to_string_lossy().into_owned()),
+        ("ANTHROPIC_BASE_URL", rig.base.clone()),
+        ("ANTHROPIC_API_KEY", "sk-ant-hale-test".to_string()),
+        ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
+        ("DISABLE_TELEMETRY", "1".to_string()),
+        ("DISABLE_ERROR_REPORTING", "1".to_string()),
+        ("DISABLE_AUTOUPDATER", "1".to_string()),
+    ];
+    (run_cli(claude, args, &work, &envs, rig).await, work)
+}
+
+/// `codex exec` with a custom model provider whose base URL is hale: the
+/// model's shell call runs, its output goes back through hale, and the
+/// answer — after 503s on the primary and a stream cut on the fallback —
+/// is printed whole. Codex's `store: false` and
+/// `include: ["reasoning.encrypted_content"]` reach the provider as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_exec_completes_a_tool_turn_through_a_503_and_a_cut_stream() {
+    let Some(codex) = cli_or_skip(CODEX) else {
+        return;
+    };
+    let rig = ChaosRig::start(CODEX_CONFIG, Some(CODEX_SCRIPT)).await;
+    let (out, _) = run_codex(&codex, &rig, "Run echo hale-tool-ok, then answer.").await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     // `codex exec` prints the last agent message on stdout.
@@ -219,22 +247,7 @@ async fn claude_code_completes_a_turn_through_a_503_and_a_cut_stream() {
         return;
     };
     let rig = ChaosRig::start(CLAUDE_CONFIG, None).await;
-    let home = rig.dir.path().join("claude-home");
-    let work = rig.dir.path().join("work");
-    std::fs::create_dir_all(&home).expect("HOME");
-    std::fs::create_dir_all(&work).expect("workdir");
-    let envs = [
-        ("HOME", home.to_string_lossy().into_owned()),
-        ("ANTHROPIC_BASE_URL", rig.base.clone()),
-        ("ANTHROPIC_API_KEY", "sk-ant-hale-test".to_string()),
-        // Claude Code's own retries off: the healing is hale's.
-        ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
-        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
-        ("DISABLE_TELEMETRY", "1".to_string()),
-        ("DISABLE_ERROR_REPORTING", "1".to_string()),
-        ("DISABLE_AUTOUPDATER", "1".to_string()),
-    ];
-    let out = run_cli(&claude, &["-p", "Say hi."], &work, &envs, &rig).await;
+    let (out, _) = run_claude(&claude, &rig, &["-p", "Say hi."]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
 
     assert!(
@@ -402,43 +415,12 @@ async fn codex_exec_finishes_a_six_step_task_through_faults_across_kinds() {
         &[("HALE_TEST_GEMINI_KEY", "k-gemini-test")],
     )
     .await;
-    let home = rig.dir.path().join("codex-home");
-    let work = rig.dir.path().join("work");
-    std::fs::create_dir_all(&home).expect("CODEX_HOME");
-    std::fs::create_dir_all(&work).expect("workdir");
-    let base_url = format!("model_providers.hale.base_url=\"{}/v1\"", rig.base);
-    let args = [
-        "exec",
-        "--skip-git-repo-check",
-        "--dangerously-bypass-approvals-and-sandbox",
-        "-m",
-        "gpt-5-codex",
-        "-c",
-        "model_provider=\"hale\"",
-        "-c",
-        "model_providers.hale.name=\"hale\"",
-        "-c",
-        base_url.as_str(),
-        "-c",
-        "model_providers.hale.wire_api=\"responses\"",
-        "-c",
-        "model_providers.hale.env_key=\"HALE_TEST_KEY\"",
-        "-c",
-        "model_providers.hale.request_max_retries=0",
-        "-c",
-        "model_providers.hale.stream_max_retries=0",
-        "-c",
-        "check_for_update_on_startup=false",
-        "-c",
-        "analytics.enabled=false",
+    let (out, work) = run_codex(
+        &codex,
+        &rig,
         "Run task-41-6 with your shell tool, then report.",
-    ];
-    let envs = [
-        ("CODEX_HOME", home.to_string_lossy().into_owned()),
-        ("HOME", home.to_string_lossy().into_owned()),
-        ("HALE_TEST_KEY", "sk-hale-test".to_string()),
-    ];
-    let out = run_cli(&codex, &args, &work, &envs, &rig).await;
+    )
+    .await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_task_finished(&rig, &stdout, &work, &[1, 2, 3, 4, 5, 6]).await;
 }
@@ -460,27 +442,17 @@ async fn claude_code_finishes_a_six_step_task_through_faults_across_kinds() {
         &[("HALE_TEST_GEMINI_KEY", "k-gemini-test")],
     )
     .await;
-    let home = rig.dir.path().join("claude-home");
-    let work = rig.dir.path().join("work");
-    std::fs::create_dir_all(&home).expect("HOME");
-    std::fs::create_dir_all(&work).expect("workdir");
-    let envs = [
-        ("HOME", home.to_string_lossy().into_owned()),
-        ("ANTHROPIC_BASE_URL", rig.base.clone()),
-        ("ANTHROPIC_API_KEY", "sk-ant-hale-test".to_string()),
-        ("CLAUDE_CODE_MAX_RETRIES", "0".to_string()),
-        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_string()),
-        ("DISABLE_TELEMETRY", "1".to_string()),
-        ("DISABLE_ERROR_REPORTING", "1".to_string()),
-        ("DISABLE_AUTOUPDATER", "1".to_string()),
-    ];
-    let args = [
-        "-p",
-        "Run task-41-6 with the Bash tool, then report.",
-        "--allowedTools",
-        "Bash",
-    ];
-    let out = run_cli(&claude, &args, &work, &envs, &rig).await;
+    let (out, work) = run_claude(
+        &claude,
+        &rig,
+        &[
+            "-p",
+            "Run task-41-6 with the Bash tool, then report.",
+            "--allowedTools",
+            "Bash",
+        ],
+    )
+    .await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_task_finished(&rig, &stdout, &work, &[1, 2, 3, 4, 5, 6]).await;
 }
