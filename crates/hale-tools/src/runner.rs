@@ -440,6 +440,29 @@ async fn attempt(
     (outcome, latency)
 }
 
+/// One call's outcome recorded on the node's health and on the step's
+/// breaker, if it has one: `None` a success, else the failure's class and
+/// the node's `Retry-After`.
+fn record_call(
+    tools: &Tools,
+    step: &StepRequest,
+    node: &Arc<Node>,
+    latency: Duration,
+    failure: Option<(ToolError, Option<Duration>)>,
+) {
+    node.record(Instant::now(), crate::wall_ms(), latency, failure);
+    if let Some(b) = &step.breaker {
+        tools.step_breakers.record(
+            node.name(),
+            &step.tool_name,
+            b,
+            Instant::now(),
+            latency,
+            failure.map(|(error, _)| error),
+        );
+    }
+}
+
 /// A successful attempt: recorded on the node and the step's breaker, a
 /// row of the timeline, the job degraded when it was not the first choice.
 fn succeeded(
@@ -452,17 +475,7 @@ fn succeeded(
     (result, verified): (Value, bool),
 ) -> StepOutcome {
     let attempts = p.attempts;
-    node.record(Instant::now(), crate::wall_ms(), latency, None);
-    if let Some(b) = &step.breaker {
-        tools.step_breakers.record(
-            node.name(),
-            &step.tool_name,
-            b,
-            Instant::now(),
-            latency,
-            None,
-        );
-    }
+    record_call(tools, step, node, latency, None);
     job.timeline.push(Attempt {
         step: step.step_id.clone(),
         node: node.name().to_owned(),
@@ -532,22 +545,7 @@ fn record_failure(
     (started_ms, latency): (u64, Duration),
 ) -> ToolError {
     let error = rules::classify(&f.obs);
-    node.record(
-        Instant::now(),
-        crate::wall_ms(),
-        latency,
-        Some((error, f.retry_after)),
-    );
-    if let Some(b) = &step.breaker {
-        tools.step_breakers.record(
-            node.name(),
-            &step.tool_name,
-            b,
-            Instant::now(),
-            latency,
-            Some(error),
-        );
-    }
+    record_call(tools, step, node, latency, Some((error, f.retry_after)));
     job.timeline.push(Attempt {
         step: step.step_id.clone(),
         node: node.name().to_owned(),
