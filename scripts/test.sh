@@ -2,9 +2,10 @@
 # Runs hale's whole test suite from a clean clone.
 # Installs what a fresh machine lacks: nats-server, chromium and
 # chromium-driver (Debian packages), a Python venv with the official `openai`
-# and `mcp` SDKs, the pinned OpenAI Agents SDK and the pinned google-genai SDK
-# used by the end-to-end SDK tests, and the pinned agent CLIs (Codex, Claude
-# Code, Gemini CLI; npm) in .clis/.
+# and `mcp` SDKs, the pinned OpenAI Agents SDK, the pinned google-genai SDK
+# and the pinned anthropic SDK used by the end-to-end SDK tests and
+# hale-bench chaos-hour, and the pinned agent CLIs (Codex, Claude Code,
+# Gemini CLI; npm) in .clis/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,6 +43,12 @@ GENAI_VERSION=3.6.1
 if [ "$(.venv/bin/python -c 'from importlib.metadata import version; print(version("google-genai"))' 2>/dev/null)" != "$GENAI_VERSION" ]; then
   echo "installing google-genai==$GENAI_VERSION into .venv"
   .venv/bin/pip install -q --disable-pip-version-check "google-genai==$GENAI_VERSION"
+fi
+# The anthropic SDK of hale-bench chaos-hour's Messages agent loop, pinned.
+ANTHROPIC_VERSION=2.10.0
+if [ "$(.venv/bin/python -c 'from importlib.metadata import version; print(version("anthropic"))' 2>/dev/null)" != "$ANTHROPIC_VERSION" ]; then
+  echo "installing anthropic==$ANTHROPIC_VERSION into .venv"
+  .venv/bin/python -m pip install -q --disable-pip-version-check "anthropic==$ANTHROPIC_VERSION"
 fi
 export HALE_PYTHON="$PWD/.venv/bin/python"
 

@@ -5,13 +5,18 @@
 //! One `hale chaos` process per provider kind — OpenAI chat, the Responses
 //! API, Anthropic, Gemini, Azure, Bedrock (Converse, API key) — each
 //! serving the task model (`task`: the task the prompt names, see
-//! hale-chaos's README), and one `hale serve` (embedded: SQLite) with two
-//! routes that fail over across kinds. A fleet of agent loops (the `openai`
-//! SDK's Chat Completions loop of `crates/hale/tests/sdk/task_loop.py`, its
-//! own retries off: the healing measured is hale's) runs task after task,
-//! each a `task-<seed>-<steps>` of shell and echo calls, and each final
-//! answer is checked with `hale_chaos::task::check` and the files of its
-//! shell steps: finished means finished correctly.
+//! hale-chaos's README); three more chaos processes as tool nodes
+//! ([`TOOL_NODES`], `echo` among their tools); and hale ([`start_hale`]:
+//! the embedded mode's one `hale serve` on SQLite) with six routes that
+//! fail over across kinds. A fleet of agent loops — `--clients` of each
+//! [`ClientKind`]: the `openai` SDK's Chat Completions, the `anthropic`
+//! SDK's Messages, the `google-genai` SDK, the OpenAI Agents SDK on
+//! Responses with `echo` from hale's `/mcp`; scripts in
+//! `crates/hale/tests/sdk/`, each SDK's own retries off: the healing
+//! measured is hale's — runs task after task, each a
+//! `task-<seed>-<steps>` of shell and echo calls, and each final answer is
+//! checked with `hale_chaos::task::check` and the files of its shell
+//! steps: finished means finished correctly.
 //!
 //! The faults come from [`schedule`], a pure function of the seed: a new
 //! fault every `--fault-every` (30 s) on a drawn deployment, lasting
@@ -19,25 +24,33 @@
 //! and `--print-schedule` prints it alone. A fault is a `POST
 //! /chaos/override` on its deployment's chaos, cleared when it ends, or —
 //! for "refusing connections" — the chaos process stopped and started again
-//! on its port.
+//! on its port; a tool node crashes (its chaos stopped and started again)
+//! or hangs (`POST /chaos/tools/fault hang`).
 //!
-//! Before the faults, `--baseline-tasks` tasks per client run fault-free,
-//! the whole fleet at once:
-//! their provider tokens (counted by chaos) and wall times are the
-//! reference of the table's "extra tokens" and "wall time" rows. After the
-//! run every answered turn's id is looked up in hale's journal (`GET
-//! /turns/{id}`): missing or repeated ids are counted, and each failed
-//! attempt's class is tallied with how its turn ended.
+//! The reference of the "extra tokens" and "wall time" rows is an earlier
+//! `--no-faults` run of the same seed, length and fleet (`--reference
+//! <its JSON>`): run once per workload and reused by every faulted run of
+//! it (a re-run after a fix compares with the same one, and the hour is
+//! not doubled). Without it, `--baseline-tasks` warm-up tasks per loop run
+//! fault-free first. After the run every answered turn's id is looked up
+//! in hale's journal (`GET /turns/{id}`): missing or repeated ids are
+//! counted; each played fault's window (wall clock) is matched with the
+//! journalled attempts on its deployment, so the table says per fault
+//! class how many turns it touched and how each ended ([`ending`]).
 //!
-//! Not built yet: the scale-out mode (two hale
-//! instances on PostgreSQL and NATS behind a load balancer), the agent CLIs
-//! and the other SDK loops as clients, Vertex providers, tool nodes, NATS
-//! and webhook event counts, the peer column.
+//! The run is its steps: [`start_providers`], [`start_hale`],
+//! [`start_fleet`], `Player::play` (the schedule), [`read_journal`],
+//! [`print_table`].
+//!
+//! Not built yet: the scale-out mode (two hale instances on PostgreSQL and
+//! NATS behind a load balancer), the agent CLIs as clients, Vertex
+//! providers, NATS and webhook event counts, tool-job outcomes per tool
+//! fault, the peer column.
 
 use crate::procs::{self, Proc};
 use anyhow::{Context, bail};
 use clap::Parser;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -57,9 +70,18 @@ pub struct HourArgs {
     /// The seed of the fault schedule and of the tasks.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Agent loops running at once (client `c` calls route `c % 6`).
+    /// Agent loops of each kind running at once (loop `c` of a kind calls
+    /// route `c % 6`).
     #[arg(long, default_value_t = 6)]
     clients: usize,
+    /// The kinds of agent loop in the fleet, `--clients` of each.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "chat,messages,genai,agents"
+    )]
+    kinds: Vec<ClientKind>,
     /// Steps (tool calls) of each task.
     #[arg(long, default_value_t = 8)]
     steps: u32,
@@ -75,24 +97,80 @@ pub struct HourArgs {
     /// once (the reference of the extra tokens and the wall times).
     #[arg(long, default_value_t = 2)]
     baseline_tasks: usize,
-    /// No faults at all: the fault-free run of the same seed.
+    /// No faults at all: the fault-free run of the same seed and length,
+    /// the reference a faulted run is compared with (`--reference`).
     #[arg(long)]
     no_faults: bool,
+    /// The results JSON of an earlier `--no-faults` run of the same seed,
+    /// length, clients and steps: the table's extra tokens and wall times
+    /// are against it (no warm-up tasks are run). Without it they are
+    /// against the `--baseline-tasks` warm-up.
+    #[arg(long)]
+    reference: Option<PathBuf>,
     /// Print the fault schedule and exit.
     #[arg(long)]
     print_schedule: bool,
-    /// The Python with the `openai` SDK; default: `HALE_PYTHON`, else `.venv/bin/python`.
+    /// The Python with the SDKs (scripts/test.sh's venv); default:
+    /// `HALE_PYTHON`, else `.venv/bin/python`.
     #[arg(long)]
     python: Option<PathBuf>,
-    /// The agent loop.
-    #[arg(long, default_value = "crates/hale/tests/sdk/task_loop.py")]
-    agent_loop: PathBuf,
+    /// The directory of the agent loops (`ClientKind::script`).
+    #[arg(long, default_value = "crates/hale/tests/sdk")]
+    sdk_dir: PathBuf,
     /// The hale binary; default: `hale` next to this binary, or target/release/hale.
     #[arg(long)]
     hale_bin: Option<PathBuf>,
     /// Where to write the results as JSON.
     #[arg(long, default_value = "target/chaos-hour.json")]
     out: PathBuf,
+}
+
+/// A kind of agent loop in the fleet: an SDK's own loop with function
+/// tools, each script in `--sdk-dir` with one contract (`MODEL BASE_URL
+/// WORKDIR PROMPT` in, one JSON object out: `final` or `error`,
+/// `turn_ids`, `failed_turn_id`), each with its SDK's retries off.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientKind {
+    /// The `openai` SDK's Chat Completions.
+    Chat,
+    /// The `anthropic` SDK's Messages.
+    Messages,
+    /// The `google-genai` SDK (Gemini's generateContent).
+    Genai,
+    /// The OpenAI Agents SDK (Responses), `echo` from hale's `/mcp`.
+    Agents,
+}
+
+impl ClientKind {
+    fn script(self) -> &'static str {
+        match self {
+            ClientKind::Chat => "task_loop.py",
+            ClientKind::Messages => "messages_loop.py",
+            ClientKind::Genai => "genai_loop.py",
+            ClientKind::Agents => "agents_loop.py",
+        }
+    }
+
+    /// The base URL its SDK is given, from hale's root.
+    fn base(self, root: &str) -> String {
+        match self {
+            ClientKind::Chat => format!("{root}/v1"),
+            ClientKind::Messages | ClientKind::Genai | ClientKind::Agents => root.to_owned(),
+        }
+    }
+
+    /// Its name in the table.
+    fn name(self) -> &'static str {
+        match self {
+            ClientKind::Chat => "openai SDK Chat Completions loop",
+            ClientKind::Messages => "anthropic SDK Messages loop",
+            ClientKind::Genai => "google-genai loop",
+            ClientKind::Agents => "OpenAI Agents SDK (Responses, `echo` via hale's /mcp)",
+        }
+    }
 }
 
 /// The provider deployments: (name, kind), one chaos process each.
@@ -103,6 +181,15 @@ pub const DEPLOYMENTS: [(&str, &str); 6] = [
     ("ge", "gemini"),
     ("az", "azure"),
     ("br", "bedrock"),
+];
+
+/// The tool nodes behind hale's tool routing (`tool_nodes`, every one
+/// serving chaos's tools, `echo` among them): (name, kind), one chaos
+/// process each. The schedule crashes the first and hangs the second.
+pub const TOOL_NODES: [(&str, &str); 3] = [
+    ("local:tools_a", "mcp"),
+    ("local:tools_b", "http"),
+    ("local:tools_c", "mcp"),
 ];
 
 /// The routes the clients call, each across kinds (deployment indexes):
@@ -138,11 +225,13 @@ pub enum FaultClass {
     Malformed,
     CredentialRefused,
     SlowForMinutes,
+    ToolNodeCrash,
+    ToolNodeHang,
 }
 
 impl FaultClass {
     /// Every class, in the order the schedule draws from.
-    pub const ALL: [FaultClass; 13] = [
+    pub const ALL: [FaultClass; 15] = [
         FaultClass::RateLimitRetryAfter,
         FaultClass::RateLimit,
         FaultClass::Burst503,
@@ -156,6 +245,8 @@ impl FaultClass {
         FaultClass::Malformed,
         FaultClass::CredentialRefused,
         FaultClass::SlowForMinutes,
+        FaultClass::ToolNodeCrash,
+        FaultClass::ToolNodeHang,
     ];
 
     /// The class's name in the table.
@@ -174,13 +265,28 @@ impl FaultClass {
             FaultClass::Malformed => "malformed JSON",
             FaultClass::CredentialRefused => "credential refused",
             FaultClass::SlowForMinutes => "slow for minutes",
+            FaultClass::ToolNodeCrash => "tool node crashed and restarted",
+            FaultClass::ToolNodeHang => "tool node hanging",
         }
     }
 
-    /// The chaos override that plays it (`None`: the chaos process is
-    /// stopped instead, so the provider refuses connections).
+    /// The tool node it strikes ([`TOOL_NODES`] index): the first is the
+    /// one that crashes, the second the one that hangs; `None`: a provider
+    /// fault.
+    pub fn tool_node(self) -> Option<usize> {
+        match self {
+            FaultClass::ToolNodeCrash => Some(0),
+            FaultClass::ToolNodeHang => Some(1),
+            _ => None,
+        }
+    }
+
+    /// The chaos override that plays it on a provider (`None`: the chaos
+    /// process is stopped instead, so the provider refuses connections; or
+    /// a tool node's fault).
     pub fn spec(self) -> Option<&'static str> {
         Some(match self {
+            FaultClass::ToolNodeCrash | FaultClass::ToolNodeHang => return None,
             FaultClass::RateLimitRetryAfter => "rate-limit:retry_after=2",
             FaultClass::RateLimit => "rate-limit",
             FaultClass::Burst503 => "error-503:times=6",
@@ -214,9 +320,20 @@ pub struct Planned {
     pub at: Duration,
     #[serde(serialize_with = "crate::ser_duration")]
     pub lasts: Duration,
-    /// Index into [`DEPLOYMENTS`].
+    /// Index into [`DEPLOYMENTS`], or into [`TOOL_NODES`] for a tool
+    /// node's fault ([`FaultClass::tool_node`]).
     pub deployment: usize,
     pub class: FaultClass,
+}
+
+impl Planned {
+    /// The name of the deployment or tool node it strikes.
+    pub fn target(&self) -> &'static str {
+        match self.class.tool_node() {
+            Some(_) => TOOL_NODES[self.deployment].0,
+            None => DEPLOYMENTS[self.deployment].0,
+        }
+    }
 }
 
 /// SplitMix64: a small, fixed generator, so a seed means one schedule on
@@ -250,7 +367,8 @@ pub fn schedule(seed: u64, total: Duration, every: Duration, lasts: Duration) ->
     let mut at = every;
     while at < total {
         let class = FaultClass::ALL[rng.below(FaultClass::ALL.len())];
-        let deployment = rng.below(DEPLOYMENTS.len());
+        let drawn = rng.below(DEPLOYMENTS.len());
+        let deployment = class.tool_node().unwrap_or(drawn);
         out.push(Planned {
             at,
             lasts: lasts.max(class.min_lasts()),
@@ -272,15 +390,19 @@ pub fn task_of(seed: u64, client: usize, n: u64, steps: u32) -> hale_chaos::task
 }
 
 /// One task's end.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct TaskEnd {
     client: usize,
-    route: &'static str,
+    kind: ClientKind,
+    route: String,
     task: String,
     /// `None`: finished correctly; else why not.
     failure: Option<String>,
     wall_s: f64,
     turn_ids: Vec<String>,
+    /// hale's id of the turn it failed to the client, when it said one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failed_turn_id: Option<String>,
 }
 
 /// The chaos processes, by deployment; a stopped one is `None` with its address kept.
@@ -325,7 +447,12 @@ fn tokens(stats: &[hale_chaos::Stats]) -> (u64, u64) {
 
 /// hale's config: the six providers at their chaos, the two routes, the
 /// timeouts an operator with a few-second objective would set.
-fn hale_yaml(listen: SocketAddr, data: &Path, addrs: &[SocketAddr]) -> String {
+pub fn hale_yaml(
+    listen: SocketAddr,
+    data: &Path,
+    addrs: &[SocketAddr],
+    tool_nodes: &[SocketAddr],
+) -> String {
     let mut y = format!(
         "listen: {listen}\ndata_dir: {data:?}\nretry:\n  server_error: {{max_attempts: 2, initial_ms: 50, max_ms: 500}}\nroutes:\n",
         data = data.display().to_string()
@@ -361,6 +488,18 @@ fn hale_yaml(listen: SocketAddr, data: &Path, addrs: &[SocketAddr]) -> String {
             "  - {{name: {name}, {p}, default_model: {MODEL}, {timeouts}}}\n"
         ));
     }
+    // `echo` may run again on another node: it is deterministic.
+    y.push_str("tool_nodes:\n");
+    for (i, (name, kind)) in TOOL_NODES.iter().enumerate() {
+        let a = tool_nodes[i];
+        let url = match *kind {
+            "mcp" => format!("http://{a}/mcp"),
+            _ => format!("http://{a}"),
+        };
+        y.push_str(&format!(
+            "  - {{name: '{name}', kind: {kind}, url: '{url}', deterministic: [echo]}}\n"
+        ));
+    }
     y
 }
 
@@ -371,29 +510,36 @@ const KEYS: [(&str, &str); 3] = [
 ];
 
 /// Runs one task through `route` with the agent loop; its end.
-async fn run_task(
-    ctx: &Ctx,
-    client: usize,
-    route: &'static str,
-    task: hale_chaos::task::Task,
-) -> TaskEnd {
+async fn run_task(ctx: &Ctx, client: Client, task: hale_chaos::task::Task) -> TaskEnd {
+    let Client {
+        index: client,
+        kind,
+        route,
+    } = client;
     let t0 = Instant::now();
     let dir = ctx.work.join(format!("c{client}-{}", task.name()));
     let end = |failure: Option<String>, turn_ids: Vec<String>| TaskEnd {
         client,
-        route,
+        kind,
+        route: route.to_owned(),
         task: task.name(),
         failure,
         wall_s: t0.elapsed().as_secs_f64(),
         turn_ids,
+        failed_turn_id: None,
     };
     if let Err(e) = std::fs::create_dir_all(&dir) {
         return end(Some(format!("no work dir: {e}")), Vec::new());
     }
     let prompt = format!("Run {}, then report.", task.name());
     let out = tokio::process::Command::new(&ctx.python)
-        .arg(&ctx.agent_loop)
-        .args([route, &ctx.base_v1, &dir.display().to_string(), &prompt])
+        .arg(ctx.sdk_dir.join(kind.script()))
+        .args([
+            route,
+            &kind.base(&ctx.root),
+            &dir.display().to_string(),
+            &prompt,
+        ])
         .kill_on_drop(true)
         .output()
         .await;
@@ -429,14 +575,17 @@ async fn run_task(
         Some(format!("the agent loop failed ({}): {last}", out.status))
     };
     let _ = std::fs::remove_dir_all(&dir);
-    end(failure, ids)
+    let mut e = end(failure, ids);
+    e.failed_turn_id = v["failed_turn_id"].as_str().map(str::to_owned);
+    e
 }
 
 /// What every task needs.
 struct Ctx {
     python: PathBuf,
-    agent_loop: PathBuf,
-    base_v1: String,
+    sdk_dir: PathBuf,
+    /// hale's root URL.
+    root: String,
     work: PathBuf,
 }
 
@@ -448,11 +597,11 @@ struct Sample {
     fds: Option<usize>,
 }
 
-fn sample(pid: u32, at: &'static str) -> Sample {
+fn sample(pid: Option<u32>, at: &'static str) -> Sample {
     Sample {
         at,
-        rss_kib: procs::rss_kib(pid).map(|(r, _)| r),
-        fds: procs::open_fds(pid),
+        rss_kib: pid.and_then(procs::rss_kib).map(|(r, _)| r),
+        fds: pid.and_then(procs::open_fds),
     }
 }
 
@@ -474,34 +623,251 @@ fn walls(ends: &[TaskEnd]) -> Vec<f64> {
     w
 }
 
-pub async fn run(args: HourArgs) -> anyhow::Result<()> {
-    let total = Duration::from_secs_f64(args.minutes * 60.0);
-    let plan = if args.no_faults {
-        Vec::new()
+/// What the extra tokens and wall times are measured against.
+#[derive(Debug, Clone, Serialize)]
+struct Reference {
+    /// Where it came from, as the table says.
+    label: String,
+    /// Provider tokens (input, output) per finished task.
+    per_task: (f64, f64),
+    /// Wall times of its finished tasks, sorted.
+    walls: Vec<f64>,
+}
+
+/// The reference of an earlier `--no-faults` run's results: refused unless
+/// it ran the same seed, length, clients and steps without faults (another
+/// workload would be no reference).
+fn load_reference(path: &Path, args: &HourArgs) -> anyhow::Result<Reference> {
+    let text = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let v: Value = serde_json::from_slice(&text)
+        .with_context(|| format!("{} is not a chaos-hour results file", path.display()))?;
+    let a = &v["args"];
+    if a["no_faults"] != true {
+        bail!("{} is not a --no-faults run", path.display());
+    }
+    let same = [
+        ("seed", json!(args.seed)),
+        ("minutes", json!(args.minutes)),
+        ("clients", json!(args.clients)),
+        ("steps", json!(args.steps)),
+        ("kinds", json!(args.kinds)),
+    ];
+    for (k, want) in same {
+        if a[k] != want {
+            bail!(
+                "{} ran --{k} {}, this run {want}: not the same workload",
+                path.display(),
+                a[k]
+            );
+        }
+    }
+    let tasks: Vec<TaskEnd> = serde_json::from_value(v["tasks"].clone())
+        .with_context(|| format!("{}: no tasks", path.display()))?;
+    let finished = tasks.iter().filter(|t| t.failure.is_none()).count().max(1) as f64;
+    let run = |i: usize| v["tokens"]["run"][i].as_f64().unwrap_or(0.0) / finished;
+    Ok(Reference {
+        label: format!("the fault-free run {}", path.display()),
+        per_task: (run(0), run(1)),
+        walls: walls(&tasks),
+    })
+}
+
+/// A played fault's window on the wall clock (Unix ms), as hale's journal
+/// times its attempts.
+#[derive(Debug, Clone, Serialize)]
+struct Window {
+    /// Index into the schedule.
+    fault: usize,
+    deployment: &'static str,
+    class: FaultClass,
+    from_ms: u64,
+    to_ms: u64,
+}
+
+/// How a turn a fault touched ended, from its journalled timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Ending {
+    /// Its attempt on the faulted deployment failed, a later one there answered.
+    HealedSame,
+    /// Another deployment answered, from the start.
+    FailedOver,
+    /// An attempt resumed the broken stream (on any deployment).
+    Resumed,
+    /// hale failed the turn to the client.
+    FailedToClient,
+    /// Its attempt on the faulted deployment answered (a latency fault, or
+    /// the fault's count spent).
+    Unharmed,
+    /// hale passed the deployment over (ejected, breaker open) without
+    /// calling it.
+    RoutedAround,
+}
+
+impl Ending {
+    const ALL: [Ending; 6] = [
+        Ending::HealedSame,
+        Ending::FailedOver,
+        Ending::Resumed,
+        Ending::FailedToClient,
+        Ending::Unharmed,
+        Ending::RoutedAround,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Ending::HealedSame => "healed on the same deployment",
+            Ending::FailedOver => "failed over",
+            Ending::Resumed => "resumed mid-stream",
+            Ending::FailedToClient => "failed to the client",
+            Ending::Unharmed => "answered through it",
+            Ending::RoutedAround => "routed around",
+        }
+    }
+}
+
+/// A journalled turn, as `GET /turns/{id}` shows it.
+#[derive(Debug, Clone, Deserialize)]
+struct JournalTurn {
+    status: String,
+    started_ms: u64,
+    #[serde(default)]
+    timeline: Vec<Row>,
+    #[serde(default)]
+    skipped: Vec<Row>,
+}
+
+/// One timeline row (an attempt, or a deployment passed over).
+#[derive(Debug, Clone, Deserialize)]
+struct Row {
+    target: String,
+    start_ms: u64,
+    #[serde(default)]
+    duration_ms: u64,
+    #[serde(default)]
+    class: Option<String>,
+    #[serde(default)]
+    resume: Option<String>,
+}
+
+/// Whether `turn` met the fault of `w`, and how it ended: it met it if an
+/// attempt on the faulted deployment overlapped the window, or the
+/// deployment was passed over inside it. Pure.
+fn ending(w: &Window, turn: &JournalTurn) -> Option<Ending> {
+    let on = |r: &Row| r.target.split('/').next() == Some(w.deployment);
+    let from = |r: &Row| turn.started_ms + r.start_ms;
+    let hits: Vec<&Row> = turn
+        .timeline
+        .iter()
+        .filter(|r| on(r) && from(r) <= w.to_ms && from(r) + r.duration_ms >= w.from_ms)
+        .collect();
+    let passed = turn
+        .skipped
+        .iter()
+        .any(|r| on(r) && (w.from_ms..=w.to_ms).contains(&from(r)));
+    if hits.is_empty() && !passed {
+        return None;
+    }
+    Some(if turn.status != "succeeded" {
+        Ending::FailedToClient
+    } else if hits.is_empty() {
+        Ending::RoutedAround
+    } else if hits.iter().all(|r| r.class.is_none()) {
+        Ending::Unharmed
+    } else if turn.timeline.iter().any(|r| r.resume.is_some()) {
+        Ending::Resumed
+    } else if turn
+        .timeline
+        .last()
+        .is_some_and(|r| on(r) && r.class.is_none())
+    {
+        Ending::HealedSame
     } else {
-        schedule(args.seed, total, args.fault_every, args.fault_lasts)
-    };
-    println!(
-        "chaos hour: seed {}, {} min, embedded (one hale, SQLite), {} clients, {}-step tasks, {} faults",
-        args.seed,
-        args.minutes,
-        args.clients,
-        args.steps,
-        plan.len()
+        Ending::FailedOver
+    })
+}
+
+/// Per played fault, the turns it touched by how each ended.
+fn fault_endings(windows: &[Window], turns: &[JournalTurn]) -> Vec<BTreeMap<Ending, u64>> {
+    windows
+        .iter()
+        .map(|w| {
+            let mut by: BTreeMap<Ending, u64> = BTreeMap::new();
+            for e in turns.iter().filter_map(|t| ending(w, t)) {
+                *by.entry(e).or_default() += 1;
+            }
+            by
+        })
+        .collect()
+}
+
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// What starting hale needs: the binary, the run's work directory, and the
+/// providers' addresses (by [`DEPLOYMENTS`] index).
+pub struct HaleConfig<'a> {
+    pub bin: &'a Path,
+    pub work: &'a Path,
+    pub providers: &'a [SocketAddr],
+    /// The tool nodes' addresses (by [`TOOL_NODES`] index).
+    pub tool_nodes: &'a [SocketAddr],
+}
+
+/// The hale the fleet calls: its base URL (`http://host:port`, the
+/// clients add `/v1`, the journal is read at `/turns`) and its processes,
+/// held to keep them running. The first is sampled for RSS and fds.
+pub struct Hale {
+    pub base: String,
+    pub procs: Vec<Proc>,
+}
+
+impl Hale {
+    fn pid(&self) -> Option<u32> {
+        self.procs.first().map(|p| p.child.id())
+    }
+
+    fn logs(&self) -> String {
+        let logs: Vec<String> = self
+            .procs
+            .iter()
+            .map(|p| p.log.display().to_string())
+            .collect();
+        logs.join(", ")
+    }
+}
+
+/// The embedded mode's hale: one `hale serve` on SQLite.
+pub async fn start_hale(cfg: &HaleConfig<'_>) -> anyhow::Result<Hale> {
+    let listen = procs::free_port()?;
+    let yaml = hale_yaml(
+        listen,
+        &cfg.work.join("data"),
+        cfg.providers,
+        cfg.tool_nodes,
     );
-    for f in &plan {
-        println!(
-            "  +{:>5.0}s  {:<3} {:<34} for {:.0}s  ({})",
-            f.at.as_secs_f64(),
-            DEPLOYMENTS[f.deployment].0,
-            f.class.name(),
-            f.lasts.as_secs_f64(),
-            f.class.spec().unwrap_or("chaos stopped")
-        );
-    }
-    if args.print_schedule {
-        return Ok(());
-    }
+    let p = procs::start_hale_env(cfg.bin, cfg.work, listen, &yaml, &KEYS).await?;
+    Ok(Hale {
+        base: format!("http://{listen}"),
+        procs: vec![p],
+    })
+}
+
+/// The run's fixed parts: the binaries, the work directory (removed on
+/// drop), the HTTP client of the bench's own calls.
+struct Setup {
+    bin: PathBuf,
+    python: PathBuf,
+    sdk_dir: PathBuf,
+    _tmp: tempfile::TempDir,
+    work: PathBuf,
+    http: reqwest::Client,
+}
+
+fn setup(args: &HourArgs) -> anyhow::Result<Setup> {
     let bin = procs::find_hale(args.hale_bin.as_deref())?;
     let python = match &args.python {
         Some(p) => p.clone(),
@@ -509,11 +875,14 @@ pub async fn run(args: HourArgs) -> anyhow::Result<()> {
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(".venv/bin/python")),
     };
-    if !args.agent_loop.is_file() {
-        bail!(
-            "no agent loop at {} (run from the workspace root or pass --agent-loop)",
-            args.agent_loop.display()
-        );
+    for k in &args.kinds {
+        let script = args.sdk_dir.join(k.script());
+        if !script.is_file() {
+            bail!(
+                "no agent loop at {} (run from the workspace root or pass --sdk-dir)",
+                script.display()
+            );
+        }
     }
     let tmp = tempfile::tempdir()?;
     let work = tmp.path().to_path_buf();
@@ -521,42 +890,84 @@ pub async fn run(args: HourArgs) -> anyhow::Result<()> {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()?;
+    Ok(Setup {
+        bin,
+        python,
+        sdk_dir: std::fs::canonicalize(&args.sdk_dir)?,
+        _tmp: tmp,
+        work,
+        http,
+    })
+}
 
+/// One chaos process per deployment, each on a port of its own.
+async fn start_providers(bin: &Path, work: &Path) -> anyhow::Result<Providers> {
+    start_chaoses(bin, work, DEPLOYMENTS.len()).await
+}
+
+/// One chaos process per tool node (its tool node is the part used).
+async fn start_tool_nodes(bin: &Path, work: &Path) -> anyhow::Result<Providers> {
+    start_chaoses(bin, work, TOOL_NODES.len()).await
+}
+
+async fn start_chaoses(bin: &Path, work: &Path, n: usize) -> anyhow::Result<Providers> {
     let mut providers = Providers {
         procs: Vec::new(),
         addrs: Vec::new(),
         gone: Vec::new(),
     };
-    for _ in DEPLOYMENTS {
-        let p = procs::start_chaos(&bin, &work).await?;
+    for _ in 0..n {
+        let p = procs::start_chaos(bin, work).await?;
         providers.addrs.push(p.addr);
         providers.procs.push(Some(p));
     }
-    let listen = procs::free_port()?;
-    let yaml = hale_yaml(listen, &work.join("data"), &providers.addrs);
-    let hale = procs::start_hale_env(&bin, &work, listen, &yaml, &KEYS).await?;
-    let pid = hale.child.id();
-    let ctx = Arc::new(Ctx {
-        python,
-        agent_loop: std::fs::canonicalize(&args.agent_loop)?,
-        base_v1: format!("http://{listen}/v1"),
-        work: work.clone(),
-    });
+    Ok(providers)
+}
 
-    // The fault-free reference.
-    // The fault-free reference, as the run's fleet: every client at once,
-    // `baseline_tasks` each (their tasks are the run's next ones of another
-    // seed, so none repeats a task of the run).
-    let before = tokens(&providers.stats(&http).await);
+fn print_schedule(args: &HourArgs, plan: &[Planned]) {
+    println!(
+        "chaos hour: seed {}, {} min, embedded (one hale, SQLite), {} loops of each of {:?}, {}-step tasks, {} faults",
+        args.seed,
+        args.minutes,
+        args.clients,
+        args.kinds,
+        args.steps,
+        plan.len()
+    );
+    for f in plan {
+        println!(
+            "  +{:>5.0}s  {:<13} {:<34} for {:.0}s  ({})",
+            f.at.as_secs_f64(),
+            f.target(),
+            f.class.name(),
+            f.lasts.as_secs_f64(),
+            match (f.class.spec(), f.class) {
+                (Some(spec), _) => spec,
+                (None, FaultClass::ToolNodeHang) => "tools fault hang",
+                (None, _) => "chaos stopped",
+            }
+        );
+    }
+}
+
+/// The fault-free warm-up, as the run's fleet: every client at once,
+/// `baseline_tasks` each (their tasks are of another seed, so none repeats
+/// a task of the run). Its ends and its provider tokens per finished task.
+async fn run_baseline(
+    ctx: &Arc<Ctx>,
+    args: &HourArgs,
+    providers: &Providers,
+    http: &reqwest::Client,
+) -> (Vec<TaskEnd>, (f64, f64)) {
+    let before = tokens(&providers.stats(http).await);
     let mut fleet = Vec::new();
-    for c in 0..args.clients {
+    for c in clients(args) {
         let ctx = ctx.clone();
         let (seed, steps, n) = (!args.seed, args.steps, args.baseline_tasks);
         fleet.push(tokio::spawn(async move {
-            let route = ROUTES[c % ROUTES.len()].0;
             let mut out = Vec::new();
             for k in 0..n as u64 {
-                out.push(run_task(&ctx, c, route, task_of(seed, c, k, steps)).await);
+                out.push(run_task(&ctx, c, task_of(seed, c.index, k, steps)).await);
             }
             out
         }));
@@ -565,148 +976,271 @@ pub async fn run(args: HourArgs) -> anyhow::Result<()> {
     for f in fleet {
         baseline.extend(f.await.unwrap_or_default());
     }
-    let after = tokens(&providers.stats(&http).await);
-    let base_ok = baseline.iter().filter(|e| e.failure.is_none()).count();
-    if base_ok == 0 && args.baseline_tasks > 0 {
-        bail!(
-            "no fault-free task finished: {:?}\nhale log: {}",
-            baseline.first().and_then(|e| e.failure.clone()),
-            hale.log.display()
-        );
-    }
-    let per_task = |t: u64| t as f64 / base_ok.max(1) as f64;
-    let base_in = per_task(after.0 - before.0);
-    let base_out = per_task(after.1 - before.1);
+    let after = tokens(&providers.stats(http).await);
+    let ok = baseline.iter().filter(|e| e.failure.is_none()).count();
+    let per_task = |t: u64| t as f64 / ok.max(1) as f64;
+    let per = (per_task(after.0 - before.0), per_task(after.1 - before.1));
+    (baseline, per)
+}
 
-    // The faulted run.
-    let start_tokens = tokens(&providers.stats(&http).await);
-    let mut samples = vec![sample(pid, "start")];
-    let t0 = Instant::now();
-    let deadline = t0 + total;
+/// One agent loop of the fleet.
+#[derive(Debug, Clone, Copy)]
+struct Client {
+    /// Across the fleet (its tasks' seeds come from it).
+    index: usize,
+    kind: ClientKind,
+    route: &'static str,
+}
+
+/// The fleet's loops: `--clients` of each kind, loop `c` of a kind on
+/// route `c % 6`.
+fn clients(args: &HourArgs) -> Vec<Client> {
+    let mut out = Vec::new();
+    for &kind in &args.kinds {
+        for c in 0..args.clients {
+            out.push(Client {
+                index: out.len(),
+                kind,
+                route: ROUTES[c % ROUTES.len()].0,
+            });
+        }
+    }
+    out
+}
+
+/// The fleet: each client runs task after task until the deadline.
+struct Fleet {
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    ends: Arc<Mutex<Vec<TaskEnd>>>,
+}
+
+fn start_fleet(ctx: &Arc<Ctx>, args: &HourArgs, deadline: Instant) -> Fleet {
     let ends: Arc<Mutex<Vec<TaskEnd>>> = Arc::default();
     let mut workers = Vec::new();
-    for c in 0..args.clients {
+    for c in clients(args) {
         let (ctx, ends) = (ctx.clone(), ends.clone());
         let (seed, steps) = (args.seed, args.steps);
         workers.push(tokio::spawn(async move {
-            let route = ROUTES[c % ROUTES.len()].0;
             let mut n = 0u64;
             while Instant::now() < deadline {
-                let end = run_task(&ctx, c, route, task_of(seed, c, n, steps)).await;
+                let end = run_task(&ctx, c, task_of(seed, c.index, n, steps)).await;
                 ends.lock().unwrap_or_else(|p| p.into_inner()).push(end);
                 n += 1;
             }
         }));
     }
-    // The schedule, played: starts and ends in time order.
-    let mut events: Vec<(Duration, bool, usize)> = Vec::new();
-    for (i, f) in plan.iter().enumerate() {
-        events.push((f.at, true, i));
-        events.push((f.at + f.lasts, false, i));
+    Fleet { workers, ends }
+}
+
+impl Fleet {
+    /// Waits for every client's last task; their ends.
+    async fn join(self) -> Vec<TaskEnd> {
+        for w in self.workers {
+            let _ = w.await;
+        }
+        std::mem::take(&mut *self.ends.lock().unwrap_or_else(|p| p.into_inner()))
     }
-    events.sort();
-    let mut active: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut applied: BTreeMap<FaultClass, u64> = BTreeMap::new();
-    // Requests each fault class was applied to (chaos's count of the
-    // fault's name, from its start to its end), and the counts at the start.
-    let mut touched: BTreeMap<FaultClass, u64> = BTreeMap::new();
-    let mut counts: BTreeMap<usize, u64> = BTreeMap::new();
-    let mut middle_taken = false;
-    for (when, starts, i) in events {
-        let at = t0 + when;
-        if !middle_taken && when >= total / 2 {
+}
+
+/// Plays the schedule on the providers: each fault's start and end, a
+/// fault still on a deployment ended when the next one there starts.
+struct Player<'a> {
+    providers: &'a mut Providers,
+    tools: &'a mut Providers,
+    http: &'a reqwest::Client,
+    bin: &'a Path,
+    work: &'a Path,
+    plan: &'a [Planned],
+    /// The fault on each deployment now (deployment → plan index).
+    active: BTreeMap<usize, usize>,
+    /// Chaos's count of each active fault's name at its start.
+    counts: BTreeMap<usize, u64>,
+    /// Faults started, by class.
+    applied: BTreeMap<FaultClass, u64>,
+    /// Requests each class was applied to (chaos's count from its start to its end).
+    touched: BTreeMap<FaultClass, u64>,
+    /// The played faults' windows, in start order.
+    windows: Vec<Window>,
+    /// The window of each active fault (plan index → index in `windows`).
+    open: BTreeMap<usize, usize>,
+}
+
+impl Player<'_> {
+    async fn start(&mut self, i: usize) -> anyhow::Result<()> {
+        let f = &self.plan[i];
+        let d = f.deployment;
+        if let Some(prev) = self.active.insert(d, i) {
+            self.end(prev).await?;
+        }
+        *self.applied.entry(f.class).or_default() += 1;
+        self.open.insert(i, self.windows.len());
+        self.windows.push(Window {
+            fault: i,
+            deployment: f.target(),
+            class: f.class,
+            from_ms: wall_ms(),
+            to_ms: u64::MAX,
+        });
+        if f.class.tool_node().is_some() {
+            return self.tool_fault(f, true).await;
+        }
+        let addr = self.providers.addrs[d];
+        match f.class.spec() {
+            Some(spec) => {
+                let n = applied_count(self.http, addr, spec).await;
+                self.counts.insert(i, n);
+                override_fault(self.http, addr, Some(spec)).await;
+            }
+            None => {
+                if let Ok(s) = chaos_stats(self.http, addr).await {
+                    self.providers.gone.push(s);
+                }
+                self.providers.procs[d] = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends fault `i`: the requests it touched counted, the override
+    /// cleared; or the stopped chaos started again on its port.
+    async fn end(&mut self, i: usize) -> anyhow::Result<()> {
+        let f = &self.plan[i];
+        let d = f.deployment;
+        let addr = self.providers.addrs[d];
+        let since = self.counts.remove(&i).unwrap_or(0);
+        if let Some(w) = self.open.remove(&i) {
+            self.windows[w].to_ms = wall_ms();
+        }
+        if f.class.tool_node().is_some() {
+            return self.tool_fault(f, false).await;
+        }
+        match f.class.spec() {
+            Some(spec) => {
+                let n = applied_count(self.http, addr, spec)
+                    .await
+                    .saturating_sub(since);
+                *self.touched.entry(f.class).or_default() += n;
+                override_fault(self.http, addr, None).await;
+            }
+            None if self.providers.procs[d].is_none() => {
+                self.providers.procs[d] =
+                    Some(procs::start_chaos_at(self.bin, self.work, addr).await?);
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Starts (or ends) a tool node's fault: the node's chaos stopped (and
+    /// started again on its port), or its tools set to hang (and cleared).
+    async fn tool_fault(&mut self, f: &Planned, starts: bool) -> anyhow::Result<()> {
+        let n = f.deployment;
+        let addr = self.tools.addrs[n];
+        match (f.class, starts) {
+            (FaultClass::ToolNodeCrash, true) => self.tools.procs[n] = None,
+            (FaultClass::ToolNodeCrash, false) if self.tools.procs[n].is_none() => {
+                self.tools.procs[n] = Some(procs::start_chaos_at(self.bin, self.work, addr).await?);
+            }
+            (FaultClass::ToolNodeCrash, false) => {}
+            (_, starts) => {
+                let spec = if starts { "hang" } else { "ok" };
+                let _ = self
+                    .http
+                    .post(format!("http://{addr}/chaos/tools/fault"))
+                    .json(&json!({ "spec": spec }))
+                    .send()
+                    .await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Plays the starts and ends falling before `t0 + total` in time
+    /// order, sampling hale at the middle; the faults still on stay on.
+    async fn play(
+        &mut self,
+        t0: Instant,
+        total: Duration,
+        pid: Option<u32>,
+        samples: &mut Vec<Sample>,
+    ) -> anyhow::Result<()> {
+        let mut events: Vec<(Duration, bool, usize)> = Vec::new();
+        for (i, f) in self.plan.iter().enumerate() {
+            events.push((f.at, true, i));
+            events.push((f.at + f.lasts, false, i));
+        }
+        events.sort();
+        let mut middle_taken = false;
+        for (when, starts, i) in events {
+            if !middle_taken && when >= total / 2 {
+                tokio::time::sleep_until((t0 + total / 2).into()).await;
+                samples.push(sample(pid, "middle"));
+                middle_taken = true;
+            }
+            if when > total {
+                break;
+            }
+            tokio::time::sleep_until((t0 + when).into()).await;
+            let d = self.plan[i].deployment;
+            if starts {
+                self.start(i).await?;
+            } else if self.active.get(&d) == Some(&i) {
+                self.active.remove(&d);
+                self.end(i).await?;
+            }
+        }
+        if !middle_taken {
             tokio::time::sleep_until((t0 + total / 2).into()).await;
             samples.push(sample(pid, "middle"));
-            middle_taken = true;
         }
-        if at > deadline {
-            break;
-        }
-        tokio::time::sleep_until(at.into()).await;
-        let f = &plan[i];
-        let d = f.deployment;
-        let addr = providers.addrs[d];
-        if starts {
-            // A fault still on this deployment ends first.
-            if let Some(prev) = active.insert(d, i) {
-                let since = counts.remove(&prev).unwrap_or(0);
-                end_fault(
-                    &mut providers,
-                    &http,
-                    &bin,
-                    &work,
-                    &plan[prev],
-                    since,
-                    &mut touched,
-                )
-                .await?;
-            }
-            *applied.entry(f.class).or_default() += 1;
-            match f.class.spec() {
-                Some(spec) => {
-                    counts.insert(i, applied_count(&http, addr, spec).await);
-                    override_fault(&http, addr, Some(spec)).await;
-                }
-                None => {
-                    if let Ok(s) = chaos_stats(&http, addr).await {
-                        providers.gone.push(s);
-                    }
-                    providers.procs[d] = None;
-                }
-            }
-        } else if active.get(&d) == Some(&i) {
-            active.remove(&d);
-            let since = counts.remove(&i).unwrap_or(0);
-            end_fault(&mut providers, &http, &bin, &work, f, since, &mut touched).await?;
-        }
+        Ok(())
     }
-    if !middle_taken {
-        tokio::time::sleep_until((t0 + total / 2).into()).await;
-        samples.push(sample(pid, "middle"));
-    }
-    for w in workers {
-        let _ = w.await;
-    }
-    for (_, i) in std::mem::take(&mut active) {
-        let since = counts.remove(&i).unwrap_or(0);
-        end_fault(
-            &mut providers,
-            &http,
-            &bin,
-            &work,
-            &plan[i],
-            since,
-            &mut touched,
-        )
-        .await?;
-    }
-    samples.push(sample(pid, "end"));
-    let wall = t0.elapsed();
-    let end_stats = providers.stats(&http).await;
-    let end_tokens = tokens(&end_stats);
-    let ends = std::mem::take(&mut *ends.lock().unwrap_or_else(|p| p.into_inner()));
 
-    // The journal: every answered turn once, each failed attempt's class
-    // with how its turn ended.
+    /// Ends the faults still on.
+    async fn end_all(&mut self) -> anyhow::Result<()> {
+        for (_, i) in std::mem::take(&mut self.active) {
+            self.end(i).await?;
+        }
+        Ok(())
+    }
+}
+
+/// What hale's journal says of the answered turns: ids missing or
+/// repeated, and each failed attempt's class with how its turn ended.
+#[derive(Debug, Default, Serialize)]
+struct Journal {
+    missing: usize,
+    repeated: usize,
+    outcomes: BTreeMap<String, BTreeMap<&'static str, u64>>,
+    /// Every turn read: the answered ones and those failed to the client.
+    #[serde(skip)]
+    turns: Vec<JournalTurn>,
+}
+
+async fn read_journal(http: &reqwest::Client, base: &str, ends: &[TaskEnd]) -> Journal {
     let mut seen: BTreeMap<&str, u32> = BTreeMap::new();
     for id in ends.iter().flat_map(|e| e.turn_ids.iter()) {
         *seen.entry(id.as_str()).or_default() += 1;
     }
-    let repeated = seen.values().filter(|&&n| n > 1).count();
-    let mut missing = 0usize;
-    let mut outcomes: BTreeMap<String, BTreeMap<&'static str, u64>> = BTreeMap::new();
+    let mut j = Journal {
+        repeated: seen.values().filter(|&&n| n > 1).count(),
+        ..Journal::default()
+    };
+    let failed = ends.iter().filter_map(|e| e.failed_turn_id.as_deref());
+    for failed in failed {
+        if let Some(turn) = fetch_turn(http, base, failed).await {
+            j.turns.extend(serde_json::from_value(turn).ok());
+        }
+    }
     for id in seen.keys() {
-        let r = http.get(format!("http://{listen}/turns/{id}")).send().await;
-        let turn: Value = match r {
-            Ok(r) if r.status().is_success() => r.json().await.unwrap_or(Value::Null),
-            Ok(_) | Err(_) => {
-                missing += 1;
-                continue;
-            }
+        let Some(turn) = fetch_turn(http, base, id).await else {
+            j.missing += 1;
+            continue;
         };
         if turn["status"] != "succeeded" {
-            missing += 1;
+            j.missing += 1;
         }
+        j.turns.extend(serde_json::from_value(turn.clone()).ok());
         let rows = turn["timeline"].as_array().cloned().unwrap_or_default();
         let how = if turn["status"] == "failed" {
             "failed to the client"
@@ -724,33 +1258,219 @@ pub async fn run(args: HourArgs) -> anyhow::Result<()> {
         classes.sort();
         classes.dedup();
         for c in classes {
-            *outcomes.entry(c).or_default().entry(how).or_default() += 1;
+            *j.outcomes.entry(c).or_default().entry(how).or_default() += 1;
         }
     }
-    let paused = http
-        .get(format!("http://{listen}/agents?state=paused"))
-        .send()
+    j
+}
+
+async fn fetch_turn(http: &reqwest::Client, base: &str, id: &str) -> Option<Value> {
+    match http.get(format!("{base}/turns/{id}")).send().await {
+        Ok(r) if r.status().is_success() => r.json().await.ok(),
+        Ok(_) | Err(_) => None,
+    }
+}
+
+/// Agents hale left paused: each needs an operator to resume it.
+async fn paused_agents(http: &reqwest::Client, base: &str) -> usize {
+    let Ok(r) = http.get(format!("{base}/agents?state=paused")).send().await else {
+        return 0;
+    };
+    r.json::<Value>()
         .await
-        .ok();
-    let paused = match paused {
-        Some(r) => r
-            .json::<Value>()
-            .await
-            .ok()
-            .and_then(|v| v["agents"].as_array().map(Vec::len))
-            .unwrap_or(0),
-        None => 0,
+        .ok()
+        .and_then(|v| v["agents"].as_array().map(Vec::len))
+        .unwrap_or(0)
+}
+
+/// A played fault with the turns it touched, by how each ended.
+#[derive(Debug, Serialize)]
+struct PlayedFault {
+    #[serde(flatten)]
+    window: Window,
+    endings: BTreeMap<Ending, u64>,
+}
+
+/// A run's results: the table's facts, written as JSON.
+#[derive(Serialize)]
+struct Results<'a> {
+    args: &'a HourArgs,
+    schedule: &'a [Planned],
+    reference: Option<Reference>,
+    baseline: Vec<TaskEnd>,
+    tasks: Vec<TaskEnd>,
+    tokens: Value,
+    journal: Journal,
+    faults_started: BTreeMap<&'static str, u64>,
+    faults_touched: BTreeMap<&'static str, u64>,
+    /// Per played fault, the turns it touched and how each ended (hale's journal).
+    faults: Vec<PlayedFault>,
+    chaos: Vec<hale_chaos::Stats>,
+    samples: Vec<Sample>,
+    paused_agents: usize,
+    wall_s: f64,
+}
+
+impl Results<'_> {
+    fn finished(&self) -> usize {
+        self.tasks.iter().filter(|e| e.failure.is_none()).count()
+    }
+
+    /// Tokens (input, output) per finished task.
+    fn per_task(&self) -> (Option<f64>, Option<f64>) {
+        let n = self.finished();
+        let of = |i: usize| {
+            let t = self.tokens["run"][i].as_f64()?;
+            (n > 0).then(|| t / n as f64)
+        };
+        (of(0), of(1))
+    }
+
+    /// Extra tokens (input, output) per finished task over the reference's, in %.
+    fn extra_percent(&self) -> (Option<f64>, Option<f64>) {
+        let Some(r) = &self.reference else {
+            return (None, None);
+        };
+        let (i, o) = self.per_task();
+        let pct = |got: Option<f64>, base: f64| {
+            got.filter(|_| base > 0.0).map(|g| (g / base - 1.0) * 100.0)
+        };
+        (pct(i, r.per_task.0), pct(o, r.per_task.1))
+    }
+}
+
+pub async fn run(args: HourArgs) -> anyhow::Result<()> {
+    let total = Duration::from_secs_f64(args.minutes * 60.0);
+    let plan = if args.no_faults {
+        Vec::new()
+    } else {
+        schedule(args.seed, total, args.fault_every, args.fault_lasts)
+    };
+    print_schedule(&args, &plan);
+    if args.print_schedule {
+        return Ok(());
+    }
+    let loaded = match &args.reference {
+        Some(p) => Some(load_reference(p, &args)?),
+        None => None,
+    };
+    let s = setup(&args)?;
+    let mut providers = start_providers(&s.bin, &s.work).await?;
+    let mut tools = start_tool_nodes(&s.bin, &s.work).await?;
+    let hale = start_hale(&HaleConfig {
+        bin: &s.bin,
+        work: &s.work,
+        providers: &providers.addrs,
+        tool_nodes: &tools.addrs,
+    })
+    .await?;
+    let pid = hale.pid();
+    let ctx = Arc::new(Ctx {
+        python: s.python.clone(),
+        sdk_dir: s.sdk_dir.clone(),
+        root: hale.base.clone(),
+        work: s.work.clone(),
+    });
+
+    // The reference: an earlier fault-free run, else the warm-up's tasks
+    // (none for a fault-free run: it is the reference).
+    let (baseline, reference) = match loaded {
+        Some(r) => (Vec::new(), Some(r)),
+        None if args.no_faults || args.baseline_tasks == 0 => (Vec::new(), None),
+        None => {
+            let (baseline, per_task) = run_baseline(&ctx, &args, &providers, &s.http).await;
+            if baseline.iter().all(|e| e.failure.is_some()) {
+                bail!(
+                    "no fault-free task finished: {:?}\nhale log: {}",
+                    baseline.first().and_then(|e| e.failure.clone()),
+                    hale.logs()
+                );
+            }
+            let r = Reference {
+                label: format!("{} warm-up tasks per client", args.baseline_tasks),
+                per_task,
+                walls: walls(&baseline),
+            };
+            (baseline, Some(r))
+        }
     };
 
-    // The table.
-    let finished: Vec<&TaskEnd> = ends.iter().filter(|e| e.failure.is_none()).collect();
-    let fin = finished.len().max(1) as f64;
-    let extra = |got: u64, base: f64| {
-        (base > 0.0 && !finished.is_empty()).then(|| (got as f64 / fin / base - 1.0) * 100.0)
+    let start_tokens = tokens(&providers.stats(&s.http).await);
+    let mut samples = vec![sample(pid, "start")];
+    let t0 = Instant::now();
+    let fleet = start_fleet(&ctx, &args, t0 + total);
+    let mut player = Player {
+        providers: &mut providers,
+        tools: &mut tools,
+        http: &s.http,
+        bin: &s.bin,
+        work: &s.work,
+        plan: &plan,
+        active: BTreeMap::new(),
+        counts: BTreeMap::new(),
+        applied: BTreeMap::new(),
+        touched: BTreeMap::new(),
+        windows: Vec::new(),
+        open: BTreeMap::new(),
     };
-    let extra_in = extra(end_tokens.0 - start_tokens.0, base_in);
-    let extra_out = extra(end_tokens.1 - start_tokens.1, base_out);
-    let (w, bw) = (walls(&ends), walls(&baseline));
+    player.play(t0, total, pid, &mut samples).await?;
+    let ends = fleet.join().await;
+    player.end_all().await?;
+    let (applied, touched, windows) = (player.applied, player.touched, player.windows);
+    samples.push(sample(pid, "end"));
+    let wall = t0.elapsed();
+    let end_stats = providers.stats(&s.http).await;
+    let end_tokens = tokens(&end_stats);
+
+    let journal = read_journal(&s.http, &hale.base, &ends).await;
+    let faults = fault_endings(&windows, &journal.turns)
+        .into_iter()
+        .zip(windows)
+        .map(|(endings, window)| PlayedFault { window, endings })
+        .collect();
+    let paused = paused_agents(&s.http, &hale.base).await;
+    let mut results = Results {
+        args: &args,
+        schedule: &plan,
+        reference,
+        baseline,
+        tasks: ends,
+        tokens: json!({"run": [end_tokens.0 - start_tokens.0, end_tokens.1 - start_tokens.1]}),
+        journal,
+        faults_started: applied.iter().map(|(c, n)| (c.name(), *n)).collect(),
+        faults_touched: touched.iter().map(|(c, n)| (c.name(), *n)).collect(),
+        faults,
+        chaos: end_stats,
+        samples,
+        paused_agents: paused,
+        wall_s: wall.as_secs_f64(),
+    };
+    let (per, extra) = (results.per_task(), results.extra_percent());
+    results.tokens["per_finished_task"] = json!([per.0, per.1]);
+    results.tokens["extra_percent"] = json!([extra.0, extra.1]);
+    print_table(&results, &applied, &touched);
+    write_results(&args.out, &results)?;
+    drop(hale);
+    Ok(())
+}
+
+fn write_results(out: &Path, results: &Results<'_>) -> anyhow::Result<()> {
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).ok();
+    }
+    std::fs::write(out, serde_json::to_vec_pretty(results)?)
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    println!("results: {}", out.display());
+    Ok(())
+}
+
+/// Prints the run's table (markdown, as BENCHMARKS.md shows it).
+fn print_table(
+    r: &Results<'_>,
+    applied: &BTreeMap<FaultClass, u64>,
+    touched: &BTreeMap<FaultClass, u64>,
+) {
+    let ends = &r.tasks;
     let mut by_why: BTreeMap<String, u64> = BTreeMap::new();
     for e in ends.iter().filter_map(|e| e.failure.as_ref()) {
         *by_why.entry(e.clone()).or_default() += 1;
@@ -758,20 +1478,22 @@ pub async fn run(args: HourArgs) -> anyhow::Result<()> {
     let fmt = |x: Option<f64>, unit: &str| x.map_or("n/a".to_owned(), |v| format!("{v:.1}{unit}"));
     println!();
     println!(
-        "## The chaos hour: seed {}, {:.1} min, embedded, {} clients ({} faults played)",
-        args.seed,
-        wall.as_secs_f64() / 60.0,
-        args.clients,
+        "## The chaos hour: seed {}, {:.1} min, embedded, {} agent loops ({} faults played)",
+        r.args.seed,
+        r.wall_s / 60.0,
+        r.args.clients * r.args.kinds.len(),
         applied.values().sum::<u64>()
     );
     println!();
     println!("| client kind | tasks started | finished correctly | failed |");
     println!("|---|---|---|---|");
-    for (route, _) in ROUTES {
-        let of: Vec<&TaskEnd> = ends.iter().filter(|e| e.route == route).collect();
+    for &kind in &r.args.kinds {
+        let of: Vec<&TaskEnd> = ends.iter().filter(|e| e.kind == kind).collect();
         let ok = of.iter().filter(|e| e.failure.is_none()).count();
         println!(
-            "| openai SDK chat loop via `{route}` | {} | {ok} | {} |",
+            "| {} ({} loops) | {} | {ok} | {} |",
+            kind.name(),
+            r.args.clients,
             of.len(),
             of.len() - ok
         );
@@ -782,23 +1504,43 @@ pub async fn run(args: HourArgs) -> anyhow::Result<()> {
     println!();
     println!("| measure | value |");
     println!("|---|---|");
-    println!("| operator actions needed (agents left paused) | {paused} |");
     println!(
-        "| extra provider tokens per finished task, input / output | {} / {} (fault-free: {base_in:.0} / {base_out:.0} per task) |",
-        fmt(extra_in, " %"),
-        fmt(extra_out, " %")
+        "| operator actions needed (agents left paused) | {} |",
+        r.paused_agents
+    );
+    let (per, extra) = (r.per_task(), r.extra_percent());
+    let w = walls(ends);
+    let reference = match &r.reference {
+        Some(f) => format!(
+            "against {}: {:.0} / {:.0} per task, p50 / p99 {} / {}",
+            f.label,
+            f.per_task.0,
+            f.per_task.1,
+            fmt(percentile(&f.walls, 0.5), " s"),
+            fmt(percentile(&f.walls, 0.99), " s")
+        ),
+        None => "no reference (pass --reference <a --no-faults run's JSON>)".to_owned(),
+    };
+    println!(
+        "| provider tokens per finished task, input / output | {} / {} |",
+        fmt(per.0, ""),
+        fmt(per.1, "")
     );
     println!(
-        "| task wall time p50 / p99 | {} / {} (fault-free {} / {}) |",
+        "| extra provider tokens per finished task, input / output | {} / {} ({reference}) |",
+        fmt(extra.0, " %"),
+        fmt(extra.1, " %")
+    );
+    println!(
+        "| task wall time p50 / p99 | {} / {} |",
         fmt(percentile(&w, 0.5), " s"),
         fmt(percentile(&w, 0.99), " s"),
-        fmt(percentile(&bw, 0.5), " s"),
-        fmt(percentile(&bw, 0.99), " s")
     );
     println!(
-        "| answered turns missing from the journal / counted twice | {missing} / {repeated} |"
+        "| answered turns missing from the journal / counted twice | {} / {} |",
+        r.journal.missing, r.journal.repeated
     );
-    for s in &samples {
+    for s in &r.samples {
         println!(
             "| hale RSS / open fds at the {} | {} KiB / {} |",
             s.at,
@@ -806,52 +1548,57 @@ pub async fn run(args: HourArgs) -> anyhow::Result<()> {
             s.fds.map_or("n/a".into(), |v| v.to_string())
         );
     }
+    print_fault_table(r, applied, touched);
+}
+
+/// Per fault class: times started, requests chaos applied it to, and the
+/// turns it touched by how each ended (hale's journal).
+fn print_fault_table(
+    r: &Results<'_>,
+    applied: &BTreeMap<FaultClass, u64>,
+    touched: &BTreeMap<FaultClass, u64>,
+) {
     println!();
-    println!("| fault class | times started | requests it touched |");
-    println!("|---|---|---|");
-    for (c, n) in &applied {
+    let names: Vec<&str> = Ending::ALL.iter().map(|e| e.name()).collect();
+    println!(
+        "| fault class | started | requests it touched (chaos) | turns it touched (journal) | {} |",
+        names.join(" | ")
+    );
+    println!("|---|---|---|---|{}", "---|".repeat(names.len()));
+    for (c, n) in applied {
         let t = match c.spec() {
             Some(_) => touched.get(c).copied().unwrap_or(0).to_string(),
-            None => "(connections refused: not counted)".to_owned(),
+            None => "n/a (refused)".to_owned(),
         };
-        println!("| {} | {n} | {t} |", c.name());
+        let mut by: BTreeMap<Ending, u64> = BTreeMap::new();
+        for f in r.faults.iter().filter(|f| f.window.class == *c) {
+            for (e, k) in &f.endings {
+                *by.entry(*e).or_default() += k;
+            }
+        }
+        let cells: Vec<String> = Ending::ALL
+            .iter()
+            .map(|e| by.get(e).copied().unwrap_or(0).to_string())
+            .collect();
+        println!(
+            "| {} | {n} | {t} | {} | {} |",
+            c.name(),
+            by.values().sum::<u64>(),
+            cells.join(" | ")
+        );
     }
     println!();
-    println!("| failed attempts' class | turns | how each ended |");
+    println!("| failed attempts' class (hale's) | turns | how each ended |");
     println!("|---|---|---|");
-    for (class, hows) in &outcomes {
+    for (class, hows) in &r.journal.outcomes {
         let n: u64 = hows.values().sum();
         let detail: Vec<String> = hows.iter().map(|(h, k)| format!("{h}: {k}")).collect();
         println!("| {class} | {n} | {} |", detail.join(", "));
     }
     println!();
     println!(
-        "Not measured yet: events at NATS and the webhook sink, dead letters, the agent CLIs, Vertex, tool nodes (see chaos_hour.rs)."
+        "Not measured yet: events at NATS and the webhook sink, dead letters, the agent CLIs, Vertex, tool-job outcomes per tool-node fault (see chaos_hour.rs)."
     );
-    let report = json!({
-        "args": args,
-        "schedule": plan,
-        "baseline": baseline,
-        "tasks": ends,
-        "tokens": {"baseline_per_task": [base_in, base_out],
-                   "run": [end_tokens.0 - start_tokens.0, end_tokens.1 - start_tokens.1],
-                   "extra_percent": [extra_in, extra_out]},
-        "journal": {"missing": missing, "repeated": repeated},
-        "outcomes": outcomes,
-        "faults_started": applied.iter().map(|(c, n)| (c.name(), n)).collect::<BTreeMap<_, _>>(),
-        "faults_touched": touched.iter().map(|(c, n)| (c.name(), n)).collect::<BTreeMap<_, _>>(),
-        "chaos": end_stats,
-        "samples": samples,
-        "paused_agents": paused,
-    });
-    if let Some(dir) = args.out.parent() {
-        std::fs::create_dir_all(dir).ok();
-    }
-    std::fs::write(&args.out, serde_json::to_vec_pretty(&report)?)
-        .with_context(|| format!("cannot write {}", args.out.display()))?;
-    println!("results: {}", args.out.display());
-    drop(hale);
-    Ok(())
 }
 
 /// Sets (or clears) the task model's fault on one chaos.
@@ -871,34 +1618,6 @@ async fn applied_count(http: &reqwest::Client, addr: SocketAddr, spec: &str) -> 
         .ok()
         .and_then(|s| s.requests_per_fault.get(name).copied())
         .unwrap_or(0)
-}
-
-/// Ends a fault: the requests it touched counted (`since`: chaos's count
-/// at its start), the override cleared; or the stopped chaos started again
-/// on its port.
-async fn end_fault(
-    providers: &mut Providers,
-    http: &reqwest::Client,
-    bin: &Path,
-    work: &Path,
-    f: &Planned,
-    since: u64,
-    touched: &mut BTreeMap<FaultClass, u64>,
-) -> anyhow::Result<()> {
-    let d = f.deployment;
-    let addr = providers.addrs[d];
-    match f.class.spec() {
-        Some(spec) => {
-            let n = applied_count(http, addr, spec).await.saturating_sub(since);
-            *touched.entry(f.class).or_default() += n;
-            override_fault(http, addr, None).await;
-        }
-        None if providers.procs[d].is_none() => {
-            providers.procs[d] = Some(procs::start_chaos_at(bin, work, addr).await?);
-        }
-        None => {}
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -931,7 +1650,15 @@ mod tests {
             assert!(plan.iter().any(|f| f.class == c), "{c:?}");
         }
         for d in 0..DEPLOYMENTS.len() {
-            assert!(plan.iter().any(|f| f.deployment == d), "{d}");
+            assert!(
+                plan.iter()
+                    .any(|f| f.class.tool_node().is_none() && f.deployment == d),
+                "{d}"
+            );
+        }
+        // A tool node's fault strikes its node: the first crashes, the second hangs.
+        for f in plan.iter().filter(|f| f.class.tool_node().is_some()) {
+            assert_eq!(Some(f.deployment), f.class.tool_node());
         }
         assert!(schedule(1, Duration::from_secs(10), Duration::ZERO, Duration::ZERO).is_empty());
     }
@@ -945,6 +1672,139 @@ mod tests {
                 assert!(s.task.is_none(), "the task comes from the model");
             }
         }
+    }
+
+    /// A timeline row: (target, start_ms, duration_ms, class, resume).
+    type TestRow<'a> = (&'a str, u64, u64, Option<&'a str>, Option<&'a str>);
+
+    fn turn(status: &str, rows: &[TestRow<'_>], skipped: &[(&str, u64)]) -> JournalTurn {
+        JournalTurn {
+            status: status.to_owned(),
+            started_ms: 1_000,
+            timeline: rows
+                .iter()
+                .map(|&(t, s, d, c, r)| Row {
+                    target: t.to_owned(),
+                    start_ms: s,
+                    duration_ms: d,
+                    class: c.map(str::to_owned),
+                    resume: r.map(str::to_owned),
+                })
+                .collect(),
+            skipped: skipped
+                .iter()
+                .map(|&(t, s)| Row {
+                    target: t.to_owned(),
+                    start_ms: s,
+                    duration_ms: 0,
+                    class: None,
+                    resume: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_turn_a_fault_touched_ends_as_its_journal_says() {
+        // The fault: on `oa`, from 1 100 to 1 200 ms (wall).
+        let w = Window {
+            fault: 0,
+            deployment: "oa",
+            class: FaultClass::Burst503,
+            from_ms: 1_100,
+            to_ms: 1_200,
+        };
+        let e = Some("server_error");
+        let table: [(JournalTurn, Option<Ending>); 9] = [
+            // Before the window, after it, or on another deployment: untouched.
+            (
+                turn(
+                    "succeeded",
+                    &[("oa/task", 0, 50, e, None), ("an/task", 60, 10, None, None)],
+                    &[],
+                ),
+                None,
+            ),
+            (
+                turn("succeeded", &[("oa/task", 250, 10, e, None)], &[]),
+                None,
+            ),
+            (
+                turn(
+                    "succeeded",
+                    &[
+                        ("an/task", 150, 10, e, None),
+                        ("ge/task", 170, 5, None, None),
+                    ],
+                    &[],
+                ),
+                None,
+            ),
+            // Failed there, answered there.
+            (
+                turn(
+                    "succeeded",
+                    &[
+                        ("oa/task", 90, 20, e, None),
+                        ("oa/task", 130, 10, None, None),
+                    ],
+                    &[],
+                ),
+                Some(Ending::HealedSame),
+            ),
+            // Failed there, another answered.
+            (
+                turn(
+                    "succeeded",
+                    &[
+                        ("oa/task", 150, 5, e, None),
+                        ("an/task", 160, 10, None, None),
+                    ],
+                    &[],
+                ),
+                Some(Ending::FailedOver),
+            ),
+            // Cut there, resumed elsewhere.
+            (
+                turn(
+                    "succeeded",
+                    &[
+                        ("oa/task", 150, 5, e, None),
+                        ("an/task", 160, 10, None, Some("prefill")),
+                    ],
+                    &[],
+                ),
+                Some(Ending::Resumed),
+            ),
+            // Failed to the client.
+            (
+                turn(
+                    "failed",
+                    &[("oa/task", 150, 5, e, None), ("an/task", 160, 10, e, None)],
+                    &[],
+                ),
+                Some(Ending::FailedToClient),
+            ),
+            // Answered there, slowly.
+            (
+                turn("succeeded", &[("oa/task", 50, 300, None, None)], &[]),
+                Some(Ending::Unharmed),
+            ),
+            // Passed over inside the window.
+            (
+                turn(
+                    "succeeded",
+                    &[("an/task", 150, 5, None, None)],
+                    &[("oa", 150)],
+                ),
+                Some(Ending::RoutedAround),
+            ),
+        ];
+        for (i, (t, want)) in table.iter().enumerate() {
+            assert_eq!(ending(&w, t), *want, "row {i}");
+        }
+        let by = fault_endings(&[w], &table.map(|(t, _)| t));
+        assert_eq!(by[0].values().sum::<u64>(), 6);
     }
 
     #[test]

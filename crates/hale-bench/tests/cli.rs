@@ -124,7 +124,9 @@ fn chaos_hour_prints_the_seeds_schedule() {
 }
 
 /// A half-minute of `chaos-hour` through the real binaries: faults every
-/// 5 s on the six provider kinds, two SDK agent loops; every task finishes
+/// 5 s on the six provider kinds and the tool nodes, one agent loop of each
+/// SDK kind (Chat Completions, Messages, google-genai, the Agents SDK with
+/// `echo` through hale's `/mcp`); every task finishes
 /// with the right answer (its digest checked), no answered turn is missing
 /// from the journal or counted twice, and no agent is left paused.
 #[test]
@@ -135,8 +137,7 @@ fn chaos_hour_runs_and_every_task_finishes_correctly() {
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let out_json = dir.path().join("hour.json");
-    let task_loop =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../hale/tests/sdk/task_loop.py");
+    let sdk_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../hale/tests/sdk");
     let out = Command::new(bench())
         .current_dir(dir.path())
         .args([
@@ -146,7 +147,7 @@ fn chaos_hour_runs_and_every_task_finishes_correctly() {
             "--seed",
             "7",
             "--clients",
-            "2",
+            "1",
         ])
         .args([
             "--steps",
@@ -159,7 +160,7 @@ fn chaos_hour_runs_and_every_task_finishes_correctly() {
         .args(["--baseline-tasks", "1"])
         .args(["--hale-bin", &hale.to_string_lossy()])
         .args(["--python", &python.to_string_lossy()])
-        .args(["--agent-loop", &task_loop.to_string_lossy()])
+        .args(["--sdk-dir", &sdk_dir.to_string_lossy()])
         .args(["--out", &out_json.to_string_lossy()])
         .output()
         .expect("hale-bench runs");

@@ -8,7 +8,8 @@ hale's), runs the tool calls it asks for — `shell` (bash -c in WORKDIR) and
 messages, until a turn answers without a tool call (at most 40 turns).
 Prints one JSON object: the final text, the calls made, the turns, and
 hale's turn id of each answer (`x-hale-turn-id`). A turn the SDK raises on
-(hale failed it to the client) prints `{"error": …}` and exits 2.
+(hale failed it to the client) prints `{"error": …}` (with hale's id of
+the failed turn, `failed_turn_id`, when its answer carried one) and exits 2.
 """
 
 import json
@@ -89,8 +90,10 @@ def main() -> None:
         try:
             text, calls, turn_id = turn(client, model, messages)
         except openai.APIError as e:
+            resp = getattr(e, "response", None)
+            failed = resp.headers.get("x-hale-turn-id") if resp is not None else None
             print(json.dumps({"error": f"{type(e).__name__}: {e}", "calls": made, "turns": n,
-                              "turn_ids": ids}))
+                              "turn_ids": ids, "failed_turn_id": failed}))
             sys.exit(2)
         ids.append(turn_id)
         if not calls:
