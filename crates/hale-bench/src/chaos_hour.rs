@@ -70,8 +70,8 @@ pub struct HourArgs {
     /// The seed of the fault schedule and of the tasks.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Agent loops of each kind running at once (loop `c` of a kind calls
-    /// route `c % 6`).
+    /// Agent loops of each kind running at once (the fleet's `i`-th loop
+    /// calls route `i % 6`).
     #[arg(long, default_value_t = 6)]
     clients: usize,
     /// The kinds of agent loop in the fleet, `--clients` of each.
@@ -82,6 +82,11 @@ pub struct HourArgs {
         default_value = "chat,messages,genai,agents"
     )]
     kinds: Vec<ClientKind>,
+    /// Add the real agent CLIs to the fleet (codex, claude, gemini-cli), at
+    /// the versions the test suite pins (`.clis/`, or `HALE_CODEX`,
+    /// `HALE_CLAUDE`, `HALE_GEMINI`).
+    #[arg(long)]
+    clis: bool,
     /// Steps (tool calls) of each task.
     #[arg(long, default_value_t = 8)]
     steps: u32,
@@ -142,23 +147,51 @@ pub enum ClientKind {
     Genai,
     /// The OpenAI Agents SDK (Responses), `echo` from hale's `/mcp`.
     Agents,
+    /// The Codex CLI, `codex exec` (Responses).
+    Codex,
+    /// Claude Code, `claude -p` (Messages).
+    Claude,
+    /// Gemini CLI, `gemini -p` (generateContent).
+    GeminiCli,
 }
 
 impl ClientKind {
-    fn script(self) -> &'static str {
-        match self {
+    /// The real agent CLIs (`--clis`).
+    const CLIS: [ClientKind; 3] = [ClientKind::Codex, ClientKind::Claude, ClientKind::GeminiCli];
+
+    /// Its script in `--sdk-dir`; `None`: a real CLI.
+    fn script(self) -> Option<&'static str> {
+        Some(match self {
             ClientKind::Chat => "task_loop.py",
             ClientKind::Messages => "messages_loop.py",
             ClientKind::Genai => "genai_loop.py",
             ClientKind::Agents => "agents_loop.py",
+            ClientKind::Codex | ClientKind::Claude | ClientKind::GeminiCli => return None,
+        })
+    }
+
+    /// The CLI at its pinned version (`hale_testkit`'s pins, the test
+    /// suite's); `None`: an SDK loop.
+    fn cli(self) -> Option<hale_testkit::Cli> {
+        match self {
+            ClientKind::Codex => Some(hale_testkit::CODEX),
+            ClientKind::Claude => Some(hale_testkit::CLAUDE),
+            ClientKind::GeminiCli => Some(hale_testkit::GEMINI),
+            ClientKind::Chat | ClientKind::Messages | ClientKind::Genai | ClientKind::Agents => {
+                None
+            }
         }
     }
 
     /// The base URL its SDK is given, from hale's root.
     fn base(self, root: &str) -> String {
         match self {
-            ClientKind::Chat => format!("{root}/v1"),
-            ClientKind::Messages | ClientKind::Genai | ClientKind::Agents => root.to_owned(),
+            ClientKind::Chat | ClientKind::Codex => format!("{root}/v1"),
+            ClientKind::Messages
+            | ClientKind::Genai
+            | ClientKind::Agents
+            | ClientKind::Claude
+            | ClientKind::GeminiCli => root.to_owned(),
         }
     }
 
@@ -169,6 +202,9 @@ impl ClientKind {
             ClientKind::Messages => "anthropic SDK Messages loop",
             ClientKind::Genai => "google-genai loop",
             ClientKind::Agents => "OpenAI Agents SDK (Responses, `echo` via hale's /mcp)",
+            ClientKind::Codex => "Codex CLI (`codex exec`)",
+            ClientKind::Claude => "Claude Code (`claude -p`)",
+            ClientKind::GeminiCli => "Gemini CLI (`gemini -p`)",
         }
     }
 }
@@ -194,7 +230,7 @@ pub const TOOL_NODES: [(&str, &str); 3] = [
 
 /// The routes the clients call, each across kinds (deployment indexes):
 /// every deployment is the first choice of one, so a fault anywhere meets
-/// traffic; client `c` calls route `c % 6`.
+/// traffic; the fleet's `i`-th loop calls route `i % 6`.
 pub const ROUTES: [(&str, [usize; 3]); 6] = [
     ("via-oa", [0, 2, 3]),
     ("via-rs", [1, 5, 4]),
@@ -509,7 +545,10 @@ const KEYS: [(&str, &str); 3] = [
     ("HOUR_BEDROCK_KEY", "k-hour"),
 ];
 
-/// Runs one task through `route` with the agent loop; its end.
+/// The longest one task may take before it is stopped and counted failed.
+const TASK_LIMIT: Duration = Duration::from_secs(600);
+
+/// Runs one task through `route` with the client's agent; its end.
 async fn run_task(ctx: &Ctx, client: Client, task: hale_chaos::task::Task) -> TaskEnd {
     let Client {
         index: client,
@@ -531,23 +570,126 @@ async fn run_task(ctx: &Ctx, client: Client, task: hale_chaos::task::Task) -> Ta
     if let Err(e) = std::fs::create_dir_all(&dir) {
         return end(Some(format!("no work dir: {e}")), Vec::new());
     }
-    let prompt = format!("Run {}, then report.", task.name());
-    let out = tokio::process::Command::new(&ctx.python)
-        .arg(ctx.sdk_dir.join(kind.script()))
-        .args([
-            route,
-            &kind.base(&ctx.root),
-            &dir.display().to_string(),
-            &prompt,
-        ])
-        .kill_on_drop(true)
-        .output()
-        .await;
-    let out = match out {
-        Ok(o) => o,
-        Err(e) => return end(Some(format!("the agent loop did not run: {e}")), Vec::new()),
+    let mut cmd = match agent_command(ctx, kind, route, &dir, &task) {
+        Ok(c) => c,
+        Err(e) => return end(Some(format!("the agent cannot start: {e}")), Vec::new()),
     };
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    cmd.current_dir(&dir)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = match tokio::time::timeout(TASK_LIMIT, cmd.output()).await {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return end(Some(format!("the agent did not run: {e}")), Vec::new()),
+        Err(_) => return end(Some(format!("not done in {TASK_LIMIT:?}")), Vec::new()),
+    };
+    let (failure, ids, failed) = judge(kind, &task, &dir, &out);
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut e = end(failure, ids);
+    e.failed_turn_id = failed;
+    e
+}
+
+/// The command that runs `task` through `route` as `kind`: an SDK loop's
+/// script, or a real CLI in a fresh home (nothing of the machine's config
+/// or keys), its base URL hale, its own retries off where it has a switch
+/// (Codex: `request_max_retries`/`stream_max_retries`; Claude Code:
+/// `CLAUDE_CODE_MAX_RETRIES`; Gemini CLI has none), its telemetry off —
+/// as crates/hale/tests/agent_clis.rs runs them.
+fn agent_command(
+    ctx: &Ctx,
+    kind: ClientKind,
+    route: &str,
+    dir: &Path,
+    task: &hale_chaos::task::Task,
+) -> anyhow::Result<tokio::process::Command> {
+    let base = kind.base(&ctx.root);
+    if let Some(script) = kind.script() {
+        let prompt = format!("Run {}, then report.", task.name());
+        let mut cmd = tokio::process::Command::new(&ctx.python);
+        cmd.arg(ctx.sdk_dir.join(script))
+            .args([route, &base, &dir.display().to_string(), &prompt]);
+        return Ok(cmd);
+    }
+    let bin = ctx
+        .clis
+        .get(&kind)
+        .with_context(|| format!("no {kind:?} binary"))?;
+    let home = dir.join(".home");
+    std::fs::create_dir_all(home.join(".gemini"))?;
+    let home_s = home.display().to_string();
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &home_s);
+    match kind {
+        ClientKind::Codex => {
+            let prompt = format!("Run {} with your shell tool, then report.", task.name());
+            cmd.env("CODEX_HOME", &home_s)
+                .env("HALE_HOUR_KEY", "sk-hale-hour")
+                .args(["exec", "--skip-git-repo-check"])
+                .arg("--dangerously-bypass-approvals-and-sandbox")
+                .args(["-m", route, "-c", "model_provider=\"hale\""])
+                .args(["-c", "model_providers.hale.name=\"hale\""])
+                .arg("-c")
+                .arg(format!("model_providers.hale.base_url=\"{base}\""))
+                .args(["-c", "model_providers.hale.wire_api=\"responses\""])
+                .args(["-c", "model_providers.hale.env_key=\"HALE_HOUR_KEY\""])
+                .args(["-c", "model_providers.hale.request_max_retries=0"])
+                .args(["-c", "model_providers.hale.stream_max_retries=0"])
+                .args(["-c", "check_for_update_on_startup=false"])
+                .args(["-c", "analytics.enabled=false"])
+                .arg(prompt);
+        }
+        ClientKind::Claude => {
+            let prompt = format!("Run {} with the Bash tool, then report.", task.name());
+            cmd.env("ANTHROPIC_BASE_URL", &base)
+                .env("ANTHROPIC_API_KEY", "sk-ant-hale-hour")
+                .env("CLAUDE_CODE_MAX_RETRIES", "0")
+                .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+                .env("DISABLE_TELEMETRY", "1")
+                .env("DISABLE_ERROR_REPORTING", "1")
+                .env("DISABLE_AUTOUPDATER", "1")
+                .args(["-p", &prompt, "--model", route, "--allowedTools", "Bash"]);
+        }
+        ClientKind::GeminiCli => {
+            std::fs::write(home.join(".gemini/settings.json"), GEMINI_SETTINGS)?;
+            let prompt = format!("Run {} with your shell tool, then report.", task.name());
+            cmd.env("GOOGLE_GEMINI_BASE_URL", &base)
+                .env("GEMINI_API_KEY", "hale-hour-key")
+                .env("GEMINI_CLI_TRUST_WORKSPACE", "true")
+                .args(["-m", route, "--yolo", "-p", &prompt]);
+        }
+        ClientKind::Chat | ClientKind::Messages | ClientKind::Genai | ClientKind::Agents => {
+            unreachable!("an SDK loop has a script")
+        }
+    }
+    Ok(cmd)
+}
+
+/// Gemini CLI's settings in its fresh home: API-key auth, no statistics,
+/// no update checks, no telemetry (agent_clis.rs's).
+const GEMINI_SETTINGS: &str = r#"{
+  "security": {"auth": {"selectedType": "gemini-api-key"}},
+  "privacy": {"usageStatisticsEnabled": false},
+  "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
+  "telemetry": {"enabled": false}
+}"#;
+
+/// Whether the agent finished `task` correctly — its final answer checked
+/// (`hale_chaos::task::check`) and the files of its shell steps there — or
+/// why not; hale's turn ids it reported (the SDK loops report them; a CLI
+/// does not), and the id of a turn failed to it.
+fn judge(
+    kind: ClientKind,
+    task: &hale_chaos::task::Task,
+    dir: &Path,
+    out: &std::process::Output,
+) -> (Option<String>, Vec<String>, Option<String>) {
+    let v: Value = match kind.script() {
+        Some(_) => serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
+        None if out.status.success() => json!({"final": String::from_utf8_lossy(&out.stdout)}),
+        None => Value::Null,
+    };
     let ids: Vec<String> = v["turn_ids"]
         .as_array()
         .map(|a| {
@@ -559,7 +701,7 @@ async fn run_task(ctx: &Ctx, client: Client, task: hale_chaos::task::Task) -> Ta
     let failure = if let Some(e) = v["error"].as_str() {
         Some(format!("client error: {e}"))
     } else if let Some(text) = v["final"].as_str() {
-        match hale_chaos::task::check(&task, text) {
+        match hale_chaos::task::check(task, text) {
             Err(why) => Some(format!("wrong answer: {why}")),
             Ok(()) => (1..=task.steps)
                 .filter(|k| k % hale_chaos::task::ECHO_EVERY != 0)
@@ -572,18 +714,17 @@ async fn run_task(ctx: &Ctx, client: Client, task: hale_chaos::task::Task) -> Ta
     } else {
         let err = String::from_utf8_lossy(&out.stderr);
         let last = err.lines().last().unwrap_or("").to_owned();
-        Some(format!("the agent loop failed ({}): {last}", out.status))
+        Some(format!("the agent failed ({}): {last}", out.status))
     };
-    let _ = std::fs::remove_dir_all(&dir);
-    let mut e = end(failure, ids);
-    e.failed_turn_id = v["failed_turn_id"].as_str().map(str::to_owned);
-    e
+    let failed = v["failed_turn_id"].as_str().map(str::to_owned);
+    (failure, ids, failed)
 }
 
 /// What every task needs.
 struct Ctx {
     python: PathBuf,
     sdk_dir: PathBuf,
+    clis: BTreeMap<ClientKind, PathBuf>,
     /// hale's root URL.
     root: String,
     work: PathBuf,
@@ -862,6 +1003,8 @@ struct Setup {
     bin: PathBuf,
     python: PathBuf,
     sdk_dir: PathBuf,
+    /// The real CLIs of the fleet, by kind.
+    clis: BTreeMap<ClientKind, PathBuf>,
     _tmp: tempfile::TempDir,
     work: PathBuf,
     http: reqwest::Client,
@@ -875,13 +1018,18 @@ fn setup(args: &HourArgs) -> anyhow::Result<Setup> {
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(".venv/bin/python")),
     };
-    for k in &args.kinds {
-        let script = args.sdk_dir.join(k.script());
-        if !script.is_file() {
+    let mut clis = BTreeMap::new();
+    for &k in &args.kinds {
+        if let Some(script) = k.script().map(|s| args.sdk_dir.join(s))
+            && !script.is_file()
+        {
             bail!(
                 "no agent loop at {} (run from the workspace root or pass --sdk-dir)",
                 script.display()
             );
+        }
+        if let Some(c) = k.cli() {
+            clis.insert(k, hale_testkit::cli(c).map_err(anyhow::Error::msg)?);
         }
     }
     let tmp = tempfile::tempdir()?;
@@ -894,6 +1042,7 @@ fn setup(args: &HourArgs) -> anyhow::Result<Setup> {
         bin,
         python,
         sdk_dir: std::fs::canonicalize(&args.sdk_dir)?,
+        clis,
         _tmp: tmp,
         work,
         http,
@@ -993,15 +1142,16 @@ struct Client {
 }
 
 /// The fleet's loops: `--clients` of each kind, loop `c` of a kind on
-/// route `c % 6`.
+/// route `i % 6` for the fleet's `i`-th loop (so every route, every
+/// deployment first, carries traffic once the fleet has six loops).
 fn clients(args: &HourArgs) -> Vec<Client> {
     let mut out = Vec::new();
     for &kind in &args.kinds {
-        for c in 0..args.clients {
+        for _ in 0..args.clients {
             out.push(Client {
                 index: out.len(),
                 kind,
-                route: ROUTES[c % ROUTES.len()].0,
+                route: ROUTES[out.len() % ROUTES.len()].0,
             });
         }
     }
@@ -1339,7 +1489,14 @@ impl Results<'_> {
     }
 }
 
-pub async fn run(args: HourArgs) -> anyhow::Result<()> {
+pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
+    if args.clis {
+        for k in ClientKind::CLIS {
+            if !args.kinds.contains(&k) {
+                args.kinds.push(k);
+            }
+        }
+    }
     let total = Duration::from_secs_f64(args.minutes * 60.0);
     let plan = if args.no_faults {
         Vec::new()
@@ -1368,6 +1525,7 @@ pub async fn run(args: HourArgs) -> anyhow::Result<()> {
     let ctx = Arc::new(Ctx {
         python: s.python.clone(),
         sdk_dir: s.sdk_dir.clone(),
+        clis: s.clis.clone(),
         root: hale.base.clone(),
         work: s.work.clone(),
     });
@@ -1568,6 +1726,7 @@ fn print_fault_table(
     for (c, n) in applied {
         let t = match c.spec() {
             Some(_) => touched.get(c).copied().unwrap_or(0).to_string(),
+            None if c.tool_node().is_some() => "n/a (tool node)".to_owned(),
             None => "n/a (refused)".to_owned(),
         };
         let mut by: BTreeMap<Ending, u64> = BTreeMap::new();
