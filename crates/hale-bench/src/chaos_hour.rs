@@ -3,11 +3,12 @@
 //! BENCHMARKS.md "The chaos hour").
 //!
 //! One `hale chaos` process per provider kind — OpenAI chat, the Responses
-//! API, Anthropic, Gemini, Azure, Bedrock (Converse, API key) — each
+//! API, Anthropic, Gemini, Azure, Bedrock (Converse, API key), Vertex
+//! (Claude, its tokens from a service-account key at chaos's `/token`) — each
 //! serving the task model (`task`: the task the prompt names, see
 //! hale-chaos's README); three more chaos processes as tool nodes
 //! ([`TOOL_NODES`], `echo` among their tools); and hale ([`start_hale`]:
-//! the embedded mode's one `hale serve` on SQLite) with six routes that
+//! the embedded mode's one `hale serve` on SQLite) with seven routes that
 //! fail over across kinds. A fleet of agent loops — `--clients` of each
 //! [`ClientKind`]: the `openai` SDK's Chat Completions, the `anthropic`
 //! SDK's Messages, the `google-genai` SDK, the OpenAI Agents SDK on
@@ -42,10 +43,14 @@
 //! [`start_fleet`], `Player::play` (the schedule), [`read_journal`],
 //! [`print_table`].
 //!
+//! `--clis` adds the real agent CLIs (Codex, Claude Code, Gemini CLI, at
+//! the suite's pinned versions); their answers are checked alike, but a CLI
+//! does not report hale's turn ids, so the journal columns count the SDK
+//! loops' turns only.
+//!
 //! Not built yet: the scale-out mode (two hale instances on PostgreSQL and
-//! NATS behind a load balancer), the agent CLIs as clients, Vertex
-//! providers, NATS and webhook event counts, tool-job outcomes per tool
-//! fault, the peer column.
+//! NATS behind a load balancer), NATS and webhook event counts, tool-job
+//! outcomes per tool fault, the peer column.
 
 use crate::procs::{self, Proc};
 use anyhow::{Context, bail};
@@ -71,7 +76,7 @@ pub struct HourArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Agent loops of each kind running at once (the fleet's `i`-th loop
-    /// calls route `i % 6`).
+    /// calls route `i % 7`).
     #[arg(long, default_value_t = 6)]
     clients: usize,
     /// The kinds of agent loop in the fleet, `--clients` of each.
@@ -210,13 +215,14 @@ impl ClientKind {
 }
 
 /// The provider deployments: (name, kind), one chaos process each.
-pub const DEPLOYMENTS: [(&str, &str); 6] = [
+pub const DEPLOYMENTS: [(&str, &str); 7] = [
     ("oa", "openai"),
     ("rs", "responses"),
     ("an", "anthropic"),
     ("ge", "gemini"),
     ("az", "azure"),
     ("br", "bedrock"),
+    ("vx", "vertex"),
 ];
 
 /// The tool nodes behind hale's tool routing (`tool_nodes`, every one
@@ -230,14 +236,15 @@ pub const TOOL_NODES: [(&str, &str); 3] = [
 
 /// The routes the clients call, each across kinds (deployment indexes):
 /// every deployment is the first choice of one, so a fault anywhere meets
-/// traffic; the fleet's `i`-th loop calls route `i % 6`.
-pub const ROUTES: [(&str, [usize; 3]); 6] = [
+/// traffic; the fleet's `i`-th loop calls route `i % 7`.
+pub const ROUTES: [(&str, [usize; 3]); 7] = [
     ("via-oa", [0, 2, 3]),
     ("via-rs", [1, 5, 4]),
     ("via-an", [2, 3, 0]),
     ("via-ge", [3, 0, 1]),
     ("via-az", [4, 1, 2]),
     ("via-br", [5, 4, 0]),
+    ("via-vx", [6, 2, 3]),
 ];
 
 /// The model every deployment serves: chaos's task model, the task named
@@ -445,6 +452,8 @@ struct TaskEnd {
 struct Providers {
     procs: Vec<Option<Proc>>,
     addrs: Vec<SocketAddr>,
+    /// Each process's arguments beyond `--listen` (kept for a restart).
+    extra: Vec<Vec<String>>,
     /// Statistics of processes stopped (their counters die with them).
     gone: Vec<hale_chaos::Stats>,
 }
@@ -481,13 +490,14 @@ fn tokens(stats: &[hale_chaos::Stats]) -> (u64, u64) {
     })
 }
 
-/// hale's config: the six providers at their chaos, the two routes, the
+/// hale's config: the seven providers at their chaos, the routes, the
 /// timeouts an operator with a few-second objective would set.
 pub fn hale_yaml(
     listen: SocketAddr,
     data: &Path,
     addrs: &[SocketAddr],
     tool_nodes: &[SocketAddr],
+    vertex_key: &Path,
 ) -> String {
     let mut y = format!(
         "listen: {listen}\ndata_dir: {data:?}\nretry:\n  server_error: {{max_attempts: 2, initial_ms: 50, max_ms: 500}}\nroutes:\n",
@@ -517,6 +527,11 @@ pub fn hale_yaml(
             ),
             "bedrock" => format!(
                 "kind: bedrock, region: us-east-1, base_url: 'http://{a}', auth: api_key, api_key_env: HOUR_BEDROCK_KEY"
+            ),
+            // Claude on Vertex, its token from the chaos's /token.
+            "vertex" => format!(
+                "kind: vertex, project: chaos-proj, location: us-east5, base_url: 'http://{a}', publisher: anthropic, credentials_file: '{}'",
+                vertex_key.display()
             ),
             other => unreachable!("no provider kind {other}"),
         };
@@ -981,6 +996,16 @@ impl Hale {
     }
 }
 
+/// hale's key file for the Vertex deployment (its `token_uri` the
+/// deployment's chaos); its path.
+pub fn vertex_key_for(cfg: &HaleConfig<'_>) -> anyhow::Result<PathBuf> {
+    let vx = DEPLOYMENTS
+        .iter()
+        .position(|(_, kind)| *kind == "vertex")
+        .context("a vertex deployment")?;
+    vertex_hale_key(cfg.work, cfg.providers[vx])
+}
+
 /// The embedded mode's hale: one `hale serve` on SQLite.
 pub async fn start_hale(cfg: &HaleConfig<'_>) -> anyhow::Result<Hale> {
     let listen = procs::free_port()?;
@@ -989,6 +1014,7 @@ pub async fn start_hale(cfg: &HaleConfig<'_>) -> anyhow::Result<Hale> {
         &cfg.work.join("data"),
         cfg.providers,
         cfg.tool_nodes,
+        &vertex_key_for(cfg)?,
     );
     let p = procs::start_hale_env(cfg.bin, cfg.work, listen, &yaml, &KEYS).await?;
     Ok(Hale {
@@ -1032,6 +1058,14 @@ fn setup(args: &HourArgs) -> anyhow::Result<Setup> {
             clis.insert(k, hale_testkit::cli(c).map_err(anyhow::Error::msg)?);
         }
     }
+    // Absolute (each agent runs in its task's directory), but not
+    // canonical: a venv's python is a symlink that must stay the venv's.
+    let python = match python.parent() {
+        Some(d) if !d.as_os_str().is_empty() && python.is_relative() => {
+            std::env::current_dir()?.join(&python)
+        }
+        _ => python,
+    };
     let tmp = tempfile::tempdir()?;
     let work = tmp.path().to_path_buf();
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -1051,26 +1085,99 @@ fn setup(args: &HourArgs) -> anyhow::Result<Setup> {
 
 /// One chaos process per deployment, each on a port of its own.
 async fn start_providers(bin: &Path, work: &Path) -> anyhow::Result<Providers> {
-    start_chaoses(bin, work, DEPLOYMENTS.len()).await
+    let mut extra = Vec::new();
+    for (_, kind) in DEPLOYMENTS {
+        extra.push(match kind {
+            "vertex" => vec![
+                "--vertex-key".to_owned(),
+                vertex_chaos_key(work)?.display().to_string(),
+            ],
+            _ => Vec::new(),
+        });
+    }
+    start_chaoses(bin, work, extra).await
 }
 
 /// One chaos process per tool node (its tool node is the part used).
 async fn start_tool_nodes(bin: &Path, work: &Path) -> anyhow::Result<Providers> {
-    start_chaoses(bin, work, TOOL_NODES.len()).await
+    start_chaoses(bin, work, vec![Vec::new(); TOOL_NODES.len()]).await
 }
 
-async fn start_chaoses(bin: &Path, work: &Path, n: usize) -> anyhow::Result<Providers> {
+async fn start_chaoses(
+    bin: &Path,
+    work: &Path,
+    extra: Vec<Vec<String>>,
+) -> anyhow::Result<Providers> {
     let mut providers = Providers {
         procs: Vec::new(),
         addrs: Vec::new(),
+        extra,
         gone: Vec::new(),
     };
-    for _ in 0..n {
-        let p = procs::start_chaos(bin, work).await?;
+    for args in &providers.extra {
+        let p = procs::start_chaos_with(bin, work, procs::free_port()?, args).await?;
         providers.addrs.push(p.addr);
         providers.procs.push(Some(p));
     }
     Ok(providers)
+}
+
+impl Providers {
+    /// Starts process `i` again on its port, with its arguments.
+    async fn restart(&mut self, i: usize, bin: &Path, work: &Path) -> anyhow::Result<()> {
+        let p = procs::start_chaos_with(bin, work, self.addrs[i], &self.extra[i]).await?;
+        self.procs[i] = Some(p);
+        Ok(())
+    }
+}
+
+/// The service account of the Vertex deployment's throwaway key.
+const VERTEX_CLIENT_EMAIL: &str = "hale-hour@chaos-proj.iam.gserviceaccount.com";
+
+/// A Vertex service-account key file's JSON for `pem`, its token endpoint
+/// `token_uri`.
+fn vertex_key_json(pem: &str, token_uri: &str) -> String {
+    json!({
+        "type": "service_account",
+        "project_id": "chaos-proj",
+        "private_key_id": "throwaway-hour-key",
+        "private_key": pem,
+        "client_email": VERTEX_CLIENT_EMAIL,
+        "client_id": "1",
+        "token_uri": token_uri,
+    })
+    .to_string()
+}
+
+/// A throwaway RSA key for the Vertex deployment (`openssl genpkey`): chaos
+/// checks hale's signed assertions with it (`--vertex-key`); written as
+/// `vertex-chaos.json` in `work`, its path.
+fn vertex_chaos_key(work: &Path) -> anyhow::Result<PathBuf> {
+    let out = std::process::Command::new("openssl")
+        .args(["genpkey", "-algorithm", "RSA"])
+        .args(["-pkeyopt", "rsa_keygen_bits:2048"])
+        .output()
+        .context("openssl runs (it makes the Vertex deployment's throwaway key)")?;
+    if !out.status.success() {
+        bail!("openssl genpkey failed");
+    }
+    let pem = String::from_utf8(out.stdout)?;
+    std::fs::write(work.join("vertex.pem"), &pem)?;
+    let path = work.join("vertex-chaos.json");
+    std::fs::write(&path, vertex_key_json(&pem, "unused"))?;
+    Ok(path)
+}
+
+/// hale's key file for the Vertex deployment: the same key, its
+/// `token_uri` the chaos's `/token` at `addr`; its path.
+fn vertex_hale_key(work: &Path, addr: SocketAddr) -> anyhow::Result<PathBuf> {
+    let pem = std::fs::read_to_string(work.join("vertex.pem"))?;
+    let path = work.join("vertex-sa.json");
+    std::fs::write(
+        &path,
+        vertex_key_json(&pem, &format!("http://{addr}/token")),
+    )?;
+    Ok(path)
 }
 
 fn print_schedule(args: &HourArgs, plan: &[Planned]) {
@@ -1142,8 +1249,8 @@ struct Client {
 }
 
 /// The fleet's loops: `--clients` of each kind, loop `c` of a kind on
-/// route `i % 6` for the fleet's `i`-th loop (so every route, every
-/// deployment first, carries traffic once the fleet has six loops).
+/// route `i % 7` for the fleet's `i`-th loop (so every route, every
+/// deployment first, carries traffic once the fleet has seven loops).
 fn clients(args: &HourArgs) -> Vec<Client> {
     let mut out = Vec::new();
     for &kind in &args.kinds {
@@ -1174,6 +1281,10 @@ fn start_fleet(ctx: &Arc<Ctx>, args: &HourArgs, deadline: Instant) -> Fleet {
             let mut n = 0u64;
             while Instant::now() < deadline {
                 let end = run_task(&ctx, c, task_of(seed, c.index, n, steps)).await;
+                if end.failure.is_some() && end.wall_s < 1.0 {
+                    // An agent that cannot start must not spin.
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
                 ends.lock().unwrap_or_else(|p| p.into_inner()).push(end);
                 n += 1;
             }
@@ -1273,8 +1384,7 @@ impl Player<'_> {
                 override_fault(self.http, addr, None).await;
             }
             None if self.providers.procs[d].is_none() => {
-                self.providers.procs[d] =
-                    Some(procs::start_chaos_at(self.bin, self.work, addr).await?);
+                self.providers.restart(d, self.bin, self.work).await?;
             }
             None => {}
         }
@@ -1289,7 +1399,7 @@ impl Player<'_> {
         match (f.class, starts) {
             (FaultClass::ToolNodeCrash, true) => self.tools.procs[n] = None,
             (FaultClass::ToolNodeCrash, false) if self.tools.procs[n].is_none() => {
-                self.tools.procs[n] = Some(procs::start_chaos_at(self.bin, self.work, addr).await?);
+                self.tools.restart(n, self.bin, self.work).await?;
             }
             (FaultClass::ToolNodeCrash, false) => {}
             (_, starts) => {
@@ -1756,7 +1866,7 @@ fn print_fault_table(
     }
     println!();
     println!(
-        "Not measured yet: events at NATS and the webhook sink, dead letters, the agent CLIs, Vertex, tool-job outcomes per tool-node fault (see chaos_hour.rs)."
+        "Not measured yet: events at NATS and the webhook sink, dead letters, tool-job outcomes per tool-node fault, the CLIs' turn ids (see chaos_hour.rs)."
     );
 }
 

@@ -128,13 +128,19 @@ pub async fn start_chaos(bin: &Path, work: &Path) -> anyhow::Result<Proc> {
 /// Starts `hale chaos` on `addr` (a port it had before: a restart) and
 /// waits until it answers.
 pub async fn start_chaos_at(bin: &Path, work: &Path, addr: SocketAddr) -> anyhow::Result<Proc> {
-    let mut p = spawn(
-        "chaos",
-        bin,
-        &["chaos".into(), "--listen".into(), addr.to_string()],
-        addr,
-        work,
-    )?;
+    start_chaos_with(bin, work, addr, &[]).await
+}
+
+/// [`start_chaos_at`] with more arguments (e.g. `--vertex-key FILE`).
+pub async fn start_chaos_with(
+    bin: &Path,
+    work: &Path,
+    addr: SocketAddr,
+    extra: &[String],
+) -> anyhow::Result<Proc> {
+    let mut args = vec!["chaos".into(), "--listen".into(), addr.to_string()];
+    args.extend(extra.iter().cloned());
+    let mut p = spawn("chaos", bin, &args, addr, work)?;
     wait_ready(&mut p, "/v1/models").await?;
     Ok(p)
 }

@@ -1092,8 +1092,11 @@ fn answer(
     let prefill = prefill.as_deref().unwrap_or("");
     let tag = &shared.tag;
     let call_id = || match dialect {
-        Dialect::OpenAi | Dialect::Gemini => format!("call_chaos{seq}"),
-        Dialect::Anthropic => format!("toolu_chaos{seq}"),
+        // The server's tag in every dialect: a conversation failed over
+        // between two chaos processes, or continued on one restarted,
+        // never meets a call id twice (an agent refuses one reused).
+        Dialect::OpenAi | Dialect::Gemini => format!("call_chaos_{tag}_{seq}"),
+        Dialect::Anthropic => format!("toolu_chaos_{tag}_{seq}"),
         Dialect::Responses => format!("call_chaos_{tag}_{seq}"),
     };
     let answer = match (play, fault) {

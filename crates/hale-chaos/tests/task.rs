@@ -519,3 +519,35 @@ fn the_checker_rejects_a_wrong_digest() {
     assert!(matches!(task::check(&t, &wrong), Err(Wrong::Digest { .. })));
     assert_eq!(task::check(&t, &right), Ok(()));
 }
+
+/// A tool call's id is unique across chaos servers, in every dialect: a
+/// task failed over from one chaos deployment to another (or continued on
+/// one restarted, its counter back at zero) must not be handed a call id
+/// it has already completed — the OpenAI Agents SDK stops the run on one
+/// (`ModelBehaviorError: Model reused a completed tool call ID`), seen in
+/// the chaos hour.
+#[tokio::test]
+async fn tool_call_ids_never_repeat_across_servers() {
+    let (a, b) = (server().await, server().await);
+    let mut ids = std::collections::BTreeSet::new();
+    for h in [&a, &b] {
+        for d in BOTH {
+            let r = post(h, d, "tool:name=shell", false).await;
+            assert!(r.status().is_success(), "{}", r.status());
+            let v: Value = r.json().await.unwrap();
+            let id = match d {
+                D::OpenAi => v["choices"][0]["message"]["tool_calls"][0]["id"].clone(),
+                D::Anthropic => v["content"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|b| b["type"] == "tool_use"))
+                    .map(|b| b["id"].clone())
+                    .unwrap_or(Value::Null),
+            };
+            let id = id
+                .as_str()
+                .unwrap_or_else(|| panic!("no call id in {v}"))
+                .to_owned();
+            assert!(ids.insert(id.clone()), "{id} was issued twice");
+        }
+    }
+}

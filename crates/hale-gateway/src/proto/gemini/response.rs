@@ -56,12 +56,48 @@ pub(super) fn usage_of(u: Option<&Map<String, Value>>) -> Usage {
     }
 }
 
-/// The parts of a candidate's content, in order; `next_tool` numbers the
-/// function calls that come without an id (`call_gemini_{n}`).
+/// Ids for the function calls a Gemini answer gives without one (the
+/// Generative Language API usually does): `call_gemini_{responseId}_{n}`,
+/// unique to the answer and numbered within it (`call_gemini_{n}` when the
+/// answer has no `responseId`; only `[A-Za-z0-9_-]` of it is kept, the
+/// characters every dialect's ids accept). Unique across answers because a
+/// client whose dialect carries call ids (the Responses API, Chat
+/// Completions, Messages) sees every turn's calls in one conversation, and
+/// one that reuses a completed call's id is refused — the OpenAI Agents SDK
+/// stops the run (`Model reused a completed tool call ID`).
+#[derive(Debug, Default)]
+pub(super) struct CallIds {
+    response: String,
+    next: u32,
+}
+
+impl CallIds {
+    /// Sets the answer's `responseId` (the first one seen).
+    pub(super) fn answer(&mut self, response_id: &str) {
+        if self.response.is_empty() {
+            self.response = response_id
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+                .collect();
+        }
+    }
+
+    fn next_id(&mut self) -> String {
+        let n = self.next;
+        self.next += 1;
+        match self.response.as_str() {
+            "" => format!("call_gemini_{n}"),
+            r => format!("call_gemini_{r}_{n}"),
+        }
+    }
+}
+
+/// The parts of a candidate's content, in order; `ids` names the function
+/// calls that come without an id ([`CallIds`]).
 pub(super) fn parts_of(
     candidate: &Map<String, Value>,
     path: &str,
-    next_tool: &mut u32,
+    next_tool: &mut CallIds,
 ) -> Result<Vec<Part>, ProtoError> {
     let Some(content) = field(candidate, "content") else {
         return Ok(Vec::new());
@@ -86,7 +122,7 @@ pub(super) fn parts_of(
 pub(super) fn part_of(
     p: &Value,
     pp: &str,
-    next_tool: &mut u32,
+    next_tool: &mut CallIds,
 ) -> Result<Option<Part>, ProtoError> {
     let po = as_object(p, pp)?;
     let mut out = Vec::with_capacity(1);
@@ -105,11 +141,7 @@ pub(super) fn part_of(
             };
             let id = match field(co, "id").and_then(Value::as_str) {
                 Some(id) if !id.is_empty() => id.to_owned(),
-                Some(_) | None => {
-                    let id = format!("call_gemini_{next_tool}");
-                    *next_tool += 1;
-                    id
-                }
+                Some(_) | None => next_tool.next_id(),
             };
             let arguments = match field(co, "args") {
                 None => "{}".to_owned(),
@@ -152,7 +184,8 @@ pub fn parse_response(body: &Value) -> Result<ChatResponse, ProtoError> {
         .unwrap_or_default()
         .to_owned();
     let usage = usage_of(obj.get("usageMetadata").and_then(Value::as_object));
-    let mut next_tool = 0;
+    let mut next_tool = CallIds::default();
+    next_tool.answer(&id);
     let (content, finish) = match field(obj, "candidates").and_then(Value::as_array) {
         Some(cands) if !cands.is_empty() => {
             let c = as_object(&cands[0], "candidates[0]")?;
@@ -261,6 +294,46 @@ pub fn render_error(code: u16, kind: &str, message: &str, hale: Value) -> Value 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Function calls without an id get one unique to their answer (its
+    /// `responseId`, cleaned to `[A-Za-z0-9_-]`) and numbered within it:
+    /// two turns of one conversation answered by Gemini never hand a
+    /// client the same call id (found by the chaos hour: the OpenAI Agents
+    /// SDK stopped on `call_gemini_0` twice).
+    #[test]
+    fn call_ids_without_one_are_unique_per_answer() {
+        let answer = |rid: Option<&str>, calls: usize| {
+            let parts: Vec<Value> = (0..calls)
+                .map(|_| json!({"functionCall": {"name": "shell", "args": {}}}))
+                .collect();
+            let mut b = json!({"candidates": [{"content": {"role": "model", "parts": parts}}]});
+            if let Some(r) = rid {
+                b["responseId"] = json!(r);
+            }
+            let r = parse_response(&b).unwrap();
+            r.content
+                .iter()
+                .filter_map(|p| match p {
+                    Part::ToolCall { id, .. } => Some(id.clone()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let table: [(Option<&str>, usize, &[&str]); 4] = [
+            (Some("r1"), 2, &["call_gemini_r1_0", "call_gemini_r1_1"]),
+            (Some("r2"), 1, &["call_gemini_r2_0"]),
+            (Some("a/b+c=="), 1, &["call_gemini_abc_0"]),
+            (None, 1, &["call_gemini_0"]),
+        ];
+        for (rid, calls, want) in table {
+            assert_eq!(answer(rid, calls), want, "{rid:?}");
+        }
+        // An id the provider gave is kept.
+        let b = json!({"responseId": "r9", "candidates": [{"content": {"role": "model",
+            "parts": [{"functionCall": {"id": "given", "name": "shell", "args": {}}}]}}]});
+        let r = parse_response(&b).unwrap();
+        assert!(matches!(&r.content[0], Part::ToolCall { id, .. } if id == "given"));
+    }
     use hale_core::class::ErrorClass;
 
     #[test]
@@ -295,7 +368,7 @@ mod tests {
         assert_eq!(
             r.content[2],
             Part::ToolCall {
-                id: "call_gemini_0".into(),
+                id: "call_gemini_r1_0".into(),
                 name: "look".into(),
                 arguments: "{\"x\":1}".into()
             }

@@ -12,7 +12,8 @@
 use serde_json::{Value, json};
 
 use super::response::{
-    answer_failure, parse_stop_reason, part_of, parts_of, stop_reason, usage_json, usage_of,
+    CallIds, answer_failure, parse_stop_reason, part_of, parts_of, stop_reason, usage_json,
+    usage_of,
 };
 use crate::proto::anthropic::arguments_to_input;
 use crate::proto::canonical::{Dialect, Part, ProtoError, StopReason, StreamEvent, Usage};
@@ -23,7 +24,7 @@ use crate::proto::sse::SseFrame;
 #[derive(Debug, Default)]
 pub struct StreamDecoder {
     started: bool,
-    next_tool: u32,
+    next_tool: CallIds,
     /// Tool calls seen so far (a `STOP` after calls is a tool-use finish).
     tools: u32,
 }
@@ -48,6 +49,9 @@ impl StreamDecoder {
             return Err(err("candidates", c.message));
         }
         let mut out = Vec::new();
+        if let Some(r) = obj.get("responseId").and_then(Value::as_str) {
+            self.next_tool.answer(r);
+        }
         if !self.started {
             self.started = true;
             out.push(StreamEvent::Start {
@@ -306,7 +310,7 @@ mod tests {
             vec![
                 StreamEvent::ToolCallStart {
                     index: 0,
-                    id: "call_gemini_0".into(),
+                    id: "call_gemini_r1_0".into(),
                     name: "look".into()
                 },
                 StreamEvent::ToolCallDelta {
