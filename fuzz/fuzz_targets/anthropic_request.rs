@@ -1,10 +1,10 @@
-//! `proto::anthropic::parse_request` on arbitrary bytes parsed as JSON, then the
+//! `hale_proto::anthropic::parse_request` on arbitrary bytes parsed as JSON, then the
 //! render/parse round trip of `common.rs`.
 #![no_main]
 
 mod common;
 
-use hale_gateway::proto::Dialect;
+use hale_proto::Dialect;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -10,7 +10,7 @@
 //! renderers, with and without a prefill, and their parsers on those renderings must
 //! not panic.
 
-use hale_gateway::proto::{ChatRequest, Dialect, ProtoError, anthropic, gemini, openai, responses};
+use hale_proto::{ChatRequest, Dialect, ProtoError, anthropic, gemini, openai, responses};
 
 /// The model a Gemini body is read for (a Gemini URL names it, not the body).
 const GEMINI_MODEL: &str = "fuzz-model";

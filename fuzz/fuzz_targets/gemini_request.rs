@@ -1,4 +1,4 @@
-//! `proto::gemini::parse_request` (a Gemini client's `generateContent`
+//! `hale_proto::gemini::parse_request` (a Gemini client's `generateContent`
 //! body) on arbitrary bytes parsed as JSON, then the render/parse round
 //! trip of `common.rs`: hale accepts its own rendering, keeps the model,
 //! stream flag and tools, settles after one rendering, and the other
@@ -7,7 +7,7 @@
 
 mod common;
 
-use hale_gateway::proto::Dialect;
+use hale_proto::Dialect;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

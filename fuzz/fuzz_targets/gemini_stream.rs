@@ -3,7 +3,7 @@
 //!
 //! Arbitrary bytes, cut into chunks at arbitrary points, go through
 //! `sse_stream::SseByteStream` (as the provider's body stream does), and
-//! every event's data through `proto::gemini::StreamDecoder`. The canonical
+//! every event's data through `hale_proto::gemini::StreamDecoder`. The canonical
 //! events then go through the Gemini, OpenAI and Anthropic
 //! `StreamEncoder`s (as the relay writes them to a caller, closing with
 //! usage and the end): what the Gemini encoder wrote must decode again
@@ -18,7 +18,7 @@
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::executor::block_on;
-use hale_gateway::proto::{StreamEvent, Usage, anthropic, gemini, openai};
+use hale_proto::{StreamEvent, Usage, anthropic, gemini, openai};
 use libfuzzer_sys::fuzz_target;
 use sse_stream::{Sse, SseByteStream};
 

@@ -1,11 +1,11 @@
-//! `proto::responses::parse_request` on arbitrary bytes parsed as JSON, then
+//! `hale_proto::responses::parse_request` on arbitrary bytes parsed as JSON, then
 //! the render/parse round trip of `common.rs` (its own dialect, and both
 //! others rendered and parsed without panicking).
 #![no_main]
 
 mod common;
 
-use hale_gateway::proto::Dialect;
+use hale_proto::Dialect;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,7 +2,7 @@
 //!
 //! Arbitrary bytes, cut into chunks at arbitrary points, go through
 //! `sse_stream::SseByteStream` (as the provider's body stream does), and
-//! every event through `proto::responses::StreamDecoder`; an event that does
+//! every event through `hale_proto::responses::StreamDecoder`; an event that does
 //! not decode is classified as the upstream classifies a Responses error
 //! (`responses::error_body` when it is an `error` or `response.failed`
 //! event, else the data). The canonical events then go through the three
@@ -20,7 +20,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::executor::block_on;
 use hale_core::classify::{self, Observation};
-use hale_gateway::proto::{StreamEvent, anthropic, openai, responses};
+use hale_proto::{StreamEvent, anthropic, openai, responses};
 use libfuzzer_sys::fuzz_target;
 use sse_stream::{Sse, SseByteStream};
 use std::time::SystemTime;

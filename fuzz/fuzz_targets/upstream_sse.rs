@@ -18,7 +18,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::executor::block_on;
 use hale_core::classify::{self, Observation};
-use hale_gateway::proto::{StreamEvent, anthropic, openai};
+use hale_proto::{StreamEvent, anthropic, openai};
 use libfuzzer_sys::fuzz_target;
 use sse_stream::{Sse, SseByteStream};
 use std::time::SystemTime;

@@ -8,7 +8,7 @@
 //!
 //! - **Google's models** (Gemini): `:generateContent`, and
 //!   `:streamGenerateContent?alt=sse` for a stream — the Generative
-//!   Language API's body and answers (`proto/gemini`).
+//!   Language API's body and answers (hale-proto's `gemini/`).
 //! - **Anthropic's models** (Claude): `:rawPredict` and `:streamRawPredict`
 //!   with Anthropic's Messages body, without `model` (the URL names it) and
 //!   with `anthropic_version: "vertex-2023-10-16"`; the answers and events

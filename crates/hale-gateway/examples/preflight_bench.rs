@@ -14,8 +14,8 @@
 //! counts of the messages they repeat in the token cache.
 
 use hale_core::config::{Config, ProviderConfig, ProviderKind};
-use hale_gateway::proto::openai;
 use hale_gateway::{compaction, turn::Turn};
+use hale_proto::openai;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,7 +56,7 @@ async fn main() -> anyhow::Result<()> {
             .iter()
             .flat_map(|m| m.content.iter())
             .filter_map(|p| match p {
-                hale_gateway::proto::Part::Text { text } => Some(text.as_str()),
+                hale_proto::Part::Text { text } => Some(text.as_str()),
                 _ => None,
             }),
     );

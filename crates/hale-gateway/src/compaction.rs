@@ -12,13 +12,13 @@
 //! summarised once per stretch, not every turn.
 
 use crate::emit::Emitter;
-use crate::proto::{ChatRequest, Dialect, Message, Part, Role};
 use crate::turn::{self, Env, Served, Turn};
 use hale_core::compaction::{self, MsgRole, MsgView, Plan, Pressure, Tier};
 use hale_core::config::{Config, ProviderConfig};
 use hale_core::event::EventKind;
 use hale_core::models;
 use hale_core::select;
+use hale_proto::{ChatRequest, Dialect, Message, Part, Role};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};

@@ -8,12 +8,12 @@
 //! limit, an extractor's rejection) are given the same shape by
 //! the HTTP edge (`api/edge.rs`) through [`HaleError::from_status`].
 
-use crate::proto::Dialect;
 use crate::upstream::Failure;
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
 use hale_core::class::ErrorClass;
+use hale_proto::Dialect;
 
 /// An error hale returns to a caller.
 #[derive(Debug, Clone)]

@@ -13,7 +13,6 @@
 
 use crate::emit::Emitter;
 use crate::error::HaleError;
-use crate::proto::{ChatRequest, Part, Usage};
 use axum::http::StatusCode;
 use hale_core::budget::{self, BudgetHit, Spend};
 use hale_core::config::{BudgetConfig, Config};
@@ -23,6 +22,7 @@ use hale_core::guard::{
     GuardHit, GuardSnapshot, IDLE_TASK_TTL, TaskGuard, ToolCallSeen, ToolResultSeen,
 };
 use hale_core::models;
+use hale_proto::{ChatRequest, Part, Usage};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -17,9 +17,12 @@
 //! - Components, each built from the config, an [`emit::Emitter`] and what
 //!   it owns: [`deployments`], [`agents`], [`health`], [`guard`],
 //!   [`idempotency`], [`history`].
-//! - [`upstream`], [`proto`], [`wire`], [`error`], [`metrics`], [`emit`],
+//! - [`upstream`], [`wire`], [`error`], [`metrics`], [`emit`],
 //!   [`secrets`] (the one redactor of secrets in what hale shows and
 //!   stores): the leaves.
+//!
+//! The wire dialects (parsing and rendering requests, answers and streams)
+//! are the crate [`hale_proto`], below all of these.
 //!
 //! [`Gateway`] is a plain struct of the components, built once at start.
 
@@ -36,7 +39,6 @@ pub mod history;
 pub mod idempotency;
 pub mod metrics;
 pub mod pipeline;
-pub mod proto;
 pub mod relay;
 pub mod responses;
 pub mod secrets;

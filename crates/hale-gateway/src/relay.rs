@@ -20,7 +20,6 @@
 //! from the first serving attempt only; a resumed answer is aligned on its
 //! text and tool calls, and its own thinking is not relayed.
 
-use crate::proto::{ChatRequest, StopReason, StreamEvent, Usage};
 use crate::turn::{self, Env, Served, Turn};
 use crate::upstream::{EventStream, Failure};
 use crate::wire::Encoder;
@@ -29,6 +28,7 @@ use futures::{FutureExt, StreamExt};
 use hale_core::classify::Transport;
 use hale_core::config::FINISH_GRACE;
 use hale_core::resume::{self, ToolAligned, ToolEvent, align};
+use hale_proto::{ChatRequest, StopReason, StreamEvent, Usage};
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::time::Instant;

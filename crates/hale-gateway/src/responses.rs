@@ -29,7 +29,7 @@ use hale_store::{ResponseRecord, Store, StoredResponse};
 use serde_json::Value;
 
 use crate::error::HaleError;
-use crate::proto::{self, ChatRequest, Dialect, responses as codec};
+use hale_proto::{ChatRequest, Dialect, responses as codec};
 
 /// What a Responses turn carries about its conversation.
 #[derive(Debug, Clone, Default)]
@@ -157,7 +157,7 @@ pub async fn prepare(
     if let Some(pid) = last.provider_id.as_deref().filter(|pid| *pid != prev) {
         let mut b = body.clone();
         b.insert("previous_response_id".into(), Value::String(pid.to_owned()));
-        own = proto::parse_rewritten(
+        own = hale_proto::parse_rewritten(
             Dialect::Responses,
             Value::Object(b),
             &origin,
@@ -180,7 +180,7 @@ pub async fn prepare(
             "expanded: previous_response_id ({n} items; {k} earlier reasoning items left out)"
         ),
     };
-    let expanded = proto::parse_rewritten(
+    let expanded = hale_proto::parse_rewritten(
         Dialect::Responses,
         codec::expanded_body(body, earlier),
         &origin,

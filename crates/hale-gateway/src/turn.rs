@@ -18,7 +18,6 @@ use crate::emit::Emitter;
 use crate::error::HaleError;
 use crate::health::HealthRt;
 use crate::history::HistoryRt;
-use crate::proto::{ChatRequest, StreamEvent};
 use crate::upstream::{self, Answer, AttemptLimits, EventStream, Failure};
 use futures::StreamExt;
 use hale_core::breaker::{Admission, BreakerState, SharedBreaker, Transition};
@@ -29,6 +28,7 @@ use hale_core::deployment::Gate;
 use hale_core::event::EventKind;
 use hale_core::retry::{self, AttemptFacts, RetryBudget, RetryDecision};
 use hale_core::select::{self, Candidate, Pick};
+use hale_proto::{ChatRequest, StreamEvent};
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -242,7 +242,7 @@ impl Turn {
         for (i, t) in self.targets.iter().enumerate() {
             let responses = cfg
                 .provider(&t.provider)
-                .is_some_and(|p| upstream::dialect_of(p) == crate::proto::Dialect::Responses);
+                .is_some_and(|p| upstream::dialect_of(p) == hale_proto::Dialect::Responses);
             match c.link(&t.provider, responses) {
                 hale_core::responses::Link::Skip => {
                     self.exhausted[i] = true;
@@ -419,7 +419,7 @@ fn on_target<'a>(
 /// A Responses conversation: the deployment holding the previous response
 /// gets the client's request (returned), any other the expanded one (`None`).
 fn own_request(turn: &Turn, on: &OnTarget<'_>) -> Option<Arc<ChatRequest>> {
-    let speaks_responses = upstream::dialect_of(on.provider) == crate::proto::Dialect::Responses;
+    let speaks_responses = upstream::dialect_of(on.provider) == hale_proto::Dialect::Responses;
     match turn
         .responses
         .as_ref()

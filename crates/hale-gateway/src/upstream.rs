@@ -1,19 +1,19 @@
 //! Provider clients: one attempt against one provider.
 //!
 //! An attempt renders the request for the provider's dialect (the client's
-//! own JSON, patched, when the dialects match: [`proto::fidelity`]), sends
+//! own JSON, patched, when the dialects match: [`hale_proto::fidelity`]), sends
 //! it with the provider's key, and turns whatever comes back into either a
 //! response, a live stream of canonical events, or a [`Failure`] already
 //! classified by hale-core. Timeouts are applied here because they are a
 //! property of the wire (headers, first token, idle gap), but what a timeout
 //! *means* is decided by the classifier.
 
-use crate::proto::{self, ChatRequest, ChatResponse, Dialect, StreamEvent};
 use futures::{Stream, StreamExt};
 use hale_core::class::ErrorClass;
 use hale_core::classify::{self, Classified, Observation, Transport};
 use hale_core::config::{Config, ProviderApi, ProviderConfig, ProviderKind, Publisher};
 use hale_core::segment::Refusal;
+use hale_proto::{ChatRequest, ChatResponse, Dialect, StreamEvent};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -343,7 +343,7 @@ impl Client {
 /// Sends one attempt. `prefill` is delivered text to continue from.
 ///
 /// The body is the client's own when the provider speaks its dialect
-/// ([`proto::render_for`], built as [`proto::prepare`]: the JSON only when
+/// ([`hale_proto::render_for`], built as [`hale_proto::prepare`]: the JSON only when
 /// read): hale patches in only what it changed, and
 /// forwards the client's provider-feature headers (`anthropic-beta`,
 /// `anthropic-version`, `OpenAI-Beta`) to a provider of their kind.
@@ -368,7 +368,7 @@ pub async fn send(
         None => model,
     };
     let dialect = dialect_for(provider, model);
-    let out = proto::prepare(dialect, req, body_model, prefill);
+    let out = hale_proto::prepare(dialect, req, body_model, prefill);
     let mut result = attempt(client, provider, model, &out, req.stream, purpose, limits).await;
     // Whatever the upstream (or a proxy) put in its failure — the
     // credential it was sent, echoed — is masked before hale shows or
@@ -389,7 +389,7 @@ async fn request(
     client: &Client,
     provider: &ProviderConfig,
     model: &str,
-    out: &proto::Prepared<'_>,
+    out: &hale_proto::Prepared<'_>,
     stream: bool,
     purpose: Purpose,
     limits: &AttemptLimits,
@@ -421,7 +421,7 @@ async fn request(
         post.bearer(bearer.token());
         // The version is in the body on Vertex; the betas go as headers.
         for (k, v) in &out.headers {
-            if *k != proto::fidelity::ANTHROPIC_VERSION {
+            if *k != hale_proto::fidelity::ANTHROPIC_VERSION {
                 post.header(k, v);
             }
         }
@@ -471,9 +471,9 @@ async fn request(
     let client_version = out
         .headers
         .iter()
-        .any(|(k, _)| *k == proto::fidelity::ANTHROPIC_VERSION);
+        .any(|(k, _)| *k == hale_proto::fidelity::ANTHROPIC_VERSION);
     if provider.kind == ProviderKind::Anthropic && !client_version {
-        post.header(proto::fidelity::ANTHROPIC_VERSION, ANTHROPIC_VERSION);
+        post.header(hale_proto::fidelity::ANTHROPIC_VERSION, ANTHROPIC_VERSION);
     }
     // Bedrock takes Anthropic's feature headers in the body (above).
     if provider.bedrock.is_none() {
@@ -493,7 +493,7 @@ async fn attempt(
     client: &Client,
     provider: &ProviderConfig,
     model: &str,
-    out: &proto::Prepared<'_>,
+    out: &hale_proto::Prepared<'_>,
     stream: bool,
     purpose: Purpose,
     limits: &AttemptLimits,
@@ -627,17 +627,17 @@ async fn attempt(
         // (a `Value` tree only for an odd one: `parse_response_bytes`).
         let parsed = match dialect {
             Dialect::OpenAi => {
-                proto::openai::parse_response_bytes(&bytes).map_err(|e| e.to_string())
+                hale_proto::openai::parse_response_bytes(&bytes).map_err(|e| e.to_string())
             }
             Dialect::Anthropic => {
-                proto::anthropic::parse_response_bytes(&bytes).map_err(|e| e.to_string())
+                hale_proto::anthropic::parse_response_bytes(&bytes).map_err(|e| e.to_string())
             }
             Dialect::Responses => {
                 let value = serde_json::from_slice::<serde_json::Value>(&bytes);
                 // A `failed` Responses answer (a 2xx) is the provider's error.
                 if let Ok(v) = &value
                     && v.get("status").and_then(serde_json::Value::as_str) == Some("failed")
-                    && let Some(body) = proto::responses::error_body(
+                    && let Some(body) = hale_proto::responses::error_body(
                         Some("response.failed"),
                         &serde_json::json!({ "response": v }).to_string(),
                     )
@@ -647,27 +647,27 @@ async fn attempt(
                         "the response failed",
                     ));
                 }
-                value
-                    .map_err(|e| e.to_string())
-                    .and_then(|v| proto::responses::parse_response(&v).map_err(|e| e.to_string()))
+                value.map_err(|e| e.to_string()).and_then(|v| {
+                    hale_proto::responses::parse_response(&v).map_err(|e| e.to_string())
+                })
             }
             Dialect::Gemini => {
                 let value = serde_json::from_slice::<serde_json::Value>(&bytes);
                 // A Gemini safety block (or unusable answer) comes as a 200.
                 if let Ok(v) = &value
-                    && let Some(f) = proto::gemini::answer_failure(v)
+                    && let Some(f) = hale_proto::gemini::answer_failure(v)
                 {
                     return Err(Failure::from_gemini(f));
                 }
                 value
                     .map_err(|e| e.to_string())
-                    .and_then(|v| proto::gemini::parse_response(&v).map_err(|e| e.to_string()))
+                    .and_then(|v| hale_proto::gemini::parse_response(&v).map_err(|e| e.to_string()))
             }
             // Converse names no model: the one in the URL served.
             Dialect::Bedrock => serde_json::from_slice::<serde_json::Value>(&bytes)
                 .map_err(|e| e.to_string())
                 .and_then(|v| {
-                    proto::bedrock::parse_response(&v)
+                    hale_proto::bedrock::parse_response(&v)
                         .map(|mut a| {
                             a.model = model.to_owned();
                             a
@@ -714,12 +714,12 @@ fn event_stream(
     secrets: Arc<Redactor>,
 ) -> EventStream {
     let decoder = match dialect {
-        Dialect::OpenAi => Decoder::OpenAi(proto::openai::StreamDecoder::new()),
-        Dialect::Anthropic => Decoder::Anthropic(proto::anthropic::StreamDecoder::new()),
-        Dialect::Responses => Decoder::Responses(proto::responses::StreamDecoder::new()),
-        Dialect::Gemini => Decoder::Gemini(proto::gemini::StreamDecoder::new()),
+        Dialect::OpenAi => Decoder::OpenAi(hale_proto::openai::StreamDecoder::new()),
+        Dialect::Anthropic => Decoder::Anthropic(hale_proto::anthropic::StreamDecoder::new()),
+        Dialect::Responses => Decoder::Responses(hale_proto::responses::StreamDecoder::new()),
+        Dialect::Gemini => Decoder::Gemini(hale_proto::gemini::StreamDecoder::new()),
         // Bedrock's streams are event streams (`bedrock_stream`).
-        Dialect::Bedrock => Decoder::Converse(proto::bedrock::StreamDecoder::new()),
+        Dialect::Bedrock => Decoder::Converse(hale_proto::bedrock::StreamDecoder::new()),
     };
     Box::pin(Events {
         sse: Box::pin(sse_stream::SseByteStream::new(
@@ -736,16 +736,16 @@ fn event_stream(
 
 /// The decoder of the provider's dialect.
 enum Decoder {
-    OpenAi(proto::openai::StreamDecoder),
-    Anthropic(proto::anthropic::StreamDecoder),
-    Responses(proto::responses::StreamDecoder),
-    Gemini(proto::gemini::StreamDecoder),
+    OpenAi(hale_proto::openai::StreamDecoder),
+    Anthropic(hale_proto::anthropic::StreamDecoder),
+    Responses(hale_proto::responses::StreamDecoder),
+    Gemini(hale_proto::gemini::StreamDecoder),
     /// Bedrock's ConverseStream (event-stream messages as [`bedrock_sse`]
     /// gives them).
-    Converse(proto::bedrock::StreamDecoder),
+    Converse(hale_proto::bedrock::StreamDecoder),
     /// Bedrock's InvokeModelWithResponseStream of an Anthropic model: each
     /// chunk an Anthropic event.
-    Invoke(proto::anthropic::StreamDecoder),
+    Invoke(hale_proto::anthropic::StreamDecoder),
 }
 
 /// The SSE event name [`bedrock_sse`] gives an event-stream exception (its
@@ -843,9 +843,9 @@ fn bedrock_stream(
 
 fn bedrock_decoder(dialect: Dialect) -> Decoder {
     match dialect {
-        Dialect::Anthropic => Decoder::Invoke(proto::anthropic::StreamDecoder::new()),
+        Dialect::Anthropic => Decoder::Invoke(hale_proto::anthropic::StreamDecoder::new()),
         Dialect::Bedrock | Dialect::OpenAi | Dialect::Responses | Dialect::Gemini => {
-            Decoder::Converse(proto::bedrock::StreamDecoder::new())
+            Decoder::Converse(hale_proto::bedrock::StreamDecoder::new())
         }
     }
 }
@@ -983,7 +983,7 @@ impl Decoder {
                 // without an SSE event name).
                 let responses = match self {
                     Decoder::Responses(_) => {
-                        proto::responses::error_body(ev.event.as_deref(), data)
+                        hale_proto::responses::error_body(ev.event.as_deref(), data)
                     }
                     Decoder::Gemini(_) => return gemini_chunk_failure(data, &e.to_string()),
                     Decoder::OpenAi(_)
@@ -1013,7 +1013,7 @@ fn gemini_chunk_failure(data: &str, fallback: &str) -> Result<Option<Vec<StreamE
     if v.get("error").is_some() {
         return Err(stream_error(data, fallback));
     }
-    match proto::gemini::answer_failure(&v) {
+    match hale_proto::gemini::answer_failure(&v) {
         Some(f) => Err(Failure::from_gemini(f)),
         None => Ok(None),
     }
@@ -1147,7 +1147,7 @@ mod tests {
     fn events(gaps: Vec<Duration>) -> EventStream {
         Box::pin(Events {
             sse: Box::pin(upstream(gaps)),
-            decoder: Decoder::OpenAi(proto::openai::StreamDecoder::new()),
+            decoder: Decoder::OpenAi(hale_proto::openai::StreamDecoder::new()),
             idle: IDLE,
             stall: Box::pin(tokio::time::sleep(IDLE)),
             armed: false,
@@ -1498,7 +1498,7 @@ mod tests {
                 ErrorClass::ContextOverflow,
             ),
         ] {
-            let mut d = Decoder::Responses(proto::responses::StreamDecoder::new());
+            let mut d = Decoder::Responses(hale_proto::responses::StreamDecoder::new());
             let mut ev = sse_stream::Sse::default().data(data);
             if let Some(name) = event {
                 ev = ev.event(name);
@@ -1509,7 +1509,7 @@ mod tests {
             assert_eq!(f.class, class, "{event:?} {data}: {f:?}");
             assert!(!f.message.is_empty());
         }
-        let mut d = Decoder::Responses(proto::responses::StreamDecoder::new());
+        let mut d = Decoder::Responses(hale_proto::responses::StreamDecoder::new());
         let garbage = sse_stream::Sse::default().data("{not json");
         assert!(matches!(d.decode(&garbage, &Redactor::default()), Ok(None)));
     }

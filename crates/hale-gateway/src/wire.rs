@@ -4,10 +4,10 @@
 //! ([`Encoder`]: the dialect's, written as SSE or, for a Gemini caller that
 //! did not ask for `alt=sse`, as one JSON array, [`Framing`]), and the
 //! dialect of a path's errors ([`dialect_of`]). Each is an exhaustive match on [`Dialect`], so a new dialect is a compile
-//! error here until it is handled; parsing a request is `crate::proto`'s.
+//! error here until it is handled; parsing a request is [`hale_proto`]'s.
 
-use crate::proto::{self, ChatRequest, ChatResponse, Dialect, StreamEvent};
 use bytes::Bytes;
+use hale_proto::{ChatRequest, ChatResponse, Dialect, StreamEvent};
 use serde_json::Value;
 
 /// The wire dialect of a path: its errors are in that dialect's shape
@@ -33,13 +33,14 @@ pub fn dialect_of(path: &str) -> Dialect {
 /// (a Responses caller's custom tools get `custom_tool_call` items).
 pub fn render_answer(dialect: Dialect, answer: &ChatResponse, req: &ChatRequest) -> Value {
     match dialect {
-        Dialect::OpenAi => proto::openai::render_response(answer),
-        Dialect::Anthropic => proto::anthropic::render_response(answer),
-        Dialect::Responses => {
-            proto::responses::render_response_with(answer, &proto::responses::custom_tools(req))
-        }
-        Dialect::Gemini => proto::gemini::render_response(answer),
-        Dialect::Bedrock => proto::bedrock::render_response(answer),
+        Dialect::OpenAi => hale_proto::openai::render_response(answer),
+        Dialect::Anthropic => hale_proto::anthropic::render_response(answer),
+        Dialect::Responses => hale_proto::responses::render_response_with(
+            answer,
+            &hale_proto::responses::custom_tools(req),
+        ),
+        Dialect::Gemini => hale_proto::gemini::render_response(answer),
+        Dialect::Bedrock => hale_proto::bedrock::render_response(answer),
     }
 }
 
@@ -53,11 +54,11 @@ pub fn render_error(
     hale: Value,
 ) -> Value {
     match dialect {
-        Dialect::OpenAi => proto::openai::render_error(kind, message, hale),
-        Dialect::Anthropic => proto::anthropic::render_error(kind, message, hale),
-        Dialect::Responses => proto::responses::render_error(kind, message, hale),
-        Dialect::Gemini => proto::gemini::render_error(status, kind, message, hale),
-        Dialect::Bedrock => proto::bedrock::render_error(kind, message, hale),
+        Dialect::OpenAi => hale_proto::openai::render_error(kind, message, hale),
+        Dialect::Anthropic => hale_proto::anthropic::render_error(kind, message, hale),
+        Dialect::Responses => hale_proto::responses::render_error(kind, message, hale),
+        Dialect::Gemini => hale_proto::gemini::render_error(status, kind, message, hale),
+        Dialect::Bedrock => hale_proto::bedrock::render_error(kind, message, hale),
     }
 }
 
@@ -74,11 +75,11 @@ pub enum Framing {
 
 /// A dialect's stream encoder.
 pub enum Dialects {
-    OpenAi(proto::openai::StreamEncoder),
-    Anthropic(proto::anthropic::StreamEncoder),
-    Responses(proto::responses::StreamEncoder),
-    Gemini(proto::gemini::StreamEncoder),
-    Bedrock(proto::bedrock::StreamEncoder),
+    OpenAi(hale_proto::openai::StreamEncoder),
+    Anthropic(hale_proto::anthropic::StreamEncoder),
+    Responses(hale_proto::responses::StreamEncoder),
+    Gemini(hale_proto::gemini::StreamEncoder),
+    Bedrock(hale_proto::bedrock::StreamEncoder),
 }
 
 /// A stream encoder: the dialect's, and how its frames are written.
@@ -95,26 +96,31 @@ impl Encoder {
     /// The encoder of a stream answering `req` in `dialect`, as SSE.
     pub fn new(dialect: Dialect, id: &str, model: &str, req: &ChatRequest) -> Self {
         let include_usage = req.include_usage;
-        let inner = match dialect {
-            Dialect::OpenAi => {
-                Dialects::OpenAi(proto::openai::StreamEncoder::new(id, model, include_usage))
-            }
-            Dialect::Anthropic => Dialects::Anthropic(proto::anthropic::StreamEncoder::new(
-                id,
-                model,
-                include_usage,
-            )),
-            Dialect::Responses => Dialects::Responses(
-                proto::responses::StreamEncoder::new(id, model, include_usage)
-                    .with_custom_tools(proto::responses::custom_tools(req)),
-            ),
-            Dialect::Gemini => {
-                Dialects::Gemini(proto::gemini::StreamEncoder::new(id, model, include_usage))
-            }
-            Dialect::Bedrock => {
-                Dialects::Bedrock(proto::bedrock::StreamEncoder::new(id, model, include_usage))
-            }
-        };
+        let inner =
+            match dialect {
+                Dialect::OpenAi => Dialects::OpenAi(hale_proto::openai::StreamEncoder::new(
+                    id,
+                    model,
+                    include_usage,
+                )),
+                Dialect::Anthropic => Dialects::Anthropic(
+                    hale_proto::anthropic::StreamEncoder::new(id, model, include_usage),
+                ),
+                Dialect::Responses => Dialects::Responses(
+                    hale_proto::responses::StreamEncoder::new(id, model, include_usage)
+                        .with_custom_tools(hale_proto::responses::custom_tools(req)),
+                ),
+                Dialect::Gemini => Dialects::Gemini(hale_proto::gemini::StreamEncoder::new(
+                    id,
+                    model,
+                    include_usage,
+                )),
+                Dialect::Bedrock => Dialects::Bedrock(hale_proto::bedrock::StreamEncoder::new(
+                    id,
+                    model,
+                    include_usage,
+                )),
+            };
         Self {
             inner,
             framing: Framing::Sse,
@@ -173,7 +179,7 @@ impl Encoder {
     }
 
     /// Appends `frames` to `out` as the framing writes them; `last` ends a JSON array.
-    fn write(&mut self, frames: &[proto::openai::SseFrame], last: bool, out: &mut Vec<u8>) {
+    fn write(&mut self, frames: &[hale_proto::openai::SseFrame], last: bool, out: &mut Vec<u8>) {
         match self.framing {
             Framing::Sse => {
                 out.reserve(frames.iter().map(|f| f.wire_len()).sum());
@@ -210,11 +216,11 @@ impl Encoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::{StopReason, Usage};
+    use hale_proto::{StopReason, Usage};
     use serde_json::Value;
 
     fn gemini_req() -> ChatRequest {
-        proto::gemini::parse_request(
+        hale_proto::gemini::parse_request(
             &serde_json::json!({"contents": [{"parts": [{"text": "hi"}]}]}),
             "m",
             true,

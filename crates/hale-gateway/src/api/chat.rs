@@ -8,11 +8,11 @@ use super::edge::authorize;
 use crate::Gateway;
 use crate::error::HaleError;
 use crate::pipeline::{self, ChatCall};
-use crate::proto::{self, Dialect};
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use hale_proto::Dialect;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -58,7 +58,7 @@ async fn chat(
         Ok(caller) => caller,
         Err(e) => return e.into_response(dialect),
     };
-    let sent = match proto::parse_sent(body.clone()) {
+    let sent = match hale_proto::parse_sent(body.clone()) {
         Ok(v) => v,
         Err(e) => {
             return HaleError::bad_request(format!("request body is not valid JSON: {e}"))
@@ -66,7 +66,7 @@ async fn chat(
         }
     };
     // The request keeps the client's JSON and provider-feature headers (same-dialect fidelity).
-    let req = match proto::parse_request_sent(dialect, sent, &headers) {
+    let req = match hale_proto::parse_request_sent(dialect, sent, &headers) {
         Ok(r) => r,
         Err(e) => {
             return HaleError::bad_request(format!("invalid request: {e}")).into_response(dialect);
@@ -96,7 +96,7 @@ pub(super) async fn models(
     if let Err(e) = authorize(&gw, peer, &headers, false) {
         return e.into_response(Dialect::OpenAi);
     }
-    axum::Json(proto::openai::render_models(&model_ids(&gw))).into_response()
+    axum::Json(hale_proto::openai::render_models(&model_ids(&gw))).into_response()
 }
 
 /// The names a model list answers: the routes' and the providers' models.

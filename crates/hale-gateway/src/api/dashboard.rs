@@ -66,7 +66,7 @@ pub(super) async fn asset(Path(file): Path<String>) -> Response {
     match ASSETS.iter().find(|a| a.name == file) {
         Some(a) => page(a.bytes, a.mime),
         None => crate::error::HaleError::not_found(format!("no dashboard asset {file}"))
-            .into_response(crate::proto::Dialect::OpenAi),
+            .into_response(hale_proto::Dialect::OpenAi),
     }
 }
 

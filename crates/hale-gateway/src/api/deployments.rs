@@ -8,13 +8,13 @@
 use super::edge::admin_refusal;
 use crate::Gateway;
 use crate::error::HaleError;
-use crate::proto::Dialect;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use hale_core::breaker::BreakerState;
 use hale_core::config::Target;
 use hale_core::event::EventKind;
+use hale_proto::Dialect;
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;

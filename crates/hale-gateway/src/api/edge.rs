@@ -26,7 +26,6 @@
 use crate::Gateway;
 use crate::error::HaleError;
 use crate::pipeline::Caller;
-use crate::proto::Dialect;
 use crate::wire::dialect_of;
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
@@ -36,6 +35,7 @@ use axum::response::{IntoResponse, Response};
 use hale_core::access::{self, Grant};
 use hale_core::browser;
 use hale_core::config::KeyScope;
+use hale_proto::Dialect;
 use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
 

@@ -27,13 +27,13 @@ use super::edge::{GOOG_API_KEY, authorize_with};
 use crate::Gateway;
 use crate::error::HaleError;
 use crate::pipeline::{self, ChatCall};
-use crate::proto::{self, Dialect};
 use crate::wire::Framing;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 use hale_core::gemini::{ClientAction, StreamForm};
+use hale_proto::Dialect;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -82,7 +82,7 @@ pub(super) async fn action(
             }
         },
     };
-    let sent = match proto::parse_sent(body.clone()) {
+    let sent = match hale_proto::parse_sent(body.clone()) {
         Ok(v) => v,
         Err(e) => {
             return HaleError::bad_request(format!("request body is not valid JSON: {e}"))
@@ -97,7 +97,7 @@ pub(super) async fn action(
         }
         return count_tokens(sent, &headers, model);
     }
-    let req = match proto::parse_gemini_sent(sent, &headers, model, stream) {
+    let req = match hale_proto::parse_gemini_sent(sent, &headers, model, stream) {
         Ok(r) => r,
         Err(e) => {
             return HaleError::bad_request(format!("invalid request: {e}"))
@@ -118,20 +118,20 @@ pub(super) async fn action(
 
 /// `:countTokens`: the body is a `generateContent` body, or one inside
 /// `generateContentRequest` (as the SDKs send it).
-fn count_tokens(sent: proto::Sent, headers: &HeaderMap, model: &str) -> Response {
+fn count_tokens(sent: hale_proto::Sent, headers: &HeaderMap, model: &str) -> Response {
     let inner = sent
         .value
         .get("generateContentRequest")
         .filter(|v| v.is_object())
         .cloned();
     let sent = match inner {
-        Some(value) => proto::Sent { value, raw: None },
+        Some(value) => hale_proto::Sent { value, raw: None },
         None => sent,
     };
-    match proto::parse_gemini_sent(sent, headers, model, false) {
+    match hale_proto::parse_gemini_sent(sent, headers, model, false) {
         Ok(req) => {
             let total = crate::relay::input_tokens_estimate(&req);
-            axum::Json(proto::gemini::render_count(total)).into_response()
+            axum::Json(hale_proto::gemini::render_count(total)).into_response()
         }
         Err(e) => {
             HaleError::bad_request(format!("invalid request: {e}")).into_response(Dialect::Gemini)
@@ -150,7 +150,7 @@ pub(super) async fn models(
     if let Err(e) = authorize_with(&gw, peer, &headers, param(&q, "key"), false) {
         return e.into_response(Dialect::Gemini);
     }
-    axum::Json(proto::gemini::render_models(&model_ids(&gw))).into_response()
+    axum::Json(hale_proto::gemini::render_models(&model_ids(&gw))).into_response()
 }
 
 /// `GET /v1/models`: Google's list for a Google client, OpenAI's for any other.
@@ -199,9 +199,9 @@ pub(super) async fn model(
     }
     let model = model.strip_prefix("models/").unwrap_or(&model);
     if google {
-        axum::Json(proto::gemini::render_model(model)).into_response()
+        axum::Json(hale_proto::gemini::render_model(model)).into_response()
     } else {
-        let list = proto::openai::render_models(&[model.to_owned()]);
+        let list = hale_proto::openai::render_models(&[model.to_owned()]);
         axum::Json(list["data"][0].clone()).into_response()
     }
 }

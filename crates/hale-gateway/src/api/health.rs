@@ -12,13 +12,13 @@
 use super::edge::{admin_refusal, agent_refusal, bad, store_err};
 use crate::Gateway;
 use crate::error::HaleError;
-use crate::proto::Dialect;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hale_core::event::EventKind;
 use hale_core::health::{Decision, Heartbeat};
+use hale_proto::Dialect;
 use serde::Deserialize;
 use serde_json::json;
 use std::borrow::Cow;

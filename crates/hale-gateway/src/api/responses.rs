@@ -10,11 +10,11 @@
 use super::edge::{authorize, bad, store_err};
 use crate::Gateway;
 use crate::error::HaleError;
-use crate::proto::Dialect;
 use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use hale_core::responses::{self as rules, Order};
+use hale_proto::Dialect;
 use hale_store::ResponseRecord;
 use serde_json::{Value, json};
 use std::collections::HashMap;

@@ -57,7 +57,6 @@ pub use recovery::checkpoint_valid;
 use crate::agents::Agents;
 use crate::emit::{Emitter, wall_ms};
 use crate::error::HaleError;
-use crate::proto::{ChatRequest, Part, Role};
 use axum::http::StatusCode;
 use hale_core::config::Config;
 use hale_core::event::EventKind;
@@ -65,6 +64,7 @@ use hale_core::health::{
     Decision, HealthOutput, HealthRegistry, HealthState, Heartbeat, InterventionPhase, StateChange,
 };
 use hale_core::recovery::RecoveryTracker;
+use hale_proto::{ChatRequest, Part, Role};
 use hale_store::{AgentRecord, StoredResponse, Write};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
@@ -638,7 +638,7 @@ impl HealthRt {
 /// text and tool calls, and the tools offered. Trailing system messages are
 /// skipped: they are hale's nudges (or instructions), not the agent's move.
 pub fn fingerprint(req: &ChatRequest) -> u64 {
-    let mut h = crate::proto::fingerprint_hasher();
+    let mut h = hale_proto::fingerprint_hasher();
     if let Some(m) = req.messages.iter().rev().find(|m| m.role != Role::System) {
         for p in &m.content {
             match p {

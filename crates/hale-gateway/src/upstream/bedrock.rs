@@ -53,12 +53,12 @@ pub fn url(
 }
 
 /// An Anthropic Messages body (the client's JSON or hale's rendering) as
-/// InvokeModel takes it: [`proto::anthropic::platform_body`] with Bedrock's
+/// InvokeModel takes it: [`hale_proto::anthropic::platform_body`] with Bedrock's
 /// version, no `stream` either (the operation says it), and the client's
 /// `anthropic-beta` header as the body's `anthropic_beta` list. Every other
 /// field stays as it came.
 pub fn invoke_body(body: &serde_json::Value, beta: Option<&str>) -> serde_json::Value {
-    let mut body = crate::proto::anthropic::platform_body(body, bedrock::ANTHROPIC_VERSION);
+    let mut body = hale_proto::anthropic::platform_body(body, bedrock::ANTHROPIC_VERSION);
     body.remove("stream");
     if let Some(b) = beta {
         let list: Vec<serde_json::Value> = b

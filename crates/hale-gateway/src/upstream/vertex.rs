@@ -181,7 +181,7 @@ pub(super) fn url(
 /// A Claude body as Vertex wants it: Anthropic's Messages body without
 /// `model` (the URL names it), with Vertex's `anthropic_version`.
 pub(super) fn anthropic_body(body: &serde_json::Value) -> serde_json::Value {
-    serde_json::Value::Object(crate::proto::anthropic::platform_body(
+    serde_json::Value::Object(hale_proto::anthropic::platform_body(
         body,
         vertex::ANTHROPIC_VERSION,
     ))

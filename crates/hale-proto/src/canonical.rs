@@ -699,7 +699,7 @@ impl Origin {
 /// nor sent, and never keys a table, so it needs no HashDoS resistance:
 /// crafting two requests that collide only misleads hale about the
 /// crafter's own requests.
-pub(crate) fn fingerprint_hasher() -> impl Hasher {
+pub fn fingerprint_hasher() -> impl Hasher {
     static SEED: std::sync::LazyLock<foldhash::quality::RandomState> =
         std::sync::LazyLock::new(foldhash::quality::RandomState::default);
     SEED.build_hasher()

@@ -11,9 +11,9 @@ use super::response::{
     call_item, item_id, message_item, parse_status, parse_usage, response_id, response_object,
     unix_now,
 };
-use crate::proto::canonical::{Obj, ProtoError, StopReason, Str, StreamEvent, Usage};
-use crate::proto::json::{as_object, err, field, kind_of, opt_str, req_str};
-use crate::proto::sse::SseFrame;
+use crate::canonical::{Obj, ProtoError, StopReason, Str, StreamEvent, Usage};
+use crate::json::{as_object, err, field, kind_of, opt_str, req_str};
+use crate::sse::SseFrame;
 
 /// A `response.output_text.delta` event — the event a stream sends per
 /// token — read straight from the data line, strings borrowed ([`Str`]),
@@ -1456,7 +1456,7 @@ mod tests {
                         (k, v.to_string())
                     })
                     .collect();
-                crate::proto::json::json_object(pairs, shape == 0)
+                crate::json::json_object(pairs, shape == 0)
             })
             .boxed()
     }

@@ -2,8 +2,8 @@
 //! canonical events, re-encoded for a caller of the other dialect, and the
 //! resulting frame sequence is checked against each dialect's stream grammar.
 
-use hale_gateway::proto::openai::SseFrame;
-use hale_gateway::proto::{StopReason, StreamEvent, Usage, anthropic, openai};
+use hale_proto::openai::SseFrame;
+use hale_proto::{StopReason, StreamEvent, Usage, anthropic, openai};
 use serde_json::{Value, json};
 
 /// A recorded gpt-4o stream: text, two parallel tool calls, finish, usage, [DONE].

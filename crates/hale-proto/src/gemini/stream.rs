@@ -15,10 +15,10 @@ use super::response::{
     CallIds, answer_failure, parse_stop_reason, part_of, parts_of, stop_reason, usage_json,
     usage_of,
 };
-use crate::proto::anthropic::arguments_to_input;
-use crate::proto::canonical::{Dialect, Part, ProtoError, StopReason, StreamEvent, Usage};
-use crate::proto::json::{as_object, err, error_message, field};
-use crate::proto::sse::SseFrame;
+use crate::anthropic::arguments_to_input;
+use crate::canonical::{Dialect, Part, ProtoError, StopReason, StreamEvent, Usage};
+use crate::json::{as_object, err, error_message, field};
+use crate::sse::SseFrame;
 
 /// Decodes a Gemini upstream stream.
 #[derive(Debug, Default)]

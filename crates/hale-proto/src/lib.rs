@@ -1,4 +1,10 @@
-//! One canonical chat model, and translation to and from the three wire dialects.
+//! hale-proto: one canonical chat model, and translation to and from the wire
+//! dialects. Pure, as hale-core is: bytes and JSON in, bytes and JSON out — no
+//! runtime, sockets or files (`.ci/run` checks its dependencies). The gateway
+//! carries what it translates over HTTP; the fuzz targets and the golden
+//! tests (`tests/`, and the fixtures beside each dialect) drive it alone. A
+//! crate of its own so that it compiles beside hale-store and hale-events
+//! rather than inside hale-gateway (BENCHMARKS.md, "First build").
 //!
 //! Agents speak OpenAI Chat Completions (`/v1/chat/completions`), Anthropic
 //! Messages (`/v1/messages`), OpenAI Responses (`/v1/responses`) or Gemini
@@ -50,7 +56,7 @@ pub mod responses;
 mod scan;
 mod sse;
 
-pub(crate) use canonical::fingerprint_hasher;
+pub use canonical::fingerprint_hasher;
 pub use canonical::{
     AnswerError, ChatRequest, ChatResponse, Dialect, Message, Origin, Part, ProtoError, Role,
     StopReason, StreamEvent, Tool, Usage,

@@ -1,7 +1,7 @@
 //! Non-streaming responses, stop reasons, error bodies and the models list,
 //! in both dialects.
 
-use hale_gateway::proto::{ChatResponse, Dialect, Part, StopReason, Usage, anthropic, openai};
+use hale_proto::{ChatResponse, Dialect, Part, StopReason, Usage, anthropic, openai};
 use serde_json::json;
 
 const ALL_REASONS: [StopReason; 4] = [

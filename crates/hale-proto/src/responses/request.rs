@@ -14,8 +14,8 @@
 use serde_json::{Map, Value, json};
 
 use super::DIALECT;
-use crate::proto::canonical::{ChatRequest, Dialect, Message, Part, ProtoError, Role, Tool, Trace};
-use crate::proto::json::{
+use crate::canonical::{ChatRequest, Dialect, Message, Part, ProtoError, Role, Tool, Trace};
+use crate::json::{
     as_object, at, empty_schema, err, field, join, kind_of, opt_array, opt_bool, opt_f64, opt_str,
     opt_u32, req_str,
 };
@@ -112,7 +112,7 @@ pub fn parse_request(body: &Value) -> Result<ChatRequest, ProtoError> {
 }
 
 /// [`parse_request`], also telling which canonical messages each input
-/// item became (for [`crate::proto::fidelity`]).
+/// item became (for [`crate::fidelity`]).
 pub(crate) fn parse_request_traced(body: &Value) -> Result<(ChatRequest, Trace), ProtoError> {
     let obj = as_object(body, "")?;
     let model = req_str(obj, "model", "")?.to_string();
@@ -943,9 +943,9 @@ mod tests {
     #[test]
     fn rendering_settles_on_the_fuzz_seeds() {
         for seed in [
-            include_str!("../../../../../fuzz/corpus/responses_request/codex.json"),
-            include_str!("../../../../../fuzz/corpus/responses_request/structured.json"),
-            include_str!("../../../../../fuzz/corpus/responses_request/minimal.json"),
+            include_str!("../../../../fuzz/corpus/responses_request/codex.json"),
+            include_str!("../../../../fuzz/corpus/responses_request/structured.json"),
+            include_str!("../../../../fuzz/corpus/responses_request/minimal.json"),
         ] {
             let req = parse_request(&serde_json::from_str(seed).unwrap()).unwrap();
             let once = render_request(&req, &req.model, None);

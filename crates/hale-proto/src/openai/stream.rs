@@ -7,13 +7,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::response::{finish_reason, parse_finish_reason, unix_now, usage_json};
-use crate::proto::canonical::{Obj, ProtoError, StopReason, Str, StreamEvent, Usage};
-use crate::proto::json::{
+use crate::canonical::{Obj, ProtoError, StopReason, Str, StreamEvent, Usage};
+use crate::json::{
     as_object, at, count, err, error_message, field, join, kind_of, opt_array, opt_str, push_str,
 };
-use crate::proto::layout::TextLayout;
-use crate::proto::scan::{Scan, once};
-use crate::proto::sse::SseFrame;
+use crate::layout::TextLayout;
+use crate::scan::{Scan, once};
+use crate::sse::SseFrame;
 
 /// An upstream chunk of the common shape — text, a finish, usage — read
 /// straight from the data line, strings borrowed ([`Str`]), without a `Value` tree:
@@ -893,7 +893,7 @@ mod tests {
         let n = fields.len();
         let pair = (0..n).prop_flat_map(move |i| (Just(fields[i].0), fields[i].1.clone()));
         (proptest::collection::vec(pair, 0..6), 0..10u8)
-            .prop_map(|(pairs, shape)| crate::proto::json::json_object(pairs, shape == 0))
+            .prop_map(|(pairs, shape)| crate::json::json_object(pairs, shape == 0))
             .boxed()
     }
 
@@ -1043,7 +1043,7 @@ mod tests {
         #[test]
         fn a_stream_of_alike_chunks_decodes_as_the_value_path_does(
             layout in 0..LAYOUTS.len(),
-            texts in proptest::collection::vec(crate::proto::layout::text_body(&[r#""},"logprobs":null,"finish_reason":null}]}"#, r#""}}]}"#]), 1..8),
+            texts in proptest::collection::vec(crate::layout::text_body(&[r#""},"logprobs":null,"finish_reason":null}]}"#, r#""}}]}"#]), 1..8),
             others in proptest::collection::vec((0..8usize, chunk()), 0..3),
         ) {
             let (head, tail) = LAYOUTS[layout];
@@ -1079,7 +1079,7 @@ mod tests {
         /// exactly what serde reads, or leaves the chunk to serde.
         #[test]
         fn the_scanner_reads_what_serde_reads(c in chunk(), cut in 0..400usize) {
-            for doc in crate::proto::scan::variants(&c, cut) {
+            for doc in crate::scan::variants(&c, cut) {
                 if let Some(got) = PlainChunk::scan(&doc) {
                     let want = serde_json::from_str::<Obj<PlainChunk>>(&doc).map(|Obj(c)| c);
                     prop_assert_eq!(Some(got), want.ok(), "chunk {}", doc);

@@ -75,13 +75,13 @@ const MAX_NAME_CHARS: usize = 64;
 
 /// The provider-feature headers of [`FEATURE_HEADERS`] in a client's
 /// request; repeated headers are joined with `,` (as HTTP allows).
-pub fn feature_headers(h: &axum::http::HeaderMap) -> Vec<(&'static str, String)> {
+pub fn feature_headers(h: &http::HeaderMap) -> Vec<(&'static str, String)> {
     // Named once: a `&str` name is parsed again at every lookup.
-    static NAMES: std::sync::LazyLock<Vec<(&str, axum::http::HeaderName)>> =
+    static NAMES: std::sync::LazyLock<Vec<(&str, http::HeaderName)>> =
         std::sync::LazyLock::new(|| {
             FEATURE_HEADERS
                 .iter()
-                .map(|(name, _)| (*name, axum::http::HeaderName::from_static(name)))
+                .map(|(name, _)| (*name, http::HeaderName::from_static(name)))
                 .collect()
         });
     let mut out: Vec<(&'static str, String)> = Vec::new();
@@ -1383,7 +1383,7 @@ fn responses_losses(origin: &Origin, target: Dialect, dropped: &mut BTreeSet<Str
 #[cfg(test)]
 mod responses_tests {
     use super::*;
-    use crate::proto::canonical::{Part, Role};
+    use crate::canonical::{Part, Role};
     use std::sync::Arc;
 
     const CODEX: &str = r#"{"model":"gpt-5-codex","instructions":"You are Codex.","input":[
@@ -1625,7 +1625,7 @@ mod align_tests {
 #[cfg(test)]
 mod gemini_tests {
     use super::*;
-    use crate::proto::canonical::Role;
+    use crate::canonical::Role;
 
     /// Crossing to Gemini, what `generationConfig` carries (a JSON answer
     /// format, a reasoning effort) is not named dropped; what it cannot

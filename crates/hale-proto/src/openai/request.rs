@@ -5,8 +5,8 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::proto::canonical::{ChatRequest, Dialect, Message, Part, ProtoError, Role, Tool, Trace};
-use crate::proto::json::{
+use crate::canonical::{ChatRequest, Dialect, Message, Part, ProtoError, Role, Tool, Trace};
+use crate::json::{
     as_object, at, empty_schema, err, field, join, kind_of, opt_array, opt_bool, opt_f64, opt_str,
     opt_u32, req_array, req_str,
 };
@@ -80,7 +80,7 @@ pub fn parse_request(body: &Value) -> Result<ChatRequest, ProtoError> {
 }
 
 /// [`parse_request`], also telling which canonical messages each wire
-/// message became (for [`crate::proto::fidelity`]).
+/// message became (for [`crate::fidelity`]).
 pub(crate) fn parse_request_traced(body: &Value) -> Result<(ChatRequest, Trace), ProtoError> {
     let obj = as_object(body, "")?;
     let model = req_str(obj, "model", "")?.to_string();
@@ -535,10 +535,10 @@ pub(crate) fn with_usage(raw: &[u8], body: &Map<String, Value>) -> Option<bytes:
         }
         Some(options) => {
             let text = std::str::from_utf8(raw).ok()?;
-            let span = crate::proto::scan::member(text, "stream_options")??;
+            let span = crate::scan::member(text, "stream_options")??;
             match options {
                 Value::Object(o) => {
-                    let inner = crate::proto::scan::member(&text[span.clone()], "include_usage")?;
+                    let inner = crate::scan::member(&text[span.clone()], "include_usage")?;
                     match inner {
                         Some(v) => (span.start + v.start, span.start + v.end, &[b"true"]),
                         None => {

@@ -9,8 +9,8 @@ use serde_json::{Map, Value, json};
 
 use super::DIALECT;
 use super::request::{arguments_to_custom_input, custom_input_to_arguments};
-use crate::proto::canonical::{ChatResponse, Part, ProtoError, StopReason, Usage};
-use crate::proto::json::{
+use crate::canonical::{ChatResponse, Part, ProtoError, StopReason, Usage};
+use crate::json::{
     as_object, at, count, err, error_message, field, join, kind_of, opt_str, req_array, req_str,
 };
 

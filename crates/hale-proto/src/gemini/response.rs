@@ -4,9 +4,9 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::proto::anthropic::{arguments_to_input, input_to_arguments};
-use crate::proto::canonical::{ChatResponse, Dialect, Part, ProtoError, StopReason, Usage};
-use crate::proto::json::{as_object, at, count, err, error_message, field};
+use crate::anthropic::{arguments_to_input, input_to_arguments};
+use crate::canonical::{ChatResponse, Dialect, Part, ProtoError, StopReason, Usage};
+use crate::json::{as_object, at, count, err, error_message, field};
 use hale_core::gemini::AnswerFailure;
 
 /// The Gemini `finishReason` of a canonical stop reason.

@@ -3,9 +3,9 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::proto::anthropic::{arguments_to_input, input_to_arguments};
-use crate::proto::canonical::{ChatResponse, Dialect, Part, ProtoError, StopReason, Usage};
-use crate::proto::json::{as_object, at, count, err, field};
+use crate::anthropic::{arguments_to_input, input_to_arguments};
+use crate::canonical::{ChatResponse, Dialect, Part, ProtoError, StopReason, Usage};
+use crate::json::{as_object, at, count, err, field};
 
 /// The Converse `stopReason` of a canonical stop reason.
 pub fn stop_reason(r: StopReason) -> &'static str {

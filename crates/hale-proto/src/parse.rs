@@ -20,7 +20,7 @@ use super::{anthropic, fidelity, gemini, openai, responses};
 pub fn parse_request(
     dialect: Dialect,
     body: Value,
-    headers: &axum::http::HeaderMap,
+    headers: &http::HeaderMap,
 ) -> Result<ChatRequest, ProtoError> {
     let (mut req, origin) = parse_with_origin(dialect, body, headers)?;
     req.origin = Some(Arc::new(origin));
@@ -35,7 +35,7 @@ pub fn parse_request(
 pub fn parse_request_sent(
     dialect: Dialect,
     sent: Sent,
-    headers: &axum::http::HeaderMap,
+    headers: &http::HeaderMap,
 ) -> Result<ChatRequest, ProtoError> {
     let (mut req, origin) = parse_with_origin(dialect, sent.value, headers)?;
     let origin = match sent.raw {
@@ -51,7 +51,7 @@ pub fn parse_request_sent(
 /// Kept as [`parse_request_sent`] keeps the other dialects' bodies.
 pub fn parse_gemini_sent(
     sent: Sent,
-    headers: &axum::http::HeaderMap,
+    headers: &http::HeaderMap,
     model: &str,
     stream: bool,
 ) -> Result<ChatRequest, ProtoError> {
@@ -189,7 +189,7 @@ impl<'de> Visitor<'de> for NoticeRepeats<'_> {
 fn parse_with_origin(
     dialect: Dialect,
     body: Value,
-    headers: &axum::http::HeaderMap,
+    headers: &http::HeaderMap,
 ) -> Result<(ChatRequest, Origin), ProtoError> {
     let (req, trace) = match dialect {
         Dialect::OpenAi => openai::parse_request_traced(&body)?,

@@ -8,11 +8,11 @@ use serde::de::MapAccess;
 use serde_json::{Map, Value, json};
 
 use super::request::{parse_tool_calls, split_assistant, user_content};
-use crate::proto::canonical::{
+use crate::canonical::{
     AnswerError, ChatResponse, Count, Fields, First, IfObject, Part, ProtoError, Skip, StopReason,
     Str, Typed, Usage,
 };
-use crate::proto::json::{
+use crate::json::{
     as_object, count, err, error_message, field, join, opt_array, opt_str, req_array,
 };
 
@@ -348,7 +348,7 @@ pub fn render_models(ids: &[String]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::json::strategies::{
+    use crate::json::strategies::{
         array, body, bytes, count, ignored, object, read, refused, text,
     };
     use proptest::prelude::*;

@@ -6,13 +6,11 @@ use serde::de::MapAccess;
 use serde_json::{Map, Value, json};
 
 use super::request::{arguments_to_input, input_to_arguments};
-use crate::proto::canonical::{
+use crate::canonical::{
     AnswerError, ChatResponse, Count, Dialect, Fields, IfObject, Part, ProtoError, Skip,
     StopReason, Str, Typed, Usage,
 };
-use crate::proto::json::{
-    as_object, at, count, err, error_message, field, opt_str, req_array, req_str,
-};
+use crate::json::{as_object, at, count, err, error_message, field, opt_str, req_array, req_str};
 
 /// The Anthropic `stop_reason` of a canonical stop reason.
 pub fn stop_reason(r: StopReason) -> &'static str {
@@ -305,7 +303,7 @@ pub fn render_error(kind: &str, message: &str, hale: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::json::strategies::{
+    use crate::json::strategies::{
         array, body, bytes, count, ignored, object, read, refused, text,
     };
     use proptest::prelude::*;

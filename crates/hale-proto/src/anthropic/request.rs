@@ -5,8 +5,8 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::proto::canonical::{ChatRequest, Dialect, Message, Part, ProtoError, Role, Tool, Trace};
-use crate::proto::json::{
+use crate::canonical::{ChatRequest, Dialect, Message, Part, ProtoError, Role, Tool, Trace};
+use crate::json::{
     as_object, at, empty_schema, err, field, join, kind_of, opt_array, opt_bool, opt_f64, opt_str,
     opt_u32, req_array, req_str,
 };
@@ -126,7 +126,7 @@ pub fn parse_request(body: &Value) -> Result<ChatRequest, ProtoError> {
 }
 
 /// [`parse_request`], also telling which canonical messages each wire
-/// message became (for [`crate::proto::fidelity`]).
+/// message became (for [`crate::fidelity`]).
 pub(crate) fn parse_request_traced(body: &Value) -> Result<(ChatRequest, Trace), ProtoError> {
     let obj = as_object(body, "")?;
     let model = req_str(obj, "model", "")?.to_string();

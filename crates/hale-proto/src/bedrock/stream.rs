@@ -1,15 +1,15 @@
 //! ConverseStream events: decoding a provider's events (each one's type
 //! and JSON payload, after the binary framing is taken off) into canonical
-//! stream events, and an encoder for [`crate::wire`]'s exhaustive matches.
+//! stream events, and an encoder for `hale_gateway::wire`'s exhaustive matches.
 
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
 use super::response::{parse_stop_reason, stop_reason, usage_of};
-use crate::proto::canonical::{ProtoError, StreamEvent};
-use crate::proto::json::{as_object, err, field};
-use crate::proto::sse::SseFrame;
+use crate::canonical::{ProtoError, StreamEvent};
+use crate::json::{as_object, err, field};
+use crate::sse::SseFrame;
 
 /// Decodes a ConverseStream.
 #[derive(Debug, Default)]
@@ -181,7 +181,7 @@ impl StreamEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::canonical::{StopReason, Usage};
+    use crate::canonical::{StopReason, Usage};
 
     #[test]
     fn events_decode_to_canonical_events() {

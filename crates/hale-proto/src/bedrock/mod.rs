@@ -4,12 +4,12 @@
 //! Translates between Converse's JSON and the canonical types of
 //! [`super`]. Converse is a provider dialect: hale renders requests for it
 //! and reads its answers and stream events; no client speaks it (the answer
-//! side here exists for [`crate::wire`]'s exhaustive matches). A bedrock
+//! side here exists for `hale_gateway::wire`'s exhaustive matches). A bedrock
 //! provider with `api: invoke` speaks [`super::anthropic`] instead (the
 //! Messages body through InvokeModel), so it is not in this folder.
 //!
 //! The stream's binary event-stream framing is the upstream client's
-//! (`crate::upstream::bedrock`): this folder sees each event's type and its
+//! (`hale_gateway::upstream::bedrock`): this folder sees each event's type and its
 //! JSON payload.
 //!
 //! What the rendering does:

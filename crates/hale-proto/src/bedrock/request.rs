@@ -2,9 +2,9 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::proto::anthropic::arguments_to_input;
-use crate::proto::canonical::{ChatRequest, Dialect, Message, Part, Role, lead_system};
-use crate::proto::json::push_turn;
+use crate::anthropic::arguments_to_input;
+use crate::canonical::{ChatRequest, Dialect, Message, Part, Role, lead_system};
+use crate::json::push_turn;
 
 /// The image formats Converse takes, by MIME type.
 fn image_format(mime: &str) -> Option<&'static str> {
@@ -186,7 +186,7 @@ fn tool_choice(tc: &Value) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::openai;
+    use crate::openai;
 
     /// A conversation with a system prompt, a tool round trip, an image and
     /// every inference knob renders as Converse expects it.

@@ -1,7 +1,7 @@
 //! Request translation: OpenAI ↔ canonical ↔ Anthropic round trips, the
 //! rules Anthropic forces on rendering, and parse errors with their JSON paths.
 
-use hale_gateway::proto::{ChatRequest, Dialect, Message, Part, Role, anthropic, openai};
+use hale_proto::{ChatRequest, Dialect, Message, Part, Role, anthropic, openai};
 use serde_json::{Value, json};
 
 fn weather_schema() -> Value {
@@ -437,7 +437,7 @@ fn anthropic_takes_a_system_message_inside_messages_issue_27() {
     );
 
     // To an Anthropic provider: the client's JSON, the system message as sent.
-    let same = hale_gateway::proto::render_for(
+    let same = hale_proto::render_for(
         Dialect::Anthropic,
         &client_request(Dialect::Anthropic, &body),
         "served",
@@ -756,7 +756,7 @@ fn null_optional_fields_read_as_absent() {
 }
 
 // ---------------------------------------------------------------------------
-// Same-dialect fidelity (proto::parse_request + proto::render_for).
+// Same-dialect fidelity (hale_proto::parse_request + hale_proto::render_for).
 // ---------------------------------------------------------------------------
 
 /// One of seven changes hale may make to a request (0: none; 1: the model;
@@ -776,7 +776,7 @@ fn change_request(change: u8, req: &mut ChatRequest, model: &mut String) -> Opti
 }
 
 fn client_request(dialect: Dialect, body: &Value) -> ChatRequest {
-    hale_gateway::proto::parse_request(dialect, body.clone(), &Default::default()).unwrap()
+    hale_proto::parse_request(dialect, body.clone(), &Default::default()).unwrap()
 }
 
 fn anthropic_cached_body() -> Value {
@@ -803,7 +803,7 @@ fn an_unchanged_request_renders_as_the_client_sent_it_with_the_served_model() {
         (Dialect::Anthropic, anthropic_cached_body()),
     ] {
         let req = client_request(dialect, &body);
-        let out = hale_gateway::proto::render_for(dialect, &req, "served", None);
+        let out = hale_proto::render_for(dialect, &req, "served", None);
         let mut want = body.clone();
         want["model"] = json!("served");
         assert_eq!(out.body, want, "{dialect:?}");
@@ -818,7 +818,7 @@ fn a_nudge_is_the_only_message_hale_encodes_the_others_keep_their_json() {
     let mut req = client_request(Dialect::OpenAi, &body);
     req.messages
         .push(Message::text(Role::System, "Stop repeating yourself."));
-    let out = hale_gateway::proto::render_for(Dialect::OpenAi, &req, "gpt-4o", None);
+    let out = hale_proto::render_for(Dialect::OpenAi, &req, "gpt-4o", None);
     let sent = body["messages"].as_array().unwrap();
     let got = out.body["messages"].as_array().unwrap();
     assert_eq!(&got[..sent.len()], &sent[..]);
@@ -834,7 +834,7 @@ fn a_nudge_is_the_only_message_hale_encodes_the_others_keep_their_json() {
     let mut req = client_request(Dialect::Anthropic, &body);
     req.messages
         .push(Message::text(Role::System, "Stop repeating yourself."));
-    let out = hale_gateway::proto::render_for(Dialect::Anthropic, &req, "claude-x", None);
+    let out = hale_proto::render_for(Dialect::Anthropic, &req, "claude-x", None);
     let sent = body["messages"].as_array().unwrap();
     let got = out.body["messages"].as_array().unwrap();
     assert_eq!(got.len(), sent.len());
@@ -862,7 +862,7 @@ fn compaction_re_encodes_only_the_messages_it_replaced_or_changed() {
             }
         }
     }
-    let out = hale_gateway::proto::render_for(Dialect::Anthropic, &req, "claude-x", None);
+    let out = hale_proto::render_for(Dialect::Anthropic, &req, "claude-x", None);
     let sent = body["messages"].as_array().unwrap();
     let got = out.body["messages"].as_array().unwrap();
     assert_eq!(got.len(), sent.len());
@@ -885,7 +885,7 @@ fn compaction_re_encodes_only_the_messages_it_replaced_or_changed() {
             "[Summary by hale] Paris 18C, Rome 22C.",
         )],
     );
-    let out = hale_gateway::proto::render_for(Dialect::OpenAi, &req, "gpt-4o", None);
+    let out = hale_proto::render_for(Dialect::OpenAi, &req, "gpt-4o", None);
     let sent = body["messages"].as_array().unwrap();
     let got = out.body["messages"].as_array().unwrap();
     // Two lifted system messages, the summary, then the last two tool results' successors.
@@ -899,7 +899,7 @@ fn a_prefill_and_a_lowered_max_tokens_are_patched_into_the_clients_json() {
     let body = anthropic_cached_body();
     let mut req = client_request(Dialect::Anthropic, &body);
     req.max_tokens = Some(500);
-    let out = hale_gateway::proto::render_for(
+    let out = hale_proto::render_for(
         Dialect::Anthropic,
         &req,
         "claude-x",
@@ -917,7 +917,7 @@ fn a_prefill_and_a_lowered_max_tokens_are_patched_into_the_clients_json() {
     let body = openai_body();
     let mut req = client_request(Dialect::OpenAi, &body);
     req.max_tokens = Some(128);
-    let out = hale_gateway::proto::render_for(Dialect::OpenAi, &req, "gpt-4o", None);
+    let out = hale_proto::render_for(Dialect::OpenAi, &req, "gpt-4o", None);
     assert_eq!(out.body["max_completion_tokens"], 128);
     assert!(out.body.get("max_tokens").is_none());
     assert_eq!(out.changes, ["max_tokens"]);
@@ -925,22 +925,21 @@ fn a_prefill_and_a_lowered_max_tokens_are_patched_into_the_clients_json() {
 
 #[test]
 fn only_provider_feature_headers_are_kept_and_only_for_their_dialect() {
-    let mut h = axum::http::HeaderMap::new();
+    let mut h = http::HeaderMap::new();
     h.insert("anthropic-beta", "a-1".parse().unwrap());
     h.append("anthropic-beta", "b-2".parse().unwrap());
     h.insert("openai-beta", "assistants=v2".parse().unwrap());
     h.insert("authorization", "Bearer secret".parse().unwrap());
     h.insert("x-api-key", "secret".parse().unwrap());
     h.insert("cookie", "s=1".parse().unwrap());
-    let req = hale_gateway::proto::parse_request(Dialect::Anthropic, anthropic_cached_body(), &h)
-        .unwrap();
-    let to_anthropic = hale_gateway::proto::render_for(Dialect::Anthropic, &req, "claude-x", None);
+    let req = hale_proto::parse_request(Dialect::Anthropic, anthropic_cached_body(), &h).unwrap();
+    let to_anthropic = hale_proto::render_for(Dialect::Anthropic, &req, "claude-x", None);
     assert_eq!(
         to_anthropic.headers,
         [("anthropic-beta", "a-1,b-2".to_owned())]
     );
     assert_eq!(to_anthropic.changes, ["dropped: openai-beta header"]);
-    let to_openai = hale_gateway::proto::render_for(Dialect::OpenAi, &req, "gpt-4o", None);
+    let to_openai = hale_proto::render_for(Dialect::OpenAi, &req, "gpt-4o", None);
     assert_eq!(
         to_openai.headers,
         [("openai-beta", "assistants=v2".to_owned())]
@@ -968,8 +967,8 @@ fn sent_request(dialect: Dialect, body: &Value, pretty: bool) -> ChatRequest {
         serde_json::to_vec(body)
     };
     let raw = bytes::Bytes::from(raw.unwrap());
-    let sent = hale_gateway::proto::parse_sent(raw).unwrap();
-    hale_gateway::proto::parse_request_sent(dialect, sent, &Default::default()).unwrap()
+    let sent = hale_proto::parse_sent(raw).unwrap();
+    hale_proto::parse_request_sent(dialect, sent, &Default::default()).unwrap()
 }
 
 #[test]
@@ -977,23 +976,21 @@ fn an_untouched_request_goes_out_as_the_clients_bytes() {
     // Spaces and key order no re-serialisation would keep.
     let text = r#"{ "stream": false, "model": "m",
         "messages": [{"role": "user", "content": "hi"}], "temperature": 0.70 }"#;
-    let sent = hale_gateway::proto::parse_sent(bytes::Bytes::from(text)).unwrap();
-    let req = hale_gateway::proto::parse_request_sent(Dialect::OpenAi, sent, &Default::default())
-        .unwrap();
-    let out = hale_gateway::proto::render_for(Dialect::OpenAi, &req, "m", None);
+    let sent = hale_proto::parse_sent(bytes::Bytes::from(text)).unwrap();
+    let req = hale_proto::parse_request_sent(Dialect::OpenAi, sent, &Default::default()).unwrap();
+    let out = hale_proto::render_for(Dialect::OpenAi, &req, "m", None);
     assert_eq!(out.raw.as_deref(), Some(text.as_bytes()));
     assert!(out.changes.is_empty(), "{:?}", out.changes);
     // Another model, or a repeated key, or another dialect: hale's JSON.
-    let out = hale_gateway::proto::render_for(Dialect::OpenAi, &req, "other", None);
+    let out = hale_proto::render_for(Dialect::OpenAi, &req, "other", None);
     assert_eq!((out.raw, out.changes), (None, vec!["model".to_owned()]));
-    let out = hale_gateway::proto::render_for(Dialect::Anthropic, &req, "m", None);
+    let out = hale_proto::render_for(Dialect::Anthropic, &req, "m", None);
     assert_eq!(out.raw, None);
     let twice = r#"{"model": "m", "model": "m", "messages": [{"role": "user", "content": "hi"}]}"#;
-    let sent = hale_gateway::proto::parse_sent(bytes::Bytes::from(twice)).unwrap();
-    let req = hale_gateway::proto::parse_request_sent(Dialect::OpenAi, sent, &Default::default())
-        .unwrap();
+    let sent = hale_proto::parse_sent(bytes::Bytes::from(twice)).unwrap();
+    let req = hale_proto::parse_request_sent(Dialect::OpenAi, sent, &Default::default()).unwrap();
     assert_eq!(
-        hale_gateway::proto::render_for(Dialect::OpenAi, &req, "m", None).raw,
+        hale_proto::render_for(Dialect::OpenAi, &req, "m", None).raw,
         None
     );
 }
@@ -1176,7 +1173,7 @@ mod raw_bodies {
             let mut req = sent_request(dialect, &body, pretty);
             let mut model = body["model"].as_str().unwrap().to_owned();
             let prefill = change_request(change, &mut req, &mut model);
-            let out = hale_gateway::proto::render_for(dialect, &req, &model, prefill);
+            let out = hale_proto::render_for(dialect, &req, &model, prefill);
             if let Some(raw) = &out.raw {
                 let as_json: Value = serde_json::from_slice(raw).unwrap();
                 prop_assert_eq!(&as_json, &out.body);
@@ -1213,7 +1210,7 @@ mod raw_bodies {
             beta in any::<bool>(),
             pretty in any::<bool>(),
         ) {
-            let mut headers = axum::http::HeaderMap::new();
+            let mut headers = http::HeaderMap::new();
             if beta {
                 headers.insert("anthropic-beta", "x-1".parse().unwrap());
             }
@@ -1222,13 +1219,13 @@ mod raw_bodies {
             } else {
                 body.to_string()
             };
-            let sent = hale_gateway::proto::parse_sent(bytes::Bytes::from(text)).unwrap();
-            let mut req = hale_gateway::proto::parse_request_sent(dialect, sent, &headers).unwrap();
+            let sent = hale_proto::parse_sent(bytes::Bytes::from(text)).unwrap();
+            let mut req = hale_proto::parse_request_sent(dialect, sent, &headers).unwrap();
             let mut model = body["model"].as_str().unwrap().to_owned();
             let prefill = change_request(change, &mut req, &mut model);
             let target = [Dialect::OpenAi, Dialect::Anthropic, Dialect::Responses, Dialect::Gemini, Dialect::Bedrock][usize::from(target)];
-            let want = hale_gateway::proto::render_for(target, &req, &model, prefill);
-            let got = hale_gateway::proto::prepare(target, &req, &model, prefill);
+            let want = hale_proto::render_for(target, &req, &model, prefill);
+            let got = hale_proto::prepare(target, &req, &model, prefill);
             prop_assert_eq!(&got.raw, &want.raw);
             prop_assert_eq!(&got.headers, &want.headers);
             prop_assert_eq!(&got.changes, &want.changes);

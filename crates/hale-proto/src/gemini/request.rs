@@ -4,11 +4,11 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::proto::anthropic::{arguments_to_input, input_to_arguments};
-use crate::proto::canonical::{
+use crate::anthropic::{arguments_to_input, input_to_arguments};
+use crate::canonical::{
     ChatRequest, Dialect, Message, Part, ProtoError, Role, Tool, Trace, lead_system,
 };
-use crate::proto::json::{
+use crate::json::{
     as_object, at, empty_schema, err, field, join, kind_of, opt_array, opt_f64, opt_str, opt_u32,
     push_turn, req_array, req_str,
 };
@@ -758,7 +758,7 @@ fn generation_config(req: &ChatRequest) -> Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::openai;
+    use crate::openai;
 
     fn openai_req(body: Value) -> ChatRequest {
         openai::parse_request(&body).expect("a valid request")
@@ -865,7 +865,7 @@ mod tests {
 
     #[test]
     fn anthropic_thinking_is_a_budget() {
-        let req = crate::proto::anthropic::parse_request(&json!({
+        let req = crate::anthropic::parse_request(&json!({
             "model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
             "thinking": {"type": "enabled", "budget_tokens": 2048},
         }))

@@ -7,13 +7,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::response::{input_tokens, parse_stop_reason, stop_reason};
-use crate::proto::canonical::{Dialect, Obj, ProtoError, StopReason, Str, StreamEvent, Usage};
-use crate::proto::json::{
+use crate::canonical::{Dialect, Obj, ProtoError, StopReason, Str, StreamEvent, Usage};
+use crate::json::{
     as_object, count, err, error_message, field, kind_of, opt_str, push_str, req_str,
 };
-use crate::proto::layout::TextLayout;
-use crate::proto::scan::{Scan, once};
-use crate::proto::sse::SseFrame;
+use crate::layout::TextLayout;
+use crate::scan::{Scan, once};
+use crate::sse::SseFrame;
 
 /// A `content_block_delta` event of text: the bytes `json!` (a sorted map)
 /// wrote, written by hand around the escaped text, as a stream sends one
@@ -1013,7 +1013,7 @@ mod tests {
                     present.into_iter().flatten().chain(twice).collect();
                 (Just(pairs).prop_shuffle(), 0..20u8)
             })
-            .prop_map(|(pairs, shape)| crate::proto::json::json_object(pairs, shape == 0))
+            .prop_map(|(pairs, shape)| crate::json::json_object(pairs, shape == 0))
             .boxed()
     }
 
@@ -1275,7 +1275,7 @@ mod tests {
         #[test]
         fn a_stream_of_alike_deltas_decodes_as_the_value_path_does(
             layout in 0..LAYOUTS.len(),
-            texts in proptest::collection::vec((crate::proto::layout::text_body(&[r#""}}"#]), 0..8u8), 1..8),
+            texts in proptest::collection::vec((crate::layout::text_body(&[r#""}}"#]), 0..8u8), 1..8),
             others in proptest::collection::vec((0..8usize, event()), 0..3),
             start in stream(),
         ) {
@@ -1364,7 +1364,7 @@ mod tests {
             e in prop_oneof![3 => block_delta(), 1 => other_event()],
             cut in 0..300usize,
         ) {
-            for doc in crate::proto::scan::variants(&e, cut) {
+            for doc in crate::scan::variants(&e, cut) {
                 if let Some(got) = PlainBlockDelta::scan(&doc) {
                     let want = serde_json::from_str::<Obj<PlainBlockDelta>>(&doc).map(|Obj(e)| e);
                     prop_assert_eq!(Some(got), want.ok(), "event {}", doc);
