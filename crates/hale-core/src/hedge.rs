@@ -22,6 +22,7 @@
 //! a fast one. Time comes in as `now`, so every rule is tested under a fake
 //! clock.
 
+pub use crate::config::HedgingConfig;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -39,42 +40,6 @@ pub const BUDGET_MIN_PER_WINDOW: u32 = 1;
 /// A budget remembers at most this many requests (older ones drop first,
 /// which only makes the budget smaller).
 pub const BUDGET_MAX_REMEMBERED: usize = 100_000;
-
-/// `hedging:` — the validated section (docs/configuration.md, "hedging").
-#[derive(Debug, Clone, PartialEq)]
-pub struct HedgingConfig {
-    /// Hedge at all.
-    pub enabled: bool,
-    /// The hedge point of a deployment with too little history.
-    pub default_after: Duration,
-    /// The learned hedge point is never earlier than this…
-    pub floor: Duration,
-    /// …nor later than this.
-    pub ceiling: Duration,
-    /// The quantile (0 < q ≤ 1) of recent first-token times.
-    pub quantile: f64,
-    /// How many recent first-token times a deployment keeps.
-    pub history: usize,
-    /// Hedges may be at most this share (0..=1) of the requests…
-    pub budget_share: f64,
-    /// …of this window, per deployment and per agent.
-    pub budget_window: Duration,
-}
-
-impl Default for HedgingConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            default_after: Duration::from_secs(4),
-            floor: Duration::from_millis(500),
-            ceiling: Duration::from_secs(25),
-            quantile: 0.95,
-            history: 50,
-            budget_share: 0.05,
-            budget_window: Duration::from_secs(60),
-        }
-    }
-}
 
 /// A deployment's recent first-token times: at most `cap` samples, each with
 /// when it was taken.
