@@ -613,7 +613,7 @@ fn cancelled(
         changes: Vec::new(),
         hedge: Some(HedgeRole::Cancelled),
     });
-    let input_tokens = crate::relay::input_tokens_estimate(req);
+    let input_tokens = input_tokens_estimate(req);
     let cost = hale_core::models::price(&on.target.model, &env.cfg.prices)
         .map_or(0.0, |p| hale_core::budget::cost(p, input_tokens, 0));
     turn.hedge_losses.push(HedgeLoss {
@@ -934,6 +934,26 @@ async fn first_content(mut s: EventStream, by: Instant) -> Result<Live, Failure>
             }
         }
     }
+}
+
+/// A rough input-token count, for a stream whose provider reported no usage
+/// and for a hedge's cancelled loser.
+pub(crate) fn input_tokens_estimate(req: &ChatRequest) -> u64 {
+    let system = req
+        .system
+        .as_deref()
+        .map_or(0, hale_tokens::Tokenizer::approximate);
+    let messages: u64 = req
+        .messages
+        .iter()
+        .map(|m| {
+            u64::from(
+                hale_tokens::Tokenizer::approximate(&m.joined_text())
+                    + hale_tokens::TOKENS_PER_MESSAGE,
+            )
+        })
+        .sum();
+    u64::from(system) + messages
 }
 
 /// Whether an event is content the caller would see as the answer starting.
