@@ -253,6 +253,8 @@ pub struct RawConfig {
     #[serde(default)]
     ejection: Opt<RawEjection>,
     #[serde(default)]
+    hedging: Opt<RawHedging>,
+    #[serde(default)]
     guard: Opt<RawGuard>,
     #[serde(default)]
     health: Opt<RawHealth>,
@@ -383,6 +385,27 @@ struct RawBudget {
     max_cost_usd_per_task: Opt<f64>,
     #[serde(default)]
     max_cost_usd_per_agent: Opt<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHedging {
+    #[serde(default)]
+    enabled: Opt<bool>,
+    #[serde(default)]
+    default_after_ms: Opt<u64>,
+    #[serde(default)]
+    floor_ms: Opt<u64>,
+    #[serde(default)]
+    ceiling_ms: Opt<u64>,
+    #[serde(default)]
+    quantile: Opt<f64>,
+    #[serde(default)]
+    history: Opt<u32>,
+    #[serde(default)]
+    budget_share: Opt<f64>,
+    #[serde(default)]
+    budget_window_ms: Opt<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -5,8 +5,8 @@ use super::{ConfigError, ConfigErrors, MINIMAL_EXAMPLE, load};
 use hale_core::class::ErrorClass;
 use hale_core::config::{
     BreakerConfig, CompactionConfig, Config, CooldownConfig, EjectionConfig, EventsConfig,
-    GuardConfig, HealthConfig, Jitter, KeyScope, NatsConfig, ProviderKind, RecoveryConfig,
-    RetryConfig, SelfHealingConfig, Target,
+    GuardConfig, HealthConfig, HedgingConfig, Jitter, KeyScope, NatsConfig, ProviderKind,
+    RecoveryConfig, RetryConfig, SelfHealingConfig, Target,
 };
 use std::time::Duration;
 
@@ -65,6 +65,8 @@ retry:                           # per failure class
   network:      {max_attempts: 3, initial_ms: 1000, max_ms: 30000}
 
 ejection: {eject_after: 3, failure_rate: 0.5, min_calls: 5, window_ms: 30000, max_ejection_ms: 300000}
+hedging: {enabled: true, default_after_ms: 4000, floor_ms: 500, ceiling_ms: 25000, quantile: 0.95,
+          history: 50, budget_share: 0.05, budget_window_ms: 60000}
 cooldown_ms: {auth: 600000, rate_limit: 60000, billing: 1800000, timeout: 30000,
               overloaded: 120000, model_not_found: 3600000, unknown: 30000}
 guard: {max_events: 2000, max_tool_calls: 400, task_timeout_ms: 600000,
@@ -285,6 +287,7 @@ fn full_example_restates_the_defaults() {
     assert_eq!(c.guard, GuardConfig::default());
     assert_eq!(c.cooldown, CooldownConfig::default());
     assert_eq!(c.ejection, EjectionConfig::default());
+    assert_eq!(c.hedging, HedgingConfig::default());
     assert_eq!(
         c.self_healing.resume_probe_after,
         SelfHealingConfig::default().resume_probe_after
@@ -876,6 +879,41 @@ fn thresholds_must_be_in_zero_one() {
         "self_healing.circuit_breaker.failure_rate",
         Some(12),
         "outside (0, 1]",
+    );
+}
+
+#[test]
+fn hedging_keys_are_read_and_checked() {
+    let c = load_ok(&with_base(
+        "hedging: {enabled: false, default_after_ms: 2000, floor_ms: 100, ceiling_ms: 9000, quantile: 0.9, history: 20, budget_share: 0.1, budget_window_ms: 30000}\n",
+    ));
+    let want = HedgingConfig {
+        enabled: false,
+        default_after: Duration::from_millis(2000),
+        floor: Duration::from_millis(100),
+        ceiling: Duration::from_millis(9000),
+        quantile: 0.9,
+        history: 20,
+        budget_share: 0.1,
+        budget_window: Duration::from_millis(30000),
+    };
+    assert_eq!(c.hedging, want);
+    let errs = load_err(&with_base(
+        "hedging:\n  floor_ms: 5000\n  ceiling_ms: 1000\n  quantile: 0\n  budget_share: 2\n  default_after_ms: 0\n",
+    ));
+    assert_error(
+        &errs,
+        "hedging.ceiling_ms",
+        Some(12),
+        "is over hedging.ceiling_ms",
+    );
+    assert_error(&errs, "hedging.quantile", Some(13), "outside (0, 1]");
+    assert_error(&errs, "hedging.budget_share", Some(14), "outside (0, 1]");
+    assert_error(
+        &errs,
+        "hedging.default_after_ms",
+        Some(15),
+        "greater than 0",
     );
 }
 

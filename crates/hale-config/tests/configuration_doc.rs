@@ -97,6 +97,7 @@ fn probes() -> Vec<Probe> {
             "`ejection`",
             "ejection: {zz_undocumented: 1}\n",
         ),
+        key("RawHedging", "`hedging`", "hedging: {zz_undocumented: 1}\n"),
         key(
             "RawCooldown",
             "`cooldown_ms`",

@@ -111,6 +111,7 @@ fn role_of(kind: EventKind, breaker_to: Option<&str>) -> Role {
         | K::AgentFallbackUsed
         | K::AgentCompacted
         | K::AgentRetry
+        | K::TurnHedged
         | K::TurnCompleted
         | K::TurnFailed
         | K::HealthStateChanged

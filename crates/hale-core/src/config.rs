@@ -44,6 +44,8 @@ pub struct Config {
     pub retry: RetryConfig,
     pub cooldown: CooldownConfig,
     pub ejection: EjectionConfig,
+    /// `hedging:` — hedged first tokens ([`crate::hedge`]).
+    pub hedging: HedgingConfig,
     pub guard: GuardConfig,
     pub health: HealthConfig,
     pub recovery: RecoveryConfig,
@@ -84,6 +86,7 @@ impl Config {
             retry: RetryConfig::default(),
             cooldown: CooldownConfig::default(),
             ejection: EjectionConfig::default(),
+            hedging: HedgingConfig::default(),
             guard: GuardConfig::default(),
             health: HealthConfig::default(),
             recovery: RecoveryConfig::default(),
@@ -695,6 +698,43 @@ impl Default for EjectionConfig {
             min_calls: 5,
             window: Duration::from_secs(30),
             max_ejection: Duration::from_secs(300),
+        }
+    }
+}
+
+/// `hedging:` — when a silent attempt is hedged on the next target, and how
+/// often (the rules: [`crate::hedge`]; docs/configuration.md, "hedging").
+#[derive(Debug, Clone, PartialEq)]
+pub struct HedgingConfig {
+    /// Hedge at all.
+    pub enabled: bool,
+    /// The hedge point of a deployment with too little history.
+    pub default_after: Duration,
+    /// The learned hedge point is never earlier than this…
+    pub floor: Duration,
+    /// …nor later than this.
+    pub ceiling: Duration,
+    /// The quantile (0 < q ≤ 1) of recent first-token times.
+    pub quantile: f64,
+    /// How many recent first-token times a deployment keeps.
+    pub history: usize,
+    /// Hedges may be at most this share (0..=1) of the requests…
+    pub budget_share: f64,
+    /// …of this window, per deployment and per agent.
+    pub budget_window: Duration,
+}
+
+impl Default for HedgingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            default_after: Duration::from_secs(4),
+            floor: Duration::from_millis(500),
+            ceiling: Duration::from_secs(25),
+            quantile: 0.95,
+            history: 50,
+            budget_share: 0.05,
+            budget_window: Duration::from_secs(60),
         }
     }
 }

@@ -44,6 +44,7 @@ event_kinds! {
     AgentCompacted => "agent.compacted",
     AgentTerminated => "agent.terminated",
     AgentRetry => "agent.retry",
+    TurnHedged => "turn.hedged",
     TurnCompleted => "turn.completed",
     TurnFailed => "turn.failed",
     HealthStateChanged => "health.state_changed",

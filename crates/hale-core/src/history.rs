@@ -70,6 +70,7 @@ pub fn is_transition(kind: EventKind) -> bool {
         | K::AgentFallbackUsed
         | K::AgentCompacted
         | K::AgentRetry
+        | K::TurnHedged
         | K::TurnCompleted
         | K::TurnFailed
         | K::CheckpointCorrupt

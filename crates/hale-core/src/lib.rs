@@ -27,6 +27,7 @@ pub mod event;
 pub mod gemini;
 pub mod guard;
 pub mod health;
+pub mod hedge;
 pub mod history;
 pub mod ids;
 pub mod lease;

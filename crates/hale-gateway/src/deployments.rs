@@ -6,7 +6,9 @@
 //!   ([`hale_core::deployment::Scope`]): each deployment (`provider/model`),
 //!   each provider (its key) and each `base_url`;
 //! - the breakers, keyed agent × deployment;
-//! - the retry budget of each provider.
+//! - the retry budget of each provider;
+//! - the hedging state: each deployment's recent first-token times and
+//!   hedge budget, and each agent's hedge budget ([`hale_core::hedge`]).
 //!
 //! The rules are hale-core's ([`hale_core::deployment`],
 //! [`hale_core::select`], [`hale_core::breaker`]); this module holds their
@@ -18,6 +20,7 @@ use hale_core::breaker::{Admission, BreakerState, CallOutcome, SharedBreaker, Tr
 use hale_core::class::ErrorClass;
 use hale_core::config::{Config, Target};
 use hale_core::deployment::{self, Gate, Health, Scope, Snapshot};
+use hale_core::hedge::{self, FirstTokenHistory, HedgeBudget};
 use hale_core::retry::RetryBudget;
 use hale_core::select::{BreakerSays, Candidate};
 use serde::Serialize;
@@ -90,6 +93,17 @@ pub struct Deployments {
     budgets: HashMap<String, Mutex<RetryBudget>, foldhash::fast::RandomState>,
     /// The configuration every breaker shares (one copy, not one per breaker).
     breaker_cfg: Arc<hale_core::config::BreakerConfig>,
+    /// First-token histories and hedge budgets.
+    hedging: Mutex<Hedging>,
+}
+
+/// The hedging state ([`hale_core::hedge`]).
+#[derive(Default)]
+struct Hedging {
+    /// deployment key → its first-token history and hedge budget.
+    deployments: HashMap<String, (FirstTokenHistory, HedgeBudget)>,
+    /// agent → its hedge budget.
+    agents: HashMap<String, HedgeBudget>,
 }
 
 /// The key of a deployment: `provider/model`, as `Target` displays. Pushed
@@ -120,8 +134,91 @@ impl Deployments {
             breakers: RwLock::new(HashMap::new()),
             budgets,
             breaker_cfg: Arc::new(cfg.self_healing.circuit_breaker.clone()),
+            hedging: Mutex::new(Hedging::default()),
             cfg,
         }
+    }
+
+    fn hedging(&self) -> std::sync::MutexGuard<'_, Hedging> {
+        // No rule panics while holding the lock, so the maps are consistent.
+        self.hedging.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts one model call of `agent` on `deployment` in both hedge budgets.
+    pub fn hedge_request(&self, agent: &str, deployment: &str, now: Instant) {
+        let h = &self.cfg.hedging;
+        if !h.enabled {
+            return;
+        }
+        let mut g = self.hedging();
+        g.deployments
+            .entry(deployment.to_owned())
+            .or_insert_with(|| {
+                (
+                    FirstTokenHistory::new(h.history),
+                    HedgeBudget::from_config(h),
+                )
+            })
+            .1
+            .record_request(now);
+        g.agents
+            .entry(agent.to_owned())
+            .or_insert_with(|| HedgeBudget::from_config(h))
+            .record_request(now);
+    }
+
+    /// Records a first token (or a complete answer) `elapsed` after the
+    /// request on `deployment` was sent.
+    pub fn first_token(&self, deployment: &str, elapsed: Duration, now: Instant) {
+        let h = &self.cfg.hedging;
+        let mut g = self.hedging();
+        g.deployments
+            .entry(deployment.to_owned())
+            .or_insert_with(|| {
+                (
+                    FirstTokenHistory::new(h.history),
+                    HedgeBudget::from_config(h),
+                )
+            })
+            .0
+            .record(now, elapsed);
+    }
+
+    /// When an attempt on `deployment` without a first token is hedged
+    /// ([`hedge::hedge_point`]); `None` when hedging is off.
+    pub fn hedge_point(&self, deployment: &str, now: Instant) -> Option<Duration> {
+        let h = &self.cfg.hedging;
+        if !h.enabled {
+            return None;
+        }
+        let g = self.hedging();
+        Some(match g.deployments.get(deployment) {
+            Some((history, _)) => hedge::hedge_point(history, h, now),
+            None => hedge::hedge_point(&FirstTokenHistory::new(1), h, now),
+        })
+    }
+
+    /// Takes a hedge of `agent` on `deployment` from both budgets, or none.
+    pub fn take_hedge(&self, agent: &str, deployment: &str, now: Instant) -> bool {
+        let h = &self.cfg.hedging;
+        let mut g = self.hedging();
+        let Hedging {
+            deployments,
+            agents,
+        } = &mut *g;
+        let dep = &mut deployments
+            .entry(deployment.to_owned())
+            .or_insert_with(|| {
+                (
+                    FirstTokenHistory::new(h.history),
+                    HedgeBudget::from_config(h),
+                )
+            })
+            .1;
+        let agent = agents
+            .entry(agent.to_owned())
+            .or_insert_with(|| HedgeBudget::from_config(h));
+        hedge::try_take_all(&mut [dep, agent], now)
     }
 
     fn scopes(&self) -> std::sync::MutexGuard<'_, Scopes> {

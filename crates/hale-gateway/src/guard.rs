@@ -390,7 +390,8 @@ impl Tasks {
         })
     }
 
-    /// Adds a served turn's usage to the task's spend; returns its cost in USD
+    /// Adds a served turn's usage, and that of the cancelled losers of its
+    /// hedges (`losses`: model, usage), to the task's spend; returns its cost in USD
     /// and the task's count to write with the turn's (its spend's number, the
     /// guard's events and tool calls not written yet).
     pub fn record_spend(
@@ -399,13 +400,23 @@ impl Tasks {
         task: &str,
         model: &str,
         usage: Usage,
+        losses: &[(&str, Usage)],
     ) -> (f64, hale_store::TaskCount) {
-        let cost = models::price(model, &self.cfg.prices)
-            .map(|p| budget::cost(p, usage.input_tokens, usage.output_tokens))
-            .unwrap_or(0.0);
+        let priced = |model: &str, u: &Usage| {
+            models::price(model, &self.cfg.prices)
+                .map(|p| budget::cost(p, u.input_tokens, u.output_tokens))
+                .unwrap_or(0.0)
+        };
+        let cost = priced(model, &usage) + losses.iter().map(|(m, u)| priced(m, u)).sum::<f64>();
+        let tokens = usage.input_tokens
+            + usage.output_tokens
+            + losses
+                .iter()
+                .map(|(_, u)| u.input_tokens + u.output_tokens)
+                .sum::<u64>();
         let count = self.with(agent, task, |rt| {
             let mut s = Spend::default();
-            s.add(usage.input_tokens + usage.output_tokens, cost);
+            s.add(tokens, cost);
             let (events, tool_calls) = std::mem::take(&mut rt.unsent);
             hale_store::TaskCount {
                 task: task.to_owned(),

@@ -51,6 +51,7 @@ static MODEL: HeaderName = HeaderName::from_static("x-hale-model");
 static ATTEMPTS: HeaderName = HeaderName::from_static("x-hale-attempts");
 static DEGRADED: HeaderName = HeaderName::from_static("x-hale-degraded");
 static COMPACTED: HeaderName = HeaderName::from_static("x-hale-compacted");
+static HEDGED: HeaderName = HeaderName::from_static("x-hale-hedged");
 
 /// Who is calling, after auth.
 #[derive(Debug, Clone)]
@@ -690,6 +691,7 @@ fn evidence(resp: &mut Response, turn: &Turn, served: usize, model: &str) {
     h.insert(ATTEMPTS.clone(), HeaderValue::from(turn.timeline.len()));
     h.insert(DEGRADED.clone(), flag(turn.degraded(served)));
     h.insert(COMPACTED.clone(), flag(turn.compacted));
+    h.insert(HEDGED.clone(), flag(!turn.hedge_losses.is_empty()));
 }
 
 fn evidence_pairs(resp: &Response) -> Vec<(String, String)> {
@@ -821,7 +823,21 @@ fn finish_turn(
     let target = served.map(|i| turn.targets[i].clone());
     let (cost, task_n) = match (&target, &turn.task) {
         (Some(t), Some(task)) => {
-            let (cost, count) = gw.tasks.record_spend(&turn.agent, task, &t.model, usage);
+            // A hedge's cancelled loser is charged with the winner.
+            let losses: Vec<(&str, proto::Usage)> = turn
+                .hedge_losses
+                .iter()
+                .map(|l| {
+                    let usage = proto::Usage {
+                        input_tokens: l.input_tokens,
+                        ..proto::Usage::default()
+                    };
+                    (l.target.model.as_str(), usage)
+                })
+                .collect();
+            let (cost, count) = gw
+                .tasks
+                .record_spend(&turn.agent, task, &t.model, usage, &losses);
             (cost, Some(count))
         }
         (Some(_), None) | (None, _) => (0.0, None),

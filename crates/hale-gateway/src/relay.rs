@@ -396,7 +396,7 @@ impl Relay<'_> {
     /// frames (usage and `[DONE]`, or the in-band error) handed back unsent.
     async fn close(mut self, req: &ChatRequest, failure: Option<Failure>) -> Relayed {
         let usage = self.usage.unwrap_or_else(|| Usage {
-            input_tokens: input_tokens_estimate(req),
+            input_tokens: turn::input_tokens_estimate(req),
             output_tokens: u64::from(hale_tokens::Tokenizer::approximate(&self.delivered)),
         });
         self.out.flush().await;
@@ -459,25 +459,6 @@ impl Closing {
     pub async fn send(self) {
         let _ = self.tx.send(Ok(self.bytes)).await;
     }
-}
-
-/// A rough input-token count, for a stream whose provider reported no usage.
-pub(crate) fn input_tokens_estimate(req: &ChatRequest) -> u64 {
-    let system = req
-        .system
-        .as_deref()
-        .map_or(0, hale_tokens::Tokenizer::approximate);
-    let messages: u64 = req
-        .messages
-        .iter()
-        .map(|m| {
-            u64::from(
-                hale_tokens::Tokenizer::approximate(&m.joined_text())
-                    + hale_tokens::TOKENS_PER_MESSAGE,
-            )
-        })
-        .sum();
-    u64::from(system) + messages
 }
 
 /// What becomes of a resumed answer's tool-call event.

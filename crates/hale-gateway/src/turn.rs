@@ -83,6 +83,27 @@ pub struct AttemptRecord {
     /// attempt (`model`, `max_tokens`, `dropped: cache_control`, …).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<String>,
+    /// Its part in a hedged first token (docs/configuration.md, "hedging").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hedge: Option<HedgeRole>,
+}
+
+/// An attempt's part in a hedge: the attempt started because another was
+/// silent past its hedge point, or the one of the two that lost the race
+/// and was cancelled (its row has no class: it did not fail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HedgeRole {
+    Hedge,
+    Cancelled,
+}
+
+/// The loser of a hedge: its deployment and the input tokens it was
+/// charged (hale's estimate: it was cancelled before any usage came back).
+#[derive(Debug, Clone)]
+pub struct HedgeLoss {
+    pub target: Target,
+    pub input_tokens: u64,
 }
 
 /// A deployment of the plan passed over in this turn, and why
@@ -142,6 +163,8 @@ pub struct Turn {
     /// Whom the turn is for: an agent, or hale's own compaction (its
     /// attempts carry [`upstream::COMPACTION_HEADER`]).
     pub purpose: upstream::Purpose,
+    /// The cancelled losers of this turn's hedges, charged to its task.
+    pub hedge_losses: Vec<HedgeLoss>,
 }
 
 /// A live stream after its first content: the events read so far and the rest.
@@ -189,6 +212,7 @@ impl Turn {
             last_failure: None,
             responses: None,
             purpose: upstream::Purpose::Agent,
+            hedge_losses: Vec::new(),
         }
     }
 
@@ -304,19 +328,30 @@ pub async fn run(
             turn.exhausted[idx] = true;
             continue;
         };
-        let own = own_request(turn, &on);
-        let base: &ChatRequest = own.as_deref().unwrap_or(req);
+        let mut idx = idx;
+        let mut own = own_request(turn, &on);
         // After a 504 the same target is asked again with a lower max_tokens.
         let mut lowered: Option<ChatRequest> = None;
         loop {
-            let req = lowered.as_ref().unwrap_or(base);
+            let base: &ChatRequest = own.as_deref().unwrap_or(req);
+            let sent = lowered.as_ref().unwrap_or(base);
             on.attempts += 1;
             // Only targets that accept an assistant prefill get one; others are aligned by the relay.
             let pf = prefill.as_deref().filter(|_| on.provider.supports_prefill);
-            let (result, elapsed) = attempt(env, turn, &on, req, pf, resume).await;
+            let (result, elapsed, hedge) = attempt(env, turn, &on, sent, req, pf, resume).await;
+            // The hedge's outcome is the one to act on: the loop goes on with its deployment.
+            if let Some(h) = hedge {
+                turn.exhausted[idx] = true;
+                on = h;
+                on.attempts = 1;
+                idx = on.idx;
+                own = own_request(turn, &on);
+                lowered = None;
+            }
+            let req = lowered.as_ref().unwrap_or(own.as_deref().unwrap_or(req));
             let f = match result {
                 Ok(served) => {
-                    on_success(env, turn, &on.target, mode, elapsed);
+                    on_success(env, turn, &on.target, on.mode, elapsed);
                     turn.prefilled = pf.is_some();
                     return Ok((idx, served));
                 }
@@ -403,6 +438,7 @@ fn on_target<'a>(
     if let Some(b) = budget {
         b.lock().expect("budget lock").on_request(now);
     }
+    env.deployments.hedge_request(&turn.agent, &deployment, now);
     Some(OnTarget {
         idx,
         target,
@@ -432,19 +468,36 @@ fn own_request(turn: &Turn, on: &OnTarget<'_>) -> Option<Arc<ChatRequest>> {
     }
 }
 
-/// One attempt: sent, a stream read up to its first content, counted in the
-/// metrics and written as a row of the timeline; its outcome and duration.
-async fn attempt(
+/// One model call as sent: its outcome, what hale changed in the request,
+/// when it started and how long it took. Borrows nothing of the turn, so two
+/// can race (a hedge).
+struct Call {
+    result: Result<Served, Failure>,
+    changes: Vec<String>,
+    start: Instant,
+    elapsed: Duration,
+}
+
+/// What of the turn a [`call`] needs, copied out so the turn stays free.
+#[derive(Clone, Copy)]
+struct CallCx<'t> {
+    turn_id: &'t str,
+    n: usize,
+    deadline: Instant,
+    purpose: upstream::Purpose,
+}
+
+/// Sends one call to `on` and, for a stream, reads it up to its first content.
+async fn call(
     env: Env<'_>,
-    turn: &mut Turn,
+    cx: CallCx<'_>,
     on: &OnTarget<'_>,
     req: &ChatRequest,
     pf: Option<&str>,
-    resume: Option<&'static str>,
-) -> (Result<Served, Failure>, Duration) {
+) -> Call {
     let (provider, mode) = (on.provider, on.mode);
     let start = Instant::now();
-    let remaining = turn.deadline.saturating_duration_since(start);
+    let remaining = cx.deadline.saturating_duration_since(start);
     let headers = match mode {
         Mode::Probe => env.cfg.retry.probe_timeout.min(provider.timeout),
         Mode::Normal | Mode::Trial | Mode::FailOpen => provider.timeout,
@@ -456,8 +509,8 @@ async fn attempt(
     };
     let span = tracing::info_span!(
         "attempt",
-        turn_id = %turn.id,
-        n = turn.timeline.len() + 1,
+        turn_id = %cx.turn_id,
+        n = cx.n,
         target = %on.target,
         mode = ?mode,
         class = tracing::field::Empty,
@@ -474,7 +527,7 @@ async fn attempt(
         on.target.model.as_str(),
         pf,
         &limits,
-        turn.purpose,
+        cx.purpose,
     ));
     let upstream::Sent {
         result: sent,
@@ -485,7 +538,7 @@ async fn attempt(
         Ok(Answer::Stream(s)) => {
             let budget = provider
                 .first_token_timeout
-                .min(turn.deadline.saturating_duration_since(start));
+                .min(cx.deadline.saturating_duration_since(start));
             first_content(s, start + budget).await.map(Served::Stream)
         }
         Err(f) => Err(f),
@@ -495,21 +548,222 @@ async fn attempt(
         "class",
         result.as_ref().map_or_else(|f| f.class.as_str(), |_| "ok"),
     );
-    env.emit
-        .metrics
-        .attempt(&on.target, result.as_ref().err().map(|f| f.class), elapsed);
+    Call {
+        result,
+        changes,
+        start,
+        elapsed,
+    }
+}
+
+/// Writes a finished call as a row of the timeline and counts it in the
+/// metrics; a first token (or complete answer) goes into its deployment's
+/// first-token history.
+fn record(
+    env: Env<'_>,
+    turn: &mut Turn,
+    on: &OnTarget<'_>,
+    c: &mut Call,
+    resume: Option<&'static str>,
+    hedge: Option<HedgeRole>,
+) {
+    env.emit.metrics.attempt(
+        &on.target,
+        c.result.as_ref().err().map(|f| f.class),
+        c.elapsed,
+    );
+    if c.result.is_ok() {
+        env.deployments
+            .first_token(&on.deployment, c.elapsed, Instant::now());
+    }
+    turn.timeline.push(AttemptRecord {
+        target: on.deployment.clone(),
+        start_ms: turn.since_start(c.start),
+        duration_ms: c.elapsed.as_millis() as u64,
+        mode: on.mode,
+        class: c.result.as_ref().err().map(|f| f.class),
+        status: c.result.as_ref().map_or_else(|f| f.status, |_| Some(200)),
+        message: c.result.as_ref().err().map(|f| f.message.clone()),
+        resume,
+        changes: std::mem::take(&mut c.changes),
+        hedge,
+    });
+}
+
+/// The row of a hedge's loser, cancelled `start`..now, and its cost: hale's
+/// estimate of its input tokens (it was cancelled before any usage came
+/// back), charged to the turn's task with the winner's usage.
+fn cancelled(
+    env: Env<'_>,
+    turn: &mut Turn,
+    on: &OnTarget<'_>,
+    start: Instant,
+    req: &ChatRequest,
+) -> (u64, f64) {
+    let elapsed = start.elapsed();
     turn.timeline.push(AttemptRecord {
         target: on.deployment.clone(),
         start_ms: turn.since_start(start),
         duration_ms: elapsed.as_millis() as u64,
-        mode,
-        class: result.as_ref().err().map(|f| f.class),
-        status: result.as_ref().map_or_else(|f| f.status, |_| Some(200)),
-        message: result.as_ref().err().map(|f| f.message.clone()),
-        resume,
-        changes,
+        mode: on.mode,
+        class: None,
+        status: None,
+        message: Some("cancelled: the other attempt of the hedge answered first".into()),
+        resume: None,
+        changes: Vec::new(),
+        hedge: Some(HedgeRole::Cancelled),
     });
-    (result, elapsed)
+    let input_tokens = input_tokens_estimate(req);
+    let cost = hale_core::models::price(&on.target.model, &env.cfg.prices)
+        .map_or(0.0, |p| hale_core::budget::cost(p, input_tokens, 0));
+    turn.hedge_losses.push(HedgeLoss {
+        target: on.target.clone(),
+        input_tokens,
+    });
+    (input_tokens, cost)
+}
+
+/// One attempt on `on` with `req`; hedged (docs/configuration.md, "hedging")
+/// when it has no first token by its deployment's hedge point, a next
+/// deployment in rotation is left, and both hedge budgets grant it: then the
+/// same request (`turn_req`, as that deployment is sent it) goes there too,
+/// the first of the two to produce a first token serves and the other is
+/// cancelled. Returns the outcome to act on, its duration, and the hedge's
+/// deployment when that outcome is the hedge's.
+async fn attempt<'a>(
+    env: Env<'a>,
+    turn: &mut Turn,
+    on: &OnTarget<'a>,
+    req: &ChatRequest,
+    turn_req: &ChatRequest,
+    pf: Option<&str>,
+    resume: Option<&'static str>,
+) -> (Result<Served, Failure>, Duration, Option<OnTarget<'a>>) {
+    let turn_id = turn.id.clone();
+    let cx = CallCx {
+        turn_id: &turn_id,
+        n: turn.timeline.len() + 1,
+        deadline: turn.deadline,
+        purpose: turn.purpose,
+    };
+    let first_start = Instant::now();
+    let mut first = Box::pin(call(env, cx, on, req, pf));
+    // Only a plain call is hedged: not a resumed stream, a probe, a trial or fail-open.
+    let point = (pf.is_none() && resume.is_none() && on.mode == Mode::Normal)
+        .then(|| env.deployments.hedge_point(&on.deployment, Instant::now()))
+        .flatten();
+    let plain = |mut c: Call, turn: &mut Turn| {
+        record(env, turn, on, &mut c, resume, None);
+        (c.result, c.elapsed, None)
+    };
+    let Some(point) = point else {
+        let c = first.await;
+        return plain(c, turn);
+    };
+    tokio::select! {
+        c = &mut first => return plain(c, turn),
+        () = tokio::time::sleep(point) => {}
+    }
+    let now = Instant::now();
+    let Some(second) = hedge_target(env, turn, on, now) else {
+        let c = first.await;
+        return plain(c, turn);
+    };
+    let own = own_request(turn, &second);
+    let second_req: &ChatRequest = own.as_deref().unwrap_or(turn_req);
+    let cx2 = CallCx { n: cx.n + 1, ..cx };
+    let mut hedge = Box::pin(call(env, cx2, &second, second_req, None));
+    // The first to finish; when it failed, the other's outcome is the answer.
+    let (winner_is_hedge, mut c) = tokio::select! {
+        c = &mut first => (false, c),
+        c = &mut hedge => (true, c),
+    };
+    let (winner, loser, loser_req) = if winner_is_hedge {
+        (&second, on, req)
+    } else {
+        (on, &second, second_req)
+    };
+    let role = |is_hedge: bool| is_hedge.then_some(HedgeRole::Hedge);
+    if c.result.is_ok() {
+        record(env, turn, winner, &mut c, resume, role(winner_is_hedge));
+        let loser_start = if winner_is_hedge { first_start } else { now };
+        let (tokens, cost) = cancelled(env, turn, loser, loser_start, loser_req);
+        drop(first);
+        drop(hedge);
+        hedged_event(env, turn, on, &second, winner, point, tokens, cost);
+        let (result, elapsed) = (c.result, c.elapsed);
+        return (result, elapsed, winner_is_hedge.then_some(second));
+    }
+    // The first to finish failed: held against its deployment, the other answers.
+    record(env, turn, winner, &mut c, resume, role(winner_is_hedge));
+    if let Err(f) = &c.result {
+        on_failure(env, turn, &winner.target, f, c.elapsed);
+    }
+    if winner_is_hedge {
+        turn.exhausted[second.idx] = true;
+        drop(hedge);
+        let c = first.await;
+        plain(c, turn)
+    } else {
+        drop(first);
+        let mut c = hedge.await;
+        record(env, turn, &second, &mut c, None, Some(HedgeRole::Hedge));
+        (c.result, c.elapsed, Some(second))
+    }
+}
+
+/// The deployment a silent attempt on `on` is hedged on: the next the
+/// selection picks in rotation (not a probe, a trial or fail-open), when
+/// both hedge budgets grant it; its call counted like any other.
+fn hedge_target<'a>(
+    env: Env<'a>,
+    turn: &mut Turn,
+    on: &OnTarget<'a>,
+    now: Instant,
+) -> Option<OnTarget<'a>> {
+    let was = std::mem::replace(&mut turn.exhausted[on.idx], true);
+    let picked = choose(env, turn, now);
+    turn.exhausted[on.idx] = was;
+    let (idx, mode, _) = picked?;
+    if mode != Mode::Normal || !env.deployments.take_hedge(&turn.agent, &on.deployment, now) {
+        return None;
+    }
+    on_target(env, turn, idx, mode, now)
+}
+
+/// The `turn.hedged` event: which deployment was hedged on which, which
+/// won, and what the cancelled one cost.
+#[allow(clippy::too_many_arguments)]
+fn hedged_event(
+    env: Env<'_>,
+    turn: &Turn,
+    first: &OnTarget<'_>,
+    hedge: &OnTarget<'_>,
+    winner: &OnTarget<'_>,
+    point: Duration,
+    loser_input_tokens: u64,
+    loser_cost_usd: f64,
+) {
+    let loser = if std::ptr::eq(winner, first) {
+        hedge
+    } else {
+        first
+    };
+    env.emit.emit(
+        env.emit
+            .event(EventKind::TurnHedged)
+            .agent(&turn.agent)
+            .turn(&turn.id)
+            .payload(serde_json::json!({
+                "first": first.deployment,
+                "hedge": hedge.deployment,
+                "winner": winner.deployment,
+                "loser": loser.deployment,
+                "hedge_after_ms": point.as_millis() as u64,
+                "loser_input_tokens": loser_input_tokens,
+                "loser_cost_usd": loser_cost_usd,
+            })),
+    );
 }
 
 /// After failure `f`, hale-core's retry decision (`retry::decide`) on the
@@ -682,6 +936,26 @@ async fn first_content(mut s: EventStream, by: Instant) -> Result<Live, Failure>
     }
 }
 
+/// A rough input-token count, for a stream whose provider reported no usage
+/// and for a hedge's cancelled loser.
+pub(crate) fn input_tokens_estimate(req: &ChatRequest) -> u64 {
+    let system = req
+        .system
+        .as_deref()
+        .map_or(0, hale_tokens::Tokenizer::approximate);
+    let messages: u64 = req
+        .messages
+        .iter()
+        .map(|m| {
+            u64::from(
+                hale_tokens::Tokenizer::approximate(&m.joined_text())
+                    + hale_tokens::TOKENS_PER_MESSAGE,
+            )
+        })
+        .sum();
+    u64::from(system) + messages
+}
+
 /// Whether an event is content the caller would see as the answer starting.
 pub fn is_content(ev: &StreamEvent) -> bool {
     match ev {
@@ -825,6 +1099,7 @@ mod tests {
             message: message.map(str::to_owned),
             resume: None,
             changes,
+            hedge: None,
         };
         for (timeline, skipped) in [(0, 0), (1, 0), (2, 1), (0, 2)] {
             turn.timeline = [

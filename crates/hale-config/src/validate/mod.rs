@@ -23,6 +23,7 @@ mod ejection;
 mod events;
 mod guard;
 mod health;
+mod hedging;
 mod memory;
 mod prices;
 mod providers;
@@ -85,6 +86,9 @@ pub fn validate(
     }
     if let Some(e) = &raw.ejection {
         cfg.ejection = cx.ejection(&e.value);
+    }
+    if let Some(h) = &raw.hedging {
+        cfg.hedging = cx.hedging(&h.value);
     }
     if let Some(g) = &raw.guard {
         cfg.guard = cx.guard(&g.value);

@@ -130,7 +130,7 @@ fn count_tokens(sent: hale_proto::Sent, headers: &HeaderMap, model: &str) -> Res
     };
     match hale_proto::parse_gemini_sent(sent, headers, model, false) {
         Ok(req) => {
-            let total = crate::relay::input_tokens_estimate(&req);
+            let total = crate::turn::input_tokens_estimate(&req);
             axum::Json(hale_proto::gemini::render_count(total)).into_response()
         }
         Err(e) => {

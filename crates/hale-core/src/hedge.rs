@@ -1,0 +1,394 @@
+//! Hedged first token (issue 43): when to start the same request on the next
+//! target because the first one is silent, and how many such hedges a
+//! deployment and an agent may make.
+//!
+//! This module owns three pure rules; the attempt loop in the gateway carries
+//! them out:
+//!
+//! - [`FirstTokenHistory`]: a bounded window of a deployment's recent
+//!   first-token times (thinking counts as a token), in milliseconds.
+//! - [`hedge_point`]: how long an attempt may stay silent before it is hedged —
+//!   a high quantile of that history × [`HEDGE_FACTOR`], clamped to
+//!   `[floor, ceiling]`; with fewer than [`MIN_SAMPLES`] recent samples, the
+//!   configured default. A deployment whose model always thinks 20 s learns a
+//!   hedge point above 20 s, so it is not hedged once known; a deployment
+//!   that is usually fast is hedged soon after its usual time.
+//! - [`HedgeBudget`]: hedges ≤ `budget_share` × the requests of the last
+//!   `budget_window` + [`BUDGET_MIN_PER_WINDOW`], so a slow provider cannot
+//!   double the bill, and a quiet agent can still hedge at all.
+//!
+//! Why these and not a fixed hedge delay? A fixed delay either hedges every
+//! call of a slow-thinking model (doubling its bill) or waits far too long on
+//! a fast one. Time comes in as `now`, so every rule is tested under a fake
+//! clock.
+
+pub use crate::config::HedgingConfig;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// The hedge point is this multiple of the history's quantile: a first token
+/// somewhat later than usual is not yet a reason to pay twice.
+pub const HEDGE_FACTOR: f64 = 1.5;
+/// Fewer recent samples than this: the configured default applies.
+pub const MIN_SAMPLES: usize = 5;
+/// A sample older than this is forgotten, so a deployment that was slow an
+/// hour ago is learned again from what it does now.
+pub const SAMPLE_MAX_AGE: Duration = Duration::from_secs(600);
+/// Every budget grants at least this many hedges per window, whatever its
+/// request count, so a quiet agent or deployment can hedge at all.
+pub const BUDGET_MIN_PER_WINDOW: u32 = 1;
+/// A budget remembers at most this many requests (older ones drop first,
+/// which only makes the budget smaller).
+pub const BUDGET_MAX_REMEMBERED: usize = 100_000;
+
+/// A deployment's recent first-token times: at most `cap` samples, each with
+/// when it was taken.
+#[derive(Debug, Clone)]
+pub struct FirstTokenHistory {
+    cap: usize,
+    samples: VecDeque<(Instant, u64)>,
+}
+
+impl FirstTokenHistory {
+    /// An empty history keeping at most `cap` samples (at least 1).
+    pub fn new(cap: usize) -> Self {
+        Self {
+            cap: cap.max(1),
+            samples: VecDeque::new(),
+        }
+    }
+
+    /// Record a first token that came `elapsed` after the request was sent.
+    pub fn record(&mut self, now: Instant, elapsed: Duration) {
+        let ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        self.samples.push_back((now, ms));
+        while self.samples.len() > self.cap {
+            self.samples.pop_front();
+        }
+    }
+
+    /// The samples (ms) no older than [`SAMPLE_MAX_AGE`] at `now`.
+    pub fn recent(&self, now: Instant) -> Vec<u64> {
+        self.samples
+            .iter()
+            .filter(|(at, _)| now.saturating_duration_since(*at) <= SAMPLE_MAX_AGE)
+            .map(|(_, ms)| *ms)
+            .collect()
+    }
+
+    /// How many samples are kept (recent or not).
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// No samples at all.
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+}
+
+/// The `q` quantile (nearest rank) of `samples`, which must not be empty.
+fn quantile_ms(samples: &mut [u64], q: f64) -> u64 {
+    samples.sort_unstable();
+    let q = if q.is_finite() {
+        q.clamp(0.0, 1.0)
+    } else {
+        1.0
+    };
+    let rank = (q * samples.len() as f64).ceil() as usize;
+    samples[rank.clamp(1, samples.len()) - 1]
+}
+
+/// How long an attempt on the deployment with this `history` may stay
+/// without a first token before it is hedged.
+///
+/// With at least [`MIN_SAMPLES`] recent samples: `quantile × HEDGE_FACTOR`,
+/// clamped to `[floor, ceiling]`. Otherwise `default_after`, clamped the same
+/// way. A ceiling under the floor (a validation error) yields the floor.
+pub fn hedge_point(history: &FirstTokenHistory, cfg: &HedgingConfig, now: Instant) -> Duration {
+    let mut recent = history.recent(now);
+    let raw = if recent.len() < MIN_SAMPLES {
+        cfg.default_after
+    } else {
+        let q = quantile_ms(&mut recent, cfg.quantile) as f64;
+        Duration::from_millis((q * HEDGE_FACTOR).min(u64::MAX as f64 / 2.0) as u64)
+    };
+    raw.min(cfg.ceiling).max(cfg.floor)
+}
+
+/// A hedge budget for one deployment or one agent: hedges in the last
+/// `window` ≤ ⌊`share` × requests in the last `window`⌋ +
+/// [`BUDGET_MIN_PER_WINDOW`].
+#[derive(Debug, Clone)]
+pub struct HedgeBudget {
+    share: f64,
+    window: Duration,
+    requests: VecDeque<Instant>,
+    hedges: VecDeque<Instant>,
+}
+
+impl HedgeBudget {
+    /// A budget of `share` (0..=1) of the requests over `window`.
+    pub fn new(share: f64, window: Duration) -> Self {
+        let share = if share.is_finite() {
+            share.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        Self {
+            share,
+            window,
+            requests: VecDeque::new(),
+            hedges: VecDeque::new(),
+        }
+    }
+
+    /// A budget from the `hedging:` section.
+    pub fn from_config(cfg: &HedgingConfig) -> Self {
+        Self::new(cfg.budget_share, cfg.budget_window)
+    }
+
+    fn prune(&mut self, now: Instant) {
+        let window = self.window;
+        let old = |at: &Instant| now.saturating_duration_since(*at) > window;
+        while self.requests.front().is_some_and(old) {
+            self.requests.pop_front();
+        }
+        while self.hedges.front().is_some_and(old) {
+            self.hedges.pop_front();
+        }
+    }
+
+    /// Count one request (every model call, hedged or not).
+    pub fn record_request(&mut self, now: Instant) {
+        self.prune(now);
+        self.requests.push_back(now);
+        while self.requests.len() > BUDGET_MAX_REMEMBERED {
+            self.requests.pop_front();
+        }
+    }
+
+    /// How many hedges the window allows at `now`.
+    fn allowed(&self) -> u64 {
+        (self.share * self.requests.len() as f64).floor() as u64 + u64::from(BUDGET_MIN_PER_WINDOW)
+    }
+
+    /// Whether a hedge would be granted at `now`, without taking it.
+    pub fn available(&mut self, now: Instant) -> bool {
+        self.prune(now);
+        (self.hedges.len() as u64) < self.allowed()
+    }
+
+    /// Take one hedge if the budget has one at `now`.
+    pub fn try_take(&mut self, now: Instant) -> bool {
+        if self.available(now) {
+            self.hedges.push_back(now);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Hedges granted within the window at `now`.
+    pub fn hedges_in_window(&mut self, now: Instant) -> usize {
+        self.prune(now);
+        self.hedges.len()
+    }
+}
+
+/// Take a hedge from every budget in `budgets` (the deployment's and the
+/// agent's), or from none: a hedge needs all of them to have room.
+pub fn try_take_all(budgets: &mut [&mut HedgeBudget], now: Instant) -> bool {
+    if budgets.iter_mut().all(|b| b.available(now)) {
+        for b in budgets.iter_mut() {
+            b.try_take(now);
+        }
+        true
+    } else {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, FakeClock};
+    use proptest::prelude::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn history(clock: &FakeClock, samples: &[u64]) -> FirstTokenHistory {
+        let mut h = FirstTokenHistory::new(HedgingConfig::default().history);
+        for s in samples {
+            h.record(clock.now(), ms(*s));
+            clock.advance(ms(10));
+        }
+        h
+    }
+
+    #[test]
+    fn hedge_point_table() {
+        let cfg = HedgingConfig::default();
+        let clock = FakeClock::default();
+        let cases: &[(&str, &[u64], Duration)] = &[
+            ("no history: the default", &[], ms(4000)),
+            (
+                "too few samples: the default",
+                &[100, 100, 100, 100],
+                ms(4000),
+            ),
+            ("fast deployment: the floor", &[100; 20], ms(500)),
+            ("1 s usual: 1.5 s", &[1000; 20], ms(1500)),
+            (
+                "p95 of 19 × 1 s and one 10 s outlier is still 1 s",
+                &[
+                    1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000,
+                    1000, 1000, 1000, 1000, 1000, 1000, 10_000,
+                ],
+                ms(1500),
+            ),
+            (
+                "a model that always thinks 20 s: above 20 s",
+                &[20_000; 10],
+                ms(25_000),
+            ),
+            ("a very slow one: the ceiling", &[60_000; 10], ms(25_000)),
+        ];
+        for (name, samples, want) in cases {
+            let h = history(&clock, samples);
+            assert_eq!(hedge_point(&h, &cfg, clock.now()), *want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_thinking_model_is_not_hedged_once_known() {
+        let cfg = HedgingConfig::default();
+        let clock = FakeClock::default();
+        let h = history(&clock, &[20_000; MIN_SAMPLES]);
+        assert!(hedge_point(&h, &cfg, clock.now()) > ms(20_000));
+        // Before it is known, it would be hedged at the default.
+        let h = history(&clock, &[20_000; MIN_SAMPLES - 1]);
+        assert_eq!(hedge_point(&h, &cfg, clock.now()), cfg.default_after);
+    }
+
+    #[test]
+    fn old_samples_are_forgotten() {
+        let cfg = HedgingConfig::default();
+        let clock = FakeClock::default();
+        let h = history(&clock, &[20_000; 10]);
+        assert_eq!(hedge_point(&h, &cfg, clock.now()), ms(25_000));
+        clock.advance(SAMPLE_MAX_AGE + ms(1));
+        assert_eq!(hedge_point(&h, &cfg, clock.now()), cfg.default_after);
+    }
+
+    #[test]
+    fn history_is_bounded() {
+        let clock = FakeClock::default();
+        let mut h = FirstTokenHistory::new(3);
+        for s in [20_000, 20_000, 20_000, 100, 100, 100] {
+            h.record(clock.now(), ms(s));
+        }
+        assert_eq!(h.len(), 3);
+        assert_eq!(h.recent(clock.now()), vec![100, 100, 100]);
+    }
+
+    #[test]
+    fn budget_table() {
+        let clock = FakeClock::default();
+        let mut b = HedgeBudget::new(0.05, Duration::from_secs(60));
+        // A quiet agent: one hedge per window, not two.
+        b.record_request(clock.now());
+        assert!(b.try_take(clock.now()));
+        assert!(!b.try_take(clock.now()));
+        // 40 requests: ⌊0.05 × 40⌋ + 1 = 3 hedges.
+        for _ in 0..39 {
+            b.record_request(clock.now());
+        }
+        assert!(b.try_take(clock.now()));
+        assert!(b.try_take(clock.now()));
+        assert!(!b.try_take(clock.now()));
+        // A window later everything has aged out: the minimum again.
+        clock.advance(Duration::from_secs(61));
+        assert!(b.try_take(clock.now()));
+        assert!(!b.try_take(clock.now()));
+    }
+
+    #[test]
+    fn all_budgets_or_none() {
+        let clock = FakeClock::default();
+        let mut dep = HedgeBudget::new(0.05, Duration::from_secs(60));
+        let mut agent = HedgeBudget::new(0.05, Duration::from_secs(60));
+        assert!(agent.try_take(clock.now()));
+        // The agent's budget is spent: the deployment's is not touched.
+        assert!(!try_take_all(&mut [&mut dep, &mut agent], clock.now()));
+        assert_eq!(dep.hedges_in_window(clock.now()), 0);
+        clock.advance(Duration::from_secs(61));
+        assert!(try_take_all(&mut [&mut dep, &mut agent], clock.now()));
+        assert_eq!(dep.hedges_in_window(clock.now()), 1);
+        assert_eq!(agent.hedges_in_window(clock.now()), 1);
+    }
+
+    proptest! {
+        #[test]
+        fn hedge_point_within_floor_and_ceiling(
+            samples in proptest::collection::vec(0u64..200_000, 0..80),
+            floor in 0u64..5_000,
+            span in 0u64..60_000,
+            default_after in 0u64..100_000,
+            quantile in 0.01f64..=1.0,
+        ) {
+            let cfg = HedgingConfig {
+                floor: ms(floor),
+                ceiling: ms(floor + span),
+                default_after: ms(default_after),
+                quantile,
+                ..HedgingConfig::default()
+            };
+            let clock = FakeClock::default();
+            let h = history(&clock, &samples);
+            let p = hedge_point(&h, &cfg, clock.now());
+            prop_assert!(p >= cfg.floor);
+            prop_assert!(p <= cfg.ceiling);
+        }
+
+        #[test]
+        fn always_slow_is_not_hedged_before_its_usual_time(
+            first_token in 1_000u64..20_000,
+            n in MIN_SAMPLES..50,
+        ) {
+            let cfg = HedgingConfig::default();
+            let clock = FakeClock::default();
+            let h = history(&clock, &vec![first_token; n]);
+            prop_assert!(hedge_point(&h, &cfg, clock.now()) > ms(first_token));
+        }
+
+        #[test]
+        fn budget_never_grants_more_than_share_plus_min(
+            share in 0.0f64..=1.0,
+            // (ms since the previous step, is it a request (else a hedge try))
+            steps in proptest::collection::vec((0u64..5_000, any::<bool>()), 0..400),
+        ) {
+            let window = Duration::from_secs(10);
+            let clock = FakeClock::default();
+            let mut b = HedgeBudget::new(share, window);
+            let mut requests: Vec<Instant> = Vec::new();
+            let mut granted: Vec<Instant> = Vec::new();
+            for (dt, is_request) in steps {
+                clock.advance(ms(dt));
+                let now = clock.now();
+                if is_request {
+                    b.record_request(now);
+                    requests.push(now);
+                } else if b.try_take(now) {
+                    granted.push(now);
+                    let in_window = |at: &&Instant| now.duration_since(**at) <= window;
+                    let r = requests.iter().filter(in_window).count() as f64;
+                    let h = granted.iter().filter(in_window).count() as f64;
+                    prop_assert!(h <= (share * r).floor() + f64::from(BUDGET_MIN_PER_WINDOW));
+                }
+            }
+        }
+    }
+}
