@@ -1845,7 +1845,7 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
     let journal = read_journal(&s.http, &root, &ends).await;
     let scale_out = match &scale {
         Some(x) => Some(ScaleOutReport {
-            events: x.events(&s.http).await?,
+            events: x.events().await?,
             skipped: x.skipped.clone(),
         }),
         None => None,

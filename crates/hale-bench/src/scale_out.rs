@@ -479,31 +479,28 @@ impl ScaleOut {
         Ok(())
     }
 
-    /// Waits (at most `limit`) until every instance's sinks have no backlog.
-    async fn drained(&self, http: &reqwest::Client, limit: Duration) -> bool {
+    /// Waits (at most `limit`) until both sinks acknowledged every event
+    /// of the outbox (PostgreSQL's `sinks.acked_seq` against the last
+    /// `events.seq`).
+    async fn drained(&self, limit: Duration) -> bool {
         let until = std::time::Instant::now() + limit;
+        let sql = "SELECT count(*) FROM sinks WHERE acked_seq >= (SELECT coalesce(max(seq), 0) FROM events)";
         loop {
-            let mut all = true;
-            for x in &self.instances {
-                let url = format!("http://{}/ready", x.addr);
-                let v: serde_json::Value = match http.get(url).send().await {
-                    Ok(r) => r.json().await.unwrap_or_default(),
-                    Err(_) => serde_json::Value::Null,
-                };
-                let sinks = v["sinks"].as_array().cloned().unwrap_or_default();
-                if sinks.is_empty() || sinks.iter().any(|s| s["backlog"] != 0) {
-                    all = false;
-                }
-            }
-            if all {
+            let acked: usize = self
+                .pg
+                .psql(&self.pg.db, sql)
+                .ok()
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0);
+            if acked >= 2 {
                 return true;
             }
             if std::time::Instant::now() > until {
-                for x in &self.instances {
-                    if let Ok(r) = http.get(format!("http://{}/ready", x.addr)).send().await {
-                        eprintln!("sinks not drained: {}", r.text().await.unwrap_or_default());
-                    }
-                }
+                eprintln!(
+                    "sinks not drained: {:?}",
+                    self.pg
+                        .psql(&self.pg.db, "SELECT name, acked_seq FROM sinks")
+                );
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -512,8 +509,8 @@ impl ScaleOut {
 
     /// The events of the run: the outbox's against NATS's and the
     /// webhook's, and the dead letters.
-    pub async fn events(&self, http: &reqwest::Client) -> anyhow::Result<Events> {
-        let drained = self.drained(http, Duration::from_secs(120)).await;
+    pub async fn events(&self) -> anyhow::Result<Events> {
+        let drained = self.drained(Duration::from_secs(120)).await;
         let ids = self.pg.psql(&self.pg.db, "SELECT id FROM events")?;
         let outbox: std::collections::BTreeSet<String> = ids
             .lines()
