@@ -48,9 +48,14 @@
 //! does not report hale's turn ids, so the journal columns count the SDK
 //! loops' turns only.
 //!
-//! Not built yet: the scale-out mode (two hale instances on PostgreSQL and
-//! NATS behind a load balancer), NATS and webhook event counts, tool-job
-//! outcomes per tool fault, the peer column.
+//! `--mode scale-out` ([`crate::scale_out`]) replaces the one hale with two
+//! instances on a fresh PostgreSQL database with NATS and a webhook sink,
+//! behind HAProxy; the SDK loops keep their default retries
+//! (`--client-retries`), the schedule adds an instance SIGKILLed, NATS
+//! killed and PostgreSQL restarted, and the table counts the events lost or
+//! duplicated at NATS and the webhook and the dead letters.
+//!
+//! Not built yet: tool-job outcomes per tool fault, the peer column.
 
 use crate::procs::{self, Proc};
 use crate::scale_out::{self, ScaleOut};
