@@ -441,6 +441,16 @@ impl Planned {
         }
     }
 
+    /// The part of hale's it strikes (`None`: not a scale-out fault).
+    fn part(&self) -> Option<scale_out::Part> {
+        match self.class {
+            FaultClass::HaleInstanceKilled => Some(scale_out::Part::Instance(self.deployment)),
+            FaultClass::NatsKilled => Some(scale_out::Part::Nats),
+            FaultClass::PostgresRestarted => Some(scale_out::Part::Postgres),
+            _ => None,
+        }
+    }
+
     /// Its key among the faults active at once: a deployment's index, a
     /// tool node's or a part of hale's past them.
     fn slot(&self) -> usize {
@@ -1446,7 +1456,10 @@ impl Player<'_> {
         }
         if f.class.scale_out() {
             return match self.scale.as_deref_mut() {
-                Some(s) => s.strike(f).await,
+                Some(s) => match f.part() {
+                    Some(part) => s.strike(part, f.at).await,
+                    None => Ok(()),
+                },
                 None => bail!("{:?} needs --mode scale-out", f.class),
             };
         }
@@ -1482,7 +1495,10 @@ impl Player<'_> {
         }
         if f.class.scale_out() {
             return match self.scale.as_deref_mut() {
-                Some(s) => s.heal(f).await,
+                Some(s) => match f.part() {
+                    Some(part) => s.heal(part).await,
+                    None => Ok(()),
+                },
                 None => Ok(()),
             };
         }
@@ -1738,7 +1754,19 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
     } else {
         let mut plan = schedule(args.seed, total, args.fault_every, args.fault_lasts);
         if args.mode == Mode::ScaleOut {
-            plan.extend(scale_out::faults(args.seed, total));
+            plan.extend(scale_out::faults(args.seed, total).into_iter().map(|f| {
+                let (class, deployment) = match f.part {
+                    scale_out::Part::Instance(i) => (FaultClass::HaleInstanceKilled, i),
+                    scale_out::Part::Nats => (FaultClass::NatsKilled, 0),
+                    scale_out::Part::Postgres => (FaultClass::PostgresRestarted, 0),
+                };
+                Planned {
+                    at: f.at,
+                    lasts: f.lasts,
+                    deployment,
+                    class,
+                }
+            }));
             plan.sort_by_key(|f| f.at);
         }
         plan

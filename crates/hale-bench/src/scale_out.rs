@@ -16,13 +16,12 @@
 //! [`faults`] is the pure schedule of the scale-out faults (an instance
 //! SIGKILLed and restarted on its port and config, NATS killed and
 //! restarted on its port and store, PostgreSQL restarted), merged into the
-//! embedded schedule; [`ScaleOut::strike`] and [`ScaleOut::heal`] play
-//! them. After the run [`ScaleOut::events`] counts the events the outbox
+//! embedded schedule by chaos_hour.rs; [`ScaleOut::strike`] and
+//! [`ScaleOut::heal`] play them. After the run [`ScaleOut::events`] counts the events the outbox
 //! holds (PostgreSQL's `events`) against those at NATS (hale's JetStream
 //! stream, by `Nats-Msg-Id`) and at the webhook receiver, and the dead
 //! letters.
 
-use crate::chaos_hour::{FaultClass, Planned};
 use crate::procs::{self, Proc};
 use anyhow::{Context, bail};
 use serde::Serialize;
@@ -47,38 +46,48 @@ const STREAM: &str = "HALE_EVENTS";
 /// The hale instances behind the load balancer.
 pub const INSTANCES: usize = 2;
 
+/// A part of hale's a scale-out fault strikes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// A hale instance (its index): SIGKILLed, restarted on its port and config.
+    Instance(usize),
+    /// The run's nats-server: SIGKILLed, restarted on its port and store.
+    Nats,
+    /// The run's private PostgreSQL cluster: restarted at once.
+    Postgres,
+}
+
+/// One scale-out fault of the schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Strike {
+    /// From the start of the faulted run.
+    pub at: Duration,
+    /// How long the part stays down (0: restarted at once).
+    pub lasts: Duration,
+    pub part: Part,
+}
+
 /// The scale-out faults of a run of length `total`: per [`CYCLE`] (at least
 /// one), an instance SIGKILLed at a quarter of it (which one from `seed`,
 /// alternating), NATS killed at two fifths, PostgreSQL restarted at three
-/// fifths. Their `deployment` is the instance's index for a kill, else 0.
-/// Pure.
-pub fn faults(seed: u64, total: Duration) -> Vec<Planned> {
+/// fifths. Pure.
+pub fn faults(seed: u64, total: Duration) -> Vec<Strike> {
     let cycles = (total.as_secs_f64() / CYCLE.as_secs_f64()).floor().max(1.0) as u32;
     let period = total / cycles;
     let mut out = Vec::new();
     for c in 0..cycles {
         let base = period * c;
+        let instance = ((seed + u64::from(c)) % INSTANCES as u64) as usize;
         let parts = [
-            (period / 4, FaultClass::HaleInstanceKilled, DOWN),
-            (period * 2 / 5, FaultClass::NatsKilled, DOWN),
-            (
-                period * 3 / 5,
-                FaultClass::PostgresRestarted,
-                Duration::ZERO,
-            ),
+            (period / 4, Part::Instance(instance), DOWN),
+            (period * 2 / 5, Part::Nats, DOWN),
+            (period * 3 / 5, Part::Postgres, Duration::ZERO),
         ];
-        for (at, class, lasts) in parts {
-            let deployment = match class {
-                FaultClass::HaleInstanceKilled => {
-                    ((seed + u64::from(c)) % INSTANCES as u64) as usize
-                }
-                _ => 0,
-            };
-            out.push(Planned {
+        for (at, part, lasts) in parts {
+            out.push(Strike {
                 at: base + at,
                 lasts,
-                deployment,
-                class,
+                part,
             });
         }
     }
@@ -425,39 +434,33 @@ impl ScaleOut {
         )
     }
 
-    /// Starts a scale-out fault: an instance SIGKILLed, NATS SIGKILLed, or
-    /// PostgreSQL restarted (at once: its fault has no length).
-    pub async fn strike(&mut self, f: &Planned) -> anyhow::Result<()> {
-        match f.class {
-            FaultClass::HaleInstanceKilled => {
-                // `Proc`'s drop is SIGKILL and a wait.
-                self.instances[f.deployment].proc = None;
-            }
-            FaultClass::NatsKilled => self.nats = None,
-            FaultClass::PostgresRestarted => {
-                let pg_restarted = {
-                    let pg = &self.pg;
-                    pg.restart()?
-                };
-                if !pg_restarted {
+    /// Starts a scale-out fault on `part` (`at`: its time in the run, for
+    /// the record of a skipped one): an instance SIGKILLed, NATS SIGKILLed,
+    /// or PostgreSQL restarted (at once: its fault has no length).
+    pub async fn strike(&mut self, part: Part, at: Duration) -> anyhow::Result<()> {
+        match part {
+            // `Proc`'s drop is SIGKILL and a wait.
+            Part::Instance(i) => self.instances[i].proc = None,
+            Part::Nats => self.nats = None,
+            Part::Postgres => {
+                if !self.pg.restart()? {
                     self.skipped.push(format!(
                         "PostgreSQL restart at +{:.0}s: {}",
-                        f.at.as_secs_f64(),
+                        at.as_secs_f64(),
                         self.pg.skip_restart.clone().unwrap_or_default()
                     ));
                 }
             }
-            _ => bail!("{:?} is not a scale-out fault", f.class),
         }
         Ok(())
     }
 
     /// Ends a scale-out fault: the killed instance or NATS started again
     /// on its port with its config or store.
-    pub async fn heal(&mut self, f: &Planned) -> anyhow::Result<()> {
-        match f.class {
-            FaultClass::HaleInstanceKilled => {
-                let x = &mut self.instances[f.deployment];
+    pub async fn heal(&mut self, part: Part) -> anyhow::Result<()> {
+        match part {
+            Part::Instance(i) => {
+                let x = &mut self.instances[i];
                 if x.proc.is_none() {
                     x.proc = Some(
                         procs::start_hale_at(&self.bin, &self.work, x.addr, &x.cfg, &self.envs)
@@ -465,7 +468,7 @@ impl ScaleOut {
                     );
                 }
             }
-            FaultClass::NatsKilled if self.nats.is_none() => {
+            Part::Nats if self.nats.is_none() => {
                 let (b, d, port) = (self.nats_bin.clone(), self.nats_dir.clone(), self.nats_port);
                 self.nats = Some(
                     tokio::task::spawn_blocking(move || {
@@ -474,7 +477,7 @@ impl ScaleOut {
                     .await?,
                 );
             }
-            _ => {}
+            Part::Nats | Part::Postgres => {}
         }
         Ok(())
     }
@@ -617,27 +620,19 @@ mod tests {
     #[test]
     fn every_cycle_kills_an_instance_and_nats_and_restarts_postgres() {
         let one = faults(3, Duration::from_secs(50));
-        let classes: Vec<FaultClass> = one.iter().map(|f| f.class).collect();
-        assert_eq!(
-            classes,
-            [
-                FaultClass::HaleInstanceKilled,
-                FaultClass::NatsKilled,
-                FaultClass::PostgresRestarted
-            ]
-        );
+        let parts: Vec<Part> = one.iter().map(|f| f.part).collect();
+        assert_eq!(parts, [Part::Instance(1), Part::Nats, Part::Postgres]);
         assert!(one.iter().all(|f| f.at < Duration::from_secs(50)));
         assert_eq!(one, faults(3, Duration::from_secs(50)), "pure");
-        assert_ne!(
-            one[0].deployment,
-            faults(4, Duration::from_secs(50))[0].deployment
-        );
+        assert_ne!(one[0].part, faults(4, Duration::from_secs(50))[0].part);
         let hour = faults(1, Duration::from_secs(3600));
         assert_eq!(hour.len(), 18);
         let killed: std::collections::BTreeSet<usize> = hour
             .iter()
-            .filter(|f| f.class == FaultClass::HaleInstanceKilled)
-            .map(|f| f.deployment)
+            .filter_map(|f| match f.part {
+                Part::Instance(i) => Some(i),
+                Part::Nats | Part::Postgres => None,
+            })
             .collect();
         assert_eq!(killed.len(), INSTANCES, "both instances are killed in turn");
     }
