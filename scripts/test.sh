@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs hale's whole test suite from a clean clone.
-# Installs what a fresh machine lacks: nats-server, chromium and
+# Installs what a fresh machine lacks: nats-server, haproxy, chromium and
 # chromium-driver (Debian packages), a Python venv with the official `openai`
 # and `mcp` SDKs, the pinned OpenAI Agents SDK, the pinned google-genai SDK
 # and the pinned anthropic SDK used by the end-to-end SDK tests and
@@ -15,6 +15,15 @@ if ! command -v nats-server >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq nats-server
   else
     sudo apt-get update -qq && sudo apt-get install -y -qq nats-server
+  fi
+fi
+
+if ! command -v haproxy >/dev/null 2>&1 && ! [ -x /usr/sbin/haproxy ]; then
+  echo "installing haproxy (Debian package, the chaos hour's scale-out load balancer)"
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq haproxy
+  else
+    sudo apt-get update -qq && sudo apt-get install -y -qq haproxy
   fi
 fi
 

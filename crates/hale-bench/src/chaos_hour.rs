@@ -48,11 +48,17 @@
 //! does not report hale's turn ids, so the journal columns count the SDK
 //! loops' turns only.
 //!
-//! Not built yet: the scale-out mode (two hale instances on PostgreSQL and
-//! NATS behind a load balancer), NATS and webhook event counts, tool-job
-//! outcomes per tool fault, the peer column.
+//! `--mode scale-out` ([`crate::scale_out`]) replaces the one hale with two
+//! instances on a fresh PostgreSQL database with NATS and a webhook sink,
+//! behind HAProxy; the SDK loops keep their default retries
+//! (`--client-retries`), the schedule adds an instance SIGKILLed, NATS
+//! killed and PostgreSQL restarted, and the table counts the events lost or
+//! duplicated at NATS and the webhook and the dead letters.
+//!
+//! Not built yet: tool-job outcomes per tool fault, the peer column.
 
 use crate::procs::{self, Proc};
+use crate::scale_out::{self, ScaleOut};
 use anyhow::{Context, bail};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
@@ -120,6 +126,18 @@ pub struct HourArgs {
     /// Print the fault schedule and exit.
     #[arg(long)]
     print_schedule: bool,
+    /// `embedded`: one hale on SQLite. `scale-out`: two hale instances on
+    /// a fresh PostgreSQL database with NATS JetStream and a webhook sink,
+    /// behind HAProxy; its faults add an instance SIGKILLed, NATS killed
+    /// and PostgreSQL restarted (crate::scale_out).
+    #[arg(long, value_enum, default_value = "embedded")]
+    mode: Mode,
+    /// The SDK loops' own retries (`HALE_CLIENT_RETRIES`); default: 0 in
+    /// the embedded mode (the healing measured is hale's), the SDKs'
+    /// default 2 in the scale-out mode (a request cut on a killed instance
+    /// is the client's to retry, through the load balancer).
+    #[arg(long)]
+    client_retries: Option<u32>,
     /// The Python with the SDKs (scripts/test.sh's venv); default:
     /// `HALE_PYTHON`, else `.venv/bin/python`.
     #[arg(long)]
@@ -133,6 +151,25 @@ pub struct HourArgs {
     /// Where to write the results as JSON.
     #[arg(long, default_value = "target/chaos-hour.json")]
     out: PathBuf,
+}
+
+/// Where the fleet's hale runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// One `hale serve` on SQLite.
+    Embedded,
+    /// Two `hale serve` on PostgreSQL with NATS and a webhook sink, behind HAProxy.
+    ScaleOut,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Embedded => "embedded (one hale, SQLite)",
+            Mode::ScaleOut => "scale-out (two hale on PostgreSQL + NATS + webhook, behind HAProxy)",
+        }
+    }
 }
 
 /// A kind of agent loop in the fleet: an SDK's own loop with function
@@ -270,6 +307,15 @@ pub enum FaultClass {
     SlowForMinutes,
     ToolNodeCrash,
     ToolNodeHang,
+    /// Scale-out mode only ([`crate::scale_out::faults`]): one hale
+    /// instance SIGKILLed, restarted on its port and config.
+    HaleInstanceKilled,
+    /// Scale-out mode only: the run's nats-server SIGKILLed, restarted on
+    /// its port and store.
+    NatsKilled,
+    /// Scale-out mode only: the run's private PostgreSQL cluster restarted
+    /// (`pg_ctl restart -m fast`).
+    PostgresRestarted,
 }
 
 impl FaultClass {
@@ -310,6 +356,9 @@ impl FaultClass {
             FaultClass::SlowForMinutes => "slow for minutes",
             FaultClass::ToolNodeCrash => "tool node crashed and restarted",
             FaultClass::ToolNodeHang => "tool node hanging",
+            FaultClass::HaleInstanceKilled => "hale instance SIGKILLed and restarted",
+            FaultClass::NatsKilled => "NATS killed and restarted",
+            FaultClass::PostgresRestarted => "PostgreSQL restarted",
         }
     }
 
@@ -330,6 +379,9 @@ impl FaultClass {
     pub fn spec(self) -> Option<&'static str> {
         Some(match self {
             FaultClass::ToolNodeCrash | FaultClass::ToolNodeHang => return None,
+            FaultClass::HaleInstanceKilled
+            | FaultClass::NatsKilled
+            | FaultClass::PostgresRestarted => return None,
             FaultClass::RateLimitRetryAfter => "rate-limit:retry_after=2",
             FaultClass::RateLimit => "rate-limit",
             FaultClass::Burst503 => "error-503:times=6",
@@ -344,6 +396,14 @@ impl FaultClass {
             FaultClass::CredentialRefused => "auth",
             FaultClass::SlowForMinutes => "stall:after=1:ms=1500:times=1000000",
         })
+    }
+
+    /// Whether it strikes hale's own parts (the scale-out mode's faults).
+    pub fn scale_out(self) -> bool {
+        matches!(
+            self,
+            FaultClass::HaleInstanceKilled | FaultClass::NatsKilled | FaultClass::PostgresRestarted
+        )
     }
 
     /// The shortest it lasts.
@@ -372,9 +432,32 @@ pub struct Planned {
 impl Planned {
     /// The name of the deployment or tool node it strikes.
     pub fn target(&self) -> &'static str {
-        match self.class.tool_node() {
-            Some(_) => TOOL_NODES[self.deployment].0,
-            None => DEPLOYMENTS[self.deployment].0,
+        match (self.class, self.class.tool_node()) {
+            (FaultClass::HaleInstanceKilled, _) => ["hale-0", "hale-1"][self.deployment.min(1)],
+            (FaultClass::NatsKilled, _) => "nats",
+            (FaultClass::PostgresRestarted, _) => "postgres",
+            (_, Some(_)) => TOOL_NODES[self.deployment].0,
+            (_, None) => DEPLOYMENTS[self.deployment].0,
+        }
+    }
+
+    /// The part of hale's it strikes (`None`: not a scale-out fault).
+    fn part(&self) -> Option<scale_out::Part> {
+        match self.class {
+            FaultClass::HaleInstanceKilled => Some(scale_out::Part::Instance(self.deployment)),
+            FaultClass::NatsKilled => Some(scale_out::Part::Nats),
+            FaultClass::PostgresRestarted => Some(scale_out::Part::Postgres),
+            _ => None,
+        }
+    }
+
+    /// Its key among the faults active at once: a deployment's index, a
+    /// tool node's or a part of hale's past them.
+    fn slot(&self) -> usize {
+        match (self.class, self.class.tool_node()) {
+            (c, _) if c.scale_out() => 100 + self.deployment + 10 * (c as usize),
+            (_, Some(_)) => self.deployment,
+            (_, None) => self.deployment,
         }
     }
 }
@@ -622,7 +705,8 @@ fn agent_command(
         let prompt = format!("Run {}, then report.", task.name());
         let mut cmd = tokio::process::Command::new(&ctx.python);
         cmd.arg(ctx.sdk_dir.join(script))
-            .args([route, &base, &dir.display().to_string(), &prompt]);
+            .args([route, &base, &dir.display().to_string(), &prompt])
+            .env("HALE_CLIENT_RETRIES", ctx.client_retries.to_string());
         return Ok(cmd);
     }
     let bin = ctx
@@ -743,21 +827,38 @@ struct Ctx {
     /// hale's root URL.
     root: String,
     work: PathBuf,
+    /// The SDK loops' own retries (`HALE_CLIENT_RETRIES`).
+    client_retries: u32,
 }
 
 /// A memory and descriptor sample of hale.
 #[derive(Debug, Clone, Serialize)]
 struct Sample {
+    /// `hale`, or the scale-out mode's `hale-0` / `hale-1`.
+    instance: String,
     at: &'static str,
     rss_kib: Option<u64>,
     fds: Option<usize>,
 }
 
-fn sample(pid: Option<u32>, at: &'static str) -> Sample {
+fn sample(instance: &str, pid: Option<u32>, at: &'static str) -> Sample {
     Sample {
+        instance: instance.to_owned(),
         at,
         rss_kib: pid.and_then(procs::rss_kib).map(|(r, _)| r),
         fds: pid.and_then(procs::open_fds),
+    }
+}
+
+/// A sample of each hale: the embedded one (`pid`), or every instance of `scale`.
+fn samples_of(scale: Option<&ScaleOut>, pid: Option<u32>, at: &'static str) -> Vec<Sample> {
+    match scale {
+        Some(s) => s
+            .pids()
+            .into_iter()
+            .map(|(name, pid)| sample(&name, pid, at))
+            .collect(),
+        None => vec![sample("hale", pid, at)],
     }
 }
 
@@ -1182,9 +1283,10 @@ fn vertex_hale_key(work: &Path, addr: SocketAddr) -> anyhow::Result<PathBuf> {
 
 fn print_schedule(args: &HourArgs, plan: &[Planned]) {
     println!(
-        "chaos hour: seed {}, {} min, embedded (one hale, SQLite), {} loops of each of {:?}, {}-step tasks, {} faults",
+        "chaos hour: seed {}, {} min, {}, {} loops of each of {:?}, {}-step tasks, {} faults",
         args.seed,
         args.minutes,
+        args.mode.name(),
         args.clients,
         args.kinds,
         args.steps,
@@ -1200,6 +1302,9 @@ fn print_schedule(args: &HourArgs, plan: &[Planned]) {
             match (f.class.spec(), f.class) {
                 (Some(spec), _) => spec,
                 (None, FaultClass::ToolNodeHang) => "tools fault hang",
+                (None, FaultClass::HaleInstanceKilled) => "SIGKILL, restarted on its port",
+                (None, FaultClass::NatsKilled) => "SIGKILL, restarted on its port and store",
+                (None, FaultClass::PostgresRestarted) => "pg_ctl restart -m fast",
                 (None, _) => "chaos stopped",
             }
         );
@@ -1312,7 +1417,11 @@ struct Player<'a> {
     bin: &'a Path,
     work: &'a Path,
     plan: &'a [Planned],
-    /// The fault on each deployment now (deployment → plan index).
+    /// The scale-out mode's parts (`None`: embedded).
+    scale: Option<&'a mut ScaleOut>,
+    /// The embedded hale's pid (sampled; the scale-out mode samples its instances).
+    pid: Option<u32>,
+    /// The fault on each deployment now ([`Planned::slot`] → plan index).
     active: BTreeMap<usize, usize>,
     /// Chaos's count of each active fault's name at its start.
     counts: BTreeMap<usize, u64>,
@@ -1330,7 +1439,7 @@ impl Player<'_> {
     async fn start(&mut self, i: usize) -> anyhow::Result<()> {
         let f = &self.plan[i];
         let d = f.deployment;
-        if let Some(prev) = self.active.insert(d, i) {
+        if let Some(prev) = self.active.insert(f.slot(), i) {
             self.end(prev).await?;
         }
         *self.applied.entry(f.class).or_default() += 1;
@@ -1344,6 +1453,15 @@ impl Player<'_> {
         });
         if f.class.tool_node().is_some() {
             return self.tool_fault(f, true).await;
+        }
+        if f.class.scale_out() {
+            return match self.scale.as_deref_mut() {
+                Some(s) => match f.part() {
+                    Some(part) => s.strike(part, f.at).await,
+                    None => Ok(()),
+                },
+                None => bail!("{:?} needs --mode scale-out", f.class),
+            };
         }
         let addr = self.providers.addrs[d];
         match f.class.spec() {
@@ -1374,6 +1492,15 @@ impl Player<'_> {
         }
         if f.class.tool_node().is_some() {
             return self.tool_fault(f, false).await;
+        }
+        if f.class.scale_out() {
+            return match self.scale.as_deref_mut() {
+                Some(s) => match f.part() {
+                    Some(part) => s.heal(part).await,
+                    None => Ok(()),
+                },
+                None => Ok(()),
+            };
         }
         match f.class.spec() {
             Some(spec) => {
@@ -1417,11 +1544,15 @@ impl Player<'_> {
 
     /// Plays the starts and ends falling before `t0 + total` in time
     /// order, sampling hale at the middle; the faults still on stay on.
+    /// A sample of each hale: the embedded one, or every instance.
+    fn samples(&self, at: &'static str) -> Vec<Sample> {
+        samples_of(self.scale.as_deref(), self.pid, at)
+    }
+
     async fn play(
         &mut self,
         t0: Instant,
         total: Duration,
-        pid: Option<u32>,
         samples: &mut Vec<Sample>,
     ) -> anyhow::Result<()> {
         let mut events: Vec<(Duration, bool, usize)> = Vec::new();
@@ -1434,14 +1565,14 @@ impl Player<'_> {
         for (when, starts, i) in events {
             if !middle_taken && when >= total / 2 {
                 tokio::time::sleep_until((t0 + total / 2).into()).await;
-                samples.push(sample(pid, "middle"));
+                samples.extend(self.samples("middle"));
                 middle_taken = true;
             }
             if when > total {
                 break;
             }
             tokio::time::sleep_until((t0 + when).into()).await;
-            let d = self.plan[i].deployment;
+            let d = self.plan[i].slot();
             if starts {
                 self.start(i).await?;
             } else if self.active.get(&d) == Some(&i) {
@@ -1451,7 +1582,7 @@ impl Player<'_> {
         }
         if !middle_taken {
             tokio::time::sleep_until((t0 + total / 2).into()).await;
-            samples.push(sample(pid, "middle"));
+            samples.extend(self.samples("middle"));
         }
         Ok(())
     }
@@ -1569,6 +1700,16 @@ struct Results<'a> {
     samples: Vec<Sample>,
     paused_agents: usize,
     wall_s: f64,
+    /// The scale-out mode's events and dead letters (`None`: embedded).
+    scale_out: Option<ScaleOutReport>,
+}
+
+/// What the scale-out mode adds to the results.
+#[derive(Debug, Serialize)]
+struct ScaleOutReport {
+    events: scale_out::Events,
+    /// Scale-out faults skipped, with why.
+    skipped: Vec<String>,
 }
 
 impl Results<'_> {
@@ -1611,7 +1752,24 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
     let plan = if args.no_faults {
         Vec::new()
     } else {
-        schedule(args.seed, total, args.fault_every, args.fault_lasts)
+        let mut plan = schedule(args.seed, total, args.fault_every, args.fault_lasts);
+        if args.mode == Mode::ScaleOut {
+            plan.extend(scale_out::faults(args.seed, total).into_iter().map(|f| {
+                let (class, deployment) = match f.part {
+                    scale_out::Part::Instance(i) => (FaultClass::HaleInstanceKilled, i),
+                    scale_out::Part::Nats => (FaultClass::NatsKilled, 0),
+                    scale_out::Part::Postgres => (FaultClass::PostgresRestarted, 0),
+                };
+                Planned {
+                    at: f.at,
+                    lasts: f.lasts,
+                    deployment,
+                    class,
+                }
+            }));
+            plan.sort_by_key(|f| f.at);
+        }
+        plan
     };
     print_schedule(&args, &plan);
     if args.print_schedule {
@@ -1624,20 +1782,45 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
     let s = setup(&args)?;
     let mut providers = start_providers(&s.bin, &s.work).await?;
     let mut tools = start_tool_nodes(&s.bin, &s.work).await?;
-    let hale = start_hale(&HaleConfig {
+    let cfg = HaleConfig {
         bin: &s.bin,
         work: &s.work,
         providers: &providers.addrs,
         tool_nodes: &tools.addrs,
-    })
-    .await?;
-    let pid = hale.pid();
+    };
+    let (hale, mut scale) = match args.mode {
+        Mode::Embedded => (Some(start_hale(&cfg).await?), None),
+        Mode::ScaleOut => {
+            let vertex_key = vertex_key_for(&cfg)?;
+            let yaml = |listen: SocketAddr, data: &Path| {
+                hale_yaml(listen, data, &providers.addrs, &tools.addrs, &vertex_key)
+            };
+            let parts = scale_out::Parts {
+                bin: &s.bin,
+                work: &s.work,
+                yaml: &yaml,
+                envs: &KEYS,
+            };
+            (None, Some(ScaleOut::start(&parts).await?))
+        }
+    };
+    let pid = hale.as_ref().and_then(Hale::pid);
+    let (root, logs) = match (&hale, &scale) {
+        (Some(h), _) => (h.base.clone(), h.logs()),
+        (None, Some(x)) => (x.base.clone(), x.logs()),
+        (None, None) => unreachable!("a hale runs in either mode"),
+    };
+    println!("hale at {root} ({})", args.mode.name());
     let ctx = Arc::new(Ctx {
         python: s.python.clone(),
         sdk_dir: s.sdk_dir.clone(),
         clis: s.clis.clone(),
-        root: hale.base.clone(),
+        root: root.clone(),
         work: s.work.clone(),
+        client_retries: args.client_retries.unwrap_or(match args.mode {
+            Mode::Embedded => 0,
+            Mode::ScaleOut => 2,
+        }),
     });
 
     // The reference: an earlier fault-free run, else the warm-up's tasks
@@ -1651,7 +1834,7 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
                 bail!(
                     "no fault-free task finished: {:?}\nhale log: {}",
                     baseline.first().and_then(|e| e.failure.clone()),
-                    hale.logs()
+                    logs
                 );
             }
             let r = Reference {
@@ -1664,7 +1847,7 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
     };
 
     let start_tokens = tokens(&providers.stats(&s.http).await);
-    let mut samples = vec![sample(pid, "start")];
+    let mut samples = samples_of(scale.as_ref(), pid, "start");
     let t0 = Instant::now();
     let fleet = start_fleet(&ctx, &args, t0 + total);
     let mut player = Player {
@@ -1674,6 +1857,8 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
         bin: &s.bin,
         work: &s.work,
         plan: &plan,
+        scale: scale.as_mut(),
+        pid,
         active: BTreeMap::new(),
         counts: BTreeMap::new(),
         applied: BTreeMap::new(),
@@ -1681,22 +1866,29 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
         windows: Vec::new(),
         open: BTreeMap::new(),
     };
-    player.play(t0, total, pid, &mut samples).await?;
+    player.play(t0, total, &mut samples).await?;
     let ends = fleet.join().await;
     player.end_all().await?;
     let (applied, touched, windows) = (player.applied, player.touched, player.windows);
-    samples.push(sample(pid, "end"));
+    samples.extend(samples_of(scale.as_ref(), pid, "end"));
     let wall = t0.elapsed();
     let end_stats = providers.stats(&s.http).await;
     let end_tokens = tokens(&end_stats);
 
-    let journal = read_journal(&s.http, &hale.base, &ends).await;
+    let journal = read_journal(&s.http, &root, &ends).await;
+    let scale_out = match &scale {
+        Some(x) => Some(ScaleOutReport {
+            events: x.events().await?,
+            skipped: x.skipped.clone(),
+        }),
+        None => None,
+    };
     let faults = fault_endings(&windows, &journal.turns)
         .into_iter()
         .zip(windows)
         .map(|(endings, window)| PlayedFault { window, endings })
         .collect();
-    let paused = paused_agents(&s.http, &hale.base).await;
+    let paused = paused_agents(&s.http, &root).await;
     let mut results = Results {
         args: &args,
         schedule: &plan,
@@ -1712,6 +1904,7 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
         samples,
         paused_agents: paused,
         wall_s: wall.as_secs_f64(),
+        scale_out,
     };
     let (per, extra) = (results.per_task(), results.extra_percent());
     results.tokens["per_finished_task"] = json!([per.0, per.1]);
@@ -1719,6 +1912,7 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
     print_table(&results, &applied, &touched);
     write_results(&args.out, &results)?;
     drop(hale);
+    drop(scale);
     Ok(())
 }
 
@@ -1746,9 +1940,10 @@ fn print_table(
     let fmt = |x: Option<f64>, unit: &str| x.map_or("n/a".to_owned(), |v| format!("{v:.1}{unit}"));
     println!();
     println!(
-        "## The chaos hour: seed {}, {:.1} min, embedded, {} agent loops ({} faults played)",
+        "## The chaos hour: seed {}, {:.1} min, {}, {} agent loops ({} faults played)",
         r.args.seed,
         r.wall_s / 60.0,
+        r.args.mode.name(),
         r.args.clients * r.args.kinds.len(),
         applied.values().sum::<u64>()
     );
@@ -1808,9 +2003,35 @@ fn print_table(
         "| answered turns missing from the journal / counted twice | {} / {} |",
         r.journal.missing, r.journal.repeated
     );
+    if let Some(x) = &r.scale_out {
+        let e = &x.events;
+        println!(
+            "| events in the outbox (PostgreSQL){} | {} |",
+            if e.drained {
+                ""
+            } else {
+                ", sinks NOT drained when counted"
+            },
+            e.outbox
+        );
+        for (name, c) in [
+            ("NATS (JetStream stream)", &e.nats),
+            ("the webhook receiver", &e.webhook),
+        ] {
+            println!(
+                "| events lost / duplicated at {name} | {} / {} ({} received, {} not in the outbox) |",
+                c.lost, c.duplicated, c.received, c.unknown
+            );
+        }
+        println!("| dead letters | {} |", e.dead_letters);
+        for why in &x.skipped {
+            println!("| skipped | {why} |");
+        }
+    }
     for s in &r.samples {
         println!(
-            "| hale RSS / open fds at the {} | {} KiB / {} |",
+            "| {} RSS / open fds at the {} | {} KiB / {} |",
+            s.instance,
             s.at,
             s.rss_kib.map_or("n/a".into(), |v| v.to_string()),
             s.fds.map_or("n/a".into(), |v| v.to_string())
@@ -1837,6 +2058,7 @@ fn print_fault_table(
         let t = match c.spec() {
             Some(_) => touched.get(c).copied().unwrap_or(0).to_string(),
             None if c.tool_node().is_some() => "n/a (tool node)".to_owned(),
+            None if c.scale_out() => "n/a (hale's own part)".to_owned(),
             None => "n/a (refused)".to_owned(),
         };
         let mut by: BTreeMap<Ending, u64> = BTreeMap::new();
@@ -1866,7 +2088,12 @@ fn print_fault_table(
     }
     println!();
     println!(
-        "Not measured yet: events at NATS and the webhook sink, dead letters, tool-job outcomes per tool-node fault, the CLIs' turn ids (see chaos_hour.rs)."
+        "Not measured yet: {}tool-job outcomes per tool-node fault, the CLIs' turn ids (see chaos_hour.rs).",
+        if r.scale_out.is_some() {
+            ""
+        } else {
+            "events at NATS and the webhook sink and dead letters (the scale-out mode measures them), "
+        }
     );
 }
 

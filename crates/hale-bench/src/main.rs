@@ -23,6 +23,7 @@ mod hash;
 mod health;
 mod load;
 mod procs;
+mod scale_out;
 mod soak;
 mod stats;
 

@@ -156,13 +156,40 @@ pub async fn start_hale_env(
 ) -> anyhow::Result<Proc> {
     let cfg_path = work.join("hale.yaml");
     std::fs::write(&cfg_path, yaml)?;
+    start_hale_at(bin, work, addr, &cfg_path, envs).await
+}
+
+/// Starts `hale serve` on `addr` with the config file `cfg` (written
+/// already: a restarted instance reads it again) and waits until it is ready.
+pub async fn start_hale_at(
+    bin: &Path,
+    work: &Path,
+    addr: SocketAddr,
+    cfg: &Path,
+    envs: &[(&str, &str)],
+) -> anyhow::Result<Proc> {
     let args = [
         "serve".to_owned(),
         "--config".to_owned(),
-        cfg_path.display().to_string(),
+        cfg.display().to_string(),
     ];
     let mut p = spawn_env("hale", bin, &args, addr, work, envs)?;
     wait_ready(&mut p, "/ready").await?;
+    Ok(p)
+}
+
+/// Starts another program (`bin args`) that serves HTTP on `addr`, e.g.
+/// the chaos hour's load balancer, and waits until `path` answers 200.
+pub async fn start_other(
+    name: &'static str,
+    bin: &Path,
+    args: &[String],
+    addr: SocketAddr,
+    work: &Path,
+    path: &str,
+) -> anyhow::Result<Proc> {
+    let mut p = spawn(name, bin, args, addr, work)?;
+    wait_ready(&mut p, path).await?;
     Ok(p)
 }
 

@@ -207,3 +207,98 @@ fn chaos_hour_profile_every_task_finishes_correctly() {
         .sum();
     assert!(touched > 0, "no fault met a turn:\n{text}");
 }
+
+/// The chaos hour's scale-out mode (issue 41), one minute: two hale
+/// instances on a private PostgreSQL cluster with NATS JetStream and a
+/// webhook sink, behind HAProxy (health checks on `/ready`, round robin),
+/// the SDK loops (Chat Completions and Messages, two of each, their
+/// default retries on) through it. Seed 3's schedule: provider faults on
+/// routes in use (a 529 burst and a 503 burst on `ge`, resets after the
+/// first byte on `rs`), instance `hale-1` SIGKILLed at +15 s and restarted,
+/// NATS SIGKILLed at +24 s and restarted, PostgreSQL restarted at +36 s.
+/// Asserts correctness only: every task finished correctly, no answered
+/// turn missing from the shared journal or counted twice, the faults on
+/// hale's parts were played (none skipped), the outbox had events and
+/// none was lost or duplicated at NATS or at the webhook receiver, and no
+/// dead letter. Needs `HALE_PYTHON`, haproxy, nats-server and PostgreSQL's
+/// server binaries: without them it says why and returns, except under
+/// `CI=true`, where that fails.
+#[test]
+fn chaos_hour_scale_out_loses_and_doubles_nothing() {
+    let Some(hale) = hale_bin() else { return };
+    let Some(python) = std::env::var_os("HALE_PYTHON") else {
+        return skip("HALE_PYTHON is not set (scripts/test.sh sets it)");
+    };
+    let have = |p: &str| std::path::Path::new(p).is_file();
+    if !have("/usr/sbin/haproxy") && !have("/usr/bin/haproxy") {
+        return skip("haproxy is not installed (scripts/test.sh installs it)");
+    }
+    if !have("/usr/sbin/nats-server") && !have("/usr/bin/nats-server") {
+        return skip("nats-server is not installed (scripts/test.sh installs it)");
+    }
+    let pg = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.flatten().any(|e| e.path().join("bin/pg_ctl").is_file()))
+        .unwrap_or(false);
+    if !pg {
+        return skip("no PostgreSQL server binaries in /usr/lib/postgresql/*/bin");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out_json = dir.path().join("scale-out.json");
+    let sdk_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../hale/tests/sdk");
+    let out = Command::new(bench())
+        .current_dir(dir.path())
+        .args(["chaos-hour", "--mode", "scale-out", "--minutes", "1"])
+        .args(["--seed", "3", "--clients", "2", "--kinds", "chat,messages"])
+        .args([
+            "--steps",
+            "4",
+            "--fault-every",
+            "10s",
+            "--fault-lasts",
+            "15s",
+        ])
+        .args(["--baseline-tasks", "0"])
+        .args(["--hale-bin", &hale.to_string_lossy()])
+        .args(["--python", &python.to_string_lossy()])
+        .args(["--sdk-dir", &sdk_dir.to_string_lossy()])
+        .args(["--out", &out_json.to_string_lossy()])
+        .output()
+        .expect("hale-bench runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}\n{err}");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&out_json).expect("results written")).unwrap();
+    let tasks = json["tasks"].as_array().expect("tasks");
+    assert!(!tasks.is_empty(), "{text}");
+    for t in tasks {
+        assert!(
+            t["failure"].is_null(),
+            "a task did not finish correctly: {t}\n{text}"
+        );
+    }
+    assert_eq!(json["journal"]["missing"], 0, "{text}");
+    assert_eq!(json["journal"]["repeated"], 0, "{text}");
+    assert_eq!(json["paused_agents"], 0, "{text}");
+    for class in [
+        "hale instance SIGKILLed and restarted",
+        "NATS killed and restarted",
+        "PostgreSQL restarted",
+    ] {
+        assert_eq!(json["faults_started"][class], 1, "{class}:\n{text}");
+    }
+    let so = &json["scale_out"];
+    assert_eq!(so["skipped"], serde_json::json!([]), "{text}");
+    let ev = &so["events"];
+    assert_eq!(ev["drained"], true, "{text}");
+    assert!(
+        ev["outbox"].as_u64().unwrap_or(0) > 0,
+        "no event to count:\n{text}"
+    );
+    for sink in ["nats", "webhook"] {
+        assert_eq!(ev[sink]["lost"], 0, "{sink}:\n{text}");
+        assert_eq!(ev[sink]["duplicated"], 0, "{sink}:\n{text}");
+        assert_eq!(ev[sink]["unknown"], 0, "{sink}:\n{text}");
+    }
+    assert_eq!(ev["dead_letters"], 0, "{text}");
+}

@@ -18,6 +18,7 @@ exit 2.
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 
@@ -32,6 +33,10 @@ from agents import (
     set_tracing_disabled,
 )
 from agents.mcp import MCPServerStreamableHttp
+
+# HALE_CLIENT_RETRIES: the SDK's own retries (default 0: the healing is hale's;
+# hale-bench chaos-hour's scale-out mode keeps the SDK's default, 2).
+RETRIES = int(os.environ.get("HALE_CLIENT_RETRIES", "0"))
 
 WORKDIR = "."
 CALLS = []
@@ -60,7 +65,7 @@ async def main() -> None:
     global WORKDIR
     model, root, WORKDIR, prompt = sys.argv[1:5]
     http = DefaultAsyncHttpxClient(timeout=60, event_hooks={"response": [on_response]})
-    client = AsyncOpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=0,
+    client = AsyncOpenAI(base_url=f"{root}/v1", api_key="unused", max_retries=RETRIES,
                          http_client=http)
     set_default_openai_client(client, use_for_tracing=False)
     set_default_openai_api("responses")

@@ -4,7 +4,7 @@ Usage: genai_loop.py MODEL BASE_URL WORKDIR PROMPT
 
 BASE_URL is hale's root (the SDK adds `/v1beta/models/...`). Streams each
 model turn (`generate_content_stream`, automatic function calling off, the
-SDK's own retries off — `HttpRetryOptions(attempts=1)`: the healing is
+SDK's own retries off — `HttpRetryOptions(attempts=RETRIES + 1)`: the healing is
 hale's), runs the function calls it asks for — `shell` (bash -c in
 WORKDIR) and `echo` (its arguments back as JSON) — and sends their outputs
 back as function responses, until a turn answers without a call (at most
@@ -15,11 +15,16 @@ when the SDK kept it, exit 2.
 """
 
 import json
+import os
 import subprocess
 import sys
 
 from google import genai
 from google.genai import errors, types
+
+# HALE_CLIENT_RETRIES: the SDK's own retries (default 0: the healing is hale's;
+# hale-bench chaos-hour's scale-out mode keeps the SDK's default, 2).
+RETRIES = int(os.environ.get("HALE_CLIENT_RETRIES", "0"))
 
 S = types.Schema
 T = types.Type

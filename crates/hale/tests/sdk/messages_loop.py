@@ -13,10 +13,15 @@ and on an error the failed turn's id (`failed_turn_id`), exit 2.
 """
 
 import json
+import os
 import subprocess
 import sys
 
 import anthropic
+
+# HALE_CLIENT_RETRIES: the SDK's own retries (default 0: the healing is hale's;
+# hale-bench chaos-hour's scale-out mode keeps the SDK's default, 2).
+RETRIES = int(os.environ.get("HALE_CLIENT_RETRIES", "0"))
 
 TOOLS = [
     {
@@ -80,7 +85,7 @@ def turn(client, model: str, messages: list):
 
 def main() -> None:
     model, base_url, workdir, prompt = sys.argv[1:5]
-    client = anthropic.Anthropic(base_url=base_url, api_key="unused", max_retries=0, timeout=60)
+    client = anthropic.Anthropic(base_url=base_url, api_key="unused", max_retries=RETRIES, timeout=60)
     messages = [{"role": "user", "content": prompt}]
     made, ids = [], []
     for n in range(1, 41):

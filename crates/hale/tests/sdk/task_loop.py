@@ -13,10 +13,15 @@ the failed turn, `failed_turn_id`, when its answer carried one) and exits 2.
 """
 
 import json
+import os
 import subprocess
 import sys
 
 import openai
+
+# HALE_CLIENT_RETRIES: the SDK's own retries (default 0: the healing is hale's;
+# hale-bench chaos-hour's scale-out mode keeps the SDK's default, 2).
+RETRIES = int(os.environ.get("HALE_CLIENT_RETRIES", "0"))
 
 TOOLS = [
     {
@@ -80,7 +85,7 @@ def turn(client: openai.OpenAI, model: str, messages: list) -> tuple[str, list, 
 
 def main() -> None:
     model, base_url, workdir, prompt = sys.argv[1:5]
-    client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=60)
+    client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=RETRIES, timeout=60)
     messages = [
         {"role": "system", "content": "You are an agent; summarize your work when done."},
         {"role": "user", "content": prompt},
