@@ -48,10 +48,16 @@
 //! does not report hale's turn ids, so the journal columns count the SDK
 //! loops' turns only.
 //!
+//! `--peer litellm` runs the same fleet, providers and schedule through the
+//! LiteLLM proxy instead of hale (`chaos_peer`): only the client kinds and
+//! provider kinds it speaks, the rest printed as left out; the journal and
+//! paused-agent columns, hale's own, are `n/a` there.
+//!
 //! Not built yet: the scale-out mode (two hale instances on PostgreSQL and
 //! NATS behind a load balancer), NATS and webhook event counts, tool-job
-//! outcomes per tool fault, the peer column.
+//! outcomes per tool fault.
 
+use crate::chaos_peer::{self, Peer};
 use crate::procs::{self, Proc};
 use anyhow::{Context, bail};
 use clap::Parser;
@@ -133,6 +139,10 @@ pub struct HourArgs {
     /// Where to write the results as JSON.
     #[arg(long, default_value = "target/chaos-hour.json")]
     out: PathBuf,
+    /// Run the fleet through this peer instead of hale (its venv in
+    /// `.peers/`, see scripts/peers.sh): only the client kinds it serves.
+    #[arg(long, value_enum)]
+    peer: Option<Peer>,
 }
 
 /// A kind of agent loop in the fleet: an SDK's own loop with function
@@ -1559,6 +1569,8 @@ struct Results<'a> {
     reference: Option<Reference>,
     baseline: Vec<TaskEnd>,
     tasks: Vec<TaskEnd>,
+    /// The client kinds the peer does not serve, and why (`--peer`).
+    left_out: Vec<(ClientKind, &'static str)>,
     tokens: Value,
     journal: Journal,
     faults_started: BTreeMap<&'static str, u64>,
@@ -1607,6 +1619,23 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
             }
         }
     }
+    let mut left_out = Vec::new();
+    if let Some(peer) = args.peer {
+        chaos_peer::check_installed(peer)?;
+        args.kinds.retain(|&k| match chaos_peer::serves(peer, k) {
+            Ok(()) => true,
+            Err(why) => {
+                left_out.push((k, why));
+                false
+            }
+        });
+        for (k, why) in &left_out {
+            println!("left out through {peer:?}: {}: {why}", k.name());
+        }
+        if args.kinds.is_empty() {
+            bail!("--peer {peer:?} serves none of the client kinds asked for");
+        }
+    }
     let total = Duration::from_secs_f64(args.minutes * 60.0);
     let plan = if args.no_faults {
         Vec::new()
@@ -1624,13 +1653,18 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
     let s = setup(&args)?;
     let mut providers = start_providers(&s.bin, &s.work).await?;
     let mut tools = start_tool_nodes(&s.bin, &s.work).await?;
-    let hale = start_hale(&HaleConfig {
-        bin: &s.bin,
-        work: &s.work,
-        providers: &providers.addrs,
-        tool_nodes: &tools.addrs,
-    })
-    .await?;
+    let hale = match args.peer {
+        Some(Peer::Litellm) => chaos_peer::start_litellm(&s.work, &providers.addrs).await?,
+        None => {
+            start_hale(&HaleConfig {
+                bin: &s.bin,
+                work: &s.work,
+                providers: &providers.addrs,
+                tool_nodes: &tools.addrs,
+            })
+            .await?
+        }
+    };
     let pid = hale.pid();
     let ctx = Arc::new(Ctx {
         python: s.python.clone(),
@@ -1690,19 +1724,27 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
     let end_stats = providers.stats(&s.http).await;
     let end_tokens = tokens(&end_stats);
 
-    let journal = read_journal(&s.http, &hale.base, &ends).await;
+    // hale's journal and agents: a peer has neither.
+    let journal = match args.peer {
+        Some(_) => Journal::default(),
+        None => read_journal(&s.http, &hale.base, &ends).await,
+    };
     let faults = fault_endings(&windows, &journal.turns)
         .into_iter()
         .zip(windows)
         .map(|(endings, window)| PlayedFault { window, endings })
         .collect();
-    let paused = paused_agents(&s.http, &hale.base).await;
+    let paused = match args.peer {
+        Some(_) => 0,
+        None => paused_agents(&s.http, &hale.base).await,
+    };
     let mut results = Results {
         args: &args,
         schedule: &plan,
         reference,
         baseline,
         tasks: ends,
+        left_out,
         tokens: json!({"run": [end_tokens.0 - start_tokens.0, end_tokens.1 - start_tokens.1]}),
         journal,
         faults_started: applied.iter().map(|(c, n)| (c.name(), *n)).collect(),
@@ -1745,8 +1787,20 @@ fn print_table(
     }
     let fmt = |x: Option<f64>, unit: &str| x.map_or("n/a".to_owned(), |v| format!("{v:.1}{unit}"));
     println!();
+    let mode = match r.args.peer {
+        Some(p) => format!("through the peer {p:?} (not hale)"),
+        None => "embedded".to_owned(),
+    };
+    // hale's own columns, `n/a` through a peer.
+    let hale_only = |v: String| {
+        if r.args.peer.is_some() {
+            "n/a".to_owned()
+        } else {
+            v
+        }
+    };
     println!(
-        "## The chaos hour: seed {}, {:.1} min, embedded, {} agent loops ({} faults played)",
+        "## The chaos hour: seed {}, {:.1} min, {mode}, {} agent loops ({} faults played)",
         r.args.seed,
         r.wall_s / 60.0,
         r.args.clients * r.args.kinds.len(),
@@ -1769,12 +1823,15 @@ fn print_table(
     for (why, n) in &by_why {
         println!("|   failed: {why} | | | {n} |");
     }
+    for (kind, why) in &r.left_out {
+        println!("| {}: left out ({why}) | n/a | n/a | n/a |", kind.name());
+    }
     println!();
     println!("| measure | value |");
     println!("|---|---|");
     println!(
         "| operator actions needed (agents left paused) | {} |",
-        r.paused_agents
+        hale_only(r.paused_agents.to_string())
     );
     let (per, extra) = (r.per_task(), r.extra_percent());
     let w = walls(ends);
@@ -1805,12 +1862,13 @@ fn print_table(
         fmt(percentile(&w, 0.99), " s"),
     );
     println!(
-        "| answered turns missing from the journal / counted twice | {} / {} |",
-        r.journal.missing, r.journal.repeated
+        "| answered turns missing from the journal / counted twice | {} |",
+        hale_only(format!("{} / {}", r.journal.missing, r.journal.repeated))
     );
     for s in &r.samples {
         println!(
-            "| hale RSS / open fds at the {} | {} KiB / {} |",
+            "| {} RSS / open fds at the {} | {} KiB / {} |",
+            r.args.peer.map_or("hale".to_owned(), |p| format!("{p:?}")),
             s.at,
             s.rss_kib.map_or("n/a".into(), |v| v.to_string()),
             s.fds.map_or("n/a".into(), |v| v.to_string())
@@ -1845,14 +1903,19 @@ fn print_fault_table(
                 *by.entry(*e).or_default() += k;
             }
         }
-        let cells: Vec<String> = Ending::ALL
+        let mut cells: Vec<String> = Ending::ALL
             .iter()
             .map(|e| by.get(e).copied().unwrap_or(0).to_string())
             .collect();
+        let mut turns = by.values().sum::<u64>().to_string();
+        if r.args.peer.is_some() {
+            // The endings come from hale's journal; a peer has none.
+            turns = "n/a".to_owned();
+            cells.iter_mut().for_each(|c| *c = "n/a".to_owned());
+        }
         println!(
-            "| {} | {n} | {t} | {} | {} |",
+            "| {} | {n} | {t} | {turns} | {} |",
             c.name(),
-            by.values().sum::<u64>(),
             cells.join(" | ")
         );
     }
@@ -1863,6 +1926,12 @@ fn print_fault_table(
         let n: u64 = hows.values().sum();
         let detail: Vec<String> = hows.iter().map(|(h, k)| format!("{h}: {k}")).collect();
         println!("| {class} | {n} | {} |", detail.join(", "));
+    }
+    if r.args.peer.is_some() {
+        println!();
+        println!(
+            "Through a peer the fleet never calls the tool nodes (their tools are served by hale's /mcp and tool routing), so tool-node faults touch nothing."
+        );
     }
     println!();
     println!(
