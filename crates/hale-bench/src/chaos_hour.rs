@@ -1192,9 +1192,13 @@ fn vertex_hale_key(work: &Path, addr: SocketAddr) -> anyhow::Result<PathBuf> {
 
 fn print_schedule(args: &HourArgs, plan: &[Planned]) {
     println!(
-        "chaos hour: seed {}, {} min, embedded (one hale, SQLite), {} loops of each of {:?}, {}-step tasks, {} faults",
+        "chaos hour: seed {}, {} min, {}, {} loops of each of {:?}, {}-step tasks, {} faults",
         args.seed,
         args.minutes,
+        match args.peer {
+            Some(p) => format!("through the peer {p:?} (not hale)"),
+            None => "embedded (one hale, SQLite)".to_owned(),
+        },
         args.clients,
         args.kinds,
         args.steps,
@@ -1632,6 +1636,9 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
         for (k, why) in &left_out {
             println!("left out through {peer:?}: {}: {why}", k.name());
         }
+        for (kind, why) in chaos_peer::unreached(peer) {
+            println!("provider kind left out through {peer:?}: {kind}: {why}");
+        }
         if args.kinds.is_empty() {
             bail!("--peer {peer:?} serves none of the client kinds asked for");
         }
@@ -1932,6 +1939,11 @@ fn print_fault_table(
         println!(
             "Through a peer the fleet never calls the tool nodes (their tools are served by hale's /mcp and tool routing), so tool-node faults touch nothing."
         );
+        if let Some(peer) = r.args.peer {
+            for (kind, why) in chaos_peer::unreached(peer) {
+                println!("Provider kind left out through {peer:?}: {kind}: {why}.");
+            }
+        }
     }
     println!();
     println!(

@@ -63,6 +63,13 @@ pub const UNREACHED: [(&str, &str); 2] = [
     ),
 ];
 
+/// The provider kinds `peer` does not reach on chaos, and why.
+pub fn unreached(peer: Peer) -> &'static [(&'static str, &'static str)] {
+    match peer {
+        Peer::Litellm => &UNREACHED,
+    }
+}
+
 /// A deployment's `litellm_params` (YAML flow map) at its chaos `addr`;
 /// `None` for a kind LiteLLM does not reach ([`UNREACHED`]).
 pub fn litellm_params(kind: &str, addr: SocketAddr) -> Option<String> {
