@@ -210,6 +210,19 @@ impl ClientKind {
         }
     }
 
+    /// Whether `peer` serves it for the hour, or why not.
+    fn through(self, peer: Peer) -> Result<(), &'static str> {
+        match (peer, self) {
+            (Peer::Litellm, ClientKind::Chat | ClientKind::Messages | ClientKind::Genai) => Ok(()),
+            (Peer::Litellm, ClientKind::Agents) => {
+                Err("its `echo` tool comes from hale's /mcp (tool nodes behind tool routing)")
+            }
+            (Peer::Litellm, ClientKind::Codex | ClientKind::Claude | ClientKind::GeminiCli) => {
+                Err("not run through the peer yet (the SDK loops of the same dialects are)")
+            }
+        }
+    }
+
     /// Its name in the table.
     fn name(self) -> &'static str {
         match self {
@@ -1626,7 +1639,7 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
     let mut left_out = Vec::new();
     if let Some(peer) = args.peer {
         chaos_peer::check_installed(peer)?;
-        args.kinds.retain(|&k| match chaos_peer::serves(peer, k) {
+        args.kinds.retain(|&k| match k.through(peer) {
             Ok(()) => true,
             Err(why) => {
                 left_out.push((k, why));
@@ -1661,7 +1674,14 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
     let mut providers = start_providers(&s.bin, &s.work).await?;
     let mut tools = start_tool_nodes(&s.bin, &s.work).await?;
     let hale = match args.peer {
-        Some(Peer::Litellm) => chaos_peer::start_litellm(&s.work, &providers.addrs).await?,
+        Some(Peer::Litellm) => {
+            let p =
+                chaos_peer::start_litellm(&s.work, &DEPLOYMENTS, &ROUTES, &providers.addrs).await?;
+            Hale {
+                base: format!("http://{}", p.addr),
+                procs: vec![p],
+            }
+        }
         None => {
             start_hale(&HaleConfig {
                 bin: &s.bin,

@@ -4,18 +4,18 @@
 //!
 //! This module owns the peer's side: which of the hour's provider kinds
 //! LiteLLM 1.106.2 reaches on chaos ([`litellm_params`], with why not for
-//! the others, [`UNREACHED`]), which client kinds it serves ([`serves`]),
-//! its config — the same chaos deployments and the same routes as
+//! the others, [`UNREACHED`]), its config — the same chaos deployments and the same routes as
 //! `chaos_hour::hale_yaml`, each route's first reachable deployment as its
 //! model group and the rest as LiteLLM fallbacks, with the router's own
 //! retries and timeouts as an operator would set them ([`litellm_yaml`]) —
 //! and starting it ([`start_litellm`]: from `.peers/litellm`, the venv
 //! scripts/peers.sh installs, offline with its bundled cost map). The
-//! chaos hour swaps it in where it starts hale; hale-only steps (the
-//! journal, paused agents, `/mcp`) are `n/a` in its table.
+//! chaos hour passes its deployments and routes in (this module does not
+//! import it), says which of its client kinds a peer serves, and swaps the
+//! peer in where it starts hale; hale-only steps (the journal, paused
+//! agents, `/mcp`) are `n/a` in its table.
 
-use crate::chaos_hour::{ClientKind, DEPLOYMENTS, Hale, ROUTES};
-use crate::procs;
+use crate::procs::{self, Proc};
 use anyhow::{Context, bail};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -93,27 +93,33 @@ pub fn litellm_params(kind: &str, addr: SocketAddr) -> Option<String> {
     })
 }
 
-/// LiteLLM's config: a model group per reachable deployment (named as
-/// hale names it) and one per route, the route's first reachable
+/// A provider deployment: (name, kind), as the chaos hour names them.
+pub type Deployment = (&'static str, &'static str);
+/// A route: its name and its deployments (indexes), in order.
+pub type Route = (&'static str, [usize; 3]);
+
+/// LiteLLM's config for `deployments` at `addrs` (by index) and `routes`:
+/// a model group per reachable deployment (named as hale names it) and one
+/// per route, the route's first reachable
 /// deployment, its other reachable ones its fallbacks, in the route's
 /// order; the router retries [`NUM_RETRIES`] times with [`TIMEOUT_S`] s
 /// timeouts. A route whose deployments are all unreached is left out.
-pub fn litellm_yaml(addrs: &[SocketAddr]) -> String {
-    let params: Vec<Option<String>> = DEPLOYMENTS
+pub fn litellm_yaml(deployments: &[Deployment], routes: &[Route], addrs: &[SocketAddr]) -> String {
+    let params: Vec<Option<String>> = deployments
         .iter()
         .enumerate()
         .map(|(i, (_, kind))| litellm_params(kind, addrs[i]))
         .collect();
     let mut y = String::from("model_list:\n");
     let mut fallbacks = Vec::new();
-    for (i, (name, _)) in DEPLOYMENTS.iter().enumerate() {
+    for (i, (name, _)) in deployments.iter().enumerate() {
         if let Some(p) = &params[i] {
             y.push_str(&format!(
                 "  - {{model_name: {name}, litellm_params: {p}}}\n"
             ));
         }
     }
-    for (route, targets) in ROUTES {
+    for (route, targets) in routes {
         let reached: Vec<usize> = targets
             .iter()
             .copied()
@@ -127,7 +133,7 @@ pub fn litellm_yaml(addrs: &[SocketAddr]) -> String {
             "  - {{model_name: {route}, litellm_params: {p}}}\n"
         ));
         if !rest.is_empty() {
-            let names: Vec<&str> = rest.iter().map(|&i| DEPLOYMENTS[i].0).collect();
+            let names: Vec<&str> = rest.iter().map(|&i| deployments[i].0).collect();
             fallbacks.push(format!("{{{route}: [{}]}}", names.join(", ")));
         }
     }
@@ -141,19 +147,6 @@ pub fn litellm_yaml(addrs: &[SocketAddr]) -> String {
     // hale runs here without keys (loopback only), so LiteLLM does too.
     y.push_str("general_settings:\n  dangerously_permit_weak_or_unset_master_key: true\n");
     y
-}
-
-/// Whether the peer serves `kind`'s dialect for the hour, or why not.
-pub fn serves(peer: Peer, kind: ClientKind) -> Result<(), &'static str> {
-    match (peer, kind) {
-        (Peer::Litellm, ClientKind::Chat | ClientKind::Messages | ClientKind::Genai) => Ok(()),
-        (Peer::Litellm, ClientKind::Agents) => {
-            Err("its `echo` tool comes from hale's /mcp (tool nodes behind tool routing)")
-        }
-        (Peer::Litellm, ClientKind::Codex | ClientKind::Claude | ClientKind::GeminiCli) => {
-            Err("not run through the peer yet (the SDK loops of the same dialects are)")
-        }
-    }
 }
 
 /// LiteLLM's executable in its venv, or a clear error when it is missing.
@@ -180,28 +173,43 @@ pub fn check_installed(peer: Peer) -> anyhow::Result<()> {
     }
 }
 
-/// Starts LiteLLM on a free port with [`litellm_yaml`] for the providers
-/// at `addrs` (by `DEPLOYMENTS` index), one worker, offline; ready when
+/// Starts LiteLLM on a free port with [`litellm_yaml`] for `deployments`
+/// at `addrs` and `routes`, one worker, offline; ready when
 /// `/health/liveliness` answers. The fleet's base URL is its root.
-pub async fn start_litellm(work: &Path, addrs: &[SocketAddr]) -> anyhow::Result<Hale> {
+pub async fn start_litellm(
+    work: &Path,
+    deployments: &[Deployment],
+    routes: &[Route],
+    addrs: &[SocketAddr],
+) -> anyhow::Result<Proc> {
     let bin = litellm_bin()?;
     let cfg = work.join("litellm.yaml");
-    std::fs::write(&cfg, litellm_yaml(addrs)).context("cannot write LiteLLM's config")?;
+    std::fs::write(&cfg, litellm_yaml(deployments, routes, addrs))
+        .context("cannot write LiteLLM's config")?;
     let command = format!(
         "env LITELLM_LOCAL_MODEL_COST_MAP=True LITELLM_LOG=ERROR {} --config {} --host 127.0.0.1 --port {{port}} --num_workers 1",
         bin.display(),
         cfg.display()
     );
-    let p = procs::start_peer("litellm", &command, "/health/liveliness", addrs[0], work).await?;
-    Ok(Hale {
-        base: format!("http://{}", p.addr),
-        procs: vec![p],
-    })
+    procs::start_peer("litellm", &command, "/health/liveliness", addrs[0], work).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const DEPLOYMENTS: [Deployment; 5] = [
+        ("oa", "openai"),
+        ("an", "anthropic"),
+        ("ge", "gemini"),
+        ("az", "azure"),
+        ("br", "bedrock"),
+    ];
+    const ROUTES: [Route; 3] = [
+        ("via-oa", [0, 1, 2]),
+        ("via-br", [4, 3, 0]),
+        ("via-an", [1, 4, 4]),
+    ];
 
     fn addrs() -> Vec<SocketAddr> {
         (0..DEPLOYMENTS.len())
@@ -213,7 +221,7 @@ mod tests {
     /// first and the others its fallbacks; unreached kinds nowhere.
     #[test]
     fn routes_fall_back_across_the_reached_kinds() {
-        let y = litellm_yaml(&addrs());
+        let y = litellm_yaml(&DEPLOYMENTS, &ROUTES, &addrs());
         for (route, _) in ROUTES {
             assert!(y.contains(&format!("model_name: {route},")), "{route}: {y}");
         }
@@ -222,6 +230,8 @@ mod tests {
         assert!(y.contains("{via-br: [oa]}"), "{y}");
         // via-oa: [oa, an, ge], all reached.
         assert!(y.contains("{via-oa: [an, ge]}"), "{y}");
+        // via-an: [an, br, br] → an alone, no fallbacks.
+        assert!(!y.contains("{via-an:"), "{y}");
         assert!(!y.contains("bedrock/") && !y.contains("vertex_ai/"), "{y}");
         assert!(y.contains("num_retries: 2"));
     }

@@ -234,9 +234,10 @@ pub fn offered(tools: &Value) -> Vec<Offered> {
         return out;
     };
     for t in items {
-        if let Some(decls) =
-            crate::gemini::field(t, "functionDeclarations", "function_declarations")
-                .and_then(Value::as_array)
+        if let Some(decls) = t
+            .get("functionDeclarations")
+            .or_else(|| t.get("function_declarations"))
+            .and_then(Value::as_array)
         {
             for d in decls {
                 push(
