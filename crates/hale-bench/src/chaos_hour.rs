@@ -55,8 +55,14 @@
 //! killed and PostgreSQL restarted, and the table counts the events lost or
 //! duplicated at NATS and the webhook and the dead letters.
 //!
-//! Not built yet: tool-job outcomes per tool fault, the peer column.
+//! `--peer litellm` runs the same fleet, providers and schedule through the
+//! LiteLLM proxy instead of hale (`chaos_peer`): only the client kinds and
+//! provider kinds it speaks, the rest printed as left out; the journal and
+//! paused-agent columns, hale's own, are `n/a` there.
+//!
+//! Not built yet: tool-job outcomes per tool fault.
 
+use crate::chaos_peer::{self, Peer};
 use crate::procs::{self, Proc};
 use crate::scale_out::{self, ScaleOut};
 use anyhow::{Context, bail};
@@ -151,6 +157,10 @@ pub struct HourArgs {
     /// Where to write the results as JSON.
     #[arg(long, default_value = "target/chaos-hour.json")]
     out: PathBuf,
+    /// Run the fleet through this peer instead of hale (its venv in
+    /// `.peers/`, see scripts/peers.sh): only the client kinds it serves.
+    #[arg(long, value_enum)]
+    peer: Option<Peer>,
 }
 
 /// Where the fleet's hale runs.
@@ -234,6 +244,19 @@ impl ClientKind {
             | ClientKind::Agents
             | ClientKind::Claude
             | ClientKind::GeminiCli => root.to_owned(),
+        }
+    }
+
+    /// Whether `peer` serves it for the hour, or why not.
+    fn through(self, peer: Peer) -> Result<(), &'static str> {
+        match (peer, self) {
+            (Peer::Litellm, ClientKind::Chat | ClientKind::Messages | ClientKind::Genai) => Ok(()),
+            (Peer::Litellm, ClientKind::Agents) => {
+                Err("its `echo` tool comes from hale's /mcp (tool nodes behind tool routing)")
+            }
+            (Peer::Litellm, ClientKind::Codex | ClientKind::Claude | ClientKind::GeminiCli) => {
+                Err("not run through the peer yet (the SDK loops of the same dialects are)")
+            }
         }
     }
 
@@ -1286,7 +1309,10 @@ fn print_schedule(args: &HourArgs, plan: &[Planned]) {
         "chaos hour: seed {}, {} min, {}, {} loops of each of {:?}, {}-step tasks, {} faults",
         args.seed,
         args.minutes,
-        args.mode.name(),
+        match args.peer {
+            Some(p) => format!("through the peer {p:?} (not hale)"),
+            None => args.mode.name().to_owned(),
+        },
         args.clients,
         args.kinds,
         args.steps,
@@ -1690,6 +1716,8 @@ struct Results<'a> {
     reference: Option<Reference>,
     baseline: Vec<TaskEnd>,
     tasks: Vec<TaskEnd>,
+    /// The client kinds the peer does not serve, and why (`--peer`).
+    left_out: Vec<(ClientKind, &'static str)>,
     tokens: Value,
     journal: Journal,
     faults_started: BTreeMap<&'static str, u64>,
@@ -1748,6 +1776,29 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
             }
         }
     }
+    let mut left_out = Vec::new();
+    if let Some(peer) = args.peer {
+        chaos_peer::check_installed(peer)?;
+        args.kinds.retain(|&k| match k.through(peer) {
+            Ok(()) => true,
+            Err(why) => {
+                left_out.push((k, why));
+                false
+            }
+        });
+        for (k, why) in &left_out {
+            println!("left out through {peer:?}: {}: {why}", k.name());
+        }
+        for (kind, why) in chaos_peer::unreached(peer) {
+            println!("provider kind left out through {peer:?}: {kind}: {why}");
+        }
+        if args.kinds.is_empty() {
+            bail!("--peer {peer:?} serves none of the client kinds asked for");
+        }
+        if args.mode == Mode::ScaleOut {
+            bail!("--peer runs the embedded mode's fleet only, not --mode scale-out");
+        }
+    }
     let total = Duration::from_secs_f64(args.minutes * 60.0);
     let plan = if args.no_faults {
         Vec::new()
@@ -1788,9 +1839,18 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
         providers: &providers.addrs,
         tool_nodes: &tools.addrs,
     };
-    let (hale, mut scale) = match args.mode {
-        Mode::Embedded => (Some(start_hale(&cfg).await?), None),
-        Mode::ScaleOut => {
+    let (hale, mut scale) = match (args.peer, args.mode) {
+        (Some(Peer::Litellm), _) => {
+            let p =
+                chaos_peer::start_litellm(&s.work, &DEPLOYMENTS, &ROUTES, &providers.addrs).await?;
+            let peer = Hale {
+                base: format!("http://{}", p.addr),
+                procs: vec![p],
+            };
+            (Some(peer), None)
+        }
+        (None, Mode::Embedded) => (Some(start_hale(&cfg).await?), None),
+        (None, Mode::ScaleOut) => {
             let vertex_key = vertex_key_for(&cfg)?;
             let yaml = |listen: SocketAddr, data: &Path| {
                 hale_yaml(listen, data, &providers.addrs, &tools.addrs, &vertex_key)
@@ -1810,7 +1870,10 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
         (None, Some(x)) => (x.base.clone(), x.logs()),
         (None, None) => unreachable!("a hale runs in either mode"),
     };
-    println!("hale at {root} ({})", args.mode.name());
+    match args.peer {
+        Some(p) => println!("the peer {p:?} at {root} (not hale)"),
+        None => println!("hale at {root} ({})", args.mode.name()),
+    }
     let ctx = Arc::new(Ctx {
         python: s.python.clone(),
         sdk_dir: s.sdk_dir.clone(),
@@ -1875,7 +1938,11 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
     let end_stats = providers.stats(&s.http).await;
     let end_tokens = tokens(&end_stats);
 
-    let journal = read_journal(&s.http, &root, &ends).await;
+    // hale's journal and agents: a peer has neither.
+    let journal = match args.peer {
+        Some(_) => Journal::default(),
+        None => read_journal(&s.http, &root, &ends).await,
+    };
     let scale_out = match &scale {
         Some(x) => Some(ScaleOutReport {
             events: x.events().await?,
@@ -1888,13 +1955,17 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
         .zip(windows)
         .map(|(endings, window)| PlayedFault { window, endings })
         .collect();
-    let paused = paused_agents(&s.http, &root).await;
+    let paused = match args.peer {
+        Some(_) => 0,
+        None => paused_agents(&s.http, &root).await,
+    };
     let mut results = Results {
         args: &args,
         schedule: &plan,
         reference,
         baseline,
         tasks: ends,
+        left_out,
         tokens: json!({"run": [end_tokens.0 - start_tokens.0, end_tokens.1 - start_tokens.1]}),
         journal,
         faults_started: applied.iter().map(|(c, n)| (c.name(), *n)).collect(),
@@ -1939,11 +2010,22 @@ fn print_table(
     }
     let fmt = |x: Option<f64>, unit: &str| x.map_or("n/a".to_owned(), |v| format!("{v:.1}{unit}"));
     println!();
+    let mode = match r.args.peer {
+        Some(p) => format!("through the peer {p:?} (not hale)"),
+        None => r.args.mode.name().to_owned(),
+    };
+    // hale's own columns, `n/a` through a peer.
+    let hale_only = |v: String| {
+        if r.args.peer.is_some() {
+            "n/a".to_owned()
+        } else {
+            v
+        }
+    };
     println!(
-        "## The chaos hour: seed {}, {:.1} min, {}, {} agent loops ({} faults played)",
+        "## The chaos hour: seed {}, {:.1} min, {mode}, {} agent loops ({} faults played)",
         r.args.seed,
         r.wall_s / 60.0,
-        r.args.mode.name(),
         r.args.clients * r.args.kinds.len(),
         applied.values().sum::<u64>()
     );
@@ -1964,12 +2046,15 @@ fn print_table(
     for (why, n) in &by_why {
         println!("|   failed: {why} | | | {n} |");
     }
+    for (kind, why) in &r.left_out {
+        println!("| {}: left out ({why}) | n/a | n/a | n/a |", kind.name());
+    }
     println!();
     println!("| measure | value |");
     println!("|---|---|");
     println!(
         "| operator actions needed (agents left paused) | {} |",
-        r.paused_agents
+        hale_only(r.paused_agents.to_string())
     );
     let (per, extra) = (r.per_task(), r.extra_percent());
     let w = walls(ends);
@@ -2000,8 +2085,8 @@ fn print_table(
         fmt(percentile(&w, 0.99), " s"),
     );
     println!(
-        "| answered turns missing from the journal / counted twice | {} / {} |",
-        r.journal.missing, r.journal.repeated
+        "| answered turns missing from the journal / counted twice | {} |",
+        hale_only(format!("{} / {}", r.journal.missing, r.journal.repeated))
     );
     if let Some(x) = &r.scale_out {
         let e = &x.events;
@@ -2031,7 +2116,7 @@ fn print_table(
     for s in &r.samples {
         println!(
             "| {} RSS / open fds at the {} | {} KiB / {} |",
-            s.instance,
+            r.args.peer.map_or(s.instance.clone(), |p| format!("{p:?}")),
             s.at,
             s.rss_kib.map_or("n/a".into(), |v| v.to_string()),
             s.fds.map_or("n/a".into(), |v| v.to_string())
@@ -2067,14 +2152,19 @@ fn print_fault_table(
                 *by.entry(*e).or_default() += k;
             }
         }
-        let cells: Vec<String> = Ending::ALL
+        let mut cells: Vec<String> = Ending::ALL
             .iter()
             .map(|e| by.get(e).copied().unwrap_or(0).to_string())
             .collect();
+        let mut turns = by.values().sum::<u64>().to_string();
+        if r.args.peer.is_some() {
+            // The endings come from hale's journal; a peer has none.
+            turns = "n/a".to_owned();
+            cells.iter_mut().for_each(|c| *c = "n/a".to_owned());
+        }
         println!(
-            "| {} | {n} | {t} | {} | {} |",
+            "| {} | {n} | {t} | {turns} | {} |",
             c.name(),
-            by.values().sum::<u64>(),
             cells.join(" | ")
         );
     }
@@ -2085,6 +2175,17 @@ fn print_fault_table(
         let n: u64 = hows.values().sum();
         let detail: Vec<String> = hows.iter().map(|(h, k)| format!("{h}: {k}")).collect();
         println!("| {class} | {n} | {} |", detail.join(", "));
+    }
+    if r.args.peer.is_some() {
+        println!();
+        println!(
+            "Through a peer the fleet never calls the tool nodes (their tools are served by hale's /mcp and tool routing), so tool-node faults touch nothing."
+        );
+        if let Some(peer) = r.args.peer {
+            for (kind, why) in chaos_peer::unreached(peer) {
+                println!("Provider kind left out through {peer:?}: {kind}: {why}.");
+            }
+        }
     }
     println!();
     println!(

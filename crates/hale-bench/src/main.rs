@@ -18,6 +18,7 @@
 
 mod bare;
 mod chaos_hour;
+mod chaos_peer;
 mod duration;
 mod hash;
 mod health;

@@ -124,6 +124,23 @@ fn chaos_hour_prints_the_seeds_schedule() {
     assert!(faults >= 8, "a fault every 30 s over 5 min:\n{a}");
 }
 
+/// `--peer litellm` without LiteLLM's venv (`.peers/litellm` under the
+/// working directory; the suite does not install it) fails before starting
+/// anything, saying what is missing and how to install it.
+#[test]
+fn chaos_hour_through_a_missing_peer_says_how_to_install_it() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let out = Command::new(bench())
+        .current_dir(dir.path())
+        .args(["chaos-hour", "--minutes", "1", "--peer", "litellm"])
+        .output()
+        .expect("hale-bench runs");
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("LiteLLM's venv is missing"), "{err}");
+    assert!(err.contains("litellm[proxy]==1.106.2"), "{err}");
+}
+
 /// The chaos hour's 3-minute profile (issue 41), through the real
 /// binaries: faults every 10 s, overlapping, on the seven provider kinds
 /// and the tool nodes (seed 9's schedule: cuts inside tool calls'

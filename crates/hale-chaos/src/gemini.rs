@@ -37,6 +37,13 @@ pub fn split_action(action: &str) -> Option<(&str, bool)> {
     }
 }
 
+/// A field of a Gemini body by its JSON name, or by the proto's snake_case
+/// name: Google's JSON mapping accepts both, and clients send either (the
+/// google-genai SDK `functionResponse`, LiteLLM `function_response`).
+pub fn field<'v>(v: &'v Value, camel: &str, snake: &str) -> Option<&'v Value> {
+    v.get(camel).or_else(|| v.get(snake))
+}
+
 /// Reads a `generateContent` body for `model`, streamed or not.
 pub fn read_request(body: &[u8], model: &str, stream: bool) -> Result<ChatRequest, String> {
     let m: Map<String, Value> = serde_json::from_slice(body).map_err(|e| e.to_string())?;
@@ -52,8 +59,10 @@ pub fn read_request(body: &[u8], model: &str, stream: bool) -> Result<ChatReques
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        let results =
-            !parts.is_empty() && parts.iter().all(|p| p.get("functionResponse").is_some());
+        let results = !parts.is_empty()
+            && parts
+                .iter()
+                .all(|p| field(p, "functionResponse", "function_response").is_some());
         let role = match c.get("role").and_then(Value::as_str) {
             Some("model") => "assistant",
             Some(_) | None if results => "tool",
@@ -65,7 +74,7 @@ pub fn read_request(body: &[u8], model: &str, stream: bool) -> Result<ChatReques
                 if let Some(t) = p.get("text").and_then(Value::as_str) {
                     Some(json!({"text": t}))
                 } else {
-                    p.get("functionResponse")
+                    field(p, "functionResponse", "function_response")
                         .and_then(|r| r.get("response"))
                         .map(|r| json!({"text": r.to_string()}))
                 }
@@ -76,13 +85,12 @@ pub fn read_request(body: &[u8], model: &str, stream: bool) -> Result<ChatReques
             content: Value::Array(texts),
         });
     }
-    let system = m
-        .get("systemInstruction")
+    let body = Value::Object(m);
+    let system = field(&body, "systemInstruction", "system_instruction")
         .and_then(|s| s.get("parts"))
         .cloned();
-    let max_tokens = m
-        .get("generationConfig")
-        .and_then(|g| g.get("maxOutputTokens"))
+    let max_tokens = field(&body, "generationConfig", "generation_config")
+        .and_then(|g| field(g, "maxOutputTokens", "max_output_tokens"))
         .and_then(Value::as_u64);
     Ok(ChatRequest {
         model: Some(model.to_owned()),
@@ -92,7 +100,7 @@ pub fn read_request(body: &[u8], model: &str, stream: bool) -> Result<ChatReques
         stream_options: None,
         max_tokens,
         max_completion_tokens: None,
-        tools: m.get("tools").cloned(),
+        tools: body.get("tools").cloned(),
     })
 }
 
@@ -233,6 +241,28 @@ pub fn blocked(ctx: &Ctx, stream: bool) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The proto's snake_case names (LiteLLM's): the same request read.
+    #[test]
+    fn snake_case_requests_read_as_camel_case() {
+        let body = br#"{"system_instruction":{"parts":[{"text":"Summarize"}]},"contents":[
+            {"role":"user","parts":[{"text":"hi"}]},
+            {"role":"model","parts":[{"function_call":{"name":"t","args":{}}}]},
+            {"role":"user","parts":[{"function_response":{"name":"t","response":{"result":"ok"}}}]}],
+            "tools":[{"function_declarations":[{"name":"shell","parameters":{"type":"object"}}]}],
+            "generation_config":{"max_output_tokens":7}}"#;
+        let r = read_request(body, "m", false).unwrap();
+        assert_eq!(r.max_output(), Some(7));
+        assert_eq!(r.messages[2].role, "tool");
+        assert_eq!(r.system, Some(serde_json::json!([{"text": "Summarize"}])));
+        assert_eq!(r.tool_results(), 1);
+        assert!(r.observed_texts()[1].contains(r#"{"result":"ok"}"#));
+        let names: Vec<String> = crate::task::offered(r.tools.as_ref().unwrap())
+            .into_iter()
+            .map(|o| o.name)
+            .collect();
+        assert_eq!(names, ["shell"]);
+    }
 
     #[test]
     fn actions_and_requests_read() {

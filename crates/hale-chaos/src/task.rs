@@ -224,7 +224,8 @@ pub struct Offered {
 /// chat (`{type: function, function: {name, parameters}}`), the Responses
 /// API (`{type: function, name, parameters}`), Anthropic (`{name,
 /// input_schema}`), Gemini (`{functionDeclarations: [{name, parameters |
-/// parametersJsonSchema}]}`), Bedrock Converse (`toolConfig.tools`:
+/// parametersJsonSchema}]}`, or the proto's snake_case names, as LiteLLM
+/// sends them), Bedrock Converse (`toolConfig.tools`:
 /// `{toolSpec: {name, inputSchema: {json}}}`). Hosted tools (web search, a
 /// Responses `local_shell`, …) have no name here and are left out.
 pub fn offered(tools: &Value) -> Vec<Offered> {
@@ -233,9 +234,21 @@ pub fn offered(tools: &Value) -> Vec<Offered> {
         return out;
     };
     for t in items {
-        if let Some(decls) = t.get("functionDeclarations").and_then(Value::as_array) {
+        if let Some(decls) = t
+            .get("functionDeclarations")
+            .or_else(|| t.get("function_declarations"))
+            .and_then(Value::as_array)
+        {
             for d in decls {
-                push(&mut out, d, &["parametersJsonSchema", "parameters"]);
+                push(
+                    &mut out,
+                    d,
+                    &[
+                        "parametersJsonSchema",
+                        "parameters_json_schema",
+                        "parameters",
+                    ],
+                );
             }
         } else if let Some(spec) = t.get("toolSpec") {
             let schema = spec
