@@ -529,11 +529,16 @@ pub fn schedule(seed: u64, total: Duration, every: Duration, lasts: Duration) ->
     out
 }
 
-/// The task of a client's `n`-th task: its seed from the run's.
+/// The task of a client's `n`-th task: `(client + 1)·10⁹ + n·10³ + r`,
+/// `r < 1000` drawn from the run's seed, so no two tasks of a run share a
+/// name (below a million tasks a client). hale keys a task by its
+/// conversation: two agents given the same task name are one task to it,
+/// and the hour's seed 41 once gave two clients `task-353219-8` 23 minutes
+/// apart (a draw of six digits), which hale's task timeout then stopped.
 pub fn task_of(seed: u64, client: usize, n: u64, steps: u32) -> hale_chaos::task::Task {
     let mut rng = SplitMix(seed ^ ((client as u64) << 32) ^ n.wrapping_mul(0x1000_0001));
     hale_chaos::task::Task {
-        seed: rng.next() % 1_000_000,
+        seed: (client as u64 + 1) * 1_000_000_000 + (n % 1_000_000) * 1_000 + rng.next() % 1_000,
         steps,
     }
 }
@@ -835,8 +840,14 @@ fn judge(
         }
     } else {
         let err = String::from_utf8_lossy(&out.stderr);
-        let last = err.lines().last().unwrap_or("").to_owned();
-        Some(format!("the agent failed ({}): {last}", out.status))
+        // Its last error line (Codex ends its stderr with a token count).
+        let why = err
+            .lines()
+            .rev()
+            .find(|l| l.to_ascii_lowercase().contains("error"))
+            .or_else(|| err.lines().last())
+            .unwrap_or("");
+        Some(format!("the agent failed ({}): {why}", out.status))
     };
     let failed = v["failed_turn_id"].as_str().map(str::to_owned);
     (failure, ids, failed)
@@ -2411,5 +2422,18 @@ mod tests {
         assert_ne!(a, task_of(1, 1, 0, 8));
         assert_ne!(a, task_of(1, 0, 1, 8));
         assert_ne!(a, task_of(2, 0, 0, 8));
+    }
+
+    #[test]
+    fn no_two_tasks_of_a_run_share_a_name() {
+        let mut seen = std::collections::HashSet::new();
+        for client in 0..16 {
+            for n in 0..5_000 {
+                assert!(
+                    seen.insert(task_of(41, client, n, 8).name()),
+                    "client {client}, task {n}"
+                );
+            }
+        }
     }
 }

@@ -225,6 +225,27 @@ pub fn visit_text(v: &Value, f: &mut dyn FnMut(&str)) {
     }
 }
 
+/// Every string inside a tool result's JSON (a Gemini `functionResponse`'s
+/// `response`, a Bedrock `toolResult`'s `content`), one per line, as the
+/// model would read them: never the serialized JSON, whose escapes (`\n`
+/// before a marker) would hide a marker's word boundary.
+pub fn json_text(v: &Value) -> String {
+    fn walk(v: &Value, out: &mut String) {
+        match v {
+            Value::String(s) => {
+                out.push_str(s);
+                out.push('\n');
+            }
+            Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            Value::Object(o) => o.values().for_each(|i| walk(i, out)),
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+    let mut out = String::new();
+    walk(v, &mut out);
+    out
+}
+
 /// The deterministic answer: `n` words `w0 w1 …`, one chunk per word, every
 /// chunk after the first carrying its leading space.
 pub fn word_chunks(n: usize) -> Vec<String> {

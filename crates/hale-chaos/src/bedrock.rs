@@ -24,7 +24,7 @@ use axum::http::HeaderMap;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::answer::{Answer, ChatRequest, Content, Finish, Message};
+use crate::answer::{Answer, ChatRequest, Content, Finish, Message, json_text};
 use crate::frame::Ctx;
 use crate::wire::ErrorKind;
 
@@ -401,7 +401,7 @@ pub fn read_converse(body: &[u8], model: &str, stream: bool) -> Result<ChatReque
                 } else {
                     b.get("toolResult")
                         .and_then(|r| r.get("content"))
-                        .map(|c| json!({"text": c.to_string()}))
+                        .map(|c| json!({"text": json_text(c)}))
                 }
             })
             .collect();
@@ -583,6 +583,24 @@ pub fn converse_finish(ctx: &Ctx, a: &Answer, no_done: bool) -> Vec<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Codex's shell output, its marker after a newline: read as the text
+    /// the model sees (the serialized content's `\n` hid the marker, and
+    /// Codex through a Bedrock deployment repeated its first step).
+    #[test]
+    fn a_tool_result_is_read_as_its_text() {
+        let task = crate::task::Task::new(1234, 4).unwrap();
+        let out = format!("Process exited with code 0\nOutput:\n{}\n", task.marker(1));
+        let body = json!({"messages": [
+            {"role": "user", "content": [{"text": "Run task-1234-4, then report."}]},
+            {"role": "assistant", "content": [{"toolUse": {"toolUseId": "c1", "name": "exec_command", "input": {}}}]},
+            {"role": "user", "content": [{"toolResult": {"toolUseId": "c1", "content": [{"text": out}]}}]}
+        ]})
+        .to_string();
+        let r = read_converse(body.as_bytes(), "task", false).unwrap();
+        let seen = task.markers_in(r.observed_texts().iter().map(String::as_str));
+        assert!(seen.contains_key(&1), "{:?}", r.observed_texts());
+    }
 
     /// A request signed as hale signs it passes; the same with another
     /// secret, a changed body or another key id does not.

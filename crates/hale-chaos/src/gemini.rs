@@ -15,7 +15,7 @@
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::answer::{Answer, ChatRequest, Content, Finish, Message};
+use crate::answer::{Answer, ChatRequest, Content, Finish, Message, json_text};
 use crate::frame::{Ctx, sse_data};
 
 /// The header a Gemini client sends its key in.
@@ -76,7 +76,7 @@ pub fn read_request(body: &[u8], model: &str, stream: bool) -> Result<ChatReques
                 } else {
                     field(p, "functionResponse", "function_response")
                         .and_then(|r| r.get("response"))
-                        .map(|r| json!({"text": r.to_string()}))
+                        .map(|r| json!({"text": json_text(r)}))
                 }
             })
             .collect();
@@ -256,12 +256,31 @@ mod tests {
         assert_eq!(r.messages[2].role, "tool");
         assert_eq!(r.system, Some(serde_json::json!([{"text": "Summarize"}])));
         assert_eq!(r.tool_results(), 1);
-        assert!(r.observed_texts()[1].contains(r#"{"result":"ok"}"#));
+        assert!(r.observed_texts()[1].contains("ok"));
         let names: Vec<String> = crate::task::offered(r.tools.as_ref().unwrap())
             .into_iter()
             .map(|o| o.name)
             .collect();
         assert_eq!(names, ["shell"]);
+    }
+
+    /// Codex's shell output, its marker after a newline: read as the text
+    /// the model sees, so the task moves on (the serialized JSON's `\n`
+    /// hid the marker, and Codex through a Gemini deployment repeated its
+    /// first step until hale's loop guard stopped it).
+    #[test]
+    fn a_function_response_is_read_as_its_text() {
+        let task = crate::task::Task::new(1234, 4).unwrap();
+        let result = format!("Process exited with code 0\nOutput:\n{}\n", task.marker(1));
+        let body = json!({"contents": [
+            {"role": "user", "parts": [{"text": "Run task-1234-4, then report."}]},
+            {"role": "model", "parts": [{"functionCall": {"name": "exec_command", "args": {}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "exec_command", "response": {"result": result}}}]}
+        ]})
+        .to_string();
+        let r = read_request(body.as_bytes(), "task", false).unwrap();
+        let seen = task.markers_in(r.observed_texts().iter().map(String::as_str));
+        assert!(seen.contains_key(&1), "{:?}", r.observed_texts());
     }
 
     #[test]
@@ -289,7 +308,7 @@ mod tests {
         assert_eq!(r.prefill().as_deref(), Some("So"));
         assert_eq!(r.system, Some(serde_json::json!([{"text": "Summarize"}])));
         assert_eq!(r.tool_results(), 1);
-        assert!(r.observed_texts()[1].contains(r#"{"result":"ok"}"#));
+        assert!(r.observed_texts()[1].contains("ok"));
         assert!(read_request(b"{\"contents\": 3}", "m", false).is_err());
     }
 }
