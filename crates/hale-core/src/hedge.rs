@@ -189,6 +189,13 @@ impl HedgeBudget {
         }
     }
 
+    /// Nothing within the window at `now`: the budget is as new, so its
+    /// owner may forget it (an agent's, after the agent went quiet).
+    pub fn is_idle(&mut self, now: Instant) -> bool {
+        self.prune(now);
+        self.requests.is_empty() && self.hedges.is_empty()
+    }
+
     /// Hedges granted within the window at `now`.
     pub fn hedges_in_window(&mut self, now: Instant) -> usize {
         self.prune(now);
@@ -311,6 +318,23 @@ mod tests {
         assert!(!b.try_take(clock.now()));
         // A window later everything has aged out: the minimum again.
         clock.advance(Duration::from_secs(61));
+        assert!(b.try_take(clock.now()));
+        assert!(!b.try_take(clock.now()));
+    }
+
+    #[test]
+    fn a_budget_is_idle_only_with_nothing_in_its_window() {
+        let clock = FakeClock::default();
+        let mut b = HedgeBudget::new(0.05, Duration::from_secs(60));
+        assert!(b.is_idle(clock.now()));
+        b.record_request(clock.now());
+        assert!(!b.is_idle(clock.now()));
+        assert!(b.try_take(clock.now()));
+        clock.advance(Duration::from_secs(60));
+        assert!(!b.is_idle(clock.now()), "a full window is still within it");
+        clock.advance(Duration::from_secs(1));
+        assert!(b.is_idle(clock.now()));
+        // Forgetting an idle budget loses nothing: a new one grants alike.
         assert!(b.try_take(clock.now()));
         assert!(!b.try_take(clock.now()));
     }

@@ -102,8 +102,10 @@ pub struct Deployments {
 struct Hedging {
     /// deployment key → its first-token history and hedge budget.
     deployments: HashMap<String, (FirstTokenHistory, HedgeBudget)>,
-    /// agent → its hedge budget.
+    /// agent → its hedge budget; idle ones forgotten once a budget window.
     agents: HashMap<String, HedgeBudget>,
+    /// When idle agents' budgets were last forgotten.
+    swept: Option<Instant>,
 }
 
 /// The key of a deployment: `provider/model`, as `Target` displays. Pushed
@@ -165,6 +167,13 @@ impl Deployments {
             .entry(agent.to_owned())
             .or_insert_with(|| HedgeBudget::from_config(h))
             .record_request(now);
+        // Every agent ever seen would otherwise keep a budget.
+        if g.swept
+            .is_none_or(|t| now.saturating_duration_since(t) >= h.budget_window)
+        {
+            g.swept = Some(now);
+            g.agents.retain(|_, b| !b.is_idle(now));
+        }
     }
 
     /// Records a first token (or a complete answer) `elapsed` after the
@@ -205,6 +214,7 @@ impl Deployments {
         let Hedging {
             deployments,
             agents,
+            ..
         } = &mut *g;
         let dep = &mut deployments
             .entry(deployment.to_owned())
