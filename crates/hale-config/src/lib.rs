@@ -255,6 +255,8 @@ pub struct RawConfig {
     #[serde(default)]
     hedging: Opt<RawHedging>,
     #[serde(default)]
+    crawling: Opt<RawCrawling>,
+    #[serde(default)]
     guard: Opt<RawGuard>,
     #[serde(default)]
     health: Opt<RawHealth>,
@@ -385,6 +387,21 @@ struct RawBudget {
     max_cost_usd_per_task: Opt<f64>,
     #[serde(default)]
     max_cost_usd_per_agent: Opt<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCrawling {
+    #[serde(default)]
+    enabled: Opt<bool>,
+    #[serde(default)]
+    below: Opt<f64>,
+    #[serde(default)]
+    after_ms: Opt<u64>,
+    #[serde(default)]
+    window_ms: Opt<u64>,
+    #[serde(default)]
+    min_samples: Opt<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -530,6 +547,8 @@ struct RawCooldown {
     network: Opt<u64>,
     #[serde(default)]
     stream_broken: Opt<u64>,
+    #[serde(default)]
+    stream_crawling: Opt<u64>,
     #[serde(default)]
     unknown: Opt<u64>,
 }

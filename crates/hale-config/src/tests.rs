@@ -4,9 +4,9 @@
 use super::{ConfigError, ConfigErrors, MINIMAL_EXAMPLE, load};
 use hale_core::class::ErrorClass;
 use hale_core::config::{
-    BreakerConfig, CompactionConfig, Config, CooldownConfig, EjectionConfig, EventsConfig,
-    GuardConfig, HealthConfig, HedgingConfig, Jitter, KeyScope, NatsConfig, ProviderKind,
-    RecoveryConfig, RetryConfig, SelfHealingConfig, Target,
+    BreakerConfig, CompactionConfig, Config, CooldownConfig, CrawlingConfig, EjectionConfig,
+    EventsConfig, GuardConfig, HealthConfig, HedgingConfig, Jitter, KeyScope, NatsConfig,
+    ProviderKind, RecoveryConfig, RetryConfig, SelfHealingConfig, Target,
 };
 use std::time::Duration;
 
@@ -67,8 +67,9 @@ retry:                           # per failure class
 ejection: {eject_after: 3, failure_rate: 0.5, min_calls: 5, window_ms: 30000, max_ejection_ms: 300000}
 hedging: {enabled: true, default_after_ms: 4000, floor_ms: 500, ceiling_ms: 25000, quantile: 0.95,
           history: 50, budget_share: 0.05, budget_window_ms: 60000}
+crawling: {enabled: true, below: 0.2, after_ms: 10000, window_ms: 5000, min_samples: 5}
 cooldown_ms: {auth: 600000, rate_limit: 60000, billing: 1800000, timeout: 30000,
-              overloaded: 120000, model_not_found: 3600000, unknown: 30000}
+              overloaded: 120000, model_not_found: 3600000, stream_crawling: 30000, unknown: 30000}
 guard: {max_events: 2000, max_tool_calls: 400, task_timeout_ms: 600000,
         tool_caps: {edit_file: 8, delete_file: 3, run_command: 10, web_search: 8},
         tool_loop_threshold: 4, file_edit_loop_threshold: 4}
@@ -288,6 +289,7 @@ fn full_example_restates_the_defaults() {
     assert_eq!(c.cooldown, CooldownConfig::default());
     assert_eq!(c.ejection, EjectionConfig::default());
     assert_eq!(c.hedging, HedgingConfig::default());
+    assert_eq!(c.crawling, CrawlingConfig::default());
     assert_eq!(
         c.self_healing.resume_probe_after,
         SelfHealingConfig::default().resume_probe_after
@@ -915,6 +917,32 @@ fn hedging_keys_are_read_and_checked() {
         Some(15),
         "greater than 0",
     );
+}
+
+#[test]
+fn crawling_keys_are_read_and_checked() {
+    let c = load_ok(&with_base(
+        "crawling: {enabled: false, below: 0.1, after_ms: 4000, window_ms: 2000, min_samples: 3}\ncooldown_ms: {stream_crawling: 7000}\n",
+    ));
+    let want = CrawlingConfig {
+        enabled: false,
+        below: 0.1,
+        after: Duration::from_millis(4000),
+        window: Duration::from_millis(2000),
+        min_samples: 3,
+    };
+    assert_eq!(c.crawling, want);
+    assert_eq!(
+        c.cooldown.for_class(ErrorClass::StreamCrawling),
+        Some(Duration::from_millis(7000))
+    );
+    let errs = load_err(&with_base(
+        "crawling:\n  below: 0\n  after_ms: 0\n  window_ms: 0\n  min_samples: 0\n",
+    ));
+    assert_error(&errs, "crawling.below", Some(11), "outside (0, 1]");
+    assert_error(&errs, "crawling.after_ms", Some(12), "greater than 0");
+    assert_error(&errs, "crawling.window_ms", Some(13), "greater than 0");
+    assert_error(&errs, "crawling.min_samples", Some(14), "at least 1");
 }
 
 /// A removed key is refused at its line, naming what to use instead; an

@@ -99,6 +99,11 @@ fn probes() -> Vec<Probe> {
         ),
         key("RawHedging", "`hedging`", "hedging: {zz_undocumented: 1}\n"),
         key(
+            "RawCrawling",
+            "`crawling`",
+            "crawling: {zz_undocumented: 1}\n",
+        ),
+        key(
             "RawCooldown",
             "`cooldown_ms`",
             "cooldown_ms: {zz_undocumented: 1}\n",

@@ -20,6 +20,9 @@ pub enum ErrorClass {
     Overloaded,
     /// Stream cut, stalled past the idle timeout, or ended without a finish.
     StreamBroken,
+    /// Stream still flowing, far below its deployment's usual rate for long
+    /// ([`crate::crawl`]).
+    StreamCrawling,
     /// "context length exceeded", "prompt is too long".
     ContextOverflow,
     /// Content filter, safety refusal as an error.
@@ -46,12 +49,13 @@ pub enum ErrorClass {
 
 impl ErrorClass {
     /// Every class, in table order.
-    pub const ALL: [ErrorClass; 16] = [
+    pub const ALL: [ErrorClass; 17] = [
         ErrorClass::Network,
         ErrorClass::Timeout,
         ErrorClass::RateLimit,
         ErrorClass::Overloaded,
         ErrorClass::StreamBroken,
+        ErrorClass::StreamCrawling,
         ErrorClass::ContextOverflow,
         ErrorClass::ContentPolicy,
         ErrorClass::Auth,
@@ -73,6 +77,7 @@ impl ErrorClass {
             ErrorClass::RateLimit => "rate_limit",
             ErrorClass::Overloaded => "overloaded",
             ErrorClass::StreamBroken => "stream_broken",
+            ErrorClass::StreamCrawling => "stream_crawling",
             ErrorClass::ContextOverflow => "context_overflow",
             ErrorClass::ContentPolicy => "content_policy",
             ErrorClass::Auth => "auth",
@@ -105,6 +110,7 @@ impl ErrorClass {
             | ErrorClass::RateLimit
             | ErrorClass::Overloaded
             | ErrorClass::StreamBroken
+            | ErrorClass::StreamCrawling
             | ErrorClass::Auth
             | ErrorClass::Billing
             | ErrorClass::ModelNotFound

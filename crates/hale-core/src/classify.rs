@@ -12,7 +12,8 @@
 //!    network, no headers or no first token → timeout, a close after a
 //!    silence longer than the first-byte expectation → timeout
 //!    ([`Transport::after_silence`]),
-//!    stream cut/stalled/unfinished → stream_broken, malformed body → format.
+//!    stream cut/stalled/unfinished → stream_broken, a stream crawling far
+//!    below its deployment's usual rate → stream_crawling, malformed body → format.
 //!    An error status beats a transport failure: a 502 whose HTML body does
 //!    not parse is an overloaded upstream, not a format error.
 //! 2. **The body** — OpenAI (`{"error":{"message","type","code","param"}}`),
@@ -118,6 +119,10 @@ pub enum Transport {
     BodyCut,
     /// No chunk within `stream_idle_timeout`.
     StreamStalled,
+    /// The stream still flows, far below its deployment's usual rate for
+    /// long ([`crate::crawl::CrawlWatch`]): resumed as a cut stream is, but
+    /// a class of its own ([`ErrorClass::StreamCrawling`]).
+    StreamCrawling,
     /// The stream ended without a finish (`[DONE]`/`message_stop`).
     StreamEndedWithoutFinish,
     /// The body (or a chunk) could not be parsed.
@@ -140,6 +145,7 @@ impl Transport {
             Transport::StreamCut => "stream cut",
             Transport::BodyCut => "response body cut before its end",
             Transport::StreamStalled => "stream stalled",
+            Transport::StreamCrawling => "stream crawling",
             Transport::StreamEndedWithoutFinish => "stream ended without finish",
             Transport::MalformedBody => "malformed body",
             Transport::Other => "transport error",
@@ -158,6 +164,7 @@ impl Transport {
             | Transport::StreamCut
             | Transport::BodyCut
             | Transport::StreamStalled
+            | Transport::StreamCrawling
             | Transport::StreamEndedWithoutFinish
             | Transport::MalformedBody
             | Transport::Other => false,
@@ -179,6 +186,7 @@ impl Transport {
             | Transport::StreamCut
             | Transport::BodyCut
             | Transport::StreamStalled
+            | Transport::StreamCrawling
             | Transport::StreamEndedWithoutFinish
             | Transport::MalformedBody => false,
         }
@@ -198,6 +206,7 @@ impl Transport {
             Transport::StreamCut
             | Transport::StreamStalled
             | Transport::StreamEndedWithoutFinish => Some(ErrorClass::StreamBroken),
+            Transport::StreamCrawling => Some(ErrorClass::StreamCrawling),
             Transport::MalformedBody => Some(ErrorClass::Format),
             Transport::Other => None,
         }
@@ -233,6 +242,7 @@ impl Transport {
             | Transport::SilentHangUp
             | Transport::BodyCut
             | Transport::StreamStalled
+            | Transport::StreamCrawling
             | Transport::StreamEndedWithoutFinish
             | Transport::MalformedBody
             | Transport::Other => self,
@@ -1138,6 +1148,7 @@ pub fn rule(class: ErrorClass) -> ClassRule {
         ErrorClass::RateLimit => row(true, MoveOn::AfterRetries, true, false),
         ErrorClass::Overloaded => row(true, MoveOn::AfterRetries, true, false),
         ErrorClass::StreamBroken => row(false, MoveOn::AtOnce, true, false),
+        ErrorClass::StreamCrawling => row(false, MoveOn::AtOnce, true, false),
         ErrorClass::ContextOverflow => row(false, MoveOn::AtOnce, false, false),
         ErrorClass::ContentPolicy => row(false, MoveOn::Never, false, true),
         ErrorClass::Auth => row(false, MoveOn::AtOnce, true, false),
@@ -1234,6 +1245,8 @@ mod tests {
             ("stream cut", Some(200), None, None, Some(T::StreamCut), C::StreamBroken),
             ("stream stalled", Some(200), None, None, Some(T::StreamStalled), C::StreamBroken),
             ("ended without finish", Some(200), None, None, Some(T::StreamEndedWithoutFinish), C::StreamBroken),
+            // stream_crawling
+            ("stream crawling", Some(200), None, None, Some(T::StreamCrawling), C::StreamCrawling),
             // context_overflow
             ("openai context_length_exceeded", Some(400), None, Some(openai("context_length_exceeded", "invalid_request_error", "This model's maximum context length is 128000 tokens")), None, C::ContextOverflow),
             ("anthropic prompt too long", Some(400), None, Some(anthropic("invalid_request_error", "prompt is too long: 201234 tokens > 200000 maximum")), None, C::ContextOverflow),
@@ -1698,7 +1711,7 @@ mod tests {
                 C::Timeout => (false, AtOnce, true, false),
                 C::RateLimit => (true, AfterRetries, true, false),
                 C::Overloaded => (true, AfterRetries, true, false),
-                C::StreamBroken => (false, AtOnce, true, false),
+                C::StreamBroken | C::StreamCrawling => (false, AtOnce, true, false),
                 C::ContextOverflow => (false, AtOnce, false, false),
                 C::ContentPolicy => (false, Never, false, true),
                 C::Auth => (false, AtOnce, true, false),
@@ -1760,6 +1773,7 @@ mod tests {
             (T::BodyCut, ms(15_000), ms(7_500), T::BodyCut, C::Network),
             (T::StreamStalled, ms(15_000), ms(7_500), T::StreamStalled, C::StreamBroken),
             (T::StreamEndedWithoutFinish, ms(15_000), ms(7_500), T::StreamEndedWithoutFinish, C::StreamBroken),
+            (T::StreamCrawling, ms(15_000), ms(7_500), T::StreamCrawling, C::StreamCrawling),
             (T::MalformedBody, ms(15_000), ms(7_500), T::MalformedBody, C::Format),
             (T::SilentHangUp, ms(1), ms(7_500), T::SilentHangUp, C::Timeout),
         ];
@@ -1784,13 +1798,13 @@ mod tests {
             status in proptest::option::of(0u16..1000),
             ra in proptest::option::of(".{0,40}"),
             body in proptest::option::of(".{0,300}"),
-            t in proptest::option::of(0usize..13),
+            t in proptest::option::of(0usize..14),
         ) {
             let transports = [
                 Transport::ConnectReset, Transport::ConnectRefused, Transport::Dns, Transport::Tls,
                 Transport::HeadersTimeout, Transport::FirstTokenTimeout, Transport::SilentHangUp, Transport::StreamCut,
                 Transport::BodyCut, Transport::StreamStalled, Transport::StreamEndedWithoutFinish,
-                Transport::MalformedBody, Transport::Other,
+                Transport::StreamCrawling, Transport::MalformedBody, Transport::Other,
             ];
             let o = obs(status, ra.as_deref(), body.as_deref(), t.map(|i| transports[i]));
             let c = classify(&o);

@@ -46,6 +46,8 @@ pub struct Config {
     pub ejection: EjectionConfig,
     /// `hedging:` — hedged first tokens ([`crate::hedge`]).
     pub hedging: HedgingConfig,
+    /// `crawling:` — streams far below their deployment's usual rate ([`crate::crawl`]).
+    pub crawling: CrawlingConfig,
     pub guard: GuardConfig,
     pub health: HealthConfig,
     pub recovery: RecoveryConfig,
@@ -87,6 +89,7 @@ impl Config {
             cooldown: CooldownConfig::default(),
             ejection: EjectionConfig::default(),
             hedging: HedgingConfig::default(),
+            crawling: CrawlingConfig::default(),
             guard: GuardConfig::default(),
             health: HealthConfig::default(),
             recovery: RecoveryConfig::default(),
@@ -551,6 +554,7 @@ impl Default for BreakerConfig {
                 ErrorClass::RateLimit,
                 ErrorClass::Overloaded,
                 ErrorClass::StreamBroken,
+                ErrorClass::StreamCrawling,
                 ErrorClass::Auth,
                 ErrorClass::Billing,
                 ErrorClass::Format,
@@ -655,6 +659,7 @@ impl Default for CooldownConfig {
                     ErrorClass::RateLimit => Some(s(60)),
                     ErrorClass::Overloaded => Some(s(120)),
                     ErrorClass::StreamBroken => Some(s(30)),
+                    ErrorClass::StreamCrawling => Some(s(30)),
                     ErrorClass::ContextOverflow => None,
                     ErrorClass::ContentPolicy => None,
                     ErrorClass::Auth => Some(s(600)),
@@ -787,6 +792,38 @@ impl Default for GuardConfig {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
+        }
+    }
+}
+
+/// `crawling:` — when a stream that still flows, far below its deployment's
+/// usual rate, is a failure of its own and resumed on the next target (the
+/// rule: [`crate::crawl`]; docs/configuration.md, "crawling").
+#[derive(Debug, Clone, PartialEq)]
+pub struct CrawlingConfig {
+    /// Judge streams at all.
+    pub enabled: bool,
+    /// A stream's rate over `window` under this fraction (0 < f ≤ 1) of its
+    /// deployment's usual rate is slow…
+    pub below: f64,
+    /// …and slow for longer than this is crawling.
+    pub after: Duration,
+    /// The sliding window the stream's current rate is measured over.
+    pub window: Duration,
+    /// Finished streams a deployment needs (within
+    /// [`crate::crawl::SAMPLE_MAX_AGE`]) before its usual rate is known; a
+    /// deployment with fewer is never judged.
+    pub min_samples: usize,
+}
+
+impl Default for CrawlingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            below: 0.2,
+            after: Duration::from_secs(10),
+            window: Duration::from_secs(5),
+            min_samples: 5,
         }
     }
 }

@@ -72,6 +72,7 @@ pub fn scope(class: ErrorClass, connect_failed: bool) -> Option<Scope> {
         | ErrorClass::RateLimit
         | ErrorClass::Overloaded
         | ErrorClass::StreamBroken
+        | ErrorClass::StreamCrawling
         | ErrorClass::ModelNotFound
         | ErrorClass::Format
         | ErrorClass::Unknown => Some(Scope::Deployment),
@@ -95,6 +96,7 @@ pub fn explicit_signal(class: ErrorClass, retry_after: Option<Duration>) -> bool
         | ErrorClass::Timeout
         | ErrorClass::Overloaded
         | ErrorClass::StreamBroken
+        | ErrorClass::StreamCrawling
         | ErrorClass::ContextOverflow
         | ErrorClass::ContentPolicy
         | ErrorClass::BadRequest
@@ -117,6 +119,7 @@ pub fn heals_by_itself(class: ErrorClass) -> bool {
         | ErrorClass::RateLimit
         | ErrorClass::Overloaded
         | ErrorClass::StreamBroken
+        | ErrorClass::StreamCrawling
         | ErrorClass::ContextOverflow
         | ErrorClass::ContentPolicy
         | ErrorClass::BadRequest
@@ -503,6 +506,7 @@ mod tests {
             (C::RateLimit, false, Some(Scope::Deployment)),
             (C::Overloaded, false, Some(Scope::Deployment)),
             (C::StreamBroken, false, Some(Scope::Deployment)),
+            (C::StreamCrawling, false, Some(Scope::Deployment)),
             (C::ModelNotFound, false, Some(Scope::Deployment)),
             (C::Format, false, Some(Scope::Deployment)),
             (C::Unknown, false, Some(Scope::Deployment)),
@@ -528,6 +532,7 @@ mod tests {
             ErrorClass::Network,
             ErrorClass::Timeout,
             ErrorClass::StreamBroken,
+            ErrorClass::StreamCrawling,
             ErrorClass::RateLimit,
         ] {
             let mut h = Health::new();

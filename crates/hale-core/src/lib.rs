@@ -21,6 +21,7 @@ pub mod clock;
 pub mod compaction;
 pub mod config;
 pub mod counts;
+pub mod crawl;
 pub mod delivery;
 pub mod deployment;
 pub mod event;

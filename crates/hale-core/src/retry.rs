@@ -116,6 +116,7 @@ pub fn policy_for(cfg: &RetryConfig, class: ErrorClass) -> Option<&RetryPolicy> 
         ErrorClass::Network => Some(&cfg.network),
         ErrorClass::Timeout
         | ErrorClass::StreamBroken
+        | ErrorClass::StreamCrawling
         | ErrorClass::ContextOverflow
         | ErrorClass::ContentPolicy
         | ErrorClass::Auth
@@ -616,6 +617,7 @@ mod tests {
         let moves_on = [
             ErrorClass::Timeout,
             ErrorClass::StreamBroken,
+            ErrorClass::StreamCrawling,
             ErrorClass::ContextOverflow,
             ErrorClass::Auth,
             ErrorClass::Billing,

@@ -258,7 +258,8 @@ fn of_transport(t: Transport) -> ToolError {
         Transport::HeadersTimeout
         | Transport::FirstTokenTimeout
         | Transport::SilentHangUp
-        | Transport::StreamStalled => ToolError::NetworkTimeout,
+        | Transport::StreamStalled
+        | Transport::StreamCrawling => ToolError::NetworkTimeout,
         Transport::StreamCut | Transport::StreamEndedWithoutFinish | Transport::BodyCut => {
             ToolError::NodeUnreachable
         }

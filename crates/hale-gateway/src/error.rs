@@ -156,6 +156,7 @@ impl HaleError {
             | ErrorClass::RateLimit
             | ErrorClass::Overloaded
             | ErrorClass::StreamBroken
+            | ErrorClass::StreamCrawling
             | ErrorClass::Auth
             | ErrorClass::Billing
             | ErrorClass::ModelNotFound

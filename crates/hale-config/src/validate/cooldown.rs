@@ -17,6 +17,7 @@ pub(super) fn cooldown(r: &RawCooldown) -> CooldownConfig {
         (&r.model_not_found, ErrorClass::ModelNotFound),
         (&r.network, ErrorClass::Network),
         (&r.stream_broken, ErrorClass::StreamBroken),
+        (&r.stream_crawling, ErrorClass::StreamCrawling),
         (&r.unknown, ErrorClass::Unknown),
     ] {
         if let Some(s) = v {

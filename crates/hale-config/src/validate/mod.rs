@@ -18,6 +18,7 @@ mod azure;
 mod bedrock;
 mod compaction;
 mod cooldown;
+mod crawling;
 mod ctx;
 mod ejection;
 mod events;
@@ -89,6 +90,9 @@ pub fn validate(
     }
     if let Some(h) = &raw.hedging {
         cfg.hedging = cx.hedging(&h.value);
+    }
+    if let Some(c) = &raw.crawling {
+        cfg.crawling = cx.crawling(&c.value);
     }
     if let Some(g) = &raw.guard {
         cfg.guard = cx.guard(&g.value);
