@@ -23,6 +23,8 @@ pub const DEFAULT_STALL_AFTER: usize = 20;
 pub const DEFAULT_STALL_MS: u64 = 60_000;
 /// How long `slow-first-token` waits before the first content.
 pub const DEFAULT_SLOW_MS: u64 = 20_000;
+/// How long `slow-stream` waits before each word after the first.
+pub const DEFAULT_SLOW_STREAM_MS: u64 = 500;
 /// The word before which `malformed` inserts its garbage line.
 pub const DEFAULT_MALFORMED_AT: usize = 10;
 /// Words sent by `stream-error` before its in-band error event.
@@ -59,6 +61,9 @@ pub enum Fault {
     Cut { after: usize },
     /// Send `after` words, stall `ms`, then go on.
     Stall { after: usize, ms: u64 },
+    /// Send each word `ms` after the one before: a stream that crawls
+    /// (or, with a small `ms`, one at a steady pace).
+    SlowStream { ms: u64 },
     /// A garbage SSE line before word `at`.
     Malformed { at: usize },
     /// A stream without `[DONE]` / `message_stop` and without usage.
@@ -121,6 +126,7 @@ pub const FAULT_NAMES: &[&str] = &[
     "slow-first-token",
     "cut",
     "stall",
+    "slow-stream",
     "malformed",
     "no-done",
     "stream-error",
@@ -150,6 +156,7 @@ impl Fault {
             Fault::SlowFirstToken { .. } => "slow-first-token",
             Fault::Cut { .. } => "cut",
             Fault::Stall { .. } => "stall",
+            Fault::SlowStream { .. } => "slow-stream",
             Fault::Malformed { .. } => "malformed",
             Fault::NoDone => "no-done",
             Fault::StreamError { .. } => "stream-error",
@@ -180,6 +187,7 @@ impl Fault {
             | Fault::Reset
             | Fault::Hang
             | Fault::SlowFirstToken { .. }
+            | Fault::SlowStream { .. }
             | Fault::Malformed { .. }
             | Fault::NoDone
             | Fault::ContextOverflow { .. }
@@ -377,6 +385,7 @@ fn own_params(head: &str) -> &'static [&'static str] {
         "cut" => &["after"],
         "stream-error" => &["after", "event"],
         "stall" => &["after", "ms"],
+        "slow-stream" => &["ms"],
         "malformed" => &["at"],
         "context-overflow" => &["max_chars"],
         "down" => &["secs"],
@@ -457,6 +466,9 @@ fn parse_known(spec: &str, head: &str, rest: &str) -> Result<FaultSpec, SpecErro
         "stall" => Fault::Stall {
             after: usize_or("after", DEFAULT_STALL_AFTER)?,
             ms: num_or("ms", DEFAULT_STALL_MS)?,
+        },
+        "slow-stream" => Fault::SlowStream {
+            ms: num_or("ms", DEFAULT_SLOW_STREAM_MS)?,
         },
         "malformed" => Fault::Malformed {
             at: usize_or("at", DEFAULT_MALFORMED_AT)?,
@@ -585,6 +597,18 @@ mod tests {
         let s = parse_lenient("cut:after=40:tokens=60").unwrap().unwrap();
         assert_eq!(s.fault, Fault::Cut { after: 40 });
         assert_eq!((s.times, s.tokens), (Some(1), 60));
+        let s = parse_lenient("slow-stream:ms=40:tokens=20")
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.fault, Fault::SlowStream { ms: 40 });
+        assert_eq!((s.times, s.tokens), (None, 20));
+        let s = parse_lenient("slow-stream").unwrap().unwrap();
+        assert_eq!(
+            s.fault,
+            Fault::SlowStream {
+                ms: DEFAULT_SLOW_STREAM_MS
+            }
+        );
         let s = parse_lenient("chaos:stall:after=3:ms=5").unwrap().unwrap();
         assert_eq!(s.fault, Fault::Stall { after: 3, ms: 5 });
         let s = parse_lenient("error-503").unwrap().unwrap();

@@ -809,6 +809,7 @@ async fn chat_with(
         | Fault::SlowFirstToken { .. }
         | Fault::Cut { .. }
         | Fault::Stall { .. }
+        | Fault::SlowStream { .. }
         | Fault::Malformed { .. }
         | Fault::NoDone
         | Fault::StreamError { .. }
@@ -874,6 +875,7 @@ fn answers(fault: &Fault, dialect: Dialect) -> bool {
         | Fault::SlowFirstToken { .. }
         | Fault::Cut { .. }
         | Fault::Stall { .. }
+        | Fault::SlowStream { .. }
         | Fault::Malformed { .. }
         | Fault::NoDone
         | Fault::StreamError { .. }
@@ -956,6 +958,7 @@ fn effective_fault<'a>(
         | Fault::SlowFirstToken { .. }
         | Fault::Cut { .. }
         | Fault::Stall { .. }
+        | Fault::SlowStream { .. }
         | Fault::Malformed { .. }
         | Fault::NoDone
         | Fault::StreamError { .. }
@@ -1033,6 +1036,8 @@ struct Shape {
     delay: Option<Duration>,
     cut: Option<usize>,
     stall: Option<(usize, Duration)>,
+    /// The wait before each piece after the first (`slow-stream`).
+    pace: Option<Duration>,
     malformed: Option<usize>,
     no_done: bool,
     stream_error: Option<(usize, InBand)>,
@@ -1045,6 +1050,7 @@ impl Shape {
             Fault::SlowFirstToken { ms } => s.delay = Some(Duration::from_millis(*ms)),
             Fault::Cut { after } => s.cut = Some(*after),
             Fault::Stall { after, ms } => s.stall = Some((*after, Duration::from_millis(*ms))),
+            Fault::SlowStream { ms } => s.pace = Some(Duration::from_millis(*ms)),
             Fault::Malformed { at } => s.malformed = Some(*at),
             Fault::NoDone => s.no_done = true,
             Fault::StreamError { after, event } => s.stream_error = Some((*after, *event)),
@@ -1250,6 +1256,9 @@ fn stream_response(
             steps.push(Step::Sleep(d));
         }
         if let Some(p) = pieces.get(i) {
+            if let Some(d) = shape.pace.filter(|_| i > 0) {
+                steps.push(Step::Sleep(d));
+            }
             steps.push(Step::Frame(framer.frame(p, &mut seq)));
         }
     }
@@ -1362,6 +1371,9 @@ fn bedrock_stream(
             steps.push(Step::Sleep(d));
         }
         if let Some(p) = pieces.get(i) {
+            if let Some(d) = shape.pace.filter(|_| i > 0) {
+                steps.push(Step::Sleep(d));
+            }
             steps.push(Step::Frame(match api {
                 Api::Converse => bedrock::converse_piece(a, p),
                 Api::Invoke => bedrock::chunks(&framer.frame(p, &mut seq)),

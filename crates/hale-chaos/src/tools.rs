@@ -316,6 +316,7 @@ pub fn apply(node: &ToolNode, tool: &str, header: Option<&str>) -> Result<Option
             | Fault::SlowFirstToken { .. }
             | Fault::Cut { .. }
             | Fault::Stall { .. }
+            | Fault::SlowStream { .. }
             | Fault::Malformed { .. }
             | Fault::NoDone
             | Fault::StreamError { .. }

@@ -38,6 +38,7 @@ pub mod health;
 pub mod history;
 pub mod idempotency;
 pub mod metrics;
+pub mod paces;
 pub mod pipeline;
 pub mod relay;
 pub mod responses;
@@ -56,6 +57,7 @@ use crate::health::{HealthRt, Monitor};
 use crate::history::HistoryRt;
 use crate::idempotency::Idempotency;
 use crate::metrics::Metrics;
+use crate::paces::Paces;
 use hale_core::config::Config;
 use hale_core::event::{Event, EventKind};
 use hale_store::{AgentRecord, Store};
@@ -87,6 +89,8 @@ pub struct Gateway {
     pub health: Arc<HealthRt>,
     /// Per-deployment minutes of the health history, counted in memory.
     pub history: HistoryRt,
+    /// Each deployment's usual streaming rate, for the crawl rule.
+    pub paces: Paces,
 }
 
 impl Gateway {
@@ -127,6 +131,7 @@ impl Gateway {
             agents,
             health,
             history: HistoryRt::default(),
+            paces: Paces::new(&cfg.crawling),
             cfg,
         });
         tokio::spawn(background::sync::follow_counts(
@@ -162,6 +167,7 @@ impl Gateway {
             deployments: &self.deployments,
             history: &self.history,
             health: &self.health,
+            paces: &self.paces,
         }
     }
 

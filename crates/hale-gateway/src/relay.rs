@@ -19,6 +19,14 @@
 //! signature, a server tool's call) are relayed as the provider sent them,
 //! from the first serving attempt only; a resumed answer is aligned on its
 //! text and tool calls, and its own thinking is not relayed.
+//!
+//! A stream that crawls — content still arriving, far below its deployment's
+//! usual rate for long — is a break too (`stream_crawling`): each serving
+//! attempt's content is judged as it arrives ([`hale_core::crawl`], the
+//! deployment's usual rate from [`crate::paces`]); what came with the
+//! arrival that decided it is relayed, then the attempt is dropped (its
+//! connection closed) and the stream resumed as a cut one is. A stream that
+//! finishes teaches its deployment's usual rate.
 
 use crate::turn::{self, Env, Served, Turn};
 use crate::upstream::{EventStream, Failure};
@@ -27,6 +35,7 @@ use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 use hale_core::classify::Transport;
 use hale_core::config::FINISH_GRACE;
+use hale_core::crawl::{CrawlWatch, Pace};
 use hale_core::resume::{self, ToolAligned, ToolEvent, align};
 use hale_proto::{ChatRequest, StopReason, StreamEvent, Usage};
 use std::collections::VecDeque;
@@ -65,6 +74,7 @@ pub async fn relay(
     enc: Encoder,
     tx: mpsc::Sender<Result<Bytes, std::convert::Infallible>>,
 ) -> Relayed {
+    let crawl = Crawl::start(env, &turn.targets[served], &live.head);
     let mut r = Relay {
         env,
         out: Sink {
@@ -89,6 +99,7 @@ pub async fn relay(
         tool_skip: Vec::new(),
         resumes: 0,
         attempt_start: Instant::now(),
+        crawl,
     };
     // Malformed chunks skipped before the first content count too.
     env.emit.metrics.malformed_chunks(live.malformed);
@@ -140,6 +151,83 @@ struct Relay<'a> {
     tool_skip: Vec<String>,
     resumes: u32,
     attempt_start: Instant,
+    /// The serving attempt's pace, judged for a crawl.
+    crawl: Crawl,
+}
+
+/// The serving attempt's progress, judged for a crawl at each arrival of
+/// content ([`hale_core::crawl`]).
+struct Crawl {
+    /// Its deployment (`provider/model`), taught when the stream finishes.
+    deployment: String,
+    watch: CrawlWatch,
+    /// The deployment's usual rate when the attempt started serving;
+    /// `None`: not judged (crawling off, or too little history).
+    usual: Option<f64>,
+    /// A crawl found: the attempt fails at the next read, once what came
+    /// with the arrival that decided it is relayed.
+    found: Option<Failure>,
+}
+
+impl Crawl {
+    /// An attempt on `target` that started serving with `head`, its first content.
+    fn start(env: Env<'_>, target: &hale_core::config::Target, head: &[StreamEvent]) -> Self {
+        let deployment = crate::deployments::key(target);
+        let now = Instant::now();
+        Self {
+            usual: env.paces.usual(&deployment, now),
+            watch: CrawlWatch::start(now, content_bytes(head)),
+            deployment,
+            found: None,
+        }
+    }
+
+    /// Content arrived (`evs`); a crawl, when the rule finds one, is kept in `found`.
+    /// After a finish nothing is judged: the answer is complete.
+    fn judge(&mut self, env: Env<'_>, evs: &[StreamEvent], finished: bool) {
+        let bytes = content_bytes(evs);
+        if bytes == 0 || finished {
+            return;
+        }
+        let pace = self
+            .watch
+            .progress(Instant::now(), bytes, self.usual, env.paces.config());
+        match pace {
+            Pace::Crawling(c) => {
+                let mut f = Failure::transport(Transport::StreamCrawling, "");
+                f.message = c.describe();
+                self.found = Some(f);
+            }
+            Pace::Unjudged | Pace::Flowing | Pace::Slow { .. } => {}
+        }
+    }
+}
+
+/// The content an upstream's events carry, in bytes: text, tool-call names
+/// and arguments, the strings of a block hale does not model (thinking).
+fn content_bytes(evs: &[StreamEvent]) -> u64 {
+    let n: usize = evs
+        .iter()
+        .map(|ev| match ev {
+            StreamEvent::TextDelta(t) => t.len(),
+            StreamEvent::ToolCallStart { name, .. } => name.len(),
+            StreamEvent::ToolCallDelta { arguments, .. } => arguments.len(),
+            // Its strings but the `type` (`thinking`, `signature`, `partial_json`).
+            StreamEvent::OpaqueDelta { delta, .. } => delta.as_object().map_or(0, |o| {
+                o.iter()
+                    .filter(|(k, _)| *k != "type")
+                    .filter_map(|(_, v)| v.as_str())
+                    .map(str::len)
+                    .sum()
+            }),
+            StreamEvent::Start { .. }
+            | StreamEvent::Finish(_)
+            | StreamEvent::Usage(_)
+            | StreamEvent::Done
+            | StreamEvent::OpaqueStart { .. } => 0,
+        })
+        .sum();
+    n as u64
 }
 
 /// What reading the upstream gave when no event was pending.
@@ -156,6 +244,9 @@ impl Relay<'_> {
     /// Reads the upstream: what is already there without waiting; before
     /// waiting, the caller is handed what was buffered.
     async fn read(&mut self) -> Read {
+        if let Some(crawling) = self.crawl.found.take() {
+            return Read::Broke(crawling);
+        }
         let next = match self.stream.next().now_or_never() {
             Some(n) => n,
             None => {
@@ -172,6 +263,9 @@ impl Relay<'_> {
         };
         match next {
             Some(Ok(Some(evs))) => {
+                let finished = self.finish.is_some()
+                    || evs.iter().any(|e| matches!(e, StreamEvent::Finish(_)));
+                self.crawl.judge(self.env, &evs, finished);
                 self.pending.extend(evs);
                 Read::More
             }
@@ -239,6 +333,7 @@ impl Relay<'_> {
         .await;
         match resumed {
             Ok((idx, Served::Stream(l))) => {
+                self.crawl = Crawl::start(env, &turn.targets[idx], &l.head);
                 self.served = idx;
                 self.model = turn.targets[idx].model.clone();
                 self.skip = if turn.prefilled {
@@ -415,6 +510,12 @@ impl Relay<'_> {
                 &f.message,
             ),
         };
+        if failure.is_none() {
+            // A finished stream teaches its deployment's usual rate.
+            self.env
+                .paces
+                .finished(&self.crawl.deployment, &self.crawl.watch, Instant::now());
+        }
         let mut body = self.out.body;
         body.extend_from_slice(&tail);
         // Success was fed back at the first content (turn::run); a break was fed back in `resume`.
@@ -547,7 +648,37 @@ impl Sink {
 
 #[cfg(test)]
 mod tests {
-    use super::{Aligned, StreamEvent, align_tool};
+    use super::{Aligned, StreamEvent, align_tool, content_bytes};
+
+    /// What the crawl rule counts as progress: what the model wrote, not
+    /// the stream's framing.
+    #[test]
+    fn content_bytes_are_what_the_model_wrote() {
+        let evs = vec![
+            StreamEvent::Start {
+                id: "x".into(),
+                model: "m".into(),
+            },
+            StreamEvent::TextDelta("abc".into()),
+            StreamEvent::ToolCallStart {
+                index: 0,
+                id: "call_0".into(),
+                name: "edit".into(),
+            },
+            StreamEvent::ToolCallDelta {
+                index: 0,
+                arguments: "{}".into(),
+            },
+            StreamEvent::OpaqueDelta {
+                dialect: hale_proto::Dialect::Anthropic,
+                delta: serde_json::json!({"type": "thinking_delta", "thinking": "hmm"}),
+            },
+            StreamEvent::Finish(hale_proto::StopReason::EndTurn),
+            StreamEvent::Done,
+        ];
+        assert_eq!(content_bytes(&evs), 3 + 4 + 2 + 3);
+        assert_eq!(content_bytes(&evs[..1]), 0);
+    }
 
     /// The adapter sends the part of a delivered call's arguments the rule
     /// names, as an event of the same call (the rule's table is

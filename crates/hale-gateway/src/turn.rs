@@ -47,6 +47,8 @@ pub struct Env<'a> {
     pub deployments: &'a Deployments,
     pub history: &'a HistoryRt,
     pub health: &'a HealthRt,
+    /// Each deployment's usual streaming rate (the relay's crawl rule).
+    pub paces: &'a crate::paces::Paces,
 }
 
 /// How an attempt was admitted.
