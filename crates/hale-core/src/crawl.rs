@@ -323,8 +323,9 @@ mod tests {
         let c = cfg();
         let usual = Some(1000.0);
         // (case, gap ms, bytes per arrival, arrivals, usual, crawls)
+        type Row = (&'static str, u64, u64, usize, Option<f64>, bool);
         #[rustfmt::skip]
-        let rows: Vec<(&str, u64, u64, usize, Option<f64>, bool)> = vec![
+        let rows: Vec<Row> = vec![
             ("the usual pace", 100, 100, 300, usual, false),
             ("a quarter of the usual pace", 100, 25, 300, usual, false),
             ("a tenth of the usual pace for 30 s", 100, 10, 300, usual, true),
