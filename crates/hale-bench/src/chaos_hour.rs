@@ -1692,11 +1692,24 @@ async fn read_journal(http: &reqwest::Client, base: &str, ends: &[TaskEnd]) -> J
     j
 }
 
+/// The journalled turn `id`, or `None` when hale says it has none (404).
+/// A failed read (a reset, a timeout, a 5xx from the load balancer on a
+/// loaded machine) is tried again a few times, so a turn is counted
+/// missing for what the journal holds, not for one lost request.
 async fn fetch_turn(http: &reqwest::Client, base: &str, id: &str) -> Option<Value> {
-    match http.get(format!("{base}/turns/{id}")).send().await {
-        Ok(r) if r.status().is_success() => r.json().await.ok(),
-        Ok(_) | Err(_) => None,
+    for _ in 0..5 {
+        match http.get(format!("{base}/turns/{id}")).send().await {
+            Ok(r) if r.status().is_success() => {
+                if let Ok(v) = r.json().await {
+                    return Some(v);
+                }
+            }
+            Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => return None,
+            Ok(_) | Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
+    None
 }
 
 /// Agents hale left paused: each needs an operator to resume it.

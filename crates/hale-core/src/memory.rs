@@ -175,6 +175,58 @@ pub fn durable_release(
     Release::Wait((max_wait - waited).min(until_stuck))
 }
 
+/// Where a group commit's transaction failed: getting a connection, in
+/// its statements, or at its `COMMIT` ([`store_retry_after`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteStage {
+    /// No connection was had (refused, the server starting or shutting
+    /// down, the database not accepting connections): nothing was applied.
+    Connect,
+    /// A statement failed; the transaction was rolled back, so nothing of
+    /// the batch was applied.
+    Statements,
+    /// `COMMIT` was sent and no answer came back: the batch may or may not
+    /// have been applied.
+    Commit,
+}
+
+/// The first wait before a group commit that failed for want of the
+/// store is tried again; doubled per try up to [`STORE_RETRY_MAX_DELAY`].
+pub const STORE_RETRY_FIRST_DELAY: Duration = Duration::from_millis(100);
+/// The longest wait between two tries of a failed group commit.
+pub const STORE_RETRY_MAX_DELAY: Duration = Duration::from_secs(2);
+/// How long a group commit is tried again while the store is unreachable
+/// (a PostgreSQL restart or failover takes seconds): past it, its writes
+/// fail to their callers as before.
+pub const STORE_RETRY_FOR: Duration = Duration::from_secs(300);
+
+/// Whether a group commit that failed at `stage` — `connection_lost`
+/// when the error was the connection's (reset, refused, the server
+/// shutting down), not the statement's own — is tried again after
+/// `tries` tries over `elapsed`, and after how long. Only a batch known
+/// not to have been applied is tried again: one that failed to connect, or
+/// whose connection was lost before `COMMIT` (its transaction rolled back).
+/// A statement the store refused (a constraint, a type) fails as it
+/// would again, and a lost `COMMIT` may have landed: its counters would be
+/// added twice, so it fails to its callers as before.
+pub fn store_retry_after(
+    stage: WriteStage,
+    connection_lost: bool,
+    tries: u32,
+    elapsed: Duration,
+) -> Option<Duration> {
+    let retried = match stage {
+        WriteStage::Connect => true,
+        WriteStage::Statements => connection_lost,
+        WriteStage::Commit => false,
+    };
+    if !retried || elapsed >= STORE_RETRY_FOR {
+        return None;
+    }
+    let delay = STORE_RETRY_FIRST_DELAY.saturating_mul(1u32 << tries.min(16));
+    Some(delay.min(STORE_RETRY_MAX_DELAY))
+}
+
 /// `memory:` — how many idle agents and tasks stay in memory beyond the
 /// active ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -279,6 +331,49 @@ impl SilenceCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_commit_is_tried_again_only_when_nothing_of_it_was_applied() {
+        use WriteStage::*;
+        let ms = Duration::from_millis;
+        // (stage, connection lost, tries, elapsed) -> wait
+        let table = [
+            (Connect, false, 0, ms(0), Some(ms(100))),
+            (Connect, true, 1, ms(100), Some(ms(200))),
+            (Connect, false, 4, ms(3_000), Some(ms(1_600))),
+            (Connect, false, 5, ms(6_000), Some(ms(2_000))),
+            (Connect, false, 40, ms(200_000), Some(ms(2_000))),
+            (Statements, true, 0, ms(0), Some(ms(100))),
+            // a statement the store refused fails the same way again
+            (Statements, false, 0, ms(0), None),
+            // COMMIT sent, no answer: it may have landed
+            (Commit, true, 0, ms(0), None),
+            (Commit, false, 0, ms(0), None),
+            // the store gone for longer than a restart: give up
+            (Connect, false, 200, STORE_RETRY_FOR, None),
+            (Statements, true, 3, STORE_RETRY_FOR + ms(1), None),
+        ];
+        for (stage, lost, tries, elapsed, want) in table {
+            assert_eq!(
+                store_retry_after(stage, lost, tries, elapsed),
+                want,
+                "{stage:?} lost={lost} tries={tries} elapsed={elapsed:?}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn retry_waits_stay_within_their_bounds(tries in 0u32..10_000, elapsed_ms in 0u64..400_000) {
+            let elapsed = Duration::from_millis(elapsed_ms);
+            if let Some(d) = store_retry_after(WriteStage::Connect, false, tries, elapsed) {
+                proptest::prop_assert!(d >= STORE_RETRY_FIRST_DELAY && d <= STORE_RETRY_MAX_DELAY);
+                proptest::prop_assert!(elapsed < STORE_RETRY_FOR);
+            } else {
+                proptest::prop_assert!(elapsed >= STORE_RETRY_FOR);
+            }
+        }
+    }
 
     #[test]
     fn idle_enough_after_its_own_pace_and_never_backwards() {

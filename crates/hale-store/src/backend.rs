@@ -22,6 +22,7 @@ use std::collections::HashSet;
 use sqlx::{PgPool, QueryBuilder, SqlitePool};
 
 use hale_core::counts::StreakChange;
+use hale_core::memory::WriteStage;
 
 use crate::error::StoreError;
 use crate::rows::{CountRow, Encoded, EventRow, TurnRow};
@@ -1028,8 +1029,68 @@ impl WriterConn {
     }
 }
 
+/// A failed group commit: the error, and where in the transaction it
+/// failed (`hale_core::memory::store_retry_after` decides from both
+/// whether the writer tries it again).
+#[derive(Debug)]
+pub(crate) struct ApplyError {
+    pub(crate) stage: WriteStage,
+    pub(crate) source: sqlx::Error,
+}
+
+impl ApplyError {
+    fn at(stage: WriteStage) -> impl FnOnce(sqlx::Error) -> Self {
+        move |source| ApplyError { stage, source }
+    }
+
+    /// The error was the connection's, not the statement's: it was reset
+    /// or refused, or the server is shutting down, starting up or full.
+    pub(crate) fn connection_lost(&self) -> bool {
+        use sqlx::Error as E;
+        match &self.source {
+            E::Io(_) | E::Tls(_) | E::Protocol(_) | E::PoolTimedOut | E::WorkerCrashed => true,
+            // PostgreSQL's connection exceptions (class 08), a server
+            // shutting down or starting (57P01–57P03), too many clients.
+            E::Database(d) => d.code().is_some_and(|c| {
+                c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03" | "53300")
+            }),
+            E::Configuration(_)
+            | E::InvalidArgument(_)
+            | E::RowNotFound
+            | E::TypeNotFound { .. }
+            | E::ColumnIndexOutOfBounds { .. }
+            | E::ColumnNotFound(_)
+            | E::ColumnDecode { .. }
+            | E::Encode(_)
+            | E::Decode(_)
+            | E::AnyDriverError(_)
+            | E::PoolClosed
+            | E::Migrate(_)
+            | E::InvalidSavePointStatement
+            | E::BeginFailed
+            | E::ConfigFile(_) => false,
+            // sqlx::Error is non_exhaustive: a kind added later is taken
+            // as the statement's own, which fails as before (not retried).
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Display for ApplyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.source.fmt(f)
+    }
+}
+
+impl std::error::Error for ApplyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
 /// Applies `jobs` in one transaction and commits it.
-pub(crate) async fn apply(w: &mut WriterConn, jobs: &[&[Encoded]]) -> Result<Applied, sqlx::Error> {
+pub(crate) async fn apply(w: &mut WriterConn, jobs: &[&[Encoded]]) -> Result<Applied, ApplyError> {
+    use WriteStage::{Commit, Connect, Statements};
     match w {
         WriterConn::Sqlite { pool, conn } => {
             let c = match conn {
@@ -1056,27 +1117,36 @@ pub(crate) async fn apply(w: &mut WriterConn, jobs: &[&[Encoded]]) -> Result<App
                         // the connection's thread never waits on a full
                         // channel in the middle of one.
                         .row_buffer_size(4 * COUNT_CHUNK);
-                    conn.insert(sqlx::ConnectOptions::connect(&opts).await?)
+                    let fresh = sqlx::ConnectOptions::connect(&opts)
+                        .await
+                        .map_err(ApplyError::at(Connect))?;
+                    conn.insert(fresh)
                 }
             };
-            let result = async {
-                let mut tx = sqlx::Connection::begin_with(&mut *c, "BEGIN IMMEDIATE").await?;
-                let applied = apply_sqlite(&mut tx, jobs).await?;
-                tx.commit().await?;
+            let result: Result<Applied, ApplyError> = async {
+                let mut tx = sqlx::Connection::begin_with(&mut *c, "BEGIN IMMEDIATE")
+                    .await
+                    .map_err(ApplyError::at(Statements))?;
+                let applied = apply_sqlite(&mut tx, jobs)
+                    .await
+                    .map_err(ApplyError::at(Statements))?;
+                tx.commit().await.map_err(ApplyError::at(Commit))?;
                 Ok(applied)
             }
             .await;
             if let Err(e) = &result
-                && !matches!(e, sqlx::Error::Database(_))
+                && !matches!(e.source, sqlx::Error::Database(_))
             {
                 *conn = None; // a broken connection: a fresh one next time
             }
             result
         }
         WriterConn::Pg(p) => {
-            let mut tx = p.begin().await?;
-            let applied = apply_pg(&mut tx, jobs).await?;
-            tx.commit().await?;
+            let mut tx = p.begin().await.map_err(ApplyError::at(Connect))?;
+            let applied = apply_pg(&mut tx, jobs)
+                .await
+                .map_err(ApplyError::at(Statements))?;
+            tx.commit().await.map_err(ApplyError::at(Commit))?;
             Ok(applied)
         }
     }

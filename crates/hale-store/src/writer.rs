@@ -15,8 +15,13 @@
 //! commit gets its throughput under load; the linger only exists to gather
 //! fire-and-forget events when the store is otherwise idle.
 //!
-//! If a batch's transaction fails, each message of it is retried in its own
-//! transaction, so one bad write fails only its own caller. Failures of
+//! If a batch's transaction fails because the store is out of reach
+//! (refused, reset, restarting) before anything of it was applied, the
+//! batch is tried again with a growing wait
+//! (`hale_core::memory::store_retry_after`), so a PostgreSQL restart delays
+//! the journal instead of losing what was answered meanwhile. If it fails
+//! otherwise, each message of it is retried in its own transaction, so one
+//! bad write fails only its own caller. Failures of
 //! `submit()`ted writes have nobody waiting: they are logged, counted, and
 //! returned by the next `flush()`.
 //!
@@ -309,7 +314,7 @@ async fn commit_batch(conn: &mut WriterConn, shared: &Shared, batch: Batch) {
         .collect();
     if !jobs.is_empty() {
         let all: Vec<&[Encoded]> = jobs.iter().map(|j| j.rows.as_slice()).collect();
-        match backend::apply(conn, &all).await {
+        match apply_while_reachable(conn, &all).await {
             Ok(applied) => {
                 committed(shared, applied);
                 for job in jobs {
@@ -320,7 +325,7 @@ async fn commit_batch(conn: &mut WriterConn, shared: &Shared, batch: Batch) {
                 if let Some(job) = jobs.into_iter().next() {
                     let err = StoreError::Commit {
                         what: describe(&job.rows),
-                        source: Arc::new(e),
+                        source: Arc::new(e.source),
                     };
                     answer(shared, job, Err(err));
                 }
@@ -328,14 +333,14 @@ async fn commit_batch(conn: &mut WriterConn, shared: &Shared, batch: Batch) {
             Err(e) => {
                 tracing::warn!(error = %e, jobs = jobs.len(), "group commit failed; retrying its writes one caller at a time");
                 for job in jobs {
-                    let result = match backend::apply(conn, &[job.rows.as_slice()]).await {
+                    let result = match apply_while_reachable(conn, &[job.rows.as_slice()]).await {
                         Ok(applied) => {
                             committed(shared, applied);
                             Ok(())
                         }
                         Err(e) => Err(StoreError::Commit {
                             what: describe(&job.rows),
-                            source: Arc::new(e),
+                            source: Arc::new(e.source),
                         }),
                     };
                     answer(shared, job, result);
@@ -345,5 +350,38 @@ async fn commit_batch(conn: &mut WriterConn, shared: &Shared, batch: Batch) {
     }
     for reply in batch.flushes {
         let _ = reply.send(shared.take_submit_failures());
+    }
+}
+
+/// Applies a batch, trying it again while the store is out of reach and
+/// nothing of it was applied (`hale_core::memory::store_retry_after`): a
+/// PostgreSQL restart or failover delays the journal, it does not lose the
+/// turns answered meanwhile. Answers waiting for this commit are released
+/// all the same by `hale_core::memory::durable_release` (the writer
+/// finishes no batch meanwhile), and what arrives queues behind it.
+async fn apply_while_reachable(
+    conn: &mut WriterConn,
+    jobs: &[&[Encoded]],
+) -> Result<backend::Applied, backend::ApplyError> {
+    let t0 = Instant::now();
+    let mut tries = 0u32;
+    loop {
+        let e = match backend::apply(conn, jobs).await {
+            Ok(applied) => {
+                if tries > 0 {
+                    tracing::info!(tries, "group commit applied once the store was back");
+                }
+                return Ok(applied);
+            }
+            Err(e) => e,
+        };
+        let Some(wait) =
+            hale_core::memory::store_retry_after(e.stage, e.connection_lost(), tries, t0.elapsed())
+        else {
+            return Err(e);
+        };
+        tracing::warn!(error = %e, stage = ?e.stage, tries, "the store is out of reach; trying the group commit again");
+        tokio::time::sleep(wait).await;
+        tries += 1;
     }
 }

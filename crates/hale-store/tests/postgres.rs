@@ -230,3 +230,177 @@ async fn pg_idempotency_claims_hold_wake_and_fall_to_a_dead_holders_successor() 
     b.close().await;
     common::drop_schema(&pg).await;
 }
+
+/// A database of its own on the test server (refusing connections to, or
+/// locking a table of, the shared one would fail the tests beside it):
+/// the admin connection, the database's name and its URL.
+async fn own_database() -> Option<(sqlx::PgConnection, String, String)> {
+    use sqlx::Connection;
+    let pg = common::pg_scratch().await?;
+    common::drop_schema(&pg).await;
+    let db = format!("{}_db", pg.schema);
+    let mut admin = sqlx::PgConnection::connect(&pg.base_url)
+        .await
+        .expect("admin connection");
+    sql(&format!("CREATE DATABASE {db}"))
+        .execute(&mut admin)
+        .await
+        .expect("create database");
+    let url = match pg.base_url.rsplit_once('/') {
+        Some((server, _)) => format!("{server}/{db}"),
+        None => panic!("no database in {}", pg.base_url),
+    };
+    Some((admin, db, url))
+}
+
+fn sql(q: &str) -> sqlx::query::Query<'static, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sqlx::AssertSqlSafe(q.to_owned()))
+}
+
+async fn drop_database(mut admin: sqlx::PgConnection, db: &str) {
+    use sqlx::Connection;
+    let _ = sql(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+        .execute(&mut admin)
+        .await;
+    let _ = admin.close().await;
+}
+
+/// Waits for a queued commit, bounded so a hang fails the test instead of
+/// holding the suite.
+async fn landed(
+    waiting: tokio::task::JoinHandle<hale_store::Result<()>>,
+) -> hale_store::Result<()> {
+    tokio::time::timeout(std::time::Duration::from_secs(60), waiting)
+        .await
+        .expect("the commit never ended")
+        .expect("join")
+}
+
+/// A turn answered while PostgreSQL refuses connections (its database not
+/// accepting any, as while it restarts) is journalled once it is back, not
+/// lost: the writer tries a batch again while nothing of it was applied
+/// (`hale_core::memory::store_retry_after`). The chaos hour's scale-out
+/// run lost an answered turn to a PostgreSQL restart before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_a_commit_made_while_the_database_refuses_connections_lands_once_it_is_back() {
+    use hale_store::TurnStatus;
+    let Some((mut admin, db, url)) = own_database().await else {
+        return;
+    };
+    let store = Store::open_postgres(&url, common::opts())
+        .await
+        .expect("open");
+    store
+        .commit(vec![Write::Agent(agent("a1"))])
+        .await
+        .expect("a commit while the database is up");
+
+    sql(&format!("ALTER DATABASE {db} ALLOW_CONNECTIONS false"))
+        .execute(&mut admin)
+        .await
+        .expect("refuse connections");
+    sql(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = '{db}' AND pid <> pg_backend_pid()"
+    ))
+    .execute(&mut admin)
+    .await
+    .expect("drop the store's connections");
+
+    let t = common::turn("turn-1", "task-1", "h1", TurnStatus::Succeeded, 1);
+    let mut committing = store.queue(vec![Write::Turn(t)]);
+    let waiting = tokio::spawn(async move { committing.committed().await });
+    // The writer meets the refusal (and tries again) before it is lifted.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the commit ended while the database refused connections: {:?}",
+        landed(waiting).await
+    );
+    sql(&format!("ALTER DATABASE {db} ALLOW_CONNECTIONS true"))
+        .execute(&mut admin)
+        .await
+        .expect("accept connections again");
+
+    landed(waiting)
+        .await
+        .expect("the commit made while the database refused connections failed");
+    let turn = store
+        .turn("turn-1")
+        .await
+        .expect("read")
+        .expect("journalled");
+    assert_eq!(turn.status, TurnStatus::Succeeded);
+    store.close().await;
+    drop_database(admin, &db).await;
+}
+
+/// A group commit whose connection is terminated in the middle of its
+/// statements (a server shutting down: "terminating connection due to
+/// administrator command") was rolled back, so it is tried again and lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_a_commit_whose_connection_is_terminated_mid_statement_lands() {
+    use hale_store::TurnStatus;
+    let Some((mut admin, db, url)) = own_database().await else {
+        return;
+    };
+    let store = Store::open_postgres(&url, common::opts())
+        .await
+        .expect("open");
+    store
+        .commit(vec![Write::Agent(agent("a1"))])
+        .await
+        .expect("a commit while the database is up");
+
+    // The writer's insert waits on this lock, inside its transaction.
+    let mut locker = {
+        use sqlx::Connection;
+        sqlx::PgConnection::connect(&url).await.expect("locker")
+    };
+    sql("BEGIN").execute(&mut locker).await.expect("begin");
+    sql("LOCK TABLE turns IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .expect("lock");
+    let t = common::turn("turn-1", "task-1", "h1", TurnStatus::Succeeded, 1);
+    let mut committing = store.queue(vec![Write::Turn(t)]);
+    let waiting = tokio::spawn(async move { committing.committed().await });
+    let blocked = format!(
+        "SELECT pid FROM pg_stat_activity WHERE datname = '{db}' AND wait_event_type = 'Lock'"
+    );
+    let mut pid: Option<i32> = None;
+    for _ in 0..600 {
+        pid = sqlx::query_scalar(sqlx::AssertSqlSafe(blocked.clone()))
+            .fetch_optional(&mut admin)
+            .await
+            .expect("pg_stat_activity");
+        if pid.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let pid = pid.expect("the writer never waited on the lock");
+    sql(&format!("SELECT pg_terminate_backend({pid})"))
+        .execute(&mut admin)
+        .await
+        .expect("terminate the writer's connection");
+    // Its next try waits on the lock again: release it.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    sql("ROLLBACK").execute(&mut locker).await.expect("unlock");
+
+    landed(waiting)
+        .await
+        .expect("the commit whose connection was terminated failed");
+    let turn = store
+        .turn("turn-1")
+        .await
+        .expect("read")
+        .expect("journalled");
+    assert_eq!(turn.status, TurnStatus::Succeeded);
+    store.close().await;
+    {
+        use sqlx::Connection;
+        let _ = locker.close().await;
+    }
+    drop_database(admin, &db).await;
+}
