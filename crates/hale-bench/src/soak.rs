@@ -27,6 +27,18 @@
 //! timeout 1 s, `max_retry_wait` 500 ms, retry backoffs from 50 ms. Every
 //! other number is hale's default (probe interval 5 s, eject after 3).
 //!
+//! `--slow` plays another schedule (issue 43): a deployment that turns slow.
+//! Both models answer with a first token after 300 ms (a realistic pace, so
+//! "2× the healthy deployment" means something); then model-a's first token
+//! comes after 10 s, then 30 s, while model-b stays healthy; then model-a is
+//! back at 300 ms. hale's defaults throughout (`first_token_timeout_ms`
+//! 30 s, hedging, the slow rule: docs/configuration.md, "hedging"). Per
+//! phase it also reports the time to first token through hale of the
+//! streamed requests (the first body chunk), the turns hedged
+//! (`x-hale-hedged`), the upstream calls beyond one per request sent, and
+//! the tokens chaos counted (input and output) beyond the baseline's per
+//! request served.
+//!
 //! `--dialect responses` plays the same schedule on the OpenAI Responses API
 //! both ways (issue 27): the clients call `POST /v1/responses` and the
 //! provider is `api: responses`, so chaos answers on its `/v1/responses`.
@@ -67,6 +79,9 @@ pub struct SoakArgs {
     /// or `responses` (the Responses API, both ways).
     #[arg(long, value_enum, default_value_t = Dialect::Chat)]
     dialect: Dialect,
+    /// Play the slow-deployment schedule (issue 43) instead of the faults.
+    #[arg(long)]
+    slow: bool,
     /// Where to write the results as JSON.
     #[arg(long, default_value = "target/hale-soak.json")]
     out: PathBuf,
@@ -195,6 +210,32 @@ const PHASES: &[Phase] = &[
     },
 ];
 
+/// `--slow`: the healthy pace of both models.
+const PACE: &str = "slow-first-token:ms=300";
+
+const SLOW_PHASES: &[Phase] = &[
+    Phase {
+        name: "baseline (both 300 ms to first token)",
+        a: Some(PACE),
+        b: Some(PACE),
+    },
+    Phase {
+        name: "primary slow (first token 10 s)",
+        a: Some("slow-first-token:ms=10000"),
+        b: Some(PACE),
+    },
+    Phase {
+        name: "primary slower (first token 30 s)",
+        a: Some("slow-first-token:ms=30000"),
+        b: Some(PACE),
+    },
+    Phase {
+        name: "primary back (300 ms)",
+        a: Some(PACE),
+        b: Some(PACE),
+    },
+];
+
 /// The probe interval of the config (hale's default).
 const PROBE_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -209,6 +250,19 @@ struct PhaseReport {
     p50_ms: f64,
     p99_ms: f64,
     max_ms: f64,
+    /// Time to first token (the first body chunk) of the streamed requests.
+    ttft_p50_ms: f64,
+    ttft_p99_ms: f64,
+    /// Turns answered with `x-hale-hedged: true`.
+    hedged: u64,
+    /// Upstream calls beyond one per request sent.
+    extra_upstream: i64,
+    /// Tokens chaos counted in the phase.
+    input_tokens: u64,
+    output_tokens: u64,
+    /// Tokens beyond the first phase's per request served.
+    extra_input_tokens: i64,
+    extra_output_tokens: i64,
     served_by_a: u64,
     served_by_b: u64,
     upstream_a: u64,
@@ -228,7 +282,19 @@ struct Sample {
     phase: usize,
     status: u16,
     latency: Duration,
+    /// A streamed request's first body chunk.
+    ttft: Option<Duration>,
+    hedged: bool,
     model: String,
+}
+
+/// What chaos counted so far.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    a: u64,
+    b: u64,
+    input: u64,
+    output: u64,
 }
 
 fn yaml(
@@ -236,8 +302,15 @@ fn yaml(
     chaos: SocketAddr,
     data_dir: &std::path::Path,
     dialect: Dialect,
+    slow: bool,
 ) -> String {
     let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    // `--slow` keeps hale's timeouts: a slow first token is what it plays.
+    let timeouts = if slow {
+        ""
+    } else {
+        "    timeout_ms: 1000\n    first_token_timeout_ms: 1000\n"
+    };
     format!(
         "listen: {listen}\n\
          data_dir: {dd}\n\
@@ -246,9 +319,8 @@ fn yaml(
              kind: openai\n    \
              api: {api}\n    \
              base_url: {base}\n    \
-             default_model: model-a\n    \
-             timeout_ms: 1000\n    \
-             first_token_timeout_ms: 1000\n\
+             default_model: model-a\n\
+         {timeouts}\
          routes:\n  \
            smart: [p/model-a, p/model-b]\n\
          retry:\n  \
@@ -280,7 +352,7 @@ async fn set_fault(
     Ok(())
 }
 
-async fn upstream(http: &reqwest::Client, chaos: SocketAddr) -> anyhow::Result<(u64, u64)> {
+async fn upstream(http: &reqwest::Client, chaos: SocketAddr) -> anyhow::Result<Counts> {
     let v: serde_json::Value = http
         .get(format!("http://{chaos}/chaos/stats"))
         .send()
@@ -288,7 +360,55 @@ async fn upstream(http: &reqwest::Client, chaos: SocketAddr) -> anyhow::Result<(
         .json()
         .await?;
     let n = |m: &str| v["requests_per_model"][m].as_u64().unwrap_or(0);
-    Ok((n("model-a"), n("model-b")))
+    Ok(Counts {
+        a: n("model-a"),
+        b: n("model-b"),
+        input: v["input_tokens"].as_u64().unwrap_or(0),
+        output: v["output_tokens"].as_u64().unwrap_or(0),
+    })
+}
+
+/// Sends one request; its status (599: a stream that did not end whole),
+/// the model that served, whether it was hedged and, streamed, when its
+/// first body chunk came.
+async fn one(
+    http: &reqwest::Client,
+    url: &str,
+    agent: String,
+    body: serde_json::Value,
+    dialect: Dialect,
+    stream: bool,
+    t0: Instant,
+) -> (u16, String, bool, Option<Duration>) {
+    let Ok(mut r) = http
+        .post(url)
+        .header("x-hale-agent", agent)
+        .json(&body)
+        .send()
+        .await
+    else {
+        return (0, String::new(), false, None);
+    };
+    let status = r.status().as_u16();
+    let header = |k: &str| {
+        r.headers()
+            .get(k)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let (model, hedged) = (header("x-hale-model"), header("x-hale-hedged") == "true");
+    // Read to the end: a stream is served only when whole.
+    let mut bytes = Vec::new();
+    let mut ttft = None;
+    while let Ok(Some(chunk)) = r.chunk().await {
+        if stream && ttft.is_none() && !chunk.is_empty() {
+            ttft = Some(t0.elapsed());
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    let whole = dialect.whole(stream, &String::from_utf8_lossy(&bytes));
+    (if whole { status } else { 599 }, model, hedged, ttft)
 }
 
 fn pct(sorted: &[Duration], p: f64) -> f64 {
@@ -308,7 +428,14 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
     let work = tempfile::Builder::new().prefix("hale-soak-").tempdir()?;
     let chaos = procs::start_chaos(&bin, work.path()).await?;
     let addr = procs::free_port()?;
-    let cfg = yaml(addr, chaos.addr, &work.path().join("data"), args.dialect);
+    let cfg = yaml(
+        addr,
+        chaos.addr,
+        &work.path().join("data"),
+        args.dialect,
+        args.slow,
+    );
+    let schedule = if args.slow { SLOW_PHASES } else { PHASES };
     let _hale = procs::start_hale_with(&bin, work.path(), addr, &cfg).await?;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
@@ -317,7 +444,7 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
         .build()?;
     eprintln!(
         "hale-soak: {} phases of {} s at {} req/s ({}) through {}",
-        PHASES.len(),
+        schedule.len(),
         args.phase_secs,
         args.rate,
         args.dialect.path(),
@@ -331,7 +458,7 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
     let url = Arc::new(format!("http://{addr}{}", args.dialect.path()));
     let dialect = args.dialect;
     let mut seq: u64 = 0;
-    for (i, ph) in PHASES.iter().enumerate() {
+    for (i, ph) in schedule.iter().enumerate() {
         set_fault(&http, chaos.addr, "model-a", ph.a).await?;
         set_fault(&http, chaos.addr, "model-b", ph.b).await?;
         let start_counts = upstream(&http, chaos.addr).await?;
@@ -350,32 +477,14 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
             let agent = format!("soak-{}", seq % 8);
             tokio::spawn(async move {
                 let t0 = Instant::now();
-                let r = http
-                    .post(url.as_str())
-                    .header("x-hale-agent", agent)
-                    .json(&body)
-                    .send()
-                    .await;
-                let (status, model) = match r {
-                    Ok(r) => {
-                        let status = r.status().as_u16();
-                        let model = r
-                            .headers()
-                            .get("x-hale-model")
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or("")
-                            .to_owned();
-                        // Read to the end: a stream is served only when whole.
-                        let text = r.text().await.unwrap_or_default();
-                        let whole = dialect.whole(stream, &text);
-                        (if whole { status } else { 599 }, model)
-                    }
-                    Err(_) => (0, String::new()),
-                };
+                let (status, model, hedged, ttft) =
+                    one(&http, &url, agent, body, dialect, stream, t0).await;
                 let _ = tx.send(Sample {
                     phase: i,
                     status,
                     latency: t0.elapsed(),
+                    ttft,
+                    hedged,
                     model,
                 });
             });
@@ -393,16 +502,29 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
     }
 
     let mut phases = Vec::new();
-    for (i, ph) in PHASES.iter().enumerate() {
+    // The first phase's tokens per request served: the baseline of "extra".
+    let mut per_served = (0.0, 0.0);
+    for (i, ph) in schedule.iter().enumerate() {
         let mine: Vec<&Sample> = samples.iter().filter(|s| s.phase == i).collect();
         let mut lat: Vec<Duration> = mine.iter().map(|s| s.latency).collect();
         lat.sort_unstable();
+        let mut ttft: Vec<Duration> = mine
+            .iter()
+            .filter(|s| s.status == 200)
+            .filter_map(|s| s.ttft)
+            .collect();
+        ttft.sort_unstable();
         let served = mine.iter().filter(|s| s.status == 200).count() as u64;
         let mut refused = BTreeMap::new();
         for s in mine.iter().filter(|s| s.status != 200) {
             *refused.entry(s.status).or_insert(0) += 1;
         }
-        let ((a0, b0), (a2, _), (a1, b1)) = upstream_marks[i];
+        let (c0, c2, c1): (Counts, Counts, Counts) = upstream_marks[i];
+        let (a0, b0, a2, a1, b1) = (c0.a, c0.b, c2.a, c1.a, c1.b);
+        let (input, output) = (c1.input - c0.input, c1.output - c0.output);
+        if i == 0 && served > 0 {
+            per_served = (input as f64 / served as f64, output as f64 / served as f64);
+        }
         let later = phase_len
             .saturating_sub(Duration::from_secs(2))
             .as_secs_f64();
@@ -419,6 +541,14 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
             p50_ms: pct(&lat, 50.0),
             p99_ms: pct(&lat, 99.0),
             max_ms: lat.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+            ttft_p50_ms: pct(&ttft, 50.0),
+            ttft_p99_ms: pct(&ttft, 99.0),
+            hedged: mine.iter().filter(|s| s.hedged).count() as u64,
+            extra_upstream: (a1 - a0 + b1 - b0) as i64 - mine.len() as i64,
+            input_tokens: input,
+            output_tokens: output,
+            extra_input_tokens: input as i64 - (per_served.0 * served as f64) as i64,
+            extra_output_tokens: output as i64 - (per_served.1 * served as f64) as i64,
             served_by_a: mine
                 .iter()
                 .filter(|s| s.status == 200 && s.model == "model-a")
@@ -433,23 +563,10 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
                 / (later / PROBE_INTERVAL.as_secs_f64()).max(1.0),
         });
     }
-    println!(
-        "{:<42} {:>6} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8} {:>10}",
-        "phase", "sent", "served", "p50 ms", "p99 ms", "by a", "by b", "a calls", "a/probe≥2s"
-    );
-    for p in &phases {
-        println!(
-            "{:<42} {:>6} {:>7.1}% {:>8.1} {:>8.1} {:>7} {:>7} {:>8} {:>10.1}",
-            p.phase,
-            p.sent,
-            p.served_share * 100.0,
-            p.p50_ms,
-            p.p99_ms,
-            p.served_by_a,
-            p.served_by_b,
-            p.upstream_a,
-            p.upstream_a_per_probe_interval_after_2s
-        );
+    if args.slow {
+        print_slow(&phases);
+    } else {
+        print_faults(&phases);
     }
     let report = SoakReport {
         unix_time: std::time::SystemTime::now()
@@ -465,6 +582,59 @@ pub async fn run(args: SoakArgs) -> anyhow::Result<()> {
     std::fs::write(&report.args.out, serde_json::to_vec_pretty(&report)?)?;
     eprintln!("hale-soak: results in {}", report.args.out.display());
     Ok(())
+}
+
+/// The faults schedule's table.
+fn print_faults(phases: &[PhaseReport]) {
+    println!(
+        "{:<42} {:>6} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8} {:>10}",
+        "phase", "sent", "served", "p50 ms", "p99 ms", "by a", "by b", "a calls", "a/probe≥2s"
+    );
+    for p in phases {
+        println!(
+            "{:<42} {:>6} {:>7.1}% {:>8.1} {:>8.1} {:>7} {:>7} {:>8} {:>10.1}",
+            p.phase,
+            p.sent,
+            p.served_share * 100.0,
+            p.p50_ms,
+            p.p99_ms,
+            p.served_by_a,
+            p.served_by_b,
+            p.upstream_a,
+            p.upstream_a_per_probe_interval_after_2s
+        );
+    }
+}
+
+/// `--slow`'s table (markdown).
+fn print_slow(phases: &[PhaseReport]) {
+    println!(
+        "| phase | sent | served | TTFT p50 / p99 ms (streamed) | latency p50 / p99 ms | by a / b | hedged | extra upstream calls | extra tokens in / out |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for p in phases {
+        println!(
+            "| {} | {} | {:.1} % | {:.0} / {:.0} | {:.0} / {:.0} | {} / {} | {} ({:.1} %) | {} | {} / {} |",
+            p.phase,
+            p.sent,
+            p.served_share * 100.0,
+            p.ttft_p50_ms,
+            p.ttft_p99_ms,
+            p.p50_ms,
+            p.p99_ms,
+            p.served_by_a,
+            p.served_by_b,
+            p.hedged,
+            if p.sent == 0 {
+                0.0
+            } else {
+                p.hedged as f64 * 100.0 / p.sent as f64
+            },
+            p.extra_upstream,
+            p.extra_input_tokens,
+            p.extra_output_tokens,
+        );
+    }
 }
 
 #[cfg(test)]

@@ -423,6 +423,10 @@ struct RawHedging {
     budget_share: Opt<f64>,
     #[serde(default)]
     budget_window_ms: Opt<u64>,
+    #[serde(default)]
+    slow_factor: Opt<f64>,
+    #[serde(default)]
+    slow_floor_ms: Opt<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

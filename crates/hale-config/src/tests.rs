@@ -66,7 +66,7 @@ retry:                           # per failure class
 
 ejection: {eject_after: 3, failure_rate: 0.5, min_calls: 5, window_ms: 30000, max_ejection_ms: 300000}
 hedging: {enabled: true, default_after_ms: 4000, floor_ms: 500, ceiling_ms: 25000, quantile: 0.95,
-          history: 50, budget_share: 0.05, budget_window_ms: 60000}
+          history: 50, budget_share: 0.05, budget_window_ms: 60000, slow_factor: 3, slow_floor_ms: 2000}
 crawling: {enabled: true, below: 0.2, after_ms: 10000, window_ms: 5000, min_samples: 5}
 cooldown_ms: {auth: 600000, rate_limit: 60000, billing: 1800000, timeout: 30000,
               overloaded: 120000, model_not_found: 3600000, stream_crawling: 30000, unknown: 30000}
@@ -887,7 +887,7 @@ fn thresholds_must_be_in_zero_one() {
 #[test]
 fn hedging_keys_are_read_and_checked() {
     let c = load_ok(&with_base(
-        "hedging: {enabled: false, default_after_ms: 2000, floor_ms: 100, ceiling_ms: 9000, quantile: 0.9, history: 20, budget_share: 0.1, budget_window_ms: 30000}\n",
+        "hedging: {enabled: false, default_after_ms: 2000, floor_ms: 100, ceiling_ms: 9000, quantile: 0.9, history: 20, budget_share: 0.1, budget_window_ms: 30000, slow_factor: 4, slow_floor_ms: 800}\n",
     ));
     let want = HedgingConfig {
         enabled: false,
@@ -898,10 +898,15 @@ fn hedging_keys_are_read_and_checked() {
         history: 20,
         budget_share: 0.1,
         budget_window: Duration::from_millis(30000),
+        slow_factor: 4.0,
+        slow_floor: Duration::from_millis(800),
     };
     assert_eq!(c.hedging, want);
+    // 0 turns the slow rule off.
+    let off = load_ok(&with_base("hedging: {slow_factor: 0}\n"));
+    assert_eq!(off.hedging.slow_factor, 0.0);
     let errs = load_err(&with_base(
-        "hedging:\n  floor_ms: 5000\n  ceiling_ms: 1000\n  quantile: 0\n  budget_share: 2\n  default_after_ms: 0\n",
+        "hedging:\n  floor_ms: 5000\n  ceiling_ms: 1000\n  quantile: 0\n  budget_share: 2\n  default_after_ms: 0\n  slow_factor: 1.2\n  slow_floor_ms: 50\n",
     ));
     assert_error(
         &errs,
@@ -916,6 +921,13 @@ fn hedging_keys_are_read_and_checked() {
         "hedging.default_after_ms",
         Some(15),
         "greater than 0",
+    );
+    assert_error(&errs, "hedging.slow_factor", Some(16), "nor at least 1.5");
+    assert_error(
+        &errs,
+        "hedging.slow_floor_ms",
+        Some(17),
+        "is under hedging.floor_ms",
     );
 }
 

@@ -727,6 +727,13 @@ pub struct HedgingConfig {
     pub budget_share: f64,
     /// …of this window, per deployment and per agent.
     pub budget_window: Duration,
+    /// A first token later than this multiple of the same quantile is a slow
+    /// outlier, evidence toward ejecting the deployment ([`crate::slow`]);
+    /// 0 turns the rule off. Never under [`crate::hedge::HEDGE_FACTOR`], so
+    /// no attempt is slow before its hedge point.
+    pub slow_factor: f64,
+    /// …and never before this (not under `floor`).
+    pub slow_floor: Duration,
 }
 
 impl Default for HedgingConfig {
@@ -740,6 +747,8 @@ impl Default for HedgingConfig {
             history: 50,
             budget_share: 0.05,
             budget_window: Duration::from_secs(60),
+            slow_factor: 3.0,
+            slow_floor: Duration::from_secs(2),
         }
     }
 }

@@ -218,6 +218,8 @@ impl State {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Ejection {
     class: ErrorClass,
+    /// For slowness ([`Health::on_slow`]), not for failing.
+    slow: bool,
     until: Instant,
     /// The failure or probe the next probe is timed from.
     probe_from: Instant,
@@ -242,6 +244,9 @@ pub struct Snapshot {
     pub ejections: u32,
     pub ejected_remaining_ms: u64,
     pub ejection_class: Option<ErrorClass>,
+    /// The running ejection is for slowness: first tokens far later than the
+    /// deployment's own usual ([`crate::slow`]; its class is `timeout`).
+    pub ejected_slow: bool,
     /// Until the next probe is due; `None` when not ejected or not probed.
     pub next_probe_ms: Option<u64>,
     pub forced: bool,
@@ -316,6 +321,32 @@ impl Health {
         retry_after: Option<Duration>,
         now: Instant,
     ) -> Option<Duration> {
+        self.fail(cfg, cooldowns, class, retry_after, false, now)
+    }
+
+    /// A slow outlier ([`crate::slow`]): a first token far later than the
+    /// deployment's own usual, or none by then. The same evidence as a
+    /// failure of class `timeout` — consecutive and in the window — so the
+    /// same outlier rule ejects, the same `timeout` cooldown grows, and the
+    /// same probes bring it back; only the ejection is marked slow.
+    pub fn on_slow(
+        &mut self,
+        cfg: &EjectionConfig,
+        cooldowns: &CooldownConfig,
+        now: Instant,
+    ) -> Option<Duration> {
+        self.fail(cfg, cooldowns, ErrorClass::Timeout, None, true, now)
+    }
+
+    fn fail(
+        &mut self,
+        cfg: &EjectionConfig,
+        cooldowns: &CooldownConfig,
+        class: ErrorClass,
+        retry_after: Option<Duration>,
+        slow: bool,
+        now: Instant,
+    ) -> Option<Duration> {
         self.consecutive = self.consecutive.saturating_add(1);
         let b = self.bucket(cfg, now);
         b.failed = b.failed.saturating_add(1);
@@ -343,6 +374,7 @@ impl Health {
             Some(_) | None => {
                 self.ejection = Some(Ejection {
                     class,
+                    slow,
                     until,
                     probe_from: now,
                 });
@@ -442,6 +474,7 @@ impl Health {
             ejections: self.ejections_in_row,
             ejected_remaining_ms: running.map_or(0, |e| ms(e.until.saturating_duration_since(now))),
             ejection_class: running.map(|e| e.class),
+            ejected_slow: running.is_some_and(|e| e.slow),
             next_probe_ms: running
                 .filter(|e| !self.forced && heals_by_itself(e.class))
                 .map(|e| {
@@ -461,6 +494,7 @@ impl Health {
             if o.health == State::Ejected && o.ejected_remaining_ms >= out.ejected_remaining_ms {
                 out.ejected_remaining_ms = o.ejected_remaining_ms;
                 out.ejection_class = o.ejection_class.or(out.ejection_class);
+                out.ejected_slow = o.ejected_slow;
                 out.next_probe_ms = o.next_probe_ms;
             }
             if o.health == State::Ejected {
@@ -783,6 +817,48 @@ mod tests {
         assert_eq!(d, Some(MAX_EJECTION));
     }
 
+    /// Issue 43: slow outliers are a failing deployment's evidence — the
+    /// same outlier rule ejects, the ejection says it is for slowness, it is
+    /// probed, a failure while ejected (another slow probe) extends it, and a
+    /// success (a probe at the usual time) brings it back.
+    #[test]
+    fn slow_outliers_eject_like_failures_and_a_probe_brings_it_back() {
+        let t0 = Instant::now();
+        let c = cfg();
+        let cd = CooldownConfig::default();
+        let base = cd.for_class(ErrorClass::Timeout).unwrap();
+        let mut h = Health::new();
+        h.on_success(&c, t0);
+        for i in 1..c.eject_after {
+            assert_eq!(h.on_slow(&c, &cd, t0), None, "slow {i}");
+        }
+        assert_eq!(h.gate(PROBE, t0), Gate::Open);
+        assert_eq!(h.on_slow(&c, &cd, t0), Some(base));
+        let snap = h.snapshot(&c, PROBE, t0);
+        assert_eq!(snap.health, State::Ejected);
+        assert!(snap.ejected_slow);
+        assert_eq!(snap.ejection_class, Some(ErrorClass::Timeout));
+        // Probed like a timeout ejection; a slow probe is one more in a row.
+        assert_eq!(h.gate(PROBE, t0 + PROBE), Gate::Probe);
+        h.take_probe(PROBE, t0 + PROBE);
+        assert_eq!(
+            h.on_slow(&c, &cd, t0 + PROBE),
+            Some(ejection_length(base, 2, c.max_ejection))
+        );
+        // A probe at the usual time: back in rotation, nothing slow left.
+        assert_eq!(h.gate(PROBE, t0 + PROBE * 2), Gate::Probe);
+        assert!(h.on_success(&c, t0 + PROBE * 2));
+        let snap = h.snapshot(&c, PROBE, t0 + PROBE * 2);
+        assert_eq!(snap.health, State::Degraded);
+        assert!(!snap.ejected_slow);
+        // A plain failure's ejection is not marked slow.
+        let mut h = Health::new();
+        for _ in 0..c.eject_after {
+            fail(&mut h, ErrorClass::Timeout, None, t0);
+        }
+        assert!(!h.snapshot(&c, PROBE, t0).ejected_slow);
+    }
+
     #[test]
     fn snapshot_serialises_for_the_api() {
         let t0 = Instant::now();
@@ -794,6 +870,7 @@ mod tests {
         assert_eq!(v["success_ratio"], 1.0);
         assert_eq!(v["calls_in_window"], 1);
         assert_eq!(v["ejected_remaining_ms"], 0);
+        assert_eq!(v["ejected_slow"], false);
         assert!(v["next_probe_ms"].is_null());
     }
 }

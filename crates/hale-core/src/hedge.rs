@@ -88,7 +88,7 @@ impl FirstTokenHistory {
 }
 
 /// The `q` quantile (nearest rank) of `samples`, which must not be empty.
-fn quantile_ms(samples: &mut [u64], q: f64) -> u64 {
+pub(crate) fn quantile_ms(samples: &mut [u64], q: f64) -> u64 {
     samples.sort_unstable();
     let q = if q.is_finite() {
         q.clamp(0.0, 1.0)

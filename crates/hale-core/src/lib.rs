@@ -44,5 +44,6 @@ pub mod retry;
 pub mod segment;
 pub mod select;
 pub mod severity;
+pub mod slow;
 pub mod tools;
 pub mod vertex;

@@ -8,7 +8,9 @@
 //! - the breakers, keyed agent × deployment;
 //! - the retry budget of each provider;
 //! - the hedging state: each deployment's recent first-token times and
-//!   hedge budget, and each agent's hedge budget ([`hale_core::hedge`]).
+//!   hedge budget, and each agent's hedge budget ([`hale_core::hedge`]);
+//!   the same times judge a deployment that turned slow
+//!   ([`hale_core::slow`]), whose slow outliers are its health's evidence.
 //!
 //! The rules are hale-core's ([`hale_core::deployment`],
 //! [`hale_core::select`], [`hale_core::breaker`]); this module holds their
@@ -23,6 +25,7 @@ use hale_core::deployment::{self, Gate, Health, Scope, Snapshot};
 use hale_core::hedge::{self, FirstTokenHistory, HedgeBudget};
 use hale_core::retry::RetryBudget;
 use hale_core::select::{BreakerSays, Candidate};
+use hale_core::slow::{self, Verdict};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -33,12 +36,14 @@ use std::time::{Duration, Instant};
 pub enum Effect {
     /// The agent × deployment breaker changed state.
     Breaker(Transition),
-    /// A scope was ejected (or its ejection extended) for `length`.
+    /// A scope was ejected (or its ejection extended) for `length`;
+    /// `slow`: by a slow outlier ([`hale_core::slow`]), not a failure.
     Ejected {
         scope: Scope,
         key: String,
         class: ErrorClass,
         length: Duration,
+        slow: bool,
     },
     /// A running ejection ended early on a success.
     Recovered { scope: Scope, key: String },
@@ -52,6 +57,10 @@ pub struct Failed {
     /// The connection could not be made (marks the `base_url`).
     pub connect_failed: bool,
     pub latency: Duration,
+    /// The attempt was already counted as a slow outlier
+    /// ([`Deployments::on_slow`]): its failure feeds the breaker, not the
+    /// health a second time.
+    pub slow: bool,
 }
 
 /// One deployment as `GET /deployments` shows it.
@@ -176,12 +185,14 @@ impl Deployments {
         }
     }
 
-    /// Records a first token (or a complete answer) `elapsed` after the
-    /// request on `deployment` was sent.
-    pub fn first_token(&self, deployment: &str, elapsed: Duration, now: Instant) {
+    /// A first token (or a complete answer) `elapsed` after the request on
+    /// `deployment` was sent, judged against its history and recorded in it
+    /// unless slow ([`slow::first_token`]).
+    pub fn first_token(&self, deployment: &str, elapsed: Duration, now: Instant) -> Verdict {
         let h = &self.cfg.hedging;
         let mut g = self.hedging();
-        g.deployments
+        let history = &mut g
+            .deployments
             .entry(deployment.to_owned())
             .or_insert_with(|| {
                 (
@@ -189,8 +200,17 @@ impl Deployments {
                     HedgeBudget::from_config(h),
                 )
             })
-            .0
-            .record(now, elapsed);
+            .0;
+        slow::first_token(history, h, elapsed, now)
+    }
+
+    /// How long an attempt on `deployment` may stay without a first token
+    /// before it is a slow outlier ([`slow::slow_point`]); `None` while the
+    /// deployment is not judged.
+    pub fn slow_point(&self, deployment: &str, now: Instant) -> Option<Duration> {
+        let g = self.hedging();
+        let (history, _) = g.deployments.get(deployment)?;
+        slow::slow_point(history, &self.cfg.hedging, now)
     }
 
     /// When an attempt on `deployment` without a first token is hedged
@@ -439,11 +459,14 @@ impl Deployments {
 
     /// A success of `agent` on `t`: every scope of `t` is proven in
     /// rotation; the breaker records it (and a successful probe closes it).
+    /// A `slow` success (counted already by [`Deployments::on_slow`]) is the
+    /// breaker's alone: it proves nothing of the deployment's health.
     pub fn on_success(
         &self,
         agent: &str,
         t: &Target,
         probe: bool,
+        slow: bool,
         latency: Duration,
         now: Instant,
     ) -> Vec<Effect> {
@@ -452,6 +475,9 @@ impl Deployments {
         let b = self.breaker(agent, &dkey);
         if let Some(tr) = b.record(now, CallOutcome::Success { latency }, &mut rand::rng()) {
             out.push(Effect::Breaker(tr));
+        }
+        if slow {
+            return out;
         }
         if probe && let Some(tr) = b.reset() {
             out.push(Effect::Breaker(tr));
@@ -488,6 +514,7 @@ impl Deployments {
             retry_after,
             connect_failed,
             latency,
+            slow,
         } = f;
         let dkey = key(t);
         let mut out = Vec::new();
@@ -501,6 +528,9 @@ impl Deployments {
             .record(now, outcome, &mut rand::rng())
         {
             out.push(Effect::Breaker(tr));
+        }
+        if slow {
+            return out;
         }
         if let Some(scope) = deployment::scope(class, connect_failed) {
             let k = self.scope_key(scope, t);
@@ -518,10 +548,31 @@ impl Deployments {
                     key: k,
                     class,
                     length,
+                    slow: false,
                 });
             }
         }
         out
+    }
+
+    /// An attempt on `t` was a slow outlier ([`hale_core::slow`]): evidence
+    /// toward ejecting the deployment, as a `timeout` failure is
+    /// ([`Health::on_slow`]). The breaker is not told: it hears the
+    /// attempt's outcome when it ends.
+    pub fn on_slow(&self, t: &Target, now: Instant) -> Vec<Effect> {
+        let k = key(t);
+        let mut s = self.scopes();
+        let h = s.deployments.entry(k.clone()).or_default();
+        h.on_slow(&self.cfg.ejection, &self.cfg.cooldown, now)
+            .map(|length| Effect::Ejected {
+                scope: Scope::Deployment,
+                key: k,
+                class: ErrorClass::Timeout,
+                length,
+                slow: true,
+            })
+            .into_iter()
+            .collect()
     }
 
     /// An operator forces `t` out of rotation; returns whether it changed.
@@ -646,6 +697,68 @@ mod tests {
         Deployments::new(Arc::new(cfg), Instant::now())
     }
 
+    /// Issue 43: slow outliers eject the deployment, marked slow; a success
+    /// already counted as slow does not bring it back, a probe at its usual
+    /// time does; a failure already counted as slow is not counted twice.
+    #[test]
+    fn slow_outliers_eject_and_only_a_usual_success_recovers() {
+        let d = deployments();
+        let t = Target {
+            provider: "p".into(),
+            model: "m".into(),
+        };
+        let now = Instant::now();
+        let ms = Duration::from_millis(1);
+        let ejected = |effects: &[Effect]| {
+            effects.iter().any(|e| {
+                matches!(
+                    e,
+                    Effect::Ejected {
+                        slow: true,
+                        class: ErrorClass::Timeout,
+                        ..
+                    }
+                )
+            })
+        };
+        let eject_after = d.cfg.ejection.eject_after;
+        for i in 1..eject_after {
+            assert!(d.on_slow(&t, now).is_empty(), "slow {i}");
+            // Its failure after that slowness adds nothing to the health.
+            let f = Failed {
+                class: ErrorClass::Timeout,
+                retry_after: None,
+                connect_failed: false,
+                latency: ms,
+                slow: true,
+            };
+            assert!(
+                !d.on_failure("a", &t, f, now)
+                    .iter()
+                    .any(|e| matches!(e, Effect::Ejected { .. }))
+            );
+        }
+        assert!(matches!(d.gate(&t, now), Gate::Open));
+        assert!(ejected(&d.on_slow(&t, now)));
+        assert!(d.view(&t, now).health.ejected_slow);
+        // A slow answer served proves nothing.
+        let effects = d.on_success("a", &t, true, true, ms, now);
+        assert!(
+            !effects
+                .iter()
+                .any(|e| matches!(e, Effect::Recovered { .. }))
+        );
+        assert!(matches!(d.gate(&t, now), Gate::Ejected { .. }));
+        // A probe at the usual time brings it back.
+        let effects = d.on_success("a", &t, true, false, ms, now);
+        assert!(
+            effects
+                .iter()
+                .any(|e| matches!(e, Effect::Recovered { .. }))
+        );
+        assert_eq!(d.gate(&t, now), Gate::Open);
+    }
+
     /// Issue 13: breakers of agents that came and went do not pile up.
     #[test]
     fn breakers_at_rest_are_forgotten_and_others_kept() {
@@ -664,6 +777,7 @@ mod tests {
                 retry_after: None,
                 connect_failed: false,
                 latency: Duration::from_millis(1),
+                slow: false,
             },
             now,
         );
@@ -692,7 +806,7 @@ mod tests {
         let now = Instant::now();
         let ms = Duration::from_millis(1);
         for agent in ["done", "stays", "failed", "held"] {
-            d.on_success(agent, &t, false, ms, now);
+            d.on_success(agent, &t, false, false, ms, now);
         }
         d.on_failure(
             "failed",
@@ -702,6 +816,7 @@ mod tests {
                 retry_after: None,
                 connect_failed: false,
                 latency: ms,
+                slow: false,
             },
             now,
         );

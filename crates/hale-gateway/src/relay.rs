@@ -293,7 +293,14 @@ impl Relay<'_> {
     ) -> Result<(), Failure> {
         let env = self.env;
         let target = turn.targets[self.served].clone();
-        turn::on_failure(env, turn, &target, &fault, self.attempt_start.elapsed());
+        turn::on_failure(
+            env,
+            turn,
+            &target,
+            &fault,
+            self.attempt_start.elapsed(),
+            false,
+        );
         // The attempt that was serving broke: its timeline row says so.
         let label = target.to_string();
         if let Some(row) = turn

@@ -12,6 +12,12 @@
 //! up. Every attempt becomes one row of the turn's timeline. For streams an
 //! attempt succeeds only once the first content arrives, so a failure before
 //! that is invisible to the caller.
+//!
+//! An attempt still without a first token at its deployment's slow point
+//! (`hale_core::slow`; docs/configuration.md, "hedging") is counted then as
+//! a slow outlier of that deployment, and — when it is not racing a hedge and
+//! another deployment in rotation is left — given up as a `timeout`, so a
+//! deployment that turned slow costs a turn its slow point, not its silence.
 
 use crate::deployments::{Deployments, Effect};
 use crate::emit::Emitter;
@@ -28,6 +34,7 @@ use hale_core::deployment::Gate;
 use hale_core::event::EventKind;
 use hale_core::retry::{self, AttemptFacts, RetryBudget, RetryDecision};
 use hale_core::select::{self, Candidate, Pick};
+use hale_core::slow::Verdict;
 use hale_proto::{ChatRequest, StreamEvent};
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
@@ -340,7 +347,8 @@ pub async fn run(
             on.attempts += 1;
             // Only targets that accept an assistant prefill get one; others are aligned by the relay.
             let pf = prefill.as_deref().filter(|_| on.provider.supports_prefill);
-            let (result, elapsed, hedge) = attempt(env, turn, &on, sent, req, pf, resume).await;
+            let (result, elapsed, hedge, slow) =
+                attempt(env, turn, &on, sent, req, pf, resume).await;
             // The hedge's outcome is the one to act on: the loop goes on with its deployment.
             if let Some(h) = hedge {
                 turn.exhausted[idx] = true;
@@ -353,7 +361,7 @@ pub async fn run(
             let req = lowered.as_ref().unwrap_or(own.as_deref().unwrap_or(req));
             let f = match result {
                 Ok(served) => {
-                    on_success(env, turn, &on.target, on.mode, elapsed);
+                    on_success(env, turn, &on.target, on.mode, elapsed, slow);
                     turn.prefilled = pf.is_some();
                     return Ok((idx, served));
                 }
@@ -371,7 +379,7 @@ pub async fn run(
                 turn.overflow_at = Some(idx);
                 return Err(f);
             }
-            on_failure(env, turn, &on.target, &f, elapsed);
+            on_failure(env, turn, &on.target, &f, elapsed, slow);
             if f.class == ErrorClass::RateLimit {
                 turn.rate_limits[idx] += 1;
             }
@@ -478,6 +486,8 @@ struct Call {
     changes: Vec<String>,
     start: Instant,
     elapsed: Duration,
+    /// Counted as a slow outlier of its deployment ([`Deployments::on_slow`]).
+    slow: bool,
 }
 
 /// What of the turn a [`call`] needs, copied out so the turn stays free.
@@ -555,6 +565,7 @@ async fn call(
         changes,
         start,
         elapsed,
+        slow: false,
     }
 }
 
@@ -575,8 +586,17 @@ fn record(
         c.elapsed,
     );
     if c.result.is_ok() {
-        env.deployments
+        let verdict = env
+            .deployments
             .first_token(&on.deployment, c.elapsed, Instant::now());
+        match verdict {
+            // Late, though no timer caught it (a hedge's, or a race): counted now.
+            Verdict::Slow { .. } if !c.slow => {
+                c.slow = true;
+                count_slow(env, turn, on);
+            }
+            Verdict::Slow { .. } | Verdict::Usual | Verdict::Unjudged => {}
+        }
     }
     turn.timeline.push(AttemptRecord {
         target: on.deployment.clone(),
@@ -630,8 +650,11 @@ fn cancelled(
 /// deployment in rotation is left, and both hedge budgets grant it: then the
 /// same request (`turn_req`, as that deployment is sent it) goes there too,
 /// the first of the two to produce a first token serves and the other is
-/// cancelled. Returns the outcome to act on, its duration, and the hedge's
-/// deployment when that outcome is the hedge's.
+/// cancelled. An attempt silent at its deployment's slow point is counted as
+/// a slow outlier then (and given up, see [`watched`], unless it is racing).
+/// Returns the outcome to act on, its duration, the hedge's deployment when
+/// that outcome is the hedge's, and whether that outcome's attempt was
+/// counted as slow.
 async fn attempt<'a>(
     env: Env<'a>,
     turn: &mut Turn,
@@ -640,7 +663,12 @@ async fn attempt<'a>(
     turn_req: &ChatRequest,
     pf: Option<&str>,
     resume: Option<&'static str>,
-) -> (Result<Served, Failure>, Duration, Option<OnTarget<'a>>) {
+) -> (
+    Result<Served, Failure>,
+    Duration,
+    Option<OnTarget<'a>>,
+    bool,
+) {
     let turn_id = turn.id.clone();
     let cx = CallCx {
         turn_id: &turn_id,
@@ -649,6 +677,10 @@ async fn attempt<'a>(
         purpose: turn.purpose,
     };
     let first_start = Instant::now();
+    let slow_at = env
+        .deployments
+        .slow_point(&on.deployment, first_start)
+        .map(|p| (first_start, p));
     let mut first = Box::pin(call(env, cx, on, req, pf));
     // Only a plain call is hedged: not a resumed stream, a probe, a trial or fail-open.
     let point = (pf.is_none() && resume.is_none() && on.mode == Mode::Normal)
@@ -656,10 +688,10 @@ async fn attempt<'a>(
         .flatten();
     let plain = |mut c: Call, turn: &mut Turn| {
         record(env, turn, on, &mut c, resume, None);
-        (c.result, c.elapsed, None)
+        (c.result, c.elapsed, None, c.slow)
     };
     let Some(point) = point else {
-        let c = first.await;
+        let c = watched(env, turn, on, first.as_mut(), slow_at).await;
         return plain(c, turn);
     };
     tokio::select! {
@@ -668,7 +700,7 @@ async fn attempt<'a>(
     }
     let now = Instant::now();
     let Some(second) = hedge_target(env, turn, on, now) else {
-        let c = first.await;
+        let c = watched(env, turn, on, first.as_mut(), slow_at).await;
         return plain(c, turn);
     };
     let own = own_request(turn, &second);
@@ -676,10 +708,8 @@ async fn attempt<'a>(
     let cx2 = CallCx { n: cx.n + 1, ..cx };
     let mut hedge = Box::pin(call(env, cx2, &second, second_req, None));
     // The first to finish; when it failed, the other's outcome is the answer.
-    let (winner_is_hedge, mut c) = tokio::select! {
-        c = &mut first => (false, c),
-        c = &mut hedge => (true, c),
-    };
+    let (winner_is_hedge, mut c, first_slow) =
+        race(env, turn, on, first.as_mut(), hedge.as_mut(), slow_at).await;
     let (winner, loser, loser_req) = if winner_is_hedge {
         (&second, on, req)
     } else {
@@ -694,24 +724,116 @@ async fn attempt<'a>(
         drop(hedge);
         hedged_event(env, turn, on, &second, winner, point, tokens, cost);
         let (result, elapsed) = (c.result, c.elapsed);
-        return (result, elapsed, winner_is_hedge.then_some(second));
+        return (result, elapsed, winner_is_hedge.then_some(second), c.slow);
     }
     // The first to finish failed: held against its deployment, the other answers.
     record(env, turn, winner, &mut c, resume, role(winner_is_hedge));
     if let Err(f) = &c.result {
-        on_failure(env, turn, &winner.target, f, c.elapsed);
+        on_failure(env, turn, &winner.target, f, c.elapsed, c.slow);
     }
     if winner_is_hedge {
         turn.exhausted[second.idx] = true;
         drop(hedge);
-        let c = first.await;
+        let mut c = if first_slow {
+            first.await
+        } else {
+            watched(env, turn, on, first.as_mut(), slow_at).await
+        };
+        c.slow |= first_slow;
         plain(c, turn)
     } else {
         drop(first);
         let mut c = hedge.await;
         record(env, turn, &second, &mut c, None, Some(HedgeRole::Hedge));
-        (c.result, c.elapsed, Some(second))
+        (c.result, c.elapsed, Some(second), c.slow)
     }
+}
+
+/// The first of `first` (on `on`) and `hedge` to finish: whether it is the
+/// hedge, its call, and whether `first` passed its slow point meanwhile —
+/// counted then ([`count_slow`]): a loser of the race silent so long was
+/// slow, whoever won.
+async fn race<F: std::future::Future<Output = Call>, H: std::future::Future<Output = Call>>(
+    env: Env<'_>,
+    turn: &mut Turn,
+    on: &OnTarget<'_>,
+    mut first: std::pin::Pin<&mut F>,
+    mut hedge: std::pin::Pin<&mut H>,
+    slow_at: Option<(Instant, Duration)>,
+) -> (bool, Call, bool) {
+    let mut first_slow = false;
+    loop {
+        let slow_timer = async {
+            match slow_at {
+                Some((start, p)) if !first_slow => {
+                    tokio::time::sleep_until((start + p).into()).await;
+                }
+                Some(_) | None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            mut c = first.as_mut() => {
+                c.slow |= first_slow;
+                return (false, c, first_slow);
+            }
+            c = hedge.as_mut() => return (true, c, first_slow),
+            () = slow_timer => {
+                first_slow = true;
+                count_slow(env, turn, on);
+            }
+        }
+    }
+}
+
+/// Awaits `call` on `on`, watching for its deployment's slow point
+/// (`slow_at`: when the call started, and the slow point): a call still
+/// without a first token then is counted as a slow outlier
+/// ([`count_slow`]), and — a normal attempt or a probe, with another
+/// deployment in rotation left — given up as a `timeout` so the turn moves
+/// on; otherwise (a trial, fail-open, the last one standing) it is waited
+/// for as before.
+async fn watched<F: std::future::Future<Output = Call>>(
+    env: Env<'_>,
+    turn: &mut Turn,
+    on: &OnTarget<'_>,
+    mut call: std::pin::Pin<&mut F>,
+    slow_at: Option<(Instant, Duration)>,
+) -> Call {
+    let Some((start, point)) = slow_at else {
+        return call.await;
+    };
+    tokio::select! {
+        c = call.as_mut() => return c,
+        () = tokio::time::sleep_until((start + point).into()) => {}
+    }
+    count_slow(env, turn, on);
+    let now = Instant::now();
+    let give_up = matches!(on.mode, Mode::Normal | Mode::Probe)
+        && others_left(env, turn, on.idx, now).left.healthy;
+    if give_up {
+        let mut f = Failure::transport(Transport::FirstTokenTimeout, "");
+        f.message = format!(
+            "no first token by the deployment's slow point ({} ms)",
+            point.as_millis()
+        );
+        return Call {
+            result: Err(f),
+            changes: Vec::new(),
+            start,
+            elapsed: now.saturating_duration_since(start),
+            slow: true,
+        };
+    }
+    let mut c = call.await;
+    c.slow = true;
+    c
+}
+
+/// `on`'s attempt is a slow outlier of its deployment: evidence toward its
+/// ejection, reported.
+fn count_slow(env: Env<'_>, turn: &Turn, on: &OnTarget<'_>) {
+    let effects = env.deployments.on_slow(&on.target, Instant::now());
+    report(env, turn, &on.target, effects, on.mode);
 }
 
 /// The deployment a silent attempt on `on` is hedged on: the next the
@@ -975,27 +1097,45 @@ pub fn is_content(ev: &StreamEvent) -> bool {
     }
 }
 
-/// Feeds a success back to the deployment's health and breaker.
-pub fn on_success(env: Env<'_>, turn: &Turn, target: &Target, mode: Mode, latency: Duration) {
+/// Feeds a success back to the deployment's health and breaker; `slow`:
+/// the attempt was counted as a slow outlier (its health heard it then).
+pub fn on_success(
+    env: Env<'_>,
+    turn: &Turn,
+    target: &Target,
+    mode: Mode,
+    latency: Duration,
+    slow: bool,
+) {
     env.history.record(target, true, latency);
     let effects = env.deployments.on_success(
         &turn.agent,
         target,
         mode == Mode::Probe,
+        slow,
         latency,
         Instant::now(),
     );
     report(env, turn, target, effects, mode);
 }
 
-/// Feeds a failure back to the deployment's health and breaker.
-pub fn on_failure(env: Env<'_>, turn: &Turn, target: &Target, f: &Failure, latency: Duration) {
+/// Feeds a failure back to the deployment's health and breaker; `slow`:
+/// the attempt was counted as a slow outlier, so the health has heard of it.
+pub fn on_failure(
+    env: Env<'_>,
+    turn: &Turn,
+    target: &Target,
+    f: &Failure,
+    latency: Duration,
+    slow: bool,
+) {
     env.history.record(target, false, latency);
     let failed = crate::deployments::Failed {
         class: f.class,
         retry_after: f.retry_after,
         connect_failed: f.connect_failed,
         latency,
+        slow,
     };
     let effects = env
         .deployments
@@ -1013,6 +1153,7 @@ fn report(env: Env<'_>, turn: &Turn, target: &Target, effects: Vec<Effect>, mode
                 key,
                 class,
                 length,
+                slow,
             } => env.emit.emit(
                 env.emit
                     .event(EventKind::ProviderCooldown)
@@ -1023,6 +1164,7 @@ fn report(env: Env<'_>, turn: &Turn, target: &Target, effects: Vec<Effect>, mode
                         "scope": scope,
                         "key": key,
                         "class": class,
+                        "reason": if slow { "slow" } else { "failures" },
                         "ejection_ms": length.as_millis() as u64,
                     })),
             ),

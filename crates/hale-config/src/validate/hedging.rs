@@ -1,10 +1,13 @@
 //! `hedging:` — when a silent attempt is hedged on the next target
 //! (the rules: `hale_core::hedge`), checked: durations over 0, the floor
-//! not over the ceiling, the quantile and the budget's share fractions.
+//! not over the ceiling, the quantile and the budget's share fractions, the
+//! slow rule's factor 0 (off) or at least the hedge factor and its floor not
+//! under the hedge floor (so no attempt is slow before its hedge point).
 
 use super::ctx::Ctx;
 use crate::RawHedging;
 use hale_core::config::HedgingConfig;
+use hale_core::hedge::HEDGE_FACTOR;
 
 impl Ctx<'_> {
     pub(super) fn hedging(&mut self, r: &RawHedging) -> HedgingConfig {
@@ -23,6 +26,28 @@ impl Ctx<'_> {
                 (None, None) => {}
             }
         }
+        let slow_floor = self.positive_ms("hedging.slow_floor_ms", &r.slow_floor_ms, d.slow_floor);
+        if let Some(f) = &r.slow_floor_ms
+            && slow_floor < floor
+        {
+            let msg = format!(
+                "hedging.slow_floor_ms ({}) is under hedging.floor_ms ({})",
+                slow_floor.as_millis(),
+                floor.as_millis()
+            );
+            self.at("hedging.slow_floor_ms", f, msg);
+        }
+        let slow_factor = match &r.slow_factor {
+            None => d.slow_factor,
+            Some(s) if s.value == 0.0 || (s.value.is_finite() && s.value >= HEDGE_FACTOR) => {
+                s.value
+            }
+            Some(s) => {
+                let msg = format!("{} is neither 0 (off) nor at least {HEDGE_FACTOR}", s.value);
+                self.at("hedging.slow_factor", s, msg);
+                d.slow_factor
+            }
+        };
         HedgingConfig {
             enabled: r.enabled.as_ref().map_or(d.enabled, |b| b.value),
             default_after: self.positive_ms(
@@ -48,6 +73,8 @@ impl Ctx<'_> {
                 &r.budget_window_ms,
                 d.budget_window,
             ),
+            slow_factor,
+            slow_floor,
         }
     }
 }
