@@ -1,6 +1,6 @@
 #!/bin/bash
 # Syscalls and context switches per turn at c=64, hale against the bare
-# hyper-util proxy (BENCHMARKS.md, "Syscalls per turn").
+# hyper-util proxy (BENCHMARKS.md, "By thread and syscalls").
 # usage: scripts/syscalls_turn.sh HALE_BIN stream(off|on) durability TAG
 #   BENCH=path/to/hale-bench (default target/release/hale-bench), W=4 (s)
 #   HALEONLY=1: hale alone; the bare figures are taken from an earlier

@@ -981,7 +981,7 @@ pub(crate) struct Applied {
 /// `agents` and `task_spend` rows and their indexes): with 128 pages the
 /// writer spilled dirty pages to the WAL in the middle of its transactions
 /// and read them back, ~3 `pwrite64` and ~2 `pread64` per turn (issue 30;
-/// BENCHMARKS.md, "Syscalls per turn", has the figures since). Only pages the
+/// BENCHMARKS.md, "By thread and syscalls", has the figures since). Only pages the
 /// writer touches fill it, and what it caches is never written anywhere else,
 /// so durability is as before.
 pub(crate) const SQLITE_WRITER_CACHE_KIB: u32 = 2000;
