@@ -217,16 +217,17 @@ pub fn try_take_all(budgets: &mut [&mut HedgeBudget], now: Instant) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::clock::{Clock, FakeClock};
     use proptest::prelude::*;
 
-    fn ms(n: u64) -> Duration {
+    pub(crate) fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
 
-    fn history(clock: &FakeClock, samples: &[u64]) -> FirstTokenHistory {
+    /// A history of `samples` (ms), 10 ms apart on `clock`.
+    pub(crate) fn history(clock: &FakeClock, samples: &[u64]) -> FirstTokenHistory {
         let mut h = FirstTokenHistory::new(HedgingConfig::default().history);
         for s in samples {
             h.record(clock.now(), ms(*s));

@@ -116,21 +116,9 @@ pub fn first_token(
 mod tests {
     use super::*;
     use crate::clock::{Clock, FakeClock};
+    use crate::hedge::tests::{history, ms};
     use crate::hedge::{SAMPLE_MAX_AGE, hedge_point};
     use proptest::prelude::*;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    fn history(clock: &FakeClock, samples: &[u64]) -> FirstTokenHistory {
-        let mut h = FirstTokenHistory::new(HedgingConfig::default().history);
-        for s in samples {
-            h.record(clock.now(), ms(*s));
-            clock.advance(ms(10));
-        }
-        h
-    }
 
     #[test]
     fn slow_point_table() {

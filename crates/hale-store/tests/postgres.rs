@@ -265,6 +265,23 @@ async fn drop_database(mut admin: sqlx::PgConnection, db: &str) {
     let _ = admin.close().await;
 }
 
+/// A store on `url` that has committed once (its pool holds a connection).
+async fn open_and_commit(url: &str) -> Store {
+    let store = Store::open_postgres(url, common::opts())
+        .await
+        .expect("open");
+    store
+        .commit(vec![Write::Agent(agent("a1"))])
+        .await
+        .expect("a commit while the database is up");
+    store
+}
+
+async fn assert_journalled(store: &Store, id: &str) {
+    let turn = store.turn(id).await.expect("read").expect("journalled");
+    assert_eq!(turn.status, hale_store::TurnStatus::Succeeded);
+}
+
 /// Waits for a queued commit, bounded so a hang fails the test instead of
 /// holding the suite.
 async fn landed(
@@ -287,13 +304,7 @@ async fn pg_a_commit_made_while_the_database_refuses_connections_lands_once_it_i
     let Some((mut admin, db, url)) = own_database().await else {
         return;
     };
-    let store = Store::open_postgres(&url, common::opts())
-        .await
-        .expect("open");
-    store
-        .commit(vec![Write::Agent(agent("a1"))])
-        .await
-        .expect("a commit while the database is up");
+    let store = open_and_commit(&url).await;
 
     sql(&format!("ALTER DATABASE {db} ALLOW_CONNECTIONS false"))
         .execute(&mut admin)
@@ -325,12 +336,7 @@ async fn pg_a_commit_made_while_the_database_refuses_connections_lands_once_it_i
     landed(waiting)
         .await
         .expect("the commit made while the database refused connections failed");
-    let turn = store
-        .turn("turn-1")
-        .await
-        .expect("read")
-        .expect("journalled");
-    assert_eq!(turn.status, TurnStatus::Succeeded);
+    assert_journalled(&store, "turn-1").await;
     store.close().await;
     drop_database(admin, &db).await;
 }
@@ -344,13 +350,7 @@ async fn pg_a_commit_whose_connection_is_terminated_mid_statement_lands() {
     let Some((mut admin, db, url)) = own_database().await else {
         return;
     };
-    let store = Store::open_postgres(&url, common::opts())
-        .await
-        .expect("open");
-    store
-        .commit(vec![Write::Agent(agent("a1"))])
-        .await
-        .expect("a commit while the database is up");
+    let store = open_and_commit(&url).await;
 
     // The writer's insert waits on this lock, inside its transaction.
     let mut locker = {
@@ -391,12 +391,7 @@ async fn pg_a_commit_whose_connection_is_terminated_mid_statement_lands() {
     landed(waiting)
         .await
         .expect("the commit whose connection was terminated failed");
-    let turn = store
-        .turn("turn-1")
-        .await
-        .expect("read")
-        .expect("journalled");
-    assert_eq!(turn.status, TurnStatus::Succeeded);
+    assert_journalled(&store, "turn-1").await;
     store.close().await;
     {
         use sqlx::Connection;
