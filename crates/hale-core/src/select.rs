@@ -182,6 +182,25 @@ pub fn usable(c: &Candidate) -> bool {
         }
 }
 
+/// The deployment a silent attempt is hedged on (`crate::hedge`): the first
+/// untried one in plan order in plain rotation — gate open, breaker closed.
+/// Never a due probe, a half-open trial or fail-open: those are the turn's
+/// own one-at-a-time attempts, and a hedge that took one would spend a
+/// probe or a trial on a call the turn may then not make. The candidates are
+/// therefore built without taking a probe or a trial (the gateway's
+/// `Deployments::peek_candidate`): a breaker that is not closed says
+/// [`BreakerSays::Refused`] here.
+pub fn hedge_pick(cands: &[Candidate]) -> Option<usize> {
+    cands.iter().position(|c| {
+        !c.tried
+            && match (c.gate, c.breaker) {
+                (Gate::Open, BreakerSays::Allowed) => true,
+                (Gate::Open, BreakerSays::Trial | BreakerSays::Refused)
+                | (Gate::Probe | Gate::Ejected { .. } | Gate::Forced, _) => false,
+            }
+    })
+}
+
 /// What is left of a plan after a failed attempt, for [`moves_on_at_once`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Left {
@@ -656,6 +675,34 @@ mod tests {
                 want,
                 "probing={probing} healthy={healthy} as_good={as_good}"
             );
+        }
+    }
+
+    #[test]
+    fn a_hedge_goes_only_to_a_deployment_in_plain_rotation() {
+        let t0 = Instant::now();
+        let tried = c(Gate::Open, BreakerSays::Allowed, true, None);
+        let probe = c(Gate::Probe, BreakerSays::Allowed, false, None);
+        let trial = c(Gate::Open, BreakerSays::Trial, false, None);
+        let refused = c(Gate::Open, BreakerSays::Refused, false, None);
+        let ejected = c(ejected(30, t0), BreakerSays::Allowed, false, None);
+        let forced = c(Gate::Forced, BreakerSays::Allowed, false, None);
+        let table: Vec<(&str, Vec<Candidate>, Option<usize>)> = vec![
+            ("the next in rotation", vec![tried, open()], Some(1)),
+            (
+                "past a due probe, a trial and those out of rotation",
+                vec![tried, probe, trial, refused, ejected, forced, open()],
+                Some(6),
+            ),
+            (
+                "none in plain rotation: no hedge (never fail open)",
+                vec![tried, probe, trial, refused, ejected, forced],
+                None,
+            ),
+            ("nothing left", vec![], None),
+        ];
+        for (name, cands, want) in table {
+            assert_eq!(hedge_pick(&cands), want, "{name}");
         }
     }
 

@@ -32,7 +32,7 @@
 //!   new pace is its own.
 
 pub use crate::config::HedgingConfig;
-use crate::hedge::{FirstTokenHistory, HEDGE_FACTOR, MIN_SAMPLES, quantile_ms};
+use crate::hedge::{FirstTokenHistory, HEDGE_FACTOR, MIN_SAMPLES, hedge_point, quantile_ms};
 use std::time::{Duration, Instant};
 
 /// No slow point is later than this, whatever the factor (keeps `Instant`
@@ -92,6 +92,41 @@ pub fn silent(
     }
 }
 
+/// The loser of a hedge's race, cancelled `silent_for` after it was sent
+/// because the other attempt produced a first token while it had none: a
+/// slow outlier when it was silent for at least its deployment's hedge point
+/// ([`hedge_point`]) — it was late against its own history and another
+/// deployment, sent later, answered first. Judged only when the deployment
+/// is judged at all ([`slow_point`]: enough samples, the rule on).
+///
+/// Why judge before the slow point? Without it, the hedges a deployment that
+/// turned slow receives are never held against it (each loser is cancelled
+/// well before its slow point), so it is ejected only once the hedge budget
+/// runs out and turns wait their whole slow point. The evidence rule is the
+/// same as for any failure: [`crate::deployment::Health::on_slow`] ejects
+/// after `eject_after` in a row, and a success of its own in between starts
+/// the count over, so the occasional hedged tail of a healthy deployment
+/// (at most `budget_share` of its calls) does not eject it. A loser raced
+/// from its start (a probe, see the gateway's attempt loop) that lost to a
+/// faster peer before its own hedge point is `Usual`: losing a fair race
+/// is not lateness.
+pub fn lost_race(
+    history: &FirstTokenHistory,
+    cfg: &HedgingConfig,
+    silent_for: Duration,
+    now: Instant,
+) -> Verdict {
+    if slow_point(history, cfg, now).is_none() {
+        return Verdict::Unjudged;
+    }
+    let point = hedge_point(history, cfg, now);
+    if silent_for >= point {
+        Verdict::Slow { point }
+    } else {
+        Verdict::Usual
+    }
+}
+
 /// A first token `elapsed` after the request was sent: judged against the
 /// history, then recorded in it unless it was slow.
 pub fn first_token(
@@ -116,8 +151,8 @@ pub fn first_token(
 mod tests {
     use super::*;
     use crate::clock::{Clock, FakeClock};
+    use crate::hedge::SAMPLE_MAX_AGE;
     use crate::hedge::tests::{history, ms};
-    use crate::hedge::{SAMPLE_MAX_AGE, hedge_point};
     use proptest::prelude::*;
 
     #[test]
@@ -200,6 +235,49 @@ mod tests {
             } else {
                 silent(h, &cfg, ms(*at), clock.now())
             };
+            assert_eq!(got, *want, "{name}");
+        }
+    }
+
+    #[test]
+    fn lost_race_table() {
+        let cfg = HedgingConfig::default();
+        let clock = FakeClock::default();
+        // Usually 1 s: hedged at 1.5 s, slow at 3 s.
+        let known = history(&clock, &[1000; 20]);
+        let unknown = history(&clock, &[1000; MIN_SAMPLES - 1]);
+        let off = HedgingConfig {
+            slow_factor: 0.0,
+            ..HedgingConfig::default()
+        };
+        let late = Verdict::Slow { point: ms(1500) };
+        let cases: &[(&str, &FirstTokenHistory, &HedgingConfig, u64, Verdict)] = &[
+            ("hedged, lost at its hedge point", &known, &cfg, 1500, late),
+            (
+                "hedged, lost before its slow point",
+                &known,
+                &cfg,
+                2200,
+                late,
+            ),
+            (
+                "raced from its start, lost to a faster peer",
+                &known,
+                &cfg,
+                1499,
+                Verdict::Usual,
+            ),
+            (
+                "too little history",
+                &unknown,
+                &cfg,
+                2200,
+                Verdict::Unjudged,
+            ),
+            ("the slow rule off", &known, &off, 2200, Verdict::Unjudged),
+        ];
+        for (name, h, cfg, silent_for, want) in cases {
+            let got = lost_race(h, cfg, ms(*silent_for), clock.now());
             assert_eq!(got, *want, "{name}");
         }
     }
@@ -310,6 +388,28 @@ mod tests {
             let clock = FakeClock::default();
             let h = history(&clock, &samples);
             prop_assert_eq!(silent(&h, &cfg, ms(at), clock.now()), Verdict::Unjudged);
+            prop_assert_eq!(lost_race(&h, &cfg, ms(at), clock.now()), Verdict::Unjudged);
+        }
+
+        #[test]
+        fn a_lost_race_is_late_exactly_from_the_hedge_point(
+            samples in proptest::collection::vec(0u64..100_000, MIN_SAMPLES..80),
+            at in 0u64..200_000,
+        ) {
+            let cfg = HedgingConfig::default();
+            let clock = FakeClock::default();
+            let h = history(&clock, &samples);
+            let point = hedge_point(&h, &cfg, clock.now());
+            let want = if ms(at) >= point {
+                Verdict::Slow { point }
+            } else {
+                Verdict::Usual
+            };
+            prop_assert_eq!(lost_race(&h, &cfg, ms(at), clock.now()), want);
+            // Never later than the slow rule itself would judge a silence.
+            let silent_slow = matches!(silent(&h, &cfg, ms(at), clock.now()), Verdict::Slow { .. });
+            let lost_slow = matches!(lost_race(&h, &cfg, ms(at), clock.now()), Verdict::Slow { .. });
+            prop_assert!(!silent_slow || lost_slow);
         }
     }
 }

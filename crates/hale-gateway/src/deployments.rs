@@ -204,6 +204,16 @@ impl Deployments {
         slow::first_token(history, h, elapsed, now)
     }
 
+    /// The loser of a hedge's race on `deployment`, silent for `silent_for`
+    /// when the other attempt's first token came ([`slow::lost_race`]).
+    pub fn lost_race(&self, deployment: &str, silent_for: Duration, now: Instant) -> Verdict {
+        let g = self.hedging();
+        match g.deployments.get(deployment) {
+            Some((history, _)) => slow::lost_race(history, &self.cfg.hedging, silent_for, now),
+            None => Verdict::Unjudged,
+        }
+    }
+
     /// How long an attempt on `deployment` may stay without a first token
     /// before it is a slow outlier ([`slow::slow_point`]); `None` while the
     /// deployment is not judged.
@@ -411,6 +421,34 @@ impl Deployments {
     /// (and a half-open trial taken) only when the deployment is in rotation
     /// or its probe is due, so an ejected deployment never consumes a trial.
     pub fn candidate(&self, agent: &str, t: &Target, tried: bool, now: Instant) -> Candidate {
+        self.candidate_with(agent, t, tried, now, |b| match b.allow(now) {
+            Admission::Allowed => BreakerSays::Allowed,
+            Admission::Trial => BreakerSays::Trial,
+            Admission::Rejected { .. } => BreakerSays::Refused,
+        })
+    }
+
+    /// [`Deployments::candidate`] without taking anything: the breaker is
+    /// only read (closed or off: allowed; otherwise refused), so no
+    /// half-open trial is spent. For a hedge's pick
+    /// ([`hale_core::select::hedge_pick`]).
+    pub fn peek_candidate(&self, agent: &str, t: &Target, tried: bool, now: Instant) -> Candidate {
+        self.candidate_with(agent, t, tried, now, |b| match b.state(now) {
+            BreakerState::Closed | BreakerState::Disabled => BreakerSays::Allowed,
+            BreakerState::Open | BreakerState::HalfOpen | BreakerState::ForcedOpen => {
+                BreakerSays::Refused
+            }
+        })
+    }
+
+    fn candidate_with(
+        &self,
+        agent: &str,
+        t: &Target,
+        tried: bool,
+        now: Instant,
+        ask: impl FnOnce(&SharedBreaker) -> BreakerSays,
+    ) -> Candidate {
         let dkey = key(t);
         let (gate, success_ratio) = {
             let s = self.scopes();
@@ -423,11 +461,7 @@ impl Deployments {
             BreakerSays::Refused
         } else {
             match gate {
-                Gate::Open | Gate::Probe => match self.breaker(agent, &dkey).allow(now) {
-                    Admission::Allowed => BreakerSays::Allowed,
-                    Admission::Trial => BreakerSays::Trial,
-                    Admission::Rejected { .. } => BreakerSays::Refused,
-                },
+                Gate::Open | Gate::Probe => ask(&self.breaker(agent, &dkey)),
                 Gate::Ejected { .. } | Gate::Forced => BreakerSays::Refused,
             }
         };
@@ -695,6 +729,42 @@ mod tests {
             "m",
         )]);
         Deployments::new(Arc::new(cfg), Instant::now())
+    }
+
+    /// A hedge's pick looks without taking: `peek_candidate` on a breaker
+    /// whose open duration has passed says refused and leaves its half-open
+    /// trial to the turn, which `candidate` then takes (once).
+    #[test]
+    fn peeking_takes_no_half_open_trial() {
+        let d = deployments();
+        let t = Target {
+            provider: "p".into(),
+            model: "m".into(),
+        };
+        let now = Instant::now();
+        let b = d.breaker("a", &key(&t));
+        for _ in 0..5 {
+            let failed = CallOutcome::Failure {
+                class: ErrorClass::Network,
+                latency: Duration::ZERO,
+                retry_after: None,
+            };
+            b.record(now, failed, &mut rand::rng());
+        }
+        assert_eq!(b.state(now), BreakerState::Open);
+        let later = now + Duration::from_secs(60);
+        for _ in 0..3 {
+            let peeked = d.peek_candidate("a", &t, false, later);
+            assert_eq!(peeked.breaker, BreakerSays::Refused);
+        }
+        assert_eq!(
+            d.candidate("a", &t, false, later).breaker,
+            BreakerSays::Trial
+        );
+        assert_eq!(
+            d.candidate("a", &t, false, later).breaker,
+            BreakerSays::Refused
+        );
     }
 
     /// Issue 43: slow outliers eject the deployment, marked slow; a success

@@ -18,6 +18,9 @@
 //! a slow outlier of that deployment, and — when it is not racing a hedge and
 //! another deployment in rotation is left — given up as a `timeout`, so a
 //! deployment that turned slow costs a turn its slow point, not its silence.
+//! A hedge's loser silent past its own hedge point counts too
+//! (`slow::lost_race`), and probes are hedged, so once a deployment turned
+//! slow its hedged turns eject it and its probes cost a hedge point.
 
 use crate::deployments::{Deployments, Effect};
 use crate::emit::Emitter;
@@ -650,9 +653,9 @@ fn cancelled(
 /// deployment in rotation is left, and both hedge budgets grant it: then the
 /// same request (`turn_req`, as that deployment is sent it) goes there too,
 /// the first of the two to produce a first token serves and the other is
-/// cancelled. An attempt silent at its deployment's slow point is counted as
-/// a slow outlier then (and given up, see [`watched`], unless it is racing).
-/// Returns the outcome to act on, its duration, the hedge's deployment when
+/// cancelled, judged by [`judge_loser`]. An attempt silent at its
+/// deployment's slow point is counted as a slow outlier then (and given up,
+/// see [`watched`], unless it is racing). Returns the outcome to act on, its duration, the hedge's deployment when
 /// that outcome is the hedge's, and whether that outcome's attempt was
 /// counted as slow.
 async fn attempt<'a>(
@@ -682,8 +685,11 @@ async fn attempt<'a>(
         .slow_point(&on.deployment, first_start)
         .map(|p| (first_start, p));
     let mut first = Box::pin(call(env, cx, on, req, pf));
-    // Only a plain call is hedged: not a resumed stream, a probe, a trial or fail-open.
-    let point = (pf.is_none() && resume.is_none() && on.mode == Mode::Normal)
+    // A plain call or a probe is hedged: not a resumed stream, a trial or
+    // fail-open. A probe of a deployment still slow then costs its turn the
+    // hedge point, not the slow point.
+    let hedgeable = matches!(on.mode, Mode::Normal | Mode::Probe);
+    let point = (pf.is_none() && resume.is_none() && hedgeable)
         .then(|| env.deployments.hedge_point(&on.deployment, Instant::now()))
         .flatten();
     let plain = |mut c: Call, turn: &mut Turn| {
@@ -719,6 +725,10 @@ async fn attempt<'a>(
     if c.result.is_ok() {
         record(env, turn, winner, &mut c, resume, role(winner_is_hedge));
         let loser_start = if winner_is_hedge { first_start } else { now };
+        // A loser already counted at its slow point is not counted twice.
+        if !(winner_is_hedge && first_slow) {
+            judge_loser(env, turn, loser, loser_start.elapsed());
+        }
         let (tokens, cost) = cancelled(env, turn, loser, loser_start, loser_req);
         drop(first);
         drop(hedge);
@@ -836,23 +846,52 @@ fn count_slow(env: Env<'_>, turn: &Turn, on: &OnTarget<'_>) {
     report(env, turn, &on.target, effects, on.mode);
 }
 
-/// The deployment a silent attempt on `on` is hedged on: the next the
-/// selection picks in rotation (not a probe, a trial or fail-open), when
-/// both hedge budgets grant it; its call counted like any other.
+/// The deployment a silent attempt on `on` is hedged on: the first other
+/// untried one in plain rotation ([`select::hedge_pick`]: no probe, trial
+/// or fail-open, and none of them taken by looking), when both hedge budgets
+/// grant it; its call counted like any other.
+///
+/// A probe's hedge is not taken from the budgets: a probe still silent at
+/// its hedge point would otherwise be given up at its slow point and the
+/// turn moved on to the same deployment ([`watched`]), the same two calls,
+/// later. Only a probe whose first token comes between the two points costs
+/// a call more, and probes come one per `retry.probe_interval_ms`. (Taken
+/// from the budgets, a deployment ejected for long — its own request count,
+/// and so its budget, near zero — would have its probes wait again.)
 fn hedge_target<'a>(
     env: Env<'a>,
     turn: &mut Turn,
     on: &OnTarget<'a>,
     now: Instant,
 ) -> Option<OnTarget<'a>> {
-    let was = std::mem::replace(&mut turn.exhausted[on.idx], true);
-    let picked = choose(env, turn, now);
-    turn.exhausted[on.idx] = was;
-    let (idx, mode, _) = picked?;
-    if mode != Mode::Normal || !env.deployments.take_hedge(&turn.agent, &on.deployment, now) {
+    let cands: Vec<Candidate> = (turn.targets.iter().enumerate())
+        .map(|(i, t)| {
+            let tried = i == on.idx || turn.exhausted[i] || env.cfg.provider(&t.provider).is_none();
+            env.deployments.peek_candidate(&turn.agent, t, tried, now)
+        })
+        .collect();
+    let idx = select::hedge_pick(&cands)?;
+    let granted = match on.mode {
+        Mode::Probe => true,
+        Mode::Normal | Mode::Trial | Mode::FailOpen => {
+            env.deployments.take_hedge(&turn.agent, &on.deployment, now)
+        }
+    };
+    if !granted {
         return None;
     }
-    on_target(env, turn, idx, mode, now)
+    on_target(env, turn, idx, Mode::Normal, now)
+}
+
+/// The loser of a hedge's race on `on`, cancelled after `silent_for`
+/// without a first token: held against its deployment as a slow outlier
+/// when it was silent past its hedge point ([`hale_core::slow::lost_race`]).
+fn judge_loser(env: Env<'_>, turn: &Turn, on: &OnTarget<'_>, silent_for: Duration) {
+    let now = Instant::now();
+    match env.deployments.lost_race(&on.deployment, silent_for, now) {
+        Verdict::Slow { .. } => count_slow(env, turn, on),
+        Verdict::Usual | Verdict::Unjudged => {}
+    }
 }
 
 /// The `turn.hedged` event: which deployment was hedged on which, which

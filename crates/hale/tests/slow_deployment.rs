@@ -11,7 +11,10 @@
 //!   after three it is ejected for slowness (`provider.cooldown` with
 //!   `reason: slow`, `ejected_slow` in `GET /deployments`) and turns skip it.
 //!   Once it is fast again, a probe finds it at its usual pace and it is back
-//!   (`provider.recovered`, served by the primary).
+//!   (`provider.recovered`, served by the primary). Its probes meanwhile are
+//!   hedged, outside the spent hedge budget.
+//! - With a budget that grants every hedge, the hedged turns themselves
+//!   eject it (each lost race is evidence), and its probe is hedged.
 //! - A model that always takes 1 s to its first token (thinking) is, once its
 //!   history is known, neither hedged (no `x-hale-hedged: true`) nor ejected
 //!   (no `provider.cooldown`), though a fixed 300 ms rule would call it slow
@@ -202,6 +205,20 @@ async fn issue43_a_deployment_that_turns_slow_is_ejected_and_comes_back_once_fas
         t.record
     );
 
+    // Its next probe is hedged though the hedge budget is spent (one hedge
+    // a window here, taken by the first slow turn): the backup serves at the
+    // hedge point instead of the probe waiting for its slow point.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = turn(&http, &base, agent, false).await;
+    assert_eq!(t.provider, "backup", "{}", t.record);
+    let rows = t.record["timeline"].as_array().expect("timeline");
+    let probe = rows
+        .iter()
+        .find(|r| r["target"] == PRIMARY)
+        .unwrap_or_else(|| panic!("no probe: {}", t.record));
+    assert_eq!(probe["mode"], "probe", "{}", t.record);
+    assert_eq!(probe["hedge"], "cancelled", "{}", t.record);
+
     // Fast again: a probe finds it at its usual pace and it is back.
     set_fault(&http, &chaos, "prim-model", None).await;
     let mut back = None;
@@ -239,6 +256,96 @@ async fn issue43_a_deployment_that_turns_slow_is_ejected_and_comes_back_once_fas
     assert_eq!(view["ejected_slow"], false, "{view}");
     let t = turn(&http, &base, agent, true).await;
     assert_eq!(t.provider, "primary", "{}", t.record);
+}
+
+/// The cooldowns of `deployment` so far.
+async fn cooldowns(http: &reqwest::Client, base: &str, deployment: &str) -> Vec<Value> {
+    events(http, base, "provider.cooldown")
+        .await
+        .into_iter()
+        .filter(|e| e["payload"]["deployment"] == deployment)
+        .collect()
+}
+
+/// The primary's rows of a turn's timeline.
+fn primary_rows(t: &Turn) -> Vec<Value> {
+    let rows = t.record["timeline"].as_array().expect("timeline");
+    rows.iter()
+        .filter(|r| r["target"] == PRIMARY)
+        .cloned()
+        .collect()
+}
+
+/// With a budget that grants every hedge, each turn on a primary that
+/// turned slow is hedged and served by the backup, its primary attempt
+/// cancelled long before the slow point (5 s here). Those lost races are the
+/// evidence (`slow::lost_race`): the primary is ejected after three, with no
+/// attempt ever waiting for its slow point. Its probe is then hedged too:
+/// the turn is served by the backup at the hedge point, and the probe that
+/// lost extends the ejection. Fails with lost races not counted (never
+/// ejected) and with probes not hedged (the probe waits for the slow point).
+#[tokio::test]
+async fn issue43_hedged_turns_eject_a_slow_deployment_and_its_probe_is_hedged() {
+    let http = hale_testkit::client(Duration::from_secs(60));
+    let dir = tempfile::tempdir().unwrap();
+    let (_chaos, chaos) = start_chaos(&http, dir.path()).await;
+    let cfg = config(
+        &chaos,
+        "prim-model",
+        "{floor_ms: 100, slow_floor_ms: 5000, budget_share: 1.0}",
+    );
+    let (_hale, base) = start_serve(&http, dir.path(), &cfg, &[]).await;
+    let agent = "hedged-e2e";
+    for i in 0..6 {
+        let t = turn(&http, &base, agent, i % 2 == 0).await;
+        assert_eq!(t.provider, "primary", "{}", t.record);
+    }
+    set_fault(
+        &http,
+        &chaos,
+        "prim-model",
+        Some("slow-first-token:ms=20000"),
+    )
+    .await;
+    let mut ejected_after = None;
+    for n in 1..=6 {
+        let t = turn(&http, &base, agent, n % 2 == 0).await;
+        assert_eq!(t.provider, "backup", "turn {n}: {}", t.record);
+        assert_eq!(t.hedged, "true", "turn {n}: {}", t.record);
+        let rows = primary_rows(&t);
+        assert_eq!(rows.len(), 1, "turn {n}: {}", t.record);
+        assert_eq!(rows[0]["hedge"], "cancelled", "turn {n}: {}", t.record);
+        if let Some(e) = cooldowns(&http, &base, PRIMARY).await.first() {
+            assert_eq!(e["payload"]["reason"], "slow", "{e}");
+            ejected_after = Some(n);
+            break;
+        }
+    }
+    let n = ejected_after.expect("three hedged turns did not eject the slow primary");
+    assert_eq!(n, 3, "ejected after {n} hedged turns (eject_after is 3)");
+    assert_eq!(
+        deployment(&http, &base, PRIMARY).await["ejected_slow"],
+        true
+    );
+
+    // Its probe (every 200 ms) is hedged: the backup serves at the hedge
+    // point, and the probe's lost race extends the ejection.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = turn(&http, &base, agent, true).await;
+    assert_eq!(t.provider, "backup", "{}", t.record);
+    let rows = primary_rows(&t);
+    assert_eq!(rows.len(), 1, "{}", t.record);
+    assert_eq!(rows[0]["mode"], "probe", "{}", t.record);
+    assert_eq!(rows[0]["hedge"], "cancelled", "{}", t.record);
+    assert_eq!(t.hedged, "true", "{}", t.record);
+    let all = cooldowns(&http, &base, PRIMARY).await;
+    assert_eq!(
+        all.len(),
+        2,
+        "the lost probe did not extend the ejection: {all:?}"
+    );
+    let view = deployment(&http, &base, PRIMARY).await;
+    assert_eq!(view["health"], "ejected", "{view}");
 }
 
 #[tokio::test]
