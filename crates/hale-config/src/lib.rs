@@ -204,6 +204,41 @@ fn is_digits(s: &str) -> bool {
 
 /// An optional key whose value's line is kept.
 type Opt<T> = Option<Spanned<T>>;
+
+/// One entry of a route: a target `provider/model`, or a list of them of
+/// equal rank (load-balanced). Read by hand (a string or a list of
+/// strings): it has no keys of its own.
+#[derive(Debug)]
+enum RawRouteEntry {
+    One(String),
+    Group(Vec<Spanned<String>>),
+}
+
+impl<'de> Deserialize<'de> for RawRouteEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entry;
+        impl<'de> serde::de::Visitor<'de> for Entry {
+            type Value = RawRouteEntry;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a target `provider/model`, or a list of them of equal rank")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RawRouteEntry::One(v.to_owned()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut group = Vec::new();
+                while let Some(t) = seq.next_element()? {
+                    group.push(t);
+                }
+                Ok(RawRouteEntry::Group(group))
+            }
+        }
+        d.deserialize_any(Entry)
+    }
+}
 /// A key that may be omitted (outer `None`, keep the default) or set to
 /// `null` (`Some(None)`, switch the rule off).
 type Nullable<T> = Option<Option<Spanned<T>>>;
@@ -239,7 +274,7 @@ pub struct RawConfig {
     #[serde(default)]
     telemetry: Opt<RawTelemetry>,
     #[serde(default)]
-    routes: Opt<Map<Vec<Spanned<String>>>>,
+    routes: Opt<Map<Vec<Spanned<RawRouteEntry>>>>,
     #[serde(default)]
     providers: Opt<Vec<Spanned<RawProvider>>>,
     #[serde(default)]

@@ -681,6 +681,31 @@ fn undefined_provider_in_route_is_an_error() {
 }
 
 #[test]
+fn a_list_in_a_route_is_a_rank_of_equal_targets() {
+    let c = load_ok(&with_base(
+        "routes:\n  lb: [[openai/gpt-4o, anthropic/claude-sonnet-4], openai/gpt-4o-mini]\n  plain: [openai/gpt-4o]\n",
+    ));
+    assert_eq!(c.routes["lb"].len(), 3);
+    assert_eq!(c.routes["lb"][1].provider, "anthropic");
+    assert_eq!(c.route_ranks["lb"], vec![2, 1]);
+    assert!(!c.route_ranks.contains_key("plain"));
+}
+
+#[test]
+fn a_rank_names_its_bad_targets_and_is_not_empty() {
+    let errs = load_err(&with_base(
+        "routes:\n  lb:\n    - [openai/gpt-4o, mistral/large]\n    - []\n",
+    ));
+    assert_error(
+        &errs,
+        "routes.lb[0][1]",
+        Some(12),
+        "provider `mistral` is not defined",
+    );
+    assert_error(&errs, "routes.lb[1]", Some(13), "at least one target");
+}
+
+#[test]
 fn route_target_must_be_provider_slash_model() {
     let errs = load_err(&with_base(
         "routes:\n  smart:\n    - openai\n    - /gpt-4o\n",

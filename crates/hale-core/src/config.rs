@@ -38,6 +38,11 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Model name → ordered targets.
     pub routes: BTreeMap<String, Vec<Target>>,
+    /// Route name → the sizes of its ranks in order (`[2, 1]` for
+    /// `[[a, b], c]`): the targets of a rank of two or more are one
+    /// load-balanced group ([`crate::balance`]). A route not here has a rank
+    /// per target.
+    pub route_ranks: BTreeMap<String, Vec<usize>>,
     pub providers: Vec<ProviderConfig>,
     pub agents: BTreeMap<String, AgentConfig>,
     pub self_healing: SelfHealingConfig,
@@ -82,6 +87,7 @@ impl Config {
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
             routes: BTreeMap::new(),
+            route_ranks: BTreeMap::new(),
             providers,
             agents: BTreeMap::new(),
             self_healing: SelfHealingConfig::default(),

@@ -11,6 +11,7 @@
 pub mod access;
 pub mod alert;
 pub mod azure;
+pub mod balance;
 pub mod bedrock;
 pub mod breaker;
 pub mod browser;

@@ -34,6 +34,48 @@ pub enum SelectError {
     UnknownProvider(String),
 }
 
+/// [`plan`] by rank: a route's load-balanced group
+/// ([`Config::route_ranks`]) is one rank, to be ordered by
+/// [`crate::balance::order`]; every other target is a rank of its own.
+/// Flattened in order, it is [`plan`].
+pub fn plan_ranks(
+    config: &Config,
+    agent: &str,
+    requested_model: &str,
+) -> Result<Vec<Vec<Target>>, SelectError> {
+    let flat = plan(config, agent, requested_model)?;
+    let sizes = match (
+        config.routes.get(requested_model),
+        config.route_ranks.get(requested_model),
+    ) {
+        (Some(_), Some(sizes)) => sizes.as_slice(),
+        (Some(_) | None, None) | (None, Some(_)) => {
+            return Ok(flat.into_iter().map(|t| vec![t]).collect());
+        }
+    };
+    // The route's targets, grouped as written; `plan` kept the first of a
+    // target listed twice, so a rank keeps only targets not seen before.
+    let route = &config.routes[requested_model];
+    let mut seen: Vec<&Target> = Vec::with_capacity(route.len());
+    let mut ranks = Vec::with_capacity(sizes.len());
+    let mut at = 0;
+    for &size in sizes {
+        let mut rank = Vec::with_capacity(size);
+        for t in route.iter().skip(at).take(size) {
+            if !seen.contains(&t) {
+                seen.push(t);
+                rank.push(t.clone());
+            }
+        }
+        at += size;
+        if !rank.is_empty() {
+            ranks.push(rank);
+        }
+    }
+    debug_assert_eq!(ranks.concat(), flat);
+    Ok(ranks)
+}
+
 /// The ordered targets for a request of `agent` asking for `requested_model`.
 ///
 /// - `requested_model` is a route name → that route's targets;
@@ -386,6 +428,40 @@ mod tests {
             plan(&c, "research", "smart").unwrap(),
             vec![t("anthropic", "claude-sonnet-4"), t("openai", "gpt-4o")]
         );
+    }
+
+    #[test]
+    fn a_routes_ranks_group_its_targets() {
+        let mut c = config();
+        let (a, b, d) = (
+            t("openai", "gpt-4o"),
+            t("local", "m"),
+            t("anthropic", "claude-sonnet-4"),
+        );
+        c.routes.insert(
+            "lb".into(),
+            vec![a.clone(), b.clone(), d.clone(), a.clone()],
+        );
+        c.route_ranks.insert("lb".into(), vec![2, 1, 1]);
+        let cases: &[(&str, Vec<Vec<Target>>)] = &[
+            // [[a, b], d, a]: the repeated a is dropped, as `plan` drops it.
+            ("lb", vec![vec![a.clone(), b.clone()], vec![d.clone()]]),
+            // A route without ranks, and a chain: a rank per target.
+            ("smart", vec![vec![d.clone()], vec![t("openai", "gpt-4o")]]),
+            (
+                "openai/gpt-4o",
+                plan(&c, "research", "openai/gpt-4o")
+                    .unwrap()
+                    .into_iter()
+                    .map(|t| vec![t])
+                    .collect(),
+            ),
+        ];
+        for (model, want) in cases {
+            let ranks = plan_ranks(&c, "research", model).unwrap();
+            assert_eq!(&ranks, want, "{model}");
+            assert_eq!(ranks.concat(), plan(&c, "research", model).unwrap());
+        }
     }
 
     #[test]

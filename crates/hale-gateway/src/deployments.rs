@@ -18,6 +18,7 @@
 //! changed as [`Effect`]s, which the caller turns into events. It knows
 //! nothing of HTTP, turns or events, so any part of the gateway can ask it.
 
+use hale_core::balance::{self, PeakEwma};
 use hale_core::breaker::{Admission, BreakerState, CallOutcome, SharedBreaker, Transition};
 use hale_core::class::ErrorClass;
 use hale_core::config::{Config, Target};
@@ -104,6 +105,9 @@ pub struct Deployments {
     breaker_cfg: Arc<hale_core::config::BreakerConfig>,
     /// First-token histories and hedge budgets.
     hedging: Mutex<Hedging>,
+    /// deployment key → its time to first token as the balancer weighs it
+    /// ([`hale_core::balance::PeakEwma`]); keyed like the health scopes.
+    latency: Mutex<HashMap<String, PeakEwma>>,
 }
 
 /// The hedging state ([`hale_core::hedge`]).
@@ -146,6 +150,7 @@ impl Deployments {
             budgets,
             breaker_cfg: Arc::new(cfg.self_healing.circuit_breaker.clone()),
             hedging: Mutex::new(Hedging::default()),
+            latency: Mutex::new(HashMap::new()),
             cfg,
         }
     }
@@ -189,6 +194,10 @@ impl Deployments {
     /// `deployment` was sent, judged against its history and recorded in it
     /// unless slow ([`slow::first_token`]).
     pub fn first_token(&self, deployment: &str, elapsed: Duration, now: Instant) -> Verdict {
+        self.latency()
+            .entry(deployment.to_owned())
+            .or_default()
+            .observe(now, elapsed);
         let h = &self.cfg.hedging;
         let mut g = self.hedging();
         let history = &mut g
@@ -202,6 +211,43 @@ impl Deployments {
             })
             .0;
         slow::first_token(history, h, elapsed, now)
+    }
+
+    fn latency(&self) -> std::sync::MutexGuard<'_, HashMap<String, PeakEwma>> {
+        // No rule panics while holding the lock, so the map is consistent.
+        self.latency.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A plan's targets in the order to try them: each rank of two or more
+    /// (a route's load-balanced group, `hale_core::select::plan_ranks`)
+    /// ordered by [`balance::order`] over its members' recent first-token
+    /// times, the ranks in their order.
+    pub fn balance<R: rand::Rng + ?Sized>(
+        &self,
+        ranks: Vec<Vec<Target>>,
+        now: Instant,
+        rng: &mut R,
+    ) -> Vec<Target> {
+        let mut out = Vec::with_capacity(ranks.iter().map(Vec::len).sum());
+        for rank in ranks {
+            if rank.len() < 2 {
+                out.extend(rank);
+                continue;
+            }
+            let costs: Vec<f64> = {
+                let l = self.latency();
+                rank.iter()
+                    .map(|t| l.get(&key(t)).map_or(0.0, |e| e.cost(now)))
+                    .collect()
+            };
+            let mut rank: Vec<Option<Target>> = rank.into_iter().map(Some).collect();
+            out.extend(
+                balance::order(&costs, rng)
+                    .into_iter()
+                    .filter_map(|i| rank[i].take()),
+            );
+        }
+        out
     }
 
     /// The loser of a hedge's race on `deployment`, silent for `silent_for`

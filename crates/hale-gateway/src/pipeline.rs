@@ -321,8 +321,12 @@ async fn idempotency(
 /// and the agent's chain give; a model no target's URL can name, or a
 /// `previous_response_id` no target can hold, is refused before any call.
 fn plan_targets(gw: &Gateway, gate: Gate, req: &ChatRequest) -> Result<Turn, HaleError> {
-    let targets = select::plan(&gw.cfg, &gate.agent, &req.model)
+    let ranks = select::plan_ranks(&gw.cfg, &gate.agent, &req.model)
         .map_err(|e| HaleError::bad_request(e.to_string()))?;
+    // A route's load-balanced group: the faster of two random members first.
+    let targets = gw
+        .deployments
+        .balance(ranks, std::time::Instant::now(), &mut rand::rng());
     // A model a target's URL would name must be one path segment there
     // (hale_core::segment): refused before any provider is called.
     if let Some(why) = targets.iter().find_map(|t| {

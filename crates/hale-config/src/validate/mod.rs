@@ -71,7 +71,9 @@ pub fn validate(
         cx.limits(&l.value, &mut cfg.limits);
     }
     if let Some(r) = &raw.routes {
-        cfg.routes = cx.routes(&r.value, &cfg.providers);
+        let routes = cx.routes(&r.value, &cfg.providers);
+        cfg.routes = routes.targets;
+        cfg.route_ranks = routes.ranks;
     }
     if let Some(a) = &raw.agents {
         cfg.agents = cx.agents(&a.value);

@@ -1,61 +1,103 @@
-//! `routes:` — each model name's ordered `provider/model` targets, naming
-//! defined providers and models they list.
+//! `routes:` — each model name's ordered targets, `provider/model` naming
+//! defined providers and models they list; an entry that is a list is a
+//! rank of targets load-balanced among themselves (`hale_core::balance`).
 
 use super::ctx::Ctx;
-use crate::Map;
+use crate::{Map, RawRouteEntry};
 use hale_core::config::{ProviderConfig, Target};
 use serde_saphyr::Spanned;
 use std::collections::BTreeMap;
 
+/// The routes' targets, flattened in order, and each route's rank sizes
+/// (only for a route with a rank of two or more).
+pub(super) struct Routes {
+    pub targets: BTreeMap<String, Vec<Target>>,
+    pub ranks: BTreeMap<String, Vec<usize>>,
+}
+
 impl Ctx<'_> {
     pub(super) fn routes(
         &mut self,
-        raw: &Map<Vec<Spanned<String>>>,
+        raw: &Map<Vec<Spanned<RawRouteEntry>>>,
         providers: &[ProviderConfig],
-    ) -> BTreeMap<String, Vec<Target>> {
-        let mut routes = BTreeMap::new();
-        for (name, targets) in raw {
+    ) -> Routes {
+        let mut out = Routes {
+            targets: BTreeMap::new(),
+            ranks: BTreeMap::new(),
+        };
+        for (name, entries) in raw {
             let path = format!("routes.{name}");
-            if targets.value.is_empty() {
-                self.at(&path, targets, "a route needs at least one target");
+            if entries.value.is_empty() {
+                self.at(&path, entries, "a route needs at least one target");
                 continue;
             }
-            let mut out = Vec::new();
-            for (i, t) in targets.value.iter().enumerate() {
-                let tpath = format!("{path}[{i}]");
-                let text = t.value.trim();
-                let Some((p, m)) = text
-                    .split_once('/')
-                    .filter(|(p, m)| !p.is_empty() && !m.is_empty())
-                else {
-                    self.at(
-                        &tpath,
-                        t,
-                        format!("`{text}` is not of the form provider/model"),
-                    );
-                    continue;
-                };
-                let pname = Spanned::new(p.to_owned(), t.referenced, t.defined);
-                let Some(provider) = self.provider_ref(&tpath, &pname) else {
-                    continue;
-                };
-                if let Some(pc) = providers.iter().find(|pc| pc.name == provider)
-                    && !pc.offers(m)
-                {
-                    self.at(
-                        &tpath,
-                        t,
-                        format!("provider `{provider}` does not list model `{m}` in its models"),
-                    );
-                    continue;
+            let mut targets = Vec::new();
+            let mut sizes = Vec::new();
+            for (i, entry) in entries.value.iter().enumerate() {
+                let epath = format!("{path}[{i}]");
+                let before = targets.len();
+                match &entry.value {
+                    RawRouteEntry::One(text) => {
+                        let t = Spanned::new(text.clone(), entry.referenced, entry.defined);
+                        targets.extend(self.target(&epath, &t, providers));
+                    }
+                    RawRouteEntry::Group(group) => {
+                        if group.is_empty() {
+                            self.at(
+                                &epath,
+                                entry,
+                                "a group of equal rank needs at least one target",
+                            );
+                        }
+                        for (j, t) in group.iter().enumerate() {
+                            targets.extend(self.target(&format!("{epath}[{j}]"), t, providers));
+                        }
+                    }
                 }
-                out.push(Target {
-                    provider,
-                    model: m.to_owned(),
-                });
+                sizes.push(targets.len() - before);
             }
-            routes.insert(name.clone(), out);
+            if sizes.iter().any(|&n| n > 1) {
+                out.ranks.insert(name.clone(), sizes);
+            }
+            out.targets.insert(name.clone(), targets);
         }
-        routes
+        out
+    }
+
+    /// One `provider/model` at `path`, or `None` (its error recorded).
+    fn target(
+        &mut self,
+        path: &str,
+        t: &Spanned<String>,
+        providers: &[ProviderConfig],
+    ) -> Option<Target> {
+        let text = t.value.trim();
+        let Some((p, m)) = text
+            .split_once('/')
+            .filter(|(p, m)| !p.is_empty() && !m.is_empty())
+        else {
+            self.at(
+                path,
+                t,
+                format!("`{text}` is not of the form provider/model"),
+            );
+            return None;
+        };
+        let pname = Spanned::new(p.to_owned(), t.referenced, t.defined);
+        let provider = self.provider_ref(path, &pname)?;
+        if let Some(pc) = providers.iter().find(|pc| pc.name == provider)
+            && !pc.offers(m)
+        {
+            self.at(
+                path,
+                t,
+                format!("provider `{provider}` does not list model `{m}` in its models"),
+            );
+            return None;
+        }
+        Some(Target {
+            provider,
+            model: m.to_owned(),
+        })
     }
 }
