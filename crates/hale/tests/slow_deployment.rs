@@ -127,30 +127,46 @@ async fn set_fault(http: &reqwest::Client, chaos: &str, model: &str, fault: Opti
     assert!(r.status().is_success());
 }
 
+/// `hale chaos` and `hale serve` (route `r`, the given `hedging`) for a
+/// test; the primary's usual pace (at once) learned over six turns of
+/// `agent`, then its first token turned 20 s late.
+struct SlowPrimary {
+    _dir: tempfile::TempDir,
+    _chaos: common::Proc,
+    _hale: common::Proc,
+    chaos: String,
+    base: String,
+}
+
+async fn slow_primary(http: &reqwest::Client, hedging: &str, agent: &str) -> SlowPrimary {
+    let dir = tempfile::tempdir().unwrap();
+    let (chaos_proc, chaos) = start_chaos(http, dir.path()).await;
+    let cfg = config(&chaos, "prim-model", hedging);
+    let (hale, base) = start_serve(http, dir.path(), &cfg, &[]).await;
+    for i in 0..6 {
+        let t = turn(http, &base, agent, i % 2 == 0).await;
+        assert_eq!(t.provider, "primary", "{}", t.record);
+    }
+    let slow = Some("slow-first-token:ms=20000");
+    set_fault(http, &chaos, "prim-model", slow).await;
+    SlowPrimary {
+        _dir: dir,
+        _chaos: chaos_proc,
+        _hale: hale,
+        chaos,
+        base,
+    }
+}
+
 #[tokio::test]
 async fn issue43_a_deployment_that_turns_slow_is_ejected_and_comes_back_once_fast() {
     let http = hale_testkit::client(Duration::from_secs(60));
-    let dir = tempfile::tempdir().unwrap();
-    let (_chaos, chaos) = start_chaos(&http, dir.path()).await;
-    let cfg = config(&chaos, "prim-model", "{floor_ms: 100, slow_floor_ms: 300}");
-    let (_hale, base) = start_serve(&http, dir.path(), &cfg, &[]).await;
     let agent = "slow-e2e";
+    let stack = slow_primary(&http, "{floor_ms: 100, slow_floor_ms: 300}", agent).await;
+    let (base, chaos) = (stack.base.clone(), stack.chaos.clone());
 
-    // Its usual pace: at once.
-    for i in 0..6 {
-        let t = turn(&http, &base, agent, i % 2 == 0).await;
-        assert_eq!(t.provider, "primary", "{}", t.record);
-    }
-
-    // It turns slow: every turn is still served (by the backup), and within
-    // a few turns the primary is out of rotation for slowness.
-    set_fault(
-        &http,
-        &chaos,
-        "prim-model",
-        Some("slow-first-token:ms=20000"),
-    )
-    .await;
+    // Slow now: every turn is still served (by the backup), and within a
+    // few turns the primary is out of rotation for slowness.
     let mut given_up = 0;
     let mut ejected_after = None;
     for n in 1..=8 {
@@ -287,26 +303,10 @@ fn primary_rows(t: &Turn) -> Vec<Value> {
 #[tokio::test]
 async fn issue43_hedged_turns_eject_a_slow_deployment_and_its_probe_is_hedged() {
     let http = hale_testkit::client(Duration::from_secs(60));
-    let dir = tempfile::tempdir().unwrap();
-    let (_chaos, chaos) = start_chaos(&http, dir.path()).await;
-    let cfg = config(
-        &chaos,
-        "prim-model",
-        "{floor_ms: 100, slow_floor_ms: 5000, budget_share: 1.0}",
-    );
-    let (_hale, base) = start_serve(&http, dir.path(), &cfg, &[]).await;
     let agent = "hedged-e2e";
-    for i in 0..6 {
-        let t = turn(&http, &base, agent, i % 2 == 0).await;
-        assert_eq!(t.provider, "primary", "{}", t.record);
-    }
-    set_fault(
-        &http,
-        &chaos,
-        "prim-model",
-        Some("slow-first-token:ms=20000"),
-    )
-    .await;
+    let hedging = "{floor_ms: 100, slow_floor_ms: 5000, budget_share: 1.0}";
+    let stack = slow_primary(&http, hedging, agent).await;
+    let base = stack.base.clone();
     let mut ejected_after = None;
     for n in 1..=6 {
         let t = turn(&http, &base, agent, n % 2 == 0).await;
