@@ -25,6 +25,8 @@
 #![doc = include_str!("../README.md")]
 
 mod answer;
+/// The deterministic answer's chunks, for tests that check what a client got.
+pub use answer::word_chunks;
 mod azure;
 mod bedrock;
 pub mod fault;

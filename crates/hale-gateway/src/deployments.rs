@@ -105,8 +105,9 @@ pub struct Deployments {
     breaker_cfg: Arc<hale_core::config::BreakerConfig>,
     /// First-token histories and hedge budgets.
     hedging: Mutex<Hedging>,
-    /// deployment key → its time to first token as the balancer weighs it
-    /// ([`hale_core::balance::PeakEwma`]); keyed like the health scopes.
+    /// Each member of a load-balanced rank (keyed at start-up, [`ranked`])
+    /// → its time to first token as the balancer weighs it
+    /// ([`hale_core::balance::PeakEwma`]).
     latency: Mutex<HashMap<String, PeakEwma>>,
 }
 
@@ -119,6 +120,27 @@ struct Hedging {
     agents: HashMap<String, HedgeBudget>,
     /// When idle agents' budgets were last forgotten.
     swept: Option<Instant>,
+}
+
+/// An empty latency estimate for each member of a route's rank of two or
+/// more (`Config::route_ranks`): the only deployments the balancer weighs.
+fn ranked(cfg: &Config) -> HashMap<String, PeakEwma> {
+    let mut out = HashMap::new();
+    for (route, sizes) in &cfg.route_ranks {
+        let Some(targets) = cfg.routes.get(route) else {
+            continue;
+        };
+        let mut at = 0;
+        for &size in sizes {
+            if size > 1 {
+                for t in targets.iter().skip(at).take(size) {
+                    out.insert(key(t), PeakEwma::default());
+                }
+            }
+            at += size;
+        }
+    }
+    out
 }
 
 /// The key of a deployment: `provider/model`, as `Target` displays. Pushed
@@ -150,7 +172,7 @@ impl Deployments {
             budgets,
             breaker_cfg: Arc::new(cfg.self_healing.circuit_breaker.clone()),
             hedging: Mutex::new(Hedging::default()),
-            latency: Mutex::new(HashMap::new()),
+            latency: Mutex::new(ranked(&cfg)),
             cfg,
         }
     }
@@ -194,10 +216,13 @@ impl Deployments {
     /// `deployment` was sent, judged against its history and recorded in it
     /// unless slow ([`slow::first_token`]).
     pub fn first_token(&self, deployment: &str, elapsed: Duration, now: Instant) -> Verdict {
-        self.latency()
-            .entry(deployment.to_owned())
-            .or_default()
-            .observe(now, elapsed);
+        // Only members of a load-balanced rank weigh latency, each keyed
+        // once at start-up: no lock otherwise, no key a client's model makes.
+        if !self.cfg.route_ranks.is_empty()
+            && let Some(e) = self.latency().get_mut(deployment)
+        {
+            e.observe(now, elapsed);
+        }
         let h = &self.cfg.hedging;
         let mut g = self.hedging();
         let history = &mut g
@@ -767,6 +792,14 @@ mod tests {
     use hale_core::config::{ProviderConfig, ProviderKind};
     use std::collections::HashSet;
 
+    /// The one deployment of [`deployments`].
+    fn target() -> Target {
+        Target {
+            provider: "p".into(),
+            model: "m".into(),
+        }
+    }
+
     fn deployments() -> Deployments {
         let cfg = Config::with_providers(vec![ProviderConfig::new(
             "p",
@@ -777,16 +810,45 @@ mod tests {
         Deployments::new(Arc::new(cfg), Instant::now())
     }
 
+    /// The balancer weighs only the members of a load-balanced rank, keyed
+    /// at start-up: a first token on any other deployment (a rank of one, a
+    /// model a client chose) adds nothing, however many there are.
+    #[test]
+    fn only_members_of_a_rank_are_weighed() {
+        let mut cfg = Config::with_providers(vec![ProviderConfig::new(
+            "p",
+            ProviderKind::OpenAi,
+            "http://127.0.0.1:9/v1",
+            "m",
+        )]);
+        let t = |m: &str| Target {
+            provider: "p".into(),
+            model: m.into(),
+        };
+        cfg.routes.insert("r".into(), vec![t("a"), t("b"), t("c")]);
+        cfg.route_ranks.insert("r".into(), vec![2, 1]);
+        let now = Instant::now();
+        let d = Deployments::new(Arc::new(cfg), now);
+        for i in 0..1000 {
+            d.first_token(&format!("p/client-{i}"), Duration::from_millis(5), now);
+        }
+        for m in ["a", "b", "c"] {
+            d.first_token(&format!("p/{m}"), Duration::from_millis(300), now);
+        }
+        let l = d.latency();
+        let mut keys: Vec<&String> = l.keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["p/a", "p/b"]);
+        assert!(l["p/a"].cost(now) > 0.0);
+    }
+
     /// A hedge's pick looks without taking: `peek_candidate` on a breaker
     /// whose open duration has passed says refused and leaves its half-open
     /// trial to the turn, which `candidate` then takes (once).
     #[test]
     fn peeking_takes_no_half_open_trial() {
         let d = deployments();
-        let t = Target {
-            provider: "p".into(),
-            model: "m".into(),
-        };
+        let t = target();
         let now = Instant::now();
         let b = d.breaker("a", &key(&t));
         for _ in 0..5 {
@@ -819,10 +881,7 @@ mod tests {
     #[test]
     fn slow_outliers_eject_and_only_a_usual_success_recovers() {
         let d = deployments();
-        let t = Target {
-            provider: "p".into(),
-            model: "m".into(),
-        };
+        let t = target();
         let now = Instant::now();
         let ms = Duration::from_millis(1);
         let ejected = |effects: &[Effect]| {
@@ -879,10 +938,7 @@ mod tests {
     #[test]
     fn breakers_at_rest_are_forgotten_and_others_kept() {
         let d = deployments();
-        let t = Target {
-            provider: "p".into(),
-            model: "m".into(),
-        };
+        let t = target();
         let now = Instant::now();
         drop(d.breaker("quiet", &key(&t)));
         d.on_failure(
@@ -915,10 +971,7 @@ mod tests {
     #[test]
     fn breakers_without_failures_leave_with_their_agent() {
         let d = deployments();
-        let t = Target {
-            provider: "p".into(),
-            model: "m".into(),
-        };
+        let t = target();
         let now = Instant::now();
         let ms = Duration::from_millis(1);
         for agent in ["done", "stays", "failed", "held"] {

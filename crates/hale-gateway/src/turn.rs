@@ -655,9 +655,9 @@ fn cancelled(
 /// the first of the two to produce a first token serves and the other is
 /// cancelled, judged by [`judge_loser`]. An attempt silent at its
 /// deployment's slow point is counted as a slow outlier then (and given up,
-/// see [`watched`], unless it is racing). Returns the outcome to act on, its duration, the hedge's deployment when
-/// that outcome is the hedge's, and whether that outcome's attempt was
-/// counted as slow.
+/// see [`watched`], unless it is racing). Returns the outcome to act on, its
+/// duration, the hedge's deployment when that outcome is the hedge's, and
+/// whether that outcome's attempt was counted as slow.
 async fn attempt<'a>(
     env: Env<'a>,
     turn: &mut Turn,

@@ -57,17 +57,9 @@ crawling: {crawling}
     )
 }
 
-/// The whole answer `WORDS` words make.
+/// The whole answer `WORDS` words make, as chaos streams it.
 fn whole() -> String {
-    (0..WORDS)
-        .map(|i| {
-            if i == 0 {
-                "w0".to_owned()
-            } else {
-                format!(" w{i}")
-            }
-        })
-        .collect()
+    hale_chaos::word_chunks(WORDS).concat()
 }
 
 /// One streamed turn on `route`: its turn id and the text the caller got,
