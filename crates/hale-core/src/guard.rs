@@ -189,18 +189,27 @@ struct Pending {
     call: CallKey,
 }
 
-/// One task's guard state.
+/// One task's guard state. What only tool calls make (their streaks, caps
+/// and pending results) and a hit live behind a pointer each, allocated
+/// when first needed: a gateway holds one guard per conversation it has
+/// seen in the last minute, most of them text only.
 #[derive(Debug, Clone)]
 pub struct TaskGuard {
     started: Instant,
     events: u64,
     tool_calls: u64,
+    calls: Option<Box<CallState>>,
+    hit: Option<Box<GuardHit>>,
+}
+
+/// A task's tool-call state ([`TaskGuard`]).
+#[derive(Debug, Clone, Default)]
+struct CallState {
     capped: BTreeMap<String, u64>,
     call_streak: Option<Streak<CallKey>>,
     result_streak: Option<Streak<(CallKey, u64)>>,
     edit_streak: Option<Streak<String>>,
     pending: Vec<Pending>,
-    hit: Option<GuardHit>,
 }
 
 impl TaskGuard {
@@ -210,11 +219,7 @@ impl TaskGuard {
             started,
             events: 0,
             tool_calls: 0,
-            capped: BTreeMap::new(),
-            call_streak: None,
-            result_streak: None,
-            edit_streak: None,
-            pending: Vec::new(),
+            calls: None,
             hit: None,
         }
     }
@@ -227,22 +232,30 @@ impl TaskGuard {
         now: Instant,
     ) -> Result<(), GuardHit> {
         if let Some(hit) = &self.hit {
-            return Err(hit.clone());
+            return Err((**hit).clone());
         }
         self.events = self.events.saturating_add(1);
         self.check_totals(cfg, now)?;
+        let Some(cs) = self.calls.as_deref_mut() else {
+            return Ok(()); // no call of this task awaits a result
+        };
+        let mut looped = None;
         for r in results {
-            let Some(pos) = self.pending.iter().position(|p| p.id == r.tool_call_id) else {
+            let Some(pos) = cs.pending.iter().position(|p| p.id == r.tool_call_id) else {
                 continue;
             };
-            let call = self.pending.swap_remove(pos).call;
+            let call = cs.pending.swap_remove(pos).call;
             let tool = call.tool.clone();
-            let n = Streak::push(&mut self.result_streak, (call, hash_str(r.content)));
+            let n = Streak::push(&mut cs.result_streak, (call, hash_str(r.content)));
             if reached_threshold(n, cfg.result_loop_threshold) {
-                return Err(self.stop(Limit::IdenticalResults { tool }, cfg, now));
+                looped = Some(tool);
+                break;
             }
         }
-        Ok(())
+        match looped {
+            Some(tool) => Err(self.stop(Limit::IdenticalResults { tool }, cfg, now)),
+            None => Ok(()),
+        }
     }
 
     /// One response: counts an event, records tool calls, checks limits.
@@ -253,12 +266,14 @@ impl TaskGuard {
         now: Instant,
     ) -> Result<(), GuardHit> {
         if let Some(hit) = &self.hit {
-            return Err(hit.clone());
+            return Err((**hit).clone());
         }
         self.events = self.events.saturating_add(1);
         self.check_totals(cfg, now)?;
-        if !calls.is_empty() {
-            self.pending.clear();
+        if !calls.is_empty()
+            && let Some(cs) = self.calls.as_deref_mut()
+        {
+            cs.pending.clear();
         }
         for c in calls {
             self.record_call(cfg, c, now)?;
@@ -271,7 +286,7 @@ impl TaskGuard {
     /// not record a new hit; the next `on_request`/`on_response` makes it final.
     pub fn check(&self, cfg: &GuardConfig, now: Instant) -> Result<(), GuardHit> {
         if let Some(hit) = &self.hit {
-            return Err(hit.clone());
+            return Err((**hit).clone());
         }
         match self.total_limit(cfg, now) {
             Some(limit) => Err(self.make_hit(limit, cfg, now)),
@@ -296,26 +311,27 @@ impl TaskGuard {
 
     /// The final hit, once a limit was reached.
     pub fn hit(&self) -> Option<&GuardHit> {
-        self.hit.as_ref()
+        self.hit.as_deref()
     }
 
     /// The counts and streaks at `now`.
     pub fn snapshot(&self, now: Instant) -> GuardSnapshot {
+        let cs = self.calls.as_deref();
         GuardSnapshot {
             events: self.events,
             tool_calls: self.tool_calls,
             elapsed: now.saturating_duration_since(self.started),
-            capped_tool_calls: self.capped.clone(),
-            call_streak: self
-                .call_streak
-                .as_ref()
+            capped_tool_calls: cs.map(|c| c.capped.clone()).unwrap_or_default(),
+            call_streak: cs
+                .and_then(|c| c.call_streak.as_ref())
                 .map(|s| (s.key.tool.clone(), s.count)),
-            result_streak: self
-                .result_streak
-                .as_ref()
+            result_streak: cs
+                .and_then(|c| c.result_streak.as_ref())
                 .map(|s| (s.key.0.tool.clone(), s.count)),
-            edit_streak: self.edit_streak.as_ref().map(|s| (s.key.clone(), s.count)),
-            hit: self.hit.clone(),
+            edit_streak: cs
+                .and_then(|c| c.edit_streak.as_ref())
+                .map(|s| (s.key.clone(), s.count)),
+            hit: self.hit.as_deref().cloned(),
         }
     }
 
@@ -326,68 +342,10 @@ impl TaskGuard {
         now: Instant,
     ) -> Result<(), GuardHit> {
         self.tool_calls = self.tool_calls.saturating_add(1);
-        let parsed = serde_json::from_str::<serde_json::Value>(c.arguments).ok();
-        let canonical = match &parsed {
-            Some(v) => canonical_json(v),
-            None => c.arguments.trim().to_owned(),
-        };
-        let key = CallKey {
-            tool: c.name.to_owned(),
-            args: hash_str(&canonical),
-        };
-        if self.pending.len() < MAX_PENDING_CALLS {
-            self.pending.push(Pending {
-                id: c.id.to_owned(),
-                call: key.clone(),
-            });
+        let cs = self.calls.get_or_insert_with(Box::default);
+        if let Some(limit) = cs.record_call(cfg, c) {
+            return Err(self.stop(limit, cfg, now));
         }
-
-        // Per-tool cap.
-        if let Some(&cap) = cfg.tool_caps.get(c.name) {
-            let n = self.capped.entry(c.name.to_owned()).or_insert(0);
-            *n = n.saturating_add(1);
-            if *n >= cap {
-                return Err(self.stop(
-                    Limit::ToolCap {
-                        tool: c.name.to_owned(),
-                    },
-                    cfg,
-                    now,
-                ));
-            }
-        }
-
-        // Identical calls in a row.
-        let n = Streak::push(&mut self.call_streak, key);
-        if reached_threshold(n, cfg.tool_loop_threshold) {
-            return Err(self.stop(
-                Limit::IdenticalCalls {
-                    tool: c.name.to_owned(),
-                },
-                cfg,
-                now,
-            ));
-        }
-
-        // Same-file edits in a row; read-only tools are transparent.
-        let read_only = cfg.read_only_tools.iter().any(|t| t == c.name);
-        if !read_only {
-            let path = cfg
-                .edit_tools
-                .get(c.name)
-                .and_then(|arg| parsed.as_ref()?.get(arg)?.as_str())
-                .map(normalise_path);
-            match path {
-                Some(path) if !path.is_empty() => {
-                    let n = Streak::push(&mut self.edit_streak, path.clone());
-                    if reached_threshold(n, cfg.file_edit_loop_threshold) {
-                        return Err(self.stop(Limit::FileEditLoop { path }, cfg, now));
-                    }
-                }
-                Some(_) | None => self.edit_streak = None,
-            }
-        }
-
         if cfg.max_tool_calls > 0 && self.tool_calls >= cfg.max_tool_calls {
             return Err(self.stop(Limit::MaxToolCalls, cfg, now));
         }
@@ -430,9 +388,72 @@ impl TaskGuard {
     /// Makes the hit final and returns it.
     fn stop(&mut self, limit: Limit, cfg: &GuardConfig, now: Instant) -> GuardHit {
         let hit = self.make_hit(limit, cfg, now);
-        self.hit = Some(hit.clone());
-        self.pending.clear();
+        self.hit = Some(Box::new(hit.clone()));
+        if let Some(cs) = self.calls.as_deref_mut() {
+            cs.pending.clear();
+        }
         hit
+    }
+}
+
+impl CallState {
+    /// Records one tool call (its result awaited, its per-tool cap, its
+    /// streaks); the limit it reached, if any.
+    fn record_call(&mut self, cfg: &GuardConfig, c: &ToolCallSeen<'_>) -> Option<Limit> {
+        let parsed = serde_json::from_str::<serde_json::Value>(c.arguments).ok();
+        let canonical = match &parsed {
+            Some(v) => canonical_json(v),
+            None => c.arguments.trim().to_owned(),
+        };
+        let key = CallKey {
+            tool: c.name.to_owned(),
+            args: hash_str(&canonical),
+        };
+        if self.pending.len() < MAX_PENDING_CALLS {
+            self.pending.push(Pending {
+                id: c.id.to_owned(),
+                call: key.clone(),
+            });
+        }
+
+        // Per-tool cap.
+        if let Some(&cap) = cfg.tool_caps.get(c.name) {
+            let n = self.capped.entry(c.name.to_owned()).or_insert(0);
+            *n = n.saturating_add(1);
+            if *n >= cap {
+                return Some(Limit::ToolCap {
+                    tool: c.name.to_owned(),
+                });
+            }
+        }
+
+        // Identical calls in a row.
+        let n = Streak::push(&mut self.call_streak, key);
+        if reached_threshold(n, cfg.tool_loop_threshold) {
+            return Some(Limit::IdenticalCalls {
+                tool: c.name.to_owned(),
+            });
+        }
+
+        // Same-file edits in a row; read-only tools are transparent.
+        let read_only = cfg.read_only_tools.iter().any(|t| t == c.name);
+        if !read_only {
+            let path = cfg
+                .edit_tools
+                .get(c.name)
+                .and_then(|arg| parsed.as_ref()?.get(arg)?.as_str())
+                .map(normalise_path);
+            match path {
+                Some(path) if !path.is_empty() => {
+                    let n = Streak::push(&mut self.edit_streak, path.clone());
+                    if reached_threshold(n, cfg.file_edit_loop_threshold) {
+                        return Some(Limit::FileEditLoop { path });
+                    }
+                }
+                Some(_) | None => self.edit_streak = None,
+            }
+        }
+        None
     }
 }
 
@@ -593,6 +614,24 @@ mod tests {
 
     fn cfg() -> GuardConfig {
         GuardConfig::default()
+    }
+
+    #[test]
+    fn a_text_only_task_holds_no_tool_call_state() {
+        let t0 = Instant::now();
+        let mut g = TaskGuard::new(t0);
+        for _ in 0..5 {
+            g.on_request(&cfg(), &[], t0).expect("no limit");
+            g.on_response(&cfg(), &[], t0).expect("no limit");
+        }
+        assert!(g.calls.is_none() && g.hit.is_none());
+        assert_eq!(g.totals(), (10, 0));
+        // The first tool call makes it.
+        g.on_response(&cfg(), &[call("c1", "shell", "{}")], t0)
+            .expect("no limit");
+        assert!(g.calls.is_some());
+        assert_eq!(g.snapshot(t0).call_streak, Some(("shell".into(), 1)));
+        assert!(std::mem::size_of::<TaskGuard>() <= 64);
     }
 
     fn call<'a>(id: &'a str, name: &'a str, args: &'a str) -> ToolCallSeen<'a> {

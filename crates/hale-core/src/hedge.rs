@@ -15,7 +15,8 @@
 //!   that is usually fast is hedged soon after its usual time.
 //! - [`HedgeBudget`]: hedges ≤ `budget_share` × the requests of the last
 //!   `budget_window` + [`BUDGET_MIN_PER_WINDOW`], so a slow provider cannot
-//!   double the bill, and a quiet agent can still hedge at all.
+//!   double the bill, and a quiet agent can still hedge at all; counted in
+//!   buckets, so its size does not grow with the request rate.
 //!
 //! Why these and not a fixed hedge delay? A fixed delay either hedges every
 //! call of a slow-thinking model (doubling its bill) or waits far too long on
@@ -37,9 +38,6 @@ pub const SAMPLE_MAX_AGE: Duration = Duration::from_secs(600);
 /// Every budget grants at least this many hedges per window, whatever its
 /// request count, so a quiet agent or deployment can hedge at all.
 pub const BUDGET_MIN_PER_WINDOW: u32 = 1;
-/// A budget remembers at most this many requests (older ones drop first,
-/// which only makes the budget smaller).
-pub const BUDGET_MAX_REMEMBERED: usize = 100_000;
 
 /// A deployment's recent first-token times: at most `cap` samples, each with
 /// when it was taken.
@@ -119,12 +117,87 @@ pub fn hedge_point(history: &FirstTokenHistory, cfg: &HedgingConfig, now: Instan
 /// A hedge budget for one deployment or one agent: hedges in the last
 /// `window` ≤ ⌊`share` × requests in the last `window`⌋ +
 /// [`BUDGET_MIN_PER_WINDOW`].
+///
+/// Both are counted in [`BUDGET_BUCKETS`] buckets of the window, so a
+/// budget is the same few hundred bytes at ten requests a minute or ten
+/// thousand a second. A bucket's edge is where the count is not exact, and
+/// it always errs toward fewer hedges: requests count only from buckets
+/// wholly within the window, hedges from every bucket that reaches into it.
 #[derive(Debug, Clone)]
 pub struct HedgeBudget {
     share: f64,
     window: Duration,
-    requests: VecDeque<Instant>,
-    hedges: VecDeque<Instant>,
+    requests: Buckets,
+    hedges: Buckets,
+}
+
+/// The buckets a budget's window is counted in ([`HedgeBudget`]).
+pub const BUDGET_BUCKETS: u32 = 32;
+
+/// The width of a budget's buckets for `window` (at least 1 ms): counts
+/// leave the budget up to this long after the window has passed them.
+pub fn budget_bucket(window: Duration) -> Duration {
+    (window / BUDGET_BUCKETS).max(Duration::from_millis(1))
+}
+
+/// Counts in buckets of `width` since `epoch` (the first count), the
+/// newest [`BUDGET_BUCKETS`] + 1 of them: enough to cover a window.
+#[derive(Debug, Clone)]
+struct Buckets {
+    width: Duration,
+    epoch: Option<Instant>,
+    /// Slot `k % len` holds bucket `k`'s count, with `k` to tell it from
+    /// an older bucket of the same slot.
+    ring: [(u64, u32); BUDGET_BUCKETS as usize + 1],
+}
+
+impl Buckets {
+    fn new(width: Duration) -> Self {
+        Self {
+            width,
+            epoch: None,
+            ring: [(u64::MAX, 0); BUDGET_BUCKETS as usize + 1],
+        }
+    }
+
+    /// The bucket of `at` (0 before the first count's time).
+    fn index(&self, epoch: Instant, at: Instant) -> u64 {
+        let since = at.saturating_duration_since(epoch).as_nanos();
+        u64::try_from(since / self.width.as_nanos().max(1)).unwrap_or(u64::MAX)
+    }
+
+    fn add(&mut self, now: Instant) {
+        let epoch = *self.epoch.get_or_insert(now);
+        let k = self.index(epoch, now);
+        let slot = &mut self.ring[(k % self.ring.len() as u64) as usize];
+        if slot.0 == k {
+            slot.1 = slot.1.saturating_add(1);
+        } else {
+            *slot = (k, 1);
+        }
+    }
+
+    /// The counts of the buckets within `window` before `now`: wholly
+    /// within it (`whole`), else every bucket that reaches into it.
+    fn in_window(&self, now: Instant, window: Duration, whole: bool) -> u64 {
+        let Some(epoch) = self.epoch else {
+            return 0;
+        };
+        let newest = self.index(epoch, now);
+        let w = self.width.as_nanos().max(1);
+        // The window starts at `now − window`, in nanoseconds since epoch.
+        let since = now.saturating_duration_since(epoch).as_nanos();
+        let start = since.saturating_sub(window.as_nanos());
+        self.ring
+            .iter()
+            .filter(|&&(k, _)| k <= newest && k != u64::MAX)
+            .filter(|&&(k, _)| {
+                let (from, to) = (u128::from(k) * w, (u128::from(k) + 1) * w);
+                if whole { from >= start } else { to > start }
+            })
+            .map(|&(_, n)| u64::from(n))
+            .sum()
+    }
 }
 
 impl HedgeBudget {
@@ -135,11 +208,12 @@ impl HedgeBudget {
         } else {
             0.0
         };
+        let width = budget_bucket(window);
         Self {
             share,
             window,
-            requests: VecDeque::new(),
-            hedges: VecDeque::new(),
+            requests: Buckets::new(width),
+            hedges: Buckets::new(width),
         }
     }
 
@@ -148,58 +222,43 @@ impl HedgeBudget {
         Self::new(cfg.budget_share, cfg.budget_window)
     }
 
-    fn prune(&mut self, now: Instant) {
-        let window = self.window;
-        let old = |at: &Instant| now.saturating_duration_since(*at) > window;
-        while self.requests.front().is_some_and(old) {
-            self.requests.pop_front();
-        }
-        while self.hedges.front().is_some_and(old) {
-            self.hedges.pop_front();
-        }
-    }
-
     /// Count one request (every model call, hedged or not).
     pub fn record_request(&mut self, now: Instant) {
-        self.prune(now);
-        self.requests.push_back(now);
-        while self.requests.len() > BUDGET_MAX_REMEMBERED {
-            self.requests.pop_front();
-        }
+        self.requests.add(now);
     }
 
     /// How many hedges the window allows at `now`.
-    fn allowed(&self) -> u64 {
-        (self.share * self.requests.len() as f64).floor() as u64 + u64::from(BUDGET_MIN_PER_WINDOW)
+    fn allowed(&self, now: Instant) -> u64 {
+        let requests = self.requests.in_window(now, self.window, true);
+        (self.share * requests as f64).floor() as u64 + u64::from(BUDGET_MIN_PER_WINDOW)
     }
 
     /// Whether a hedge would be granted at `now`, without taking it.
     pub fn available(&mut self, now: Instant) -> bool {
-        self.prune(now);
-        (self.hedges.len() as u64) < self.allowed()
+        self.hedges_in_window(now) < self.allowed(now)
     }
 
     /// Take one hedge if the budget has one at `now`.
     pub fn try_take(&mut self, now: Instant) -> bool {
         if self.available(now) {
-            self.hedges.push_back(now);
+            self.hedges.add(now);
             true
         } else {
             false
         }
     }
 
-    /// Nothing within the window at `now`: the budget is as new, so its
-    /// owner may forget it (an agent's, after the agent went quiet).
+    /// Nothing within the window at `now` (nor in a bucket reaching into
+    /// it): the budget is as new, so its owner may forget it (an agent's,
+    /// after the agent went quiet).
     pub fn is_idle(&mut self, now: Instant) -> bool {
-        self.prune(now);
-        self.requests.is_empty() && self.hedges.is_empty()
+        self.requests.in_window(now, self.window, false) == 0 && self.hedges_in_window(now) == 0
     }
 
-    /// Hedges granted within the window at `now`.
-    pub fn hedges_in_window(&mut self, now: Instant) -> usize {
-        self.prune(now);
-        self.hedges.len()
+    /// Hedges granted within the window at `now` (a bucket reaching into
+    /// it counts whole).
+    pub fn hedges_in_window(&mut self, now: Instant) -> u64 {
+        self.hedges.in_window(now, self.window, false)
     }
 }
 
@@ -317,10 +376,36 @@ pub(crate) mod tests {
         assert!(b.try_take(clock.now()));
         assert!(b.try_take(clock.now()));
         assert!(!b.try_take(clock.now()));
-        // A window later everything has aged out: the minimum again.
-        clock.advance(Duration::from_secs(61));
+        // A window and a bucket later everything has aged out: the minimum again.
+        let window = Duration::from_secs(60);
+        clock.advance(window + budget_bucket(window));
         assert!(b.try_take(clock.now()));
         assert!(!b.try_take(clock.now()));
+    }
+
+    #[test]
+    fn a_budget_stays_small_and_right_at_any_rate() {
+        let clock = FakeClock::default();
+        let window = Duration::from_secs(60);
+        let mut b = HedgeBudget::new(0.05, window);
+        // 10,000 requests a second for two windows.
+        for _ in 0..120_000 {
+            for _ in 0..10 {
+                b.record_request(clock.now());
+            }
+            clock.advance(Duration::from_millis(1));
+        }
+        // A window holds 600,000 requests, less the bucket at its edge.
+        let r = b.requests.in_window(clock.now(), window, true);
+        let bucket = 10 * budget_bucket(window).as_millis() as u64;
+        assert!((600_000 - bucket..=600_000).contains(&r), "{r}");
+        let mut granted = 0;
+        while b.try_take(clock.now()) {
+            granted += 1;
+        }
+        assert_eq!(granted, (0.05 * r as f64).floor() as u64 + 1);
+        // No heap: two fixed rings of buckets.
+        assert!(std::mem::size_of::<HedgeBudget>() < 2048);
     }
 
     #[test]
@@ -331,9 +416,10 @@ pub(crate) mod tests {
         b.record_request(clock.now());
         assert!(!b.is_idle(clock.now()));
         assert!(b.try_take(clock.now()));
-        clock.advance(Duration::from_secs(60));
+        let window = Duration::from_secs(60);
+        clock.advance(window);
         assert!(!b.is_idle(clock.now()), "a full window is still within it");
-        clock.advance(Duration::from_secs(1));
+        clock.advance(budget_bucket(window));
         assert!(b.is_idle(clock.now()));
         // Forgetting an idle budget loses nothing: a new one grants alike.
         assert!(b.try_take(clock.now()));
@@ -349,7 +435,8 @@ pub(crate) mod tests {
         // The agent's budget is spent: the deployment's is not touched.
         assert!(!try_take_all(&mut [&mut dep, &mut agent], clock.now()));
         assert_eq!(dep.hedges_in_window(clock.now()), 0);
-        clock.advance(Duration::from_secs(61));
+        let window = Duration::from_secs(60);
+        clock.advance(window + budget_bucket(window));
         assert!(try_take_all(&mut [&mut dep, &mut agent], clock.now()));
         assert_eq!(dep.hedges_in_window(clock.now()), 1);
         assert_eq!(agent.hedges_in_window(clock.now()), 1);

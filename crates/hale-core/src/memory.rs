@@ -100,9 +100,12 @@ pub const SILENT_BATCHES_PER_CHECK: usize = 8;
 /// The journal's backlog — writes submitted and not yet taken by the
 /// store's writer, held in memory — may reach this many of the writer's
 /// batches (`events.batch_max` writes each) before a new turn waits for
-/// the writer: enough for the next batches to form while one commits,
-/// few enough that the backlog stays a few MiB. Under it, nothing waits.
-pub const JOURNAL_BACKLOG_BATCHES: u64 = 4;
+/// the writer: the next batch forms whole while one commits, and the
+/// backlog stays a few MiB. Under it, nothing waits. (Four batches let the
+/// relaxed journal's backlog reach 4,096 turns' rows and events at c=64,
+/// a third of hale's peak anonymous memory, for no more requests a second
+/// than one: issue 45's runs.)
+pub const JOURNAL_BACKLOG_BATCHES: u64 = 1;
 
 /// The backlog bound for a writer of `batch_max` writes per batch.
 pub fn journal_backlog_max(batch_max: usize) -> u64 {
@@ -252,11 +255,38 @@ pub fn idle_enough(last_used_ms: u64, now_ms: u64, gap_ms: Option<u64>) -> bool 
     now_ms.checked_sub(last_used_ms).is_some_and(|d| d >= min)
 }
 
+/// A task unused this long may leave while memory is crowded with tasks
+/// ([`tasks_crowded`]) and none of its turns is in flight: a conversation
+/// that goes on comes back within its next turn's time, and one that ended
+/// (a single call, the common case for a client that names no task) would
+/// otherwise stay [`SHED_AFTER_IDLE`] — at a few thousand calls a second,
+/// hundreds of thousands of tasks.
+pub const TASK_SHED_CROWDED: Duration = Duration::from_secs(1);
+
+/// How often at most the tasks are swept while crowded, besides the
+/// regular sweep ([`SWEEP_EVERY`]): what a crowded sweep leaves grows by
+/// this long's new tasks before the next.
+pub const CROWDED_SWEEP_EVERY: Duration = Duration::from_millis(250);
+
+/// Whether `held` tasks crowd memory: more than twice the idle bound
+/// `keep` (`memory.idle_tasks`), and never below [`CROWDED_MIN_TASKS`].
+pub fn tasks_crowded(held: usize, keep: usize) -> bool {
+    held > keep.saturating_mul(2).max(CROWDED_MIN_TASKS)
+}
+
+/// The fewest tasks held that count as crowded ([`tasks_crowded`]), so a
+/// bound of 0 does not sweep at every new task.
+pub const CROWDED_MIN_TASKS: usize = 256;
+
 /// Whether a task unused for `idle` may leave memory (the idle bound then
-/// keeps the most recently used): after [`SHED_AFTER_IDLE_MIN`] once its
-/// agent has left memory (`agent_left`), else after [`SHED_AFTER_IDLE`].
-pub fn task_idle_enough(idle: Duration, agent_left: bool) -> bool {
-    idle >= if agent_left {
+/// keeps the most recently used): after [`TASK_SHED_CROWDED`] when memory
+/// is crowded (`crowded`) and no turn of it is in flight (`in_flight`);
+/// else after [`SHED_AFTER_IDLE_MIN`] once its agent has left memory
+/// (`agent_left`), or after [`SHED_AFTER_IDLE`].
+pub fn task_idle_enough(idle: Duration, agent_left: bool, crowded: bool, in_flight: bool) -> bool {
+    idle >= if crowded && !in_flight {
+        TASK_SHED_CROWDED
+    } else if agent_left {
         SHED_AFTER_IDLE_MIN
     } else {
         SHED_AFTER_IDLE
@@ -407,7 +437,7 @@ mod tests {
     fn a_task_leaves_seconds_after_its_agent_or_a_minute_alone() {
         let s = Duration::from_secs;
         let ms = Duration::from_millis;
-        // (unused for, its agent left, may leave?)
+        // (unused for, its agent left, may leave?), not crowded
         let cases = [
             (s(0), true, false),
             (SHED_AFTER_IDLE_MIN - ms(1), true, false),
@@ -418,7 +448,55 @@ mod tests {
             (s(3600), true, true),
         ];
         for (idle, left, want) in cases {
-            assert_eq!(task_idle_enough(idle, left), want, "{idle:?} {left}");
+            for in_flight in [false, true] {
+                assert_eq!(
+                    task_idle_enough(idle, left, false, in_flight),
+                    want,
+                    "{idle:?} {left} {in_flight}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_crowded_memory_lets_a_task_go_a_second_after_its_last_turn_ended() {
+        let ms = Duration::from_millis;
+        // (unused for, its agent left, a turn in flight, may leave?), crowded
+        let cases = [
+            (ms(0), false, false, false),
+            (TASK_SHED_CROWDED - ms(1), false, false, false),
+            (TASK_SHED_CROWDED, false, false, true),
+            (TASK_SHED_CROWDED, true, false, true),
+            // A turn in flight keeps it as if memory were not crowded.
+            (TASK_SHED_CROWDED, false, true, false),
+            (SHED_AFTER_IDLE_MIN, true, true, true),
+            (SHED_AFTER_IDLE - ms(1), false, true, false),
+            (SHED_AFTER_IDLE, false, true, true),
+        ];
+        for (idle, left, in_flight, want) in cases {
+            assert_eq!(
+                task_idle_enough(idle, left, true, in_flight),
+                want,
+                "{idle:?} {left} {in_flight}"
+            );
+        }
+        assert!(TASK_SHED_CROWDED < SHED_AFTER_IDLE_MIN);
+    }
+
+    #[test]
+    fn tasks_crowd_memory_past_twice_the_idle_bound() {
+        // (held, idle bound, crowded?)
+        let cases = [
+            (0, 1024, false),
+            (2048, 1024, false),
+            (2049, 1024, true),
+            (CROWDED_MIN_TASKS, 0, false),
+            (CROWDED_MIN_TASKS + 1, 0, true),
+            (CROWDED_MIN_TASKS + 1, 10, true),
+            (usize::MAX, usize::MAX, false),
+        ];
+        for (held, keep, want) in cases {
+            assert_eq!(tasks_crowded(held, keep), want, "{held} {keep}");
         }
     }
 
@@ -517,8 +595,8 @@ mod tests {
             (11, 10, max + ms(1), false),
             (1_000_000, 10, s(3600), false),
             (1_000_000, journal_backlog_max(1024), ms(5), true),
-            (4096, journal_backlog_max(1024), ms(5), false),
-            (4097, journal_backlog_max(1024), ms(5), true),
+            (1024, journal_backlog_max(1024), ms(5), false),
+            (1025, journal_backlog_max(1024), ms(5), true),
         ];
         for (q, limit, since, want) in cases {
             assert_eq!(

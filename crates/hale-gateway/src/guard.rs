@@ -8,8 +8,12 @@
 //! event. A task is named by `X-Hale-Task`, else by its conversation root
 //! ([`hale_core::guard::task_of`]), so unrelated conversations never add up
 //! into one runaway task. Tasks idle for
-//! [`hale_core::guard::IDLE_TASK_TTL`] are forgotten, so the map stays
-//! bounded however many conversations pass through.
+//! [`hale_core::guard::IDLE_TASK_TTL`] are forgotten, and idle ones beyond
+//! `memory.idle_tasks` are shed ([`Tasks::shed`]) — within a second of
+//! their last turn while memory is crowded with them
+//! ([`hale_core::memory::tasks_crowded`], checked as tasks are added), so
+//! a client whose every call is its own conversation does not hold a
+//! minute of them.
 
 use crate::emit::Emitter;
 use crate::error::HaleError;
@@ -23,7 +27,8 @@ use hale_core::guard::{
 };
 use hale_core::models;
 use hale_proto::{ChatRequest, Part, Usage};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -51,6 +56,10 @@ pub struct TaskRt {
     /// across sweeps, so a task the idle bound kept when its agent left
     /// still goes at a later sweep; cleared by the task's next use.
     agent_left: bool,
+    /// A turn of it started and has not ended ([`Tasks::turn_ended`]): a
+    /// crowded sweep leaves it (a turn that never reports its end only
+    /// keeps the task to the uncrowded rule).
+    turn_open: bool,
 }
 
 impl TaskRt {
@@ -75,8 +84,12 @@ pub struct Tasks {
     /// grows at 7/8 full, so just after a growth more than half are empty)
     /// then cost a pointer each, not a whole task's state.
     map: Mutex<HashMap<String, HashMap<String, Box<TaskRt>>>>,
+    /// How many tasks `map` holds (changed under its lock).
+    held: AtomicUsize,
     /// When idle tasks were last swept.
     swept: Mutex<Option<Instant>>,
+    /// When a crowded memory was last swept ([`Tasks::relieve`]).
+    relieved: Mutex<Option<Instant>>,
 }
 
 /// What a task reset found.
@@ -95,13 +108,16 @@ impl Tasks {
             cfg,
             emit,
             map: Mutex::default(),
+            held: AtomicUsize::new(0),
             swept: Mutex::default(),
+            relieved: Mutex::default(),
         }
     }
 
     fn with<R>(&self, agent: &str, task: &str, f: impl FnOnce(&mut TaskRt) -> R) -> R {
         let now = Instant::now();
         self.sweep(now);
+        self.relieve(now);
         let mut map = self.map.lock().expect("tasks lock");
         let tasks = match map.get_mut(agent) {
             Some(tasks) => tasks,
@@ -110,12 +126,14 @@ impl Tasks {
         let rt = match tasks.get_mut(task) {
             Some(rt) => rt,
             None => tasks.entry(task.to_owned()).or_insert_with(|| {
+                self.held.fetch_add(1, Ordering::Relaxed);
                 Box::new(TaskRt {
                     guard: TaskGuard::new(now),
                     spend: Tally::default(),
                     unsent: (0, 0),
                     last_used: now,
                     agent_left: false,
+                    turn_open: false,
                 })
             }),
         };
@@ -133,29 +151,57 @@ impl Tasks {
                 Some(_) | None => *swept = Some(now),
             }
         }
+        let mut gone = 0;
         self.map.lock().expect("tasks lock").retain(|_, tasks| {
-            tasks.retain(|_, rt| now.saturating_duration_since(rt.last_used) < IDLE_TASK_TTL);
+            tasks.retain(|_, rt| {
+                let keep = now.saturating_duration_since(rt.last_used) < IDLE_TASK_TTL;
+                gone += usize::from(!keep);
+                keep
+            });
             !tasks.is_empty()
         });
+        self.held.fetch_sub(gone, Ordering::Relaxed);
+    }
+
+    /// Sheds at once, at most every
+    /// [`hale_core::memory::CROWDED_SWEEP_EVERY`], while memory is crowded
+    /// with tasks ([`hale_core::memory::tasks_crowded`]), instead of
+    /// waiting for the regular sweep.
+    fn relieve(&self, now: Instant) {
+        let keep = self.cfg.memory.idle_tasks;
+        if !hale_core::memory::tasks_crowded(self.held.load(Ordering::Relaxed), keep) {
+            return;
+        }
+        {
+            let mut last = self.relieved.lock().expect("tasks relieve lock");
+            match *last {
+                Some(t)
+                    if now.saturating_duration_since(t)
+                        < hale_core::memory::CROWDED_SWEEP_EVERY =>
+                {
+                    return;
+                }
+                Some(_) | None => *last = Some(now),
+            }
+        }
+        self.shed(now, keep, &HashSet::new());
     }
 
     /// Sheds idle tasks beyond `keep` (`hale_core::memory::task_idle_enough`:
-    /// a task whose agent left memory, `agents_gone` at this sweep or at an
-    /// earlier one since the task's last use, after a few seconds; any
-    /// other after a minute), the least recently used first,
+    /// while memory is crowded with tasks, one with no turn in flight a
+    /// second after its last use; else a task whose agent left memory,
+    /// `agents_gone` at this sweep or at an earlier one since the task's
+    /// last use, after a few seconds; any other after a minute), the least
+    /// recently used first,
     /// except a task a guard stopped (its stop lives here). A shed task's
     /// stored totals come back with its next count
     /// (`TaskGuard::adopt_totals`); the guard events of its last turn not
     /// yet written (they ride on the task's next count) are dropped with it,
     /// so a shed task's stored event total may lag by that one turn.
     /// Returns how many went.
-    pub fn shed(
-        &self,
-        now: Instant,
-        keep: usize,
-        agents_gone: &std::collections::HashSet<String>,
-    ) -> usize {
+    pub fn shed(&self, now: Instant, keep: usize, agents_gone: &HashSet<String>) -> usize {
         let mut map = self.map.lock().expect("tasks lock");
+        let crowded = hale_core::memory::tasks_crowded(self.held.load(Ordering::Relaxed), keep);
         // Keyed by last use, as an age from `now` turned around: the oldest
         // (largest age) sorts first.
         let idle: Vec<(u64, (&str, &str))> = map
@@ -168,7 +214,13 @@ impl Tasks {
                         return None;
                     }
                     let age = now.saturating_duration_since(rt.last_used);
-                    hale_core::memory::task_idle_enough(age, rt.agent_left).then(|| {
+                    let enough = hale_core::memory::task_idle_enough(
+                        age,
+                        rt.agent_left,
+                        crowded,
+                        rt.turn_open,
+                    );
+                    enough.then(|| {
                         let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
                         (u64::MAX - age_ms, (agent.as_str(), task.as_str()))
                     })
@@ -180,9 +232,23 @@ impl Tasks {
             .map(|(_, (a, t))| (a.to_owned(), t.to_owned()))
             .collect();
         for (agent, task) in &gone {
-            remove(&mut map, agent, task);
+            if remove(&mut map, agent, task).is_some() {
+                self.held.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        if !gone.is_empty() {
+            shrink(&mut map);
         }
         gone.len()
+    }
+
+    /// A turn of `agent`'s `task` ended, served or not (a task shed
+    /// meanwhile is not brought back).
+    pub fn turn_ended(&self, agent: &str, task: &str) {
+        let mut map = self.map.lock().expect("tasks lock");
+        if let Some(rt) = map.get_mut(agent).and_then(|tasks| tasks.get_mut(task)) {
+            rt.turn_open = false;
+        }
     }
 
     /// How many tasks are held.
@@ -224,6 +290,9 @@ impl Tasks {
     /// Forgets a task (a reset or a terminated task starting over).
     pub fn reset(&self, agent: &str, task: &str) -> Reset {
         let gone = remove(&mut self.map.lock().expect("tasks lock"), agent, task);
+        if gone.is_some() {
+            self.held.fetch_sub(1, Ordering::Relaxed);
+        }
         Reset {
             existed: gone.is_some(),
             guard_hit: gone.is_some_and(|rt| rt.guard.hit().is_some()),
@@ -243,6 +312,21 @@ fn remove(
         map.remove(agent);
     }
     gone
+}
+
+/// Gives back the tables' room after a shed took most of what they held:
+/// a hash table keeps its largest size otherwise, and a burst of new
+/// conversations grows it to hundreds of thousands of slots.
+fn shrink(map: &mut HashMap<String, HashMap<String, Box<TaskRt>>>) {
+    let roomy = |len: usize, cap: usize| cap > 64 && cap > len.saturating_mul(4);
+    for tasks in map.values_mut() {
+        if roomy(tasks.len(), tasks.capacity()) {
+            tasks.shrink_to_fit();
+        }
+    }
+    if roomy(map.len(), map.capacity()) {
+        map.shrink_to_fit();
+    }
 }
 
 /// The tool results a request carries.
@@ -318,6 +402,7 @@ impl Tasks {
         let results = tool_results(req);
         let now = Instant::now();
         let (res, new) = self.with(agent, task, |rt| {
+            rt.turn_open = true;
             let before = rt.guard.hit().is_some();
             let r = rt.guarded(|g| g.on_request(&self.cfg.guard, &results, now));
             (r, !before)
@@ -415,6 +500,7 @@ impl Tasks {
                 .map(|(_, u)| u.input_tokens + u.output_tokens)
                 .sum::<u64>();
         let count = self.with(agent, task, |rt| {
+            rt.turn_open = false;
             let mut s = Spend::default();
             s.add(tokens, cost);
             let (events, tool_calls) = std::mem::take(&mut rt.unsent);

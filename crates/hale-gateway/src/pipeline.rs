@@ -844,7 +844,11 @@ fn finish_turn(
                 .record_spend(&turn.agent, task, &t.model, usage, &losses);
             (cost, Some(count))
         }
-        (Some(_), None) | (None, _) => (0.0, None),
+        (None, Some(task)) => {
+            gw.tasks.turn_ended(&turn.agent, task);
+            (0.0, None)
+        }
+        (Some(_), None) | (None, None) => (0.0, None),
     };
     // A Responses answer is kept for previous_response_id and GET (unless `store: false`).
     let kept = match (&turn.responses, &target, &answer) {

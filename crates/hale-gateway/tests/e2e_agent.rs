@@ -683,6 +683,62 @@ async fn a_fast_agent_leaves_in_seconds_a_slow_one_in_a_minute_and_a_turn_in_fli
     h.stop().await;
 }
 
+/// Issue 45: a client whose every call is its own conversation makes a task
+/// per call. Once more than twice `memory.idle_tasks` are held (at least
+/// 256), a task leaves a second after its last turn ended, not a minute
+/// after — and one with a turn in flight stays. Fails with the uncrowded
+/// rule (nothing goes before a minute) and with turns in flight ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_of_one_call_conversations_leaves_a_second_after_each_call() {
+    let c = chaos().await;
+    let mut cfg = config(vec![openai("primary", &c, "fine")]);
+    cfg.memory.idle_tasks = 10;
+    let h = Hale::start(cfg).await;
+    // Until memory is crowded (calls that took over a second in all are
+    // shed as more come, so it may take more calls than the bound).
+    let crowded = hale_core::memory::CROWDED_MIN_TASKS + 10;
+    let mut i = 0;
+    while h.gw.tasks.len() <= crowded {
+        assert!(i < 20 * crowded, "tasks never crowded memory");
+        // No X-Hale-Task: each first message is its own conversation.
+        h.openai(ROUTE)
+            .agent("one-shot")
+            .user(&format!("question {i}"))
+            .send()
+            .await
+            .assert_complete(&full());
+        i += 1;
+    }
+    // A turn of another task has started and not ended.
+    let req = hale_proto::parse_request(
+        hale_proto::Dialect::OpenAi,
+        serde_json::json!({
+            "model": ROUTE,
+            "messages": [{"role": "user", "content": "still streaming"}],
+        }),
+        &Default::default(),
+    )
+    .expect("a chat request");
+    h.gw.tasks
+        .check_request("one-shot", "in-flight", &req)
+        .expect("no limit");
+    let held = h.gw.tasks.len();
+    let soon = std::time::Instant::now() + hale_core::memory::TASK_SHED_CROWDED;
+    let shed = h.gw.tasks.shed(soon, 10, &Default::default());
+    assert_eq!(
+        shed,
+        held - 11,
+        "all but the 10 most recent and the open one"
+    );
+    assert_eq!(h.gw.tasks.len(), 11);
+    let open = h.gw.tasks.of_agent("one-shot");
+    assert!(
+        open.iter().any(|(t, ..)| t == "in-flight"),
+        "the open turn's task stays"
+    );
+    h.stop().await;
+}
+
 /// Issue 13: idle tasks beyond `memory.idle_tasks` leave memory, the most
 /// recently used stay, and a task a guard stopped is kept (its stop lives
 /// there): after shedding, the stopped task is still refused and a shed

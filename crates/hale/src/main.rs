@@ -29,6 +29,8 @@ fn main() -> std::process::ExitCode {
     telemetry::init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // An idle worker gives back what its heap holds free (hale-alloc).
+        .on_thread_park(hale_alloc::on_idle)
         .build()
     {
         Ok(rt) => rt,
