@@ -158,7 +158,7 @@ fn litellm_bin() -> anyhow::Result<PathBuf> {
         bail!(
             "--peer litellm: LiteLLM's venv is missing ({} not found). Install it from the \
              workspace root: python3 -m venv {LITELLM_VENV} && {LITELLM_VENV}/bin/pip install \
-             'litellm[proxy]=={LITELLM_VERSION}' (scripts/peers.sh does the same)",
+             'litellm[proxy]=={LITELLM_VERSION}' (`scripts/peers.sh install` does the same)",
             bin.display()
         );
     }

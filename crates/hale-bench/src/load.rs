@@ -31,6 +31,9 @@ pub struct Endpoint {
     pub addrs: Vec<SocketAddr>,
     /// e.g. `/v1/chat/completions`.
     pub path: String,
+    /// Headers sent with every request besides hale's own (a peer's
+    /// provider selection, e.g. Portkey's `x-portkey-provider`).
+    pub headers: Vec<(String, String)>,
 }
 
 impl Endpoint {
@@ -39,7 +42,66 @@ impl Endpoint {
         Self {
             addrs: vec![addr],
             path,
+            headers: Vec::new(),
         }
+    }
+}
+
+/// The request bodies of a load run ([`LoadSpec::bodies`]).
+#[derive(Debug, Clone)]
+pub enum Bodies {
+    /// An agent's turns take the two in turn. They differ in one byte, so
+    /// consecutive turns of an agent differ as a real agent's do (its
+    /// conversation moves on); identical requests in a row are what hale's
+    /// health monitor rightly judges a loop (stuck), and an agent under
+    /// intervention is held.
+    Alternate([Bytes; 2]),
+    /// Every request its own conversation: the user message opens with a
+    /// number no other request of the process has ([`distinct_body`]), so
+    /// nothing keyed by content (conversations, caches) is ever hit twice,
+    /// as with a fleet of agents each on its own task.
+    Distinct { head: Bytes, tail: Bytes },
+}
+
+/// Digits of the number that opens a [`Bodies::Distinct`] user message.
+const DISTINCT_DIGITS: usize = 16;
+
+impl Bodies {
+    /// The body of a worker's request number `sent`.
+    fn get(&self, sent: u64) -> Bytes {
+        // Numbers no other request of this process had.
+        static DISTINCT: AtomicU64 = AtomicU64::new(0);
+        match self {
+            Bodies::Alternate(b) => b[(sent % 2) as usize].clone(),
+            Bodies::Distinct { head, tail } => {
+                let n = DISTINCT.fetch_add(1, Ordering::Relaxed);
+                let mut b = Vec::with_capacity(head.len() + DISTINCT_DIGITS + tail.len());
+                b.extend_from_slice(head);
+                b.extend_from_slice(format!("{n:0DISTINCT_DIGITS$}").as_bytes());
+                b.extend_from_slice(tail);
+                Bytes::from(b)
+            }
+        }
+    }
+}
+
+/// Requests that each open a new conversation of `prompt_bytes` bytes of
+/// user message ([`Bodies::Distinct`]).
+pub fn distinct_bodies(model: &str, stream: bool, prompt_bytes: usize) -> Bodies {
+    let rest = prompt_bytes.saturating_sub(DISTINCT_DIGITS + 1);
+    let body = chat_body(model, stream, rest, '.');
+    let text = String::from_utf8_lossy(&body).into_owned();
+    // The user message is the last `content` (serde_json sorts keys, so
+    // `content` precedes `role` in each message and the system's is first).
+    const KEY: &str = "\"content\":\"";
+    let user = text.rfind(KEY).map(|i| i + KEY.len());
+    let (head, tail) = match user {
+        Some(i) => (text[..i].to_owned(), format!(" {}", &text[i..])),
+        None => (text.clone(), String::new()),
+    };
+    Bodies::Distinct {
+        head: Bytes::from(head),
+        tail: Bytes::from(tail),
     }
 }
 
@@ -50,12 +112,8 @@ pub struct LoadSpec {
     pub warmup: Duration,
     pub duration: Duration,
     pub stream: bool,
-    /// The JSON request bodies, sent as they are: an agent's turns take
-    /// them in turn. They differ in one byte, so consecutive turns of an
-    /// agent differ as a real agent's do (its conversation moves on);
-    /// identical requests in a row are what hale's health monitor rightly
-    /// judges a loop (stuck), and an agent under intervention is held.
-    pub bodies: [Bytes; 2],
+    /// The JSON request bodies, sent as they are.
+    pub bodies: Bodies,
     /// Turns per task: worker `w` acts as agent `bench-w` and names a new
     /// task (`X-Hale-Task`) every this many requests, as an agent starting
     /// its next job would, so hale's per-task guard (`guard:`) sees
@@ -66,14 +124,18 @@ pub struct LoadSpec {
     /// the memory-over-time run (BENCHMARKS.md) uses it to see what hale
     /// keeps per agent.
     pub agents_every: Option<u64>,
+    /// Send no `X-Hale-Agent` / `X-Hale-Task`, as a plain OpenAI client
+    /// does (hale then names the agent and task itself); `task_turns` and
+    /// `agents_every` are unused.
+    pub anonymous: bool,
 }
 
-/// The two requests an agent's turns alternate between ([`LoadSpec::bodies`]).
-pub fn chat_bodies(model: &str, stream: bool, prompt_bytes: usize) -> [Bytes; 2] {
-    [
+/// The two requests an agent's turns alternate between ([`Bodies::Alternate`]).
+pub fn chat_bodies(model: &str, stream: bool, prompt_bytes: usize) -> Bodies {
+    Bodies::Alternate([
         chat_body(model, stream, prompt_bytes, '.'),
         chat_body(model, stream, prompt_bytes, '!'),
-    ]
+    ])
 }
 
 /// An OpenAI chat request for `model` with a user message of `prompt_bytes`
@@ -211,12 +273,18 @@ async fn worker(
         };
         let task = format!("{agent}-r{run_no}-{}", sent / spec.task_turns.max(1));
         sent += 1;
-        let req = Request::post(ep.path.as_str())
+        let mut req = Request::post(ep.path.as_str())
             .header("host", hosts[i].as_str())
-            .header("content-type", "application/json")
-            .header("x-hale-agent", agent.as_str())
-            .header("x-hale-task", task)
-            .body(Full::new(spec.bodies[(sent % 2) as usize].clone()))?;
+            .header("content-type", "application/json");
+        if !spec.anonymous {
+            req = req
+                .header("x-hale-agent", agent.as_str())
+                .header("x-hale-task", task);
+        }
+        for (k, v) in &ep.headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let req = req.body(Full::new(spec.bodies.get(sent)))?;
         match one(sender, req, spec.stream, start).await {
             Ok((ttfb, total)) => {
                 if measured {
@@ -300,6 +368,7 @@ mod tests {
             bodies: chat_bodies(model, stream, 100),
             task_turns: 100,
             agents_every: None,
+            anonymous: false,
         };
         run(&ep, &spec).await.expect("the load runs")
     }
@@ -336,8 +405,25 @@ mod tests {
     }
 
     #[test]
+    fn distinct_bodies_are_openai_requests_of_the_asked_size_that_all_differ() {
+        let bodies = distinct_bodies("ok:tokens=16", false, 1000);
+        let all: Vec<Bytes> = (0..100).map(|i| bodies.get(i)).collect();
+        let mut users = std::collections::HashSet::new();
+        for b in &all {
+            let v: serde_json::Value = serde_json::from_slice(b).expect("json");
+            assert_eq!(v["model"], "ok:tokens=16");
+            assert_eq!(v["messages"][0]["role"], "system");
+            let user = v["messages"][1]["content"].as_str().expect("user text");
+            assert_eq!(user.len(), 1000);
+            assert!(users.insert(user.to_owned()), "a repeated conversation");
+        }
+    }
+
+    #[test]
     fn chat_body_is_an_openai_request_of_the_asked_size() {
-        let [b, other] = chat_bodies("ok:tokens=16", true, 1000);
+        let Bodies::Alternate([b, other]) = chat_bodies("ok:tokens=16", true, 1000) else {
+            panic!("alternate bodies");
+        };
         assert_ne!(b, other, "an agent's turns differ");
         assert_eq!(b.len(), other.len());
         let v: serde_json::Value = serde_json::from_slice(&b).expect("json");

@@ -23,6 +23,7 @@ mod duration;
 mod hash;
 mod health;
 mod load;
+mod peers;
 mod procs;
 mod scale_out;
 mod soak;
@@ -115,35 +116,6 @@ struct Args {
     #[arg(long, value_parser = duration::parse_duration)]
     #[serde(serialize_with = "ser_opt_duration")]
     rss_every: Option<Duration>,
-    /// A peer gateway measured with the same client and load, after the
-    /// bare proxy and before hale: `NAME=COMMAND`, the command run under
-    /// `sh -c` with `{port}` (where it must listen) and `{upstream}`
-    /// (chaos's `http://ADDR`) filled in. Repeatable. `scripts/peers.sh`
-    /// starts LiteLLM this way.
-    #[arg(long, value_parser = parse_peer)]
-    peer: Vec<Peer>,
-    /// The path a peer answers 200 on once it is ready.
-    #[arg(long, default_value = "/health/liveliness")]
-    peer_ready_path: String,
-}
-
-/// A `--peer NAME=COMMAND`.
-#[derive(Debug, Clone, Serialize)]
-struct Peer {
-    name: String,
-    command: String,
-}
-
-fn parse_peer(s: &str) -> Result<Peer, String> {
-    match s.split_once('=') {
-        Some((name, command)) if !name.trim().is_empty() && !command.trim().is_empty() => {
-            Ok(Peer {
-                name: name.trim().to_owned(),
-                command: command.to_owned(),
-            })
-        }
-        _ => Err(format!("--peer takes NAME=COMMAND, got {s:?}")),
-    }
 }
 
 fn ser_opt_duration<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
@@ -327,16 +299,6 @@ struct Row {
     /// hale's VmRSS during the run, every `--rss-every`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     hale_rss_samples: Vec<RssSample>,
-    /// Each `--peer`'s run of the same load, in the order given.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    peers: Vec<PeerRun>,
-}
-
-/// One peer gateway's run of a row's load.
-#[derive(Debug, Serialize)]
-struct PeerRun {
-    name: String,
-    summary: Summary,
 }
 
 #[derive(Debug, Serialize)]
@@ -422,6 +384,15 @@ fn main() -> anyhow::Result<()> {
             .enable_all()
             .build()?;
         return rt.block_on(chaos_hour::run(args));
+    }
+    // `hale-bench peers …`: hale against the peers users would pick (peers.rs).
+    if std::env::args().nth(1).as_deref() == Some("peers") {
+        let args = peers::PeersArgs::parse_from(std::env::args().skip(1));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        return rt.block_on(peers::run(args));
     }
     // `hale-bench hash …`: the request hash's native cost (hash.rs).
     if std::env::args().nth(1).as_deref() == Some("hash") {
@@ -511,20 +482,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .await?,
         )
     };
-    let mut peers = Vec::with_capacity(args.peer.len());
-    for p in &args.peer {
-        eprintln!("starting peer {} …", p.name);
-        let proc = procs::start_peer(
-            &p.name,
-            &p.command,
-            &args.peer_ready_path,
-            chaos.addr,
-            work.path(),
-        )
-        .await
-        .with_context(|| format!("peer {}", p.name))?;
-        peers.push((p.name.clone(), proc));
-    }
     let hale_pid = hale.child.id();
     let hale_start_rss_kib = procs::rss_kib(hale_pid).map(|(rss, _)| rss);
     eprintln!(
@@ -550,6 +507,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let hale_ep = load::Endpoint {
         addrs: hales.iter().map(|h| h.addr).collect(),
         path,
+        headers: Vec::new(),
     };
     let mut rows = Vec::new();
     for &(mode, stream) in modes {
@@ -562,6 +520,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 bodies: load::chat_bodies(&args.model, stream, args.prompt_bytes),
                 task_turns: args.task_turns,
                 agents_every: args.agents_every,
+                anonymous: false,
             };
             let direct = if args.hale_only {
                 None
@@ -584,22 +543,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 }
                 None => None,
             };
-            let mut peer_runs = Vec::with_capacity(peers.len());
-            for (name, proc) in &peers {
-                let ep = load::Endpoint::one(proc.addr, hale_ep.path.clone());
-                let s = load::run(&ep, &spec).await?;
-                eprintln!(
-                    "{mode:>8} c={c:<3} {name}: {:>8.0} rps p50 {:>7.1} µs p99 {:>7.1} µs",
-                    s.rps, s.p50_us, s.p99_us
-                );
-                if let Some(e) = s.first_error.as_deref() {
-                    eprintln!("{mode:>8} c={c:<3} {name}: {} errors, first: {e}", s.errors);
-                }
-                peer_runs.push(PeerRun {
-                    name: name.clone(),
-                    summary: s,
-                });
-            }
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let sampler = args
                 .rss_every
@@ -663,7 +606,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 hale_cpu,
                 hale_turns_per_commit,
                 hale_rss_samples,
-                peers: peer_runs,
                 direct,
                 bare,
                 hale: h,
@@ -672,14 +614,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let journal_bytes = dir_bytes(&data_dir);
     drop(hales);
-    drop(peers);
     drop(bare);
     drop(chaos);
 
     print!("{}", table(&rows));
-    if rows.iter().any(|r| !r.peers.is_empty()) {
-        print!("\n{}", peers_table(&rows));
-    }
     println!(
         "journal: {} KiB in {} (SQLite file, WAL and index included; warm-up turns are journalled too)",
         journal_bytes / 1024,
@@ -753,42 +691,6 @@ fn table(rows: &[Row]) -> String {
     out
 }
 
-/// The peers table: every gateway of a row side by side (direct, the bare
-/// proxy, each `--peer`, hale) with its throughput as a ratio to the bare
-/// proxy's in the same run.
-fn peers_table(rows: &[Row]) -> String {
-    let mut out = String::from(
-        "| mode | c | gateway | RPS | p50 ms | p99 ms | RPS / bare | errors |\n|---|--:|---|--:|--:|--:|--:|--:|\n",
-    );
-    for r in rows {
-        let bare_rps = r.bare.as_ref().map(|b| b.rps).filter(|v| *v > 0.0);
-        let mut line = |who: &str, s: &Summary| {
-            out.push_str(&format!(
-                "| {} | {} | {} | {:.0} | {:.3} | {:.3} | {} | {} |\n",
-                r.mode,
-                r.concurrency,
-                who,
-                s.rps,
-                s.p50_us / 1000.0,
-                s.p99_us / 1000.0,
-                bare_rps.map_or_else(|| "–".to_owned(), |b| format!("{:.2}", s.rps / b)),
-                s.errors,
-            ));
-        };
-        if let Some(d) = &r.direct {
-            line("direct", d);
-        }
-        if let Some(b) = &r.bare {
-            line("bare proxy", b);
-        }
-        for p in &r.peers {
-            line(&p.name, &p.summary);
-        }
-        line("hale", &r.hale);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -836,39 +738,8 @@ mod tests {
             ),
             hale_turns_per_commit: Some(20.0),
             hale_rss_samples: Vec::new(),
-            peers: vec![PeerRun {
-                name: "litellm".into(),
-                summary: s(450.0, 2000.0, 5000.0),
-            }],
         }];
         let t = table(&rows);
         assert!(t.contains("| complete | 8 | 1000 | 900 | 800 | 0.100 | 0.120 | 0.150 | 0.200 | 0.300 | 0.400 | 0.050 / 0.200 | 0.030 / 0.100 | 0.80 | 0.89 | 20 / 30 | 200 / 25 / 10 / 150 | 0 |"), "{t}");
-        let p = peers_table(&rows);
-        assert!(
-            p.contains("| complete | 8 | bare proxy | 900 | 0.120 | 0.300 | 1.00 | 0 |"),
-            "{p}"
-        );
-        assert!(
-            p.contains("| complete | 8 | litellm | 450 | 2.000 | 5.000 | 0.50 | 0 |"),
-            "{p}"
-        );
-        assert!(
-            p.contains("| complete | 8 | hale | 800 | 0.150 | 0.400 | 0.89 | 0 |"),
-            "{p}"
-        );
-    }
-
-    #[test]
-    fn a_peer_is_a_name_and_a_command() {
-        let p = parse_peer("litellm=litellm --port {port}").unwrap();
-        assert_eq!(
-            (p.name.as_str(), p.command.as_str()),
-            ("litellm", "litellm --port {port}")
-        );
-        // The command keeps its own `=`.
-        assert_eq!(parse_peer("x=env A=1 run").unwrap().command, "env A=1 run");
-        assert!(parse_peer("litellm").is_err());
-        assert!(parse_peer("=cmd").is_err());
-        assert!(parse_peer("name=").is_err());
     }
 }

@@ -224,14 +224,13 @@ pub async fn start_bare(work: &Path, chaos: SocketAddr, hyper: bool) -> anyhow::
     Ok(p)
 }
 
-/// How long a peer gateway (`--peer`) may take to start answering: a Python
+/// How long a peer gateway (peers.rs, chaos_peer.rs) may take to start answering: a Python
 /// proxy imports for a while before it listens.
 pub const PEER_READY_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// A peer gateway to measure beside hale (`--peer NAME=COMMAND`): `COMMAND`
-/// runs under `sh -c` with `{port}` replaced by a free loopback port and
-/// `{upstream}` by chaos's base URL (`http://ADDR`); it must serve OpenAI's
-/// `/v1/chat/completions` there, the model names passed through. Ready when
+/// A peer gateway to measure beside hale: `command` runs under `sh -c`
+/// with `{port}` replaced by a free loopback port (where it must listen)
+/// and `{upstream}` by chaos's base URL (`http://ADDR`). Ready when
 /// `GET ready_path` answers 200.
 pub async fn start_peer(
     name: &str,
@@ -261,6 +260,36 @@ pub async fn start_peer(
     };
     wait_ready_for(&mut p, ready_path, PEER_READY_TIMEOUT).await?;
     Ok(p)
+}
+
+/// `pid` and its descendants (first `pid`), from each process's parent in
+/// `/proc/*/stat`; only `pid` off Linux.
+pub fn tree(pid: u32) -> Vec<u32> {
+    let mut parent = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            // `pid (comm) state ppid …`: comm may hold spaces and parentheses.
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u32>().ok());
+            if let Some(pp) = ppid {
+                parent.push((p, pp));
+            }
+        }
+    }
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        out.extend(parent.iter().filter(|&&(_, pp)| pp == p).map(|&(c, _)| c));
+        i += 1;
+    }
+    out
 }
 
 /// Resident memory of a process from `/proc/PID/status`: (VmRSS, VmHWM =

@@ -56,41 +56,66 @@ fn skip(why: &str) {
     eprintln!("skipped: {why}");
 }
 
+/// `hale-bench peers` without peers: direct, the bare proxy and hale with
+/// each journal run the same load, each request its own conversation; the
+/// table has a row each, with memory for the processes, the memory table a
+/// line per gateway process, and the disk's fsync is measured.
 #[test]
-fn a_peer_runs_the_same_load_and_is_in_the_peers_table() {
+fn peers_runs_every_gateway_with_the_same_load() {
     let Some(hale) = hale_bin() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    let out_json = dir.path().join("bench.json");
-    let peer = format!("other={} chaos --listen 127.0.0.1:{{port}}", hale.display());
+    let out_json = dir.path().join("peers.json");
     let out = Command::new(bench())
-        .args(["--hale-bin", &hale.to_string_lossy()])
-        .args([
-            "--duration",
-            "300ms",
-            "--warmup",
-            "100ms",
-            "--concurrency",
-            "1",
-        ])
-        .args(["--stream", "off", "--no-bare", "--peer", &peer])
-        .args(["--peer-ready-path", "/chaos/stats"])
+        .args(["peers", "--hale-bin", &hale.to_string_lossy()])
+        .args(["--duration", "300ms", "--warmup", "100ms"])
+        .args(["--concurrency", "1", "--stream", "off", "--no-peers"])
+        .args(["--idle", "0s", "--fsync", "100ms"])
         .args(["--out", &out_json.to_string_lossy()])
         .output()
         .expect("hale-bench runs");
     let text = String::from_utf8_lossy(&out.stdout);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}\n{err}");
-    let row = text
-        .lines()
-        .find(|l| l.starts_with("| complete | 1 | other |"))
-        .unwrap_or_else(|| panic!("no peer row:\n{text}\n{err}"));
-    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-    let rps: f64 = cells[4].parse().expect("the peer's RPS");
-    assert!(rps > 0.0, "{row}");
-    assert_eq!(cells[8], "0", "no errors: {row}");
+    for gateway in ["direct", "bare proxy", "hale durable", "hale relaxed"] {
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("| complete | 1 | {gateway} |")))
+            .unwrap_or_else(|| panic!("no {gateway} row:\n{text}\n{err}"));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let rps: f64 = cells[4].parse().expect("RPS");
+        assert!(rps > 0.0, "{row}");
+        assert_eq!(cells[9], "0", "no errors: {row}");
+        if gateway != "direct" {
+            let anon: f64 = cells[8].parse().expect("peak RssAnon");
+            assert!(anon > 0.0, "{row}");
+        }
+    }
+    assert!(
+        text.contains("| hale relaxed | "),
+        "the memory table: {text}"
+    );
+    assert!(
+        text.contains("fsync (4 KiB append + fdatasync, alone): p50"),
+        "{text}"
+    );
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&out_json).expect("results written")).unwrap();
-    assert_eq!(json["rows"][0]["peers"][0]["name"], "other", "{json}");
+    assert_eq!(json["runs"].as_array().map(Vec::len), Some(4), "{json}");
+    assert!(json["fsync"]["samples"].as_u64().unwrap_or(0) > 0, "{json}");
+}
+
+#[test]
+fn peers_with_a_peer_not_installed_says_how_to_install_it() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let out = Command::new(bench())
+        .current_dir(dir.path())
+        .args(["peers", "--peers", "portkey"])
+        .output()
+        .expect("hale-bench runs");
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Portkey 1.15.2 is not installed"), "{err}");
+    assert!(err.contains("scripts/peers.sh install"), "{err}");
 }
 
 fn schedule(seed: &str) -> String {
