@@ -303,37 +303,13 @@ struct Row {
 
 #[derive(Debug, Serialize)]
 struct Report {
-    machine: Machine,
+    machine: procs::Machine,
     unix_time: u64,
     args: Args,
     journal_bytes: u64,
     /// hale's VmRSS right after start (ready, no traffic), KiB.
     hale_start_rss_kib: Option<u64>,
     rows: Vec<Row>,
-}
-
-#[derive(Debug, Serialize)]
-struct Machine {
-    nproc: usize,
-    cpu: String,
-}
-
-fn machine() -> Machine {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    Machine {
-        nproc: std::thread::available_parallelism()
-            .map(usize::from)
-            .unwrap_or(1),
-        cpu,
-    }
 }
 
 fn dir_bytes(dir: &std::path::Path) -> u64 {
@@ -430,7 +406,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         None => work.path().join("data"),
     };
-    let m = machine();
+    let m = procs::machine();
     eprintln!(
         "hale-bench: {} ({} cores: {}), data_dir {}",
         bin.display(),

@@ -221,7 +221,7 @@ struct Fsync {
 #[derive(Debug, Serialize)]
 struct Report {
     unix_time: u64,
-    machine: crate::Machine,
+    machine: procs::Machine,
     args: PeersArgs,
     fsync: Fsync,
     runs: Vec<Run>,
@@ -437,7 +437,7 @@ pub async fn run(args: PeersArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| work.path().join("data"));
     std::fs::create_dir_all(&data_dir)?;
-    let machine = crate::machine();
+    let machine = procs::machine();
     eprintln!(
         "hale-bench peers: {} ({} cores: {})",
         bin.display(),

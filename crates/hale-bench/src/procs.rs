@@ -500,6 +500,31 @@ async fn get_ok(addr: SocketAddr, path: &str) -> bool {
     matches!(s.read(&mut buf).await, Ok(n) if n >= 12 && &buf[9..12] == b"200")
 }
 
+/// The machine a benchmark ran on: its cores and CPU model.
+#[derive(Debug, serde::Serialize)]
+pub struct Machine {
+    pub nproc: usize,
+    pub cpu: String,
+}
+
+pub fn machine() -> Machine {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    Machine {
+        nproc: std::thread::available_parallelism()
+            .map(usize::from)
+            .unwrap_or(1),
+        cpu,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
