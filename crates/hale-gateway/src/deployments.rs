@@ -122,6 +122,28 @@ struct Hedging {
     swept: Option<Instant>,
 }
 
+impl Hedging {
+    /// Forgets, at most once per `window` (the budgets' window), every
+    /// agent's budget and every deployment's history and budget that hold
+    /// nothing a new one would not: no first token younger than
+    /// [`hedge::SAMPLE_MAX_AGE`], no request or hedge in the window. Every
+    /// agent ever seen, and every model a client named (a provider with no
+    /// `models` passes any through), would otherwise keep one.
+    fn sweep(&mut self, window: Duration, now: Instant) {
+        if self
+            .swept
+            .is_some_and(|t| now.saturating_duration_since(t) < window)
+        {
+            return;
+        }
+        self.swept = Some(now);
+        self.agents.retain(|_, b| !b.is_idle(now));
+        self.deployments.retain(|_, (history, budget)| {
+            !(history.recent(now).is_empty() && budget.is_idle(now))
+        });
+    }
+}
+
 /// An empty latency estimate for each member of a route's rank of two or
 /// more (`Config::route_ranks`): the only deployments the balancer weighs.
 fn ranked(cfg: &Config) -> HashMap<String, PeakEwma> {
@@ -203,13 +225,7 @@ impl Deployments {
             .entry(agent.to_owned())
             .or_insert_with(|| HedgeBudget::from_config(h))
             .record_request(now);
-        // Every agent ever seen would otherwise keep a budget.
-        if g.swept
-            .is_none_or(|t| now.saturating_duration_since(t) >= h.budget_window)
-        {
-            g.swept = Some(now);
-            g.agents.retain(|_, b| !b.is_idle(now));
-        }
+        g.sweep(h.budget_window, now);
     }
 
     /// A first token (or a complete answer) `elapsed` after the request on
@@ -225,6 +241,7 @@ impl Deployments {
         }
         let h = &self.cfg.hedging;
         let mut g = self.hedging();
+        g.sweep(h.budget_window, now);
         let history = &mut g
             .deployments
             .entry(deployment.to_owned())
@@ -840,6 +857,30 @@ mod tests {
         keys.sort();
         assert_eq!(keys, ["p/a", "p/b"]);
         assert!(l["p/a"].cost(now) > 0.0);
+    }
+
+    /// A model a client named keeps a first-token history and a hedge
+    /// budget only while they hold something: once its samples are older
+    /// than `hedge::SAMPLE_MAX_AGE` and its budget's window is empty, the
+    /// next sweep forgets it, so an agent naming new models does not grow
+    /// the map for good. Fails without the deployments' sweep.
+    #[test]
+    fn hedging_forgets_a_model_once_nothing_of_it_is_recent() {
+        let d = deployments();
+        let t0 = Instant::now();
+        for i in 0..1000 {
+            let k = format!("p/client-{i}");
+            d.hedge_request("a", &k, t0);
+            d.first_token(&k, Duration::from_millis(5), t0);
+        }
+        assert!(d.hedging().deployments.len() >= 1000);
+        let window = d.cfg.hedging.budget_window;
+        let later = t0 + hedge::SAMPLE_MAX_AGE + window + hedge::budget_bucket(window);
+        d.hedge_request("a", "p/m", later);
+        let g = d.hedging();
+        assert_eq!(g.deployments.len(), 1, "kept: all but p/m should go");
+        assert!(g.deployments.contains_key("p/m"));
+        assert_eq!(g.agents.len(), 1);
     }
 
     /// A hedge's pick looks without taking: `peek_candidate` on a breaker
