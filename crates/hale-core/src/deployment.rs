@@ -436,6 +436,20 @@ impl Health {
         was_out
     }
 
+    /// Whether the scope holds nothing that a new one would decide
+    /// otherwise by, so its owner may forget it: not forced, no call in the
+    /// window, and no ejection running or ended within the window. What
+    /// goes with it is older than the window — failures in a row and the
+    /// ejections in a row that lengthen the next cooldown — so a deployment
+    /// that comes back after that long is judged afresh.
+    pub fn at_rest(&self, cfg: &EjectionConfig, now: Instant) -> bool {
+        !self.forced
+            && self.counts(cfg, now) == (0, 0)
+            && self.ejection.is_none_or(|e| {
+                now >= e.until && now.saturating_duration_since(e.until) >= cfg.window
+            })
+    }
+
     /// Healthy, degraded (failures in the window) or ejected.
     pub fn state(&self, cfg: &EjectionConfig, now: Instant) -> State {
         if self.forced || self.running(now).is_some() {
@@ -526,6 +540,38 @@ mod tests {
         now: Instant,
     ) -> Option<Duration> {
         h.on_failure(&cfg(), &CooldownConfig::default(), class, ra, now)
+    }
+
+    #[test]
+    fn a_scope_rests_a_window_after_its_last_call_or_ejection() {
+        let c = cfg();
+        let t0 = Instant::now();
+        assert!(Health::new().at_rest(&c, t0), "a new scope");
+        // A call: busy for a window.
+        let mut h = Health::new();
+        h.on_success(&c, t0);
+        assert!(!h.at_rest(&c, t0));
+        assert!(!h.at_rest(&c, t0 + c.window - Duration::from_millis(1)));
+        assert!(h.at_rest(&c, t0 + c.window));
+        // Forced out: never, until reset.
+        let mut forced = Health::new();
+        forced.trip();
+        assert!(!forced.at_rest(&c, t0 + s(3600)));
+        forced.reset(t0);
+        assert!(forced.at_rest(&c, t0));
+        // Ejected: not while it runs, nor for a window after it ended.
+        let mut ejected = Health::new();
+        let mut length = None;
+        for _ in 0..10 {
+            length = length.or(fail(&mut ejected, ErrorClass::Overloaded, None, t0));
+        }
+        let length = length.expect("ten overloaded answers in a row eject");
+        let ended = t0 + length;
+        assert!(!ejected.at_rest(&c, t0 + c.window));
+        assert!(!ejected.at_rest(&c, ended));
+        // The ejection ends at the latest MAX_EJECTION after it started.
+        let later = t0 + MAX_EJECTION + c.window;
+        assert!(ejected.at_rest(&c, later));
     }
 
     #[test]

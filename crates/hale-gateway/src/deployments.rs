@@ -449,6 +449,18 @@ impl Deployments {
         dropped
     }
 
+    /// Forgets every deployment's health that is at rest
+    /// ([`Health::at_rest`]): a new one decides alike. Every model a client
+    /// named (a provider with no `models` passes any through) would
+    /// otherwise keep one. Returns how many went.
+    pub fn forget_resting_scopes(&self, now: Instant) -> usize {
+        let ej = &self.cfg.ejection;
+        let mut s = self.scopes();
+        let before = s.deployments.len();
+        s.deployments.retain(|_, h| !h.at_rest(ej, now));
+        before - s.deployments.len()
+    }
+
     /// How many breakers (agent × deployment) are held in memory.
     pub fn breakers_held(&self) -> usize {
         self.breakers
@@ -881,6 +893,37 @@ mod tests {
         assert_eq!(g.deployments.len(), 1, "kept: all but p/m should go");
         assert!(g.deployments.contains_key("p/m"));
         assert_eq!(g.agents.len(), 1);
+    }
+
+    /// A model a client named keeps its health only while it holds
+    /// something: a window after its last call it goes; a forced one stays.
+    /// Fails without the sweep.
+    #[test]
+    fn a_deployments_health_goes_a_window_after_its_last_call() {
+        let d = deployments();
+        let t0 = Instant::now();
+        let t = |m: &str| Target {
+            provider: "p".into(),
+            model: m.into(),
+        };
+        for i in 0..100 {
+            d.on_success(
+                "a",
+                &t(&format!("client-{i}")),
+                false,
+                false,
+                Duration::ZERO,
+                t0,
+            );
+        }
+        d.trip(&t("held"));
+        assert!(d.scopes().deployments.len() >= 101);
+        assert_eq!(d.forget_resting_scopes(t0), 0, "all called just now");
+        let later = t0 + d.cfg.ejection.window;
+        assert_eq!(d.forget_resting_scopes(later), 100);
+        let s = d.scopes();
+        assert_eq!(s.deployments.len(), 1);
+        assert!(s.deployments.contains_key("p/held"));
     }
 
     /// A hedge's pick looks without taking: `peek_candidate` on a breaker

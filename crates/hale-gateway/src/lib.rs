@@ -264,7 +264,8 @@ impl Gateway {
     /// ([`Deployments::forget_resting_breakers`]): those of the agents that
     /// left, unless one holds a failure, and any at rest; one per agent ×
     /// deployment, they would otherwise pile up with agents that came and
-    /// went. Called every [`hale_core::memory::SWEEP_EVERY`] by every
+    /// went; and deployments' health at rest ([`Deployments::forget_resting_scopes`]).
+    /// Called every [`hale_core::memory::SWEEP_EVERY`] by every
     /// instance ([`background::memory::run`]).
     pub fn shed_idle(&self, now_ms: u64, now: Instant) -> Shed {
         let shed = self.agents.shed(now_ms, |id| self.health.forget(id, now));
@@ -276,6 +277,7 @@ impl Gateway {
         }
         let tasks = self.tasks.shed(now, self.cfg.memory.idle_tasks, &shed.left);
         let breakers = self.deployments.forget_resting_breakers(now, &shed.left);
+        self.deployments.forget_resting_scopes(now);
         Shed {
             agents: shed.left.len(),
             tasks,
