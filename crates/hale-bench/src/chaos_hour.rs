@@ -109,11 +109,11 @@ pub struct HourArgs {
     steps: u32,
     /// A new fault starts this often, e.g. `30s`.
     #[arg(long, default_value = "30s", value_parser = crate::duration::parse_duration)]
-    #[serde(serialize_with = "crate::ser_duration")]
+    #[serde(serialize_with = "crate::duration::ser_duration")]
     fault_every: Duration,
     /// How long each fault lasts (a refused connection: at least 60 s).
     #[arg(long, default_value = "60s", value_parser = crate::duration::parse_duration)]
-    #[serde(serialize_with = "crate::ser_duration")]
+    #[serde(serialize_with = "crate::duration::ser_duration")]
     fault_lasts: Duration,
     /// Fault-free tasks per client before the faults, the whole fleet at
     /// once (the reference of the extra tokens and the wall times).
@@ -442,9 +442,9 @@ impl FaultClass {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Planned {
     /// From the start of the faulted run.
-    #[serde(serialize_with = "crate::ser_duration")]
+    #[serde(serialize_with = "crate::duration::ser_duration")]
     pub at: Duration,
-    #[serde(serialize_with = "crate::ser_duration")]
+    #[serde(serialize_with = "crate::duration::ser_duration")]
     pub lasts: Duration,
     /// Index into [`DEPLOYMENTS`], or into [`TOOL_NODES`] for a tool
     /// node's fault ([`FaultClass::tool_node`]).

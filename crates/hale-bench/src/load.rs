@@ -47,6 +47,29 @@ impl Endpoint {
     }
 }
 
+/// Which answers a benchmark asks for (`--stream`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamMode {
+    /// Non-streaming only.
+    Off,
+    /// Streaming only.
+    On,
+    /// Both.
+    Both,
+}
+
+impl StreamMode {
+    /// The modes to run, named as the tables name them, with whether each streams.
+    pub fn modes(self) -> &'static [(&'static str, bool)] {
+        match self {
+            StreamMode::Off => &[("complete", false)],
+            StreamMode::On => &[("stream", true)],
+            StreamMode::Both => &[("complete", false), ("stream", true)],
+        }
+    }
+}
+
 /// The request bodies of a load run ([`LoadSpec::bodies`]).
 #[derive(Debug, Clone)]
 pub enum Bodies {

@@ -48,18 +48,18 @@ static GLOBAL: hale_alloc::Alloc = hale_alloc::ALLOC;
 struct Args {
     /// Measured time per run, e.g. `10s`, `500ms`.
     #[arg(long, default_value = "10s", value_parser = duration::parse_duration)]
-    #[serde(serialize_with = "ser_duration")]
+    #[serde(serialize_with = "duration::ser_duration")]
     duration: Duration,
     /// Warm-up per run (not measured).
     #[arg(long, default_value = "2s", value_parser = duration::parse_duration)]
-    #[serde(serialize_with = "ser_duration")]
+    #[serde(serialize_with = "duration::ser_duration")]
     warmup: Duration,
     /// Concurrencies (closed-loop workers, one connection each), comma-separated.
     #[arg(long, default_value = "1,8,64", value_delimiter = ',')]
     concurrency: Vec<usize>,
     /// Which modes to run.
-    #[arg(long, value_enum, default_value_t = StreamMode::Both)]
-    stream: StreamMode,
+    #[arg(long, value_enum, default_value_t = load::StreamMode::Both)]
+    stream: load::StreamMode,
     /// The model asked of chaos (`ok` = a normal answer of `tokens` words).
     #[arg(long, default_value = "ok:tokens=16")]
     model: String,
@@ -247,21 +247,6 @@ enum BareClient {
     /// hyper-util's pooled client without reqwest's layers: the client of
     /// hale's provider attempts, so the floor of hale's own stack.
     Hyper,
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-enum StreamMode {
-    /// Non-streaming only.
-    Off,
-    /// Streaming only.
-    On,
-    /// Both.
-    Both,
-}
-
-fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64())
 }
 
 /// One (mode, concurrency) row of the results.
@@ -470,11 +455,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         hale_start_rss_kib,
     );
 
-    let modes: &[(&'static str, bool)] = match args.stream {
-        StreamMode::Off => &[("complete", false)],
-        StreamMode::On => &[("stream", true)],
-        StreamMode::Both => &[("complete", false), ("stream", true)],
-    };
+    let modes = args.stream.modes();
     let path = "/v1/chat/completions".to_owned();
     let direct_ep = load::Endpoint::one(chaos.addr, path.clone());
     let bare_ep = bare

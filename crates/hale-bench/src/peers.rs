@@ -48,18 +48,18 @@ const MEMORY_EVERY: Duration = Duration::from_millis(50);
 pub struct PeersArgs {
     /// Measured time per run, e.g. `10s`.
     #[arg(long, default_value = "5s", value_parser = duration::parse_duration)]
-    #[serde(serialize_with = "ser_duration")]
+    #[serde(serialize_with = "duration::ser_duration")]
     duration: Duration,
     /// Warm-up per run (not measured).
     #[arg(long, default_value = "1s", value_parser = duration::parse_duration)]
-    #[serde(serialize_with = "ser_duration")]
+    #[serde(serialize_with = "duration::ser_duration")]
     warmup: Duration,
     /// Concurrencies (closed-loop workers), comma-separated.
     #[arg(long, default_value = "1,64", value_delimiter = ',')]
     concurrency: Vec<usize>,
     /// Streamed answers, complete ones, or both.
-    #[arg(long, value_enum, default_value_t = Stream::Both)]
-    stream: Stream,
+    #[arg(long, value_enum, default_value_t = load::StreamMode::Both)]
+    stream: load::StreamMode,
     /// The model asked of chaos.
     #[arg(long, default_value = "ok:tokens=16")]
     model: String,
@@ -74,11 +74,11 @@ pub struct PeersArgs {
     no_peers: bool,
     /// Time without traffic after the last run before memory is read again.
     #[arg(long, default_value = "60s", value_parser = duration::parse_duration)]
-    #[serde(serialize_with = "ser_duration")]
+    #[serde(serialize_with = "duration::ser_duration")]
     idle: Duration,
     /// How long the disk's fsync time is measured alone.
     #[arg(long, default_value = "3s", value_parser = duration::parse_duration)]
-    #[serde(serialize_with = "ser_duration")]
+    #[serde(serialize_with = "duration::ser_duration")]
     fsync: Duration,
     /// Where hale's journals go (and the fsync is measured); default: a
     /// fresh temporary directory.
@@ -90,18 +90,6 @@ pub struct PeersArgs {
     /// Where to write the results as JSON.
     #[arg(long, default_value = "target/hale-bench-peers.json")]
     out: PathBuf,
-}
-
-fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64())
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-enum Stream {
-    Off,
-    On,
-    Both,
 }
 
 /// A peer gateway this benchmark can start.
@@ -516,11 +504,7 @@ pub async fn run(args: PeersArgs) -> anyhow::Result<()> {
         })
         .collect();
 
-    let modes: &[(&'static str, bool)] = match args.stream {
-        Stream::Off => &[("complete", false)],
-        Stream::On => &[("stream", true)],
-        Stream::Both => &[("complete", false), ("stream", true)],
-    };
+    let modes = args.stream.modes();
     let mut runs = Vec::new();
     for &(mode, stream) in modes {
         for &c in &args.concurrency {
