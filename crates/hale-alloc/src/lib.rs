@@ -29,8 +29,12 @@
 //! `hale serve` held 14.4–14.7 MiB of anonymous memory with it and
 //! 16.8–18.1 MiB without (hale-bench peers, issue 45).
 //!
+//! SQLite allocates with the C library's `malloc`: [`trim_c_heap`] gives
+//! what it freed back (glibc keeps it in its per-thread arenas otherwise).
+//!
 //! This is the one crate of the workspace that holds `unsafe` code: the
-//! option API, `mi_collect` and `prctl` are C with no safe binding. Each
+//! option API, `mi_collect`, `malloc_trim` and `prctl` are C with no safe
+//! binding. Each
 //! call is sound as used: the option index is a constant of mimalloc's
 //! header, and `mi_option_set` is called once, before the binary starts any
 //! thread; `mi_collect` works on the calling thread's own heap; `prctl`
@@ -113,6 +117,27 @@ pub fn on_idle() {
                 libmimalloc_sys::mi_collect(false);
             }
         }
+    }
+}
+
+/// Gives the C library's heap back to the OS: what SQLite (C, which
+/// allocates with the C library's `malloc`, not mimalloc) freed sits in
+/// glibc's per-thread arenas until trimmed; glibc trims only an arena's
+/// top on its own. Call it after emptying SQLite's caches (hale-store does,
+/// once per quiet spell). A no-op off glibc. Returns whether memory was
+/// given back.
+pub fn trim_c_heap() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        #[allow(unsafe_code)]
+        // SAFETY: malloc_trim takes a plain size (the padding to keep at
+        // each arena's top) and is thread safe; it locks each arena itself.
+        let trimmed = unsafe { libc::malloc_trim(0) };
+        trimmed == 1
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
     }
 }
 

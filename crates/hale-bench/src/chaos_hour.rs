@@ -60,7 +60,10 @@
 //! provider kinds it speaks, the rest printed as left out; the journal and
 //! paused-agent columns, hale's own, are `n/a` there.
 //!
-//! Not built yet: tool-job outcomes per tool fault.
+//! A tool node's fault meets tool jobs, not model turns: the agents'
+//! `echo` through hale's `/mcp` runs as a job on the tool nodes, read from
+//! `GET /jobs` while the run goes ([`JobReader`]), each attempt on a node a
+//! row [`ending`] reads as it reads a turn's ([`job_turn`]).
 
 use crate::chaos_peer::{self, Peer};
 use crate::procs::{self, Proc};
@@ -1007,7 +1010,7 @@ impl Ending {
 
     fn name(self) -> &'static str {
         match self {
-            Ending::HealedSame => "healed on the same deployment",
+            Ending::HealedSame => "healed on the same deployment / node",
             Ending::FailedOver => "failed over",
             Ending::Resumed => "resumed mid-stream",
             Ending::FailedToClient => "failed to the client",
@@ -1078,7 +1081,8 @@ fn ending(w: &Window, turn: &JournalTurn) -> Option<Ending> {
     })
 }
 
-/// Per played fault, the turns it touched by how each ended.
+/// Per played fault, the turns (or tool jobs: [`job_turn`]) it touched by
+/// how each ended.
 fn fault_endings(windows: &[Window], turns: &[JournalTurn]) -> Vec<BTreeMap<Ending, u64>> {
     windows
         .iter()
@@ -1712,6 +1716,124 @@ async fn fetch_turn(http: &reqwest::Client, base: &str, id: &str) -> Option<Valu
     None
 }
 
+/// How often the run reads hale's tool jobs (`GET /jobs`, newest first):
+/// [`JOBS_PAGE`] each time, so every job is read after it ended while the
+/// fleet starts fewer than that many in this interval (a few dozen do).
+const JOBS_EVERY: Duration = Duration::from_secs(20);
+/// The newest jobs one read asks for: the most hale lists (`MAX_LIST`).
+const JOBS_PAGE: u32 = 1000;
+
+/// hale's tool jobs (the Agents SDK loops' `echo` through hale's `/mcp`,
+/// run on the tool nodes behind tool routing), read while the run goes:
+/// by id, a later read of a job replacing an earlier one.
+struct JobReader {
+    jobs: Arc<Mutex<BTreeMap<String, Value>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl JobReader {
+    /// Reads the newest jobs every [`JOBS_EVERY`] until [`JobReader::finish`].
+    fn follow(http: reqwest::Client, base: String) -> Self {
+        let jobs: Arc<Mutex<BTreeMap<String, Value>>> = Arc::default();
+        let into = jobs.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                read_jobs(&http, &base, &into).await;
+                tokio::time::sleep(JOBS_EVERY).await;
+            }
+        });
+        Self { jobs, task }
+    }
+
+    /// One last read, after the fleet's last task; every job read.
+    async fn finish(self, http: &reqwest::Client, base: &str) -> Vec<Value> {
+        self.task.abort();
+        read_jobs(http, base, &self.jobs).await;
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut *jobs).into_values().collect()
+    }
+}
+
+/// One read of the newest [`JOBS_PAGE`] jobs into `into`. A failed read
+/// (an instance killed, a loaded machine) is left to the next one.
+async fn read_jobs(http: &reqwest::Client, base: &str, into: &Mutex<BTreeMap<String, Value>>) {
+    let url = format!("{base}/jobs?limit={JOBS_PAGE}");
+    let Ok(r) = http.get(url).send().await else {
+        return;
+    };
+    let Ok(v) = r.json::<Value>().await else {
+        return;
+    };
+    let mut jobs = into.lock().unwrap_or_else(|p| p.into_inner());
+    for job in v["jobs"].as_array().into_iter().flatten() {
+        if let Some(id) = job["job_id"].as_str() {
+            jobs.insert(id.to_owned(), job.clone());
+        }
+    }
+}
+
+/// A tool job as the turn [`ending`] reads: each attempt a row on its tool
+/// node (absolute times, so `started_ms` is 0), a failed attempt carrying
+/// its error as the class, a node passed over (`skipped`, its breaker open)
+/// a skipped row; it succeeded when it completed with a result. A job not
+/// completed when the run ended never answered its agent. Pure.
+fn job_turn(job: &Value) -> Option<JournalTurn> {
+    let answered = job["status"] == "completed" && job["ok"] == true;
+    let mut turn = JournalTurn {
+        status: if answered { "succeeded" } else { "failed" }.to_owned(),
+        started_ms: 0,
+        timeline: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for a in job["timeline"].as_array()? {
+        let row = Row {
+            target: a["node"].as_str()?.to_owned(),
+            start_ms: a["timestamp"].as_u64()?,
+            duration_ms: a["duration_ms"].as_u64().unwrap_or(0),
+            class: None,
+            resume: None,
+        };
+        match a["status"].as_str() {
+            Some("success") => turn.timeline.push(row),
+            Some("skipped") => turn.skipped.push(row),
+            // "error", or a status this reader does not know: not an answer.
+            Some(_) | None => {
+                let class = match &a["error"] {
+                    Value::String(e) => e.clone(),
+                    Value::Null => "error".to_owned(),
+                    other => other.to_string(),
+                };
+                turn.timeline.push(Row {
+                    class: Some(class),
+                    ..row
+                });
+            }
+        }
+    }
+    Some(turn)
+}
+
+/// The tool jobs of a run: how many were read and how many answered.
+#[derive(Debug, Default, Serialize)]
+struct ToolJobs {
+    read: usize,
+    answered: usize,
+    /// Every job read, as [`ending`] reads it.
+    #[serde(skip)]
+    calls: Vec<JournalTurn>,
+}
+
+impl ToolJobs {
+    fn of(jobs: &[Value]) -> Self {
+        let calls: Vec<JournalTurn> = jobs.iter().filter_map(job_turn).collect();
+        Self {
+            read: jobs.len(),
+            answered: calls.iter().filter(|t| t.status == "succeeded").count(),
+            calls,
+        }
+    }
+}
+
 /// Agents hale left paused: each needs an operator to resume it.
 async fn paused_agents(http: &reqwest::Client, base: &str) -> usize {
     let Ok(r) = http.get(format!("{base}/agents?state=paused")).send().await else {
@@ -1724,7 +1846,7 @@ async fn paused_agents(http: &reqwest::Client, base: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// A played fault with the turns it touched, by how each ended.
+/// A played fault with the turns (or tool jobs) it touched, by how each ended.
 #[derive(Debug, Serialize)]
 struct PlayedFault {
     #[serde(flatten)]
@@ -1744,6 +1866,7 @@ struct Results<'a> {
     left_out: Vec<(ClientKind, &'static str)>,
     tokens: Value,
     journal: Journal,
+    tool_jobs: ToolJobs,
     faults_started: BTreeMap<&'static str, u64>,
     faults_touched: BTreeMap<&'static str, u64>,
     /// Per played fault, the turns it touched and how each ended (hale's journal).
@@ -1937,6 +2060,11 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
     let mut samples = samples_of(scale.as_ref(), pid, "start");
     let t0 = Instant::now();
     let fleet = start_fleet(&ctx, &args, t0 + total);
+    // hale's tool jobs: a peer has none.
+    let job_reader = args
+        .peer
+        .is_none()
+        .then(|| JobReader::follow(s.http.clone(), root.clone()));
     let mut player = Player {
         providers: &mut providers,
         tools: &mut tools,
@@ -1955,6 +2083,10 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
     };
     player.play(t0, total, &mut samples).await?;
     let ends = fleet.join().await;
+    let tool_jobs = match job_reader {
+        Some(r) => ToolJobs::of(&r.finish(&s.http, &root).await),
+        None => ToolJobs::default(),
+    };
     player.end_all().await?;
     let (applied, touched, windows) = (player.applied, player.touched, player.windows);
     samples.extend(samples_of(scale.as_ref(), pid, "end"));
@@ -1974,7 +2106,14 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
         }),
         None => None,
     };
-    let faults = fault_endings(&windows, &journal.turns)
+    // A deployment's fault meets model turns, a tool node's tool jobs.
+    let calls: Vec<JournalTurn> = journal
+        .turns
+        .iter()
+        .chain(&tool_jobs.calls)
+        .cloned()
+        .collect();
+    let faults = fault_endings(&windows, &calls)
         .into_iter()
         .zip(windows)
         .map(|(endings, window)| PlayedFault { window, endings })
@@ -1992,6 +2131,7 @@ pub async fn run(mut args: HourArgs) -> anyhow::Result<()> {
         left_out,
         tokens: json!({"run": [end_tokens.0 - start_tokens.0, end_tokens.1 - start_tokens.1]}),
         journal,
+        tool_jobs,
         faults_started: applied.iter().map(|(c, n)| (c.name(), *n)).collect(),
         faults_touched: touched.iter().map(|(c, n)| (c.name(), *n)).collect(),
         faults,
@@ -2112,6 +2252,10 @@ fn print_table(
         "| answered turns missing from the journal / counted twice | {} |",
         hale_only(format!("{} / {}", r.journal.missing, r.journal.repeated))
     );
+    println!(
+        "| tool jobs (the agents' `echo` through hale's /mcp) answered / run | {} |",
+        hale_only(format!("{} / {}", r.tool_jobs.answered, r.tool_jobs.read))
+    );
     if let Some(x) = &r.scale_out {
         let e = &x.events;
         println!(
@@ -2150,7 +2294,8 @@ fn print_table(
 }
 
 /// Per fault class: times started, requests chaos applied it to, and the
-/// turns it touched by how each ended (hale's journal).
+/// turns (a tool node's fault: the tool jobs) it touched by how each ended
+/// (hale's journal).
 fn print_fault_table(
     r: &Results<'_>,
     applied: &BTreeMap<FaultClass, u64>,
@@ -2159,7 +2304,7 @@ fn print_fault_table(
     println!();
     let names: Vec<&str> = Ending::ALL.iter().map(|e| e.name()).collect();
     println!(
-        "| fault class | started | requests it touched (chaos) | turns it touched (journal) | {} |",
+        "| fault class | started | requests it touched (chaos) | turns / tool jobs it touched (journal) | {} |",
         names.join(" | ")
     );
     println!("|---|---|---|---|{}", "---|".repeat(names.len()));
@@ -2213,7 +2358,7 @@ fn print_fault_table(
     }
     println!();
     println!(
-        "Not measured yet: {}tool-job outcomes per tool-node fault, the CLIs' turn ids (see chaos_hour.rs).",
+        "Not measured yet: {}the CLIs' turn ids (see chaos_hour.rs).",
         if r.scale_out.is_some() {
             ""
         } else {
@@ -2426,6 +2571,96 @@ mod tests {
         }
         let by = fault_endings(&[w], &table.map(|(t, _)| t));
         assert_eq!(by[0].values().sum::<u64>(), 6);
+    }
+
+    #[test]
+    fn a_tool_job_a_tool_node_fault_touched_ends_as_its_timeline_says() {
+        // The fault: tools_a crashed from 5 000 to 6 000 ms (wall).
+        let w = Window {
+            fault: 0,
+            deployment: TOOL_NODES[0].0,
+            class: FaultClass::ToolNodeCrash,
+            from_ms: 5_000,
+            to_ms: 6_000,
+        };
+        let (a, b) = (TOOL_NODES[0].0, TOOL_NODES[1].0);
+        let attempt = |node: &str, at: u64, status: &str| {
+            let mut v = json!({"step": "call", "node": node, "timestamp": at, "duration_ms": 10, "status": status});
+            if status == "error" {
+                v["error"] = json!("node_unreachable");
+            }
+            v
+        };
+        let job = |status: &str, ok: bool, timeline: Vec<Value>| json!({"job_id": "mcp-1", "status": status, "ok": ok, "timeline": timeline});
+        let table: [(Value, Option<Ending>); 7] = [
+            // Before the window, or only on another node: untouched.
+            (
+                job("completed", true, vec![attempt(a, 4_000, "success")]),
+                None,
+            ),
+            (
+                job("completed", true, vec![attempt(b, 5_500, "success")]),
+                None,
+            ),
+            // Refused on the crashed node, answered by the next.
+            (
+                job(
+                    "completed",
+                    true,
+                    vec![attempt(a, 5_100, "error"), attempt(b, 5_120, "success")],
+                ),
+                Some(Ending::FailedOver),
+            ),
+            // Refused, then answered by the same node once it was back.
+            (
+                job(
+                    "completed",
+                    true,
+                    vec![attempt(a, 5_900, "error"), attempt(a, 6_100, "success")],
+                ),
+                Some(Ending::HealedSame),
+            ),
+            // Its breaker open: passed over, served elsewhere.
+            (
+                job(
+                    "completed",
+                    true,
+                    vec![attempt(a, 5_200, "skipped"), attempt(b, 5_200, "success")],
+                ),
+                Some(Ending::RoutedAround),
+            ),
+            // Failed, or never finished: the agent got no answer.
+            (
+                job(
+                    "failed",
+                    false,
+                    vec![attempt(a, 5_300, "error"), attempt(b, 5_310, "error")],
+                ),
+                Some(Ending::FailedToClient),
+            ),
+            (
+                job("running", false, vec![attempt(a, 5_400, "error")]),
+                Some(Ending::FailedToClient),
+            ),
+        ];
+        for (i, (j, want)) in table.iter().enumerate() {
+            let t = job_turn(j).expect("a job with a timeline");
+            assert_eq!(ending(&w, &t), *want, "row {i}");
+        }
+        let jobs: Vec<Value> = table.iter().map(|(j, _)| j.clone()).collect();
+        let read = ToolJobs::of(&jobs);
+        assert_eq!((read.read, read.answered), (7, 5));
+        // A deployment's fault does not meet a tool job.
+        let on_a_deployment = Window {
+            deployment: DEPLOYMENTS[0].0,
+            class: FaultClass::Burst503,
+            ..w
+        };
+        assert!(
+            read.calls
+                .iter()
+                .all(|t| ending(&on_a_deployment, t).is_none())
+        );
     }
 
     #[test]

@@ -133,6 +133,20 @@ pub fn journal_wait(
     queued > limit && since_last_batch <= max_wait
 }
 
+/// After this long without a write, the store gives its caches back once:
+/// SQLite's page caches (the writer's 2 MiB and the readers') are emptied
+/// and the C heap they live in is trimmed. A burst leaves them full — a
+/// quarter of what a gateway kept a minute after it (issue 45) — and what
+/// they hold is read again from the OS's page cache when traffic returns.
+pub const RELEASE_AFTER_IDLE: Duration = Duration::from_secs(30);
+
+/// How long the store's writer waits for a write before it gives its
+/// caches back: `after` when it has written since it last did (or never
+/// has), else for good (`None`) — once per quiet spell, not every `after`.
+pub fn release_wait(released_since_last_write: bool, after: Duration) -> Option<Duration> {
+    (!released_since_last_write).then_some(after)
+}
+
 /// The longest an answer is held back waiting for its turn's commit
 /// (`journal.durability: durable`) while the store's writer is working;
 /// then it is released all the same (a slow commit delays answers by at
@@ -361,6 +375,20 @@ impl SilenceCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_store_gives_its_caches_back_once_per_quiet_spell() {
+        let after = RELEASE_AFTER_IDLE;
+        let table = [
+            // Written since the last release (or never released): wait `after`.
+            (false, Some(after)),
+            // Released and nothing written since: nothing more to give back.
+            (true, None),
+        ];
+        for (released, want) in table {
+            assert_eq!(release_wait(released, after), want, "released {released}");
+        }
+    }
 
     #[test]
     fn a_commit_is_tried_again_only_when_nothing_of_it_was_applied() {

@@ -1019,6 +1019,35 @@ impl WriterConn {
         }
     }
 
+    /// Gives back what a burst left in SQLite's page caches: `PRAGMA
+    /// shrink_memory` on the writer's own connection and on each of the
+    /// pool's idle ones (a busy one keeps its cache: it is in use), then
+    /// the C heap they live in is trimmed (`hale_alloc::trim_c_heap`).
+    /// PostgreSQL's caches live in the server: nothing to do. A failure
+    /// costs nothing but the memory, so it is only logged.
+    pub(crate) async fn release_memory(&mut self) {
+        let WriterConn::Sqlite { pool, conn } = self else {
+            return;
+        };
+        let shrink = sqlx::query("PRAGMA shrink_memory");
+        if let Some(c) = conn.as_mut()
+            && let Err(e) = shrink.execute(&mut *c).await
+        {
+            tracing::debug!(error = %e, "shrinking the writer's page cache failed");
+        }
+        let mut idle = Vec::new();
+        while let Some(c) = pool.try_acquire() {
+            idle.push(c);
+        }
+        for c in &mut idle {
+            if let Err(e) = sqlx::query("PRAGMA shrink_memory").execute(&mut **c).await {
+                tracing::debug!(error = %e, "shrinking a reader's page cache failed");
+            }
+        }
+        drop(idle);
+        hale_alloc::trim_c_heap();
+    }
+
     /// Closes the writer's own SQLite connection (at `close()`).
     pub(crate) async fn close(&mut self) {
         if let WriterConn::Sqlite { conn, .. } = self

@@ -68,6 +68,10 @@ pub struct StoreOptions {
     pub batch_linger: Duration,
     /// The PostgreSQL pool's limits (`storage_pool:`).
     pub pool: StoragePoolConfig,
+    /// After this long without a write, SQLite's page caches are emptied
+    /// and the C heap trimmed, once per quiet spell
+    /// (`hale_core::memory::RELEASE_AFTER_IDLE`).
+    pub release_after_idle: Duration,
 }
 
 impl StoreOptions {
@@ -88,6 +92,7 @@ impl From<&EventsConfig> for StoreOptions {
             batch_max: c.batch_max,
             batch_linger: c.batch_linger,
             pool: StoragePoolConfig::default(),
+            release_after_idle: hale_core::memory::RELEASE_AFTER_IDLE,
         }
     }
 }
@@ -309,6 +314,7 @@ impl Store {
             room: tokio::sync::Notify::new(),
             last_batch_ms: AtomicU64::new(0),
             born: std::time::Instant::now(),
+            releases: AtomicU64::new(0),
         });
         if let Pool::Pg(p) = &pool {
             // Ends when the pool is closed (`close`).
@@ -321,6 +327,7 @@ impl Store {
             rx,
             opts.batch_max,
             opts.batch_linger,
+            opts.release_after_idle,
         ));
         Ok(Store {
             inner: Arc::new(Inner {
@@ -339,6 +346,15 @@ impl Store {
                 )),
             }),
         })
+    }
+
+    /// How many quiet spells the writer gave its caches back after
+    /// ([`StoreOptions::release_after_idle`]).
+    pub fn memory_releases(&self) -> u64 {
+        self.inner
+            .shared
+            .releases
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The backend in use.

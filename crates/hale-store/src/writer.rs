@@ -77,6 +77,9 @@ pub(crate) struct Shared {
     /// When the writer last finished a batch, in ms since `born`.
     pub last_batch_ms: AtomicU64,
     pub born: std::time::Instant,
+    /// Quiet spells after which the writer gave its caches back
+    /// ([`crate::Store::memory_releases`]).
+    pub releases: AtomicU64,
 }
 
 impl Shared {
@@ -174,15 +177,29 @@ pub(crate) async fn run(
     mut rx: mpsc::UnboundedReceiver<Msg>,
     batch_max: usize,
     linger: Duration,
+    release_after: Duration,
 ) {
     let batch_max = batch_max.max(1);
     let mut conn = WriterConn::new(&pool);
     drop(pool);
+    let mut released = false;
     loop {
-        let Some(first) = rx.recv().await else {
+        let next = match hale_core::memory::release_wait(released, release_after) {
+            Some(wait) => tokio::time::timeout(wait, rx.recv()).await,
+            None => Ok(rx.recv().await),
+        };
+        let Ok(next) = next else {
+            // A quiet spell: give the caches a burst filled back, once.
+            conn.release_memory().await;
+            shared.releases.fetch_add(1, Ordering::Relaxed);
+            released = true;
+            continue;
+        };
+        let Some(first) = next else {
             conn.close().await;
             return;
         };
+        released = false;
         let deadline = match &first {
             Msg::Writes { at, .. } => *at + linger,
             Msg::Flush(_) | Msg::Close(_) => Instant::now(),

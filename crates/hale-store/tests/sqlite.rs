@@ -326,3 +326,43 @@ async fn room_waits_for_a_working_writer_and_not_for_a_stuck_one() {
     );
     s.close().await;
 }
+
+/// Polls `f` until it holds (a loaded machine may be slow; no bound is
+/// asserted on how long it takes).
+async fn until(mut f: impl FnMut() -> bool) {
+    for _ in 0..600 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("never held within 30 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_writer_gives_its_caches_back_once_per_quiet_spell() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let quiet = std::time::Duration::from_millis(100);
+    let opts = StoreOptions {
+        release_after_idle: quiet,
+        ..StoreOptions::default()
+    };
+    let s = Store::open_sqlite(dir.path(), opts).await.expect("open");
+    for i in 0..200 {
+        s.submit(vec![Write::Event(ev(i, EventKind::TurnCompleted))]);
+    }
+    s.flush().await.expect("flush");
+    until(|| s.memory_releases() >= 1).await;
+    // Nothing written since: nothing more to give back, however long.
+    tokio::time::sleep(quiet * 5).await;
+    assert_eq!(s.memory_releases(), 1, "one release per quiet spell");
+    // A write starts another spell; the store works as before.
+    s.submit(vec![Write::Event(ev(200, EventKind::TurnCompleted))]);
+    s.flush().await.expect("flush");
+    until(|| s.memory_releases() >= 2).await;
+    assert_eq!(
+        s.events_after(0, 1000, None).await.expect("events").len(),
+        201
+    );
+    s.close().await;
+}
