@@ -34,8 +34,7 @@
 //!
 //! This is the one crate of the workspace that holds `unsafe` code: the
 //! option API, `mi_collect`, `malloc_trim` and `prctl` are C with no safe
-//! binding. Each
-//! call is sound as used: the option index is a constant of mimalloc's
+//! binding. Each call is sound as used: the option index is a constant of mimalloc's
 //! header, and `mi_option_set` is called once, before the binary starts any
 //! thread; `mi_collect` works on the calling thread's own heap; `prctl`
 //! takes and returns plain integers.

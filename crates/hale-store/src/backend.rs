@@ -1023,15 +1023,16 @@ impl WriterConn {
     /// shrink_memory` on the writer's own connection and on each of the
     /// pool's idle ones (a busy one keeps its cache: it is in use), then
     /// the C heap they live in is trimmed (`hale_alloc::trim_c_heap`).
-    /// PostgreSQL's caches live in the server: nothing to do. A failure
+    /// PostgreSQL's caches live in the server: nothing to do (the writer
+    /// still counts the quiet spell). A failure
     /// costs nothing but the memory, so it is only logged.
     pub(crate) async fn release_memory(&mut self) {
         let WriterConn::Sqlite { pool, conn } = self else {
             return;
         };
-        let shrink = sqlx::query("PRAGMA shrink_memory");
+        const SHRINK: &str = "PRAGMA shrink_memory";
         if let Some(c) = conn.as_mut()
-            && let Err(e) = shrink.execute(&mut *c).await
+            && let Err(e) = sqlx::query(SHRINK).execute(&mut *c).await
         {
             tracing::debug!(error = %e, "shrinking the writer's page cache failed");
         }
@@ -1040,7 +1041,7 @@ impl WriterConn {
             idle.push(c);
         }
         for c in &mut idle {
-            if let Err(e) = sqlx::query("PRAGMA shrink_memory").execute(&mut **c).await {
+            if let Err(e) = sqlx::query(SHRINK).execute(&mut **c).await {
                 tracing::debug!(error = %e, "shrinking a reader's page cache failed");
             }
         }
