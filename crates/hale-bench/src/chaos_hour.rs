@@ -929,8 +929,8 @@ struct Reference {
 }
 
 /// The reference of an earlier `--no-faults` run's results: refused unless
-/// it ran the same seed, length, clients and steps without faults (another
-/// workload would be no reference).
+/// it ran the same seed, length, mode, fleet and steps without faults
+/// (another workload would be no reference).
 fn load_reference(path: &Path, args: &HourArgs) -> anyhow::Result<Reference> {
     let text = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let v: Value = serde_json::from_slice(&text)
@@ -945,6 +945,8 @@ fn load_reference(path: &Path, args: &HourArgs) -> anyhow::Result<Reference> {
         ("clients", json!(args.clients)),
         ("steps", json!(args.steps)),
         ("kinds", json!(args.kinds)),
+        ("clis", json!(args.clis)),
+        ("mode", json!(args.mode)),
     ];
     for (k, want) in same {
         if a[k] != want {
@@ -2661,6 +2663,26 @@ mod tests {
                 .iter()
                 .all(|t| ending(&on_a_deployment, t).is_none())
         );
+    }
+
+    #[test]
+    fn a_reference_of_another_mode_or_fleet_is_refused() {
+        use clap::Parser;
+        let args = |extra: &[&str]| {
+            let mut a = vec!["chaos-hour", "--minutes", "3", "--seed", "5"];
+            a.extend_from_slice(extra);
+            HourArgs::parse_from(a)
+        };
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("ref.json");
+        let reference = args(&["--no-faults"]);
+        let results = json!({"args": reference, "tasks": []});
+        std::fs::write(&path, results.to_string()).expect("written");
+        assert!(load_reference(&path, &args(&[])).is_ok());
+        for other in [&["--mode", "scale-out"][..], &["--clis"], &["--seed", "6"]] {
+            let err = load_reference(&path, &args(other)).expect_err("another workload");
+            assert!(err.to_string().contains("not the same workload"), "{err}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@ Usage: genai_loop.py MODEL BASE_URL WORKDIR PROMPT
 BASE_URL is hale's root (the SDK adds `/v1beta/models/...`). Streams each
 model turn (`generate_content_stream`, automatic function calling off, the
 SDK's own retries off — `HttpRetryOptions(attempts=RETRIES + 1)`: the healing is
-hale's), runs the function calls it asks for — `shell` (bash -c in
+hale's; with them on, a turn whose stream broke off is sent again), runs the function calls it asks for — `shell` (bash -c in
 WORKDIR) and `echo` (its arguments back as JSON) — and sends their outputs
 back as function responses, until a turn answers without a call (at most
 40 turns). Prints the same JSON object as task_loop.py: the final text, the
@@ -15,16 +15,13 @@ when the SDK kept it, exit 2.
 """
 
 import json
-import os
 import subprocess
 import sys
 
 from google import genai
 from google.genai import errors, types
 
-# HALE_CLIENT_RETRIES: the SDK's own retries (default 0: the healing is hale's;
-# hale-bench chaos-hour's scale-out mode keeps the SDK's default, 2).
-RETRIES = int(os.environ.get("HALE_CLIENT_RETRIES", "0"))
+from cut_turns import RETRIES, TRANSPORT_ERRORS, resent_when_cut
 
 S = types.Schema
 T = types.Type
@@ -67,6 +64,20 @@ def header(resp, name):
     return None
 
 
+def turn(client, model, contents, config) -> tuple[list, list, str]:
+    """One streamed turn: its texts, its function calls, hale's turn id."""
+    text, calls, turn_id = [], [], None
+    for chunk in client.models.generate_content_stream(
+        model=model, contents=contents, config=config
+    ):
+        turn_id = turn_id or header(chunk, "x-hale-turn-id")
+        if chunk.function_calls:
+            calls.extend(chunk.function_calls)
+        elif chunk.text:
+            text.append(chunk.text)
+    return text, calls, turn_id
+
+
 def main() -> None:
     model, root, workdir, prompt = sys.argv[1:5]
     # Keep the client in a variable while it is used: the SDK closes its
@@ -77,7 +88,7 @@ def main() -> None:
             base_url=root,
             api_version="v1beta",
             timeout=60_000,
-            retry_options=types.HttpRetryOptions(attempts=1),
+            retry_options=types.HttpRetryOptions(attempts=RETRIES + 1),
         ),
     )
     config = types.GenerateContentConfig(
@@ -88,16 +99,10 @@ def main() -> None:
     contents = [types.Content(role="user", parts=[types.Part(text=prompt)])]
     made, ids = [], []
     for n in range(1, 41):
-        text, calls, turn_id = [], [], None
         try:
-            for chunk in client.models.generate_content_stream(
-                model=model, contents=contents, config=config
-            ):
-                turn_id = turn_id or header(chunk, "x-hale-turn-id")
-                if chunk.function_calls:
-                    calls.extend(chunk.function_calls)
-                elif chunk.text:
-                    text.append(chunk.text)
+            text, calls, turn_id = resent_when_cut(
+                lambda: turn(client, model, contents, config), TRANSPORT_ERRORS
+            )
         except errors.APIError as e:
             failed = None
             resp = getattr(e, "response", None)

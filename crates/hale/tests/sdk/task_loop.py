@@ -13,19 +13,12 @@ the failed turn, `failed_turn_id`, when its answer carried one) and exits 2.
 """
 
 import json
-import os
 import subprocess
 import sys
 
-try:  # the SDKs' HTTP client: httpx2 in their newer releases, httpx before
-    import httpx2 as httpx
-except ImportError:
-    import httpx
 import openai
 
-# HALE_CLIENT_RETRIES: the SDK's own retries (default 0: the healing is hale's;
-# hale-bench chaos-hour's scale-out mode keeps the SDK's default, 2).
-RETRIES = int(os.environ.get("HALE_CLIENT_RETRIES", "0"))
+from cut_turns import RETRIES, TRANSPORT_ERRORS, resent_when_cut
 
 TOOLS = [
     {
@@ -87,19 +80,6 @@ def turn(client: openai.OpenAI, model: str, messages: list) -> tuple[str, list, 
     return "".join(text), [calls[i] for i in sorted(calls)], turn_id
 
 
-def turn_retrying(client, model, messages):
-    """`turn`, sent again when its stream was cut mid-answer (the instance
-    serving it killed, in the scale-out mode) while the client's retries are
-    on: the SDK retries a request that got no answer, an agent framework the
-    turn whose answer broke off. With retries off the cut is the failure."""
-    for attempt in range(RETRIES + 1):
-        try:
-            return turn(client, model, messages)
-        except (openai.APIConnectionError, httpx.TransportError):
-            if attempt == RETRIES:
-                raise
-
-
 def main() -> None:
     model, base_url, workdir, prompt = sys.argv[1:5]
     client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=RETRIES, timeout=60)
@@ -110,7 +90,9 @@ def main() -> None:
     made, ids = [], []
     for n in range(1, 41):
         try:
-            text, calls, turn_id = turn_retrying(client, model, messages)
+            text, calls, turn_id = resent_when_cut(
+                lambda: turn(client, model, messages), (openai.APIConnectionError, *TRANSPORT_ERRORS)
+            )
         except openai.APIError as e:
             resp = getattr(e, "response", None)
             failed = resp.headers.get("x-hale-turn-id") if resp is not None else None
