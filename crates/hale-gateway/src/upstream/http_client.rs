@@ -12,7 +12,8 @@
 //! - HTTPS through rustls on ring, certificates checked by the platform
 //!   verifier (`SSL_CERT_FILE` names another bundle); ALPN offers `h2` then
 //!   `http/1.1`, so HTTP/2 where the server offers it; plain `http` is
-//!   HTTP/1.1. `TCP_NODELAY`; idle connections closed after 50 s (`POOL_IDLE`).
+//!   HTTP/1.1. `TCP_NODELAY`; idle connections closed 30–60 s after their
+//!   last use (`POOL_IDLE`).
 //! - `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY` (and their lower
 //!   case forms), read once at start as reqwest read them: a request whose
 //!   URL a proxy applies to is sent through reqwest, which speaks to proxies
@@ -47,13 +48,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// How long an idle pooled connection is kept: under the 60-s idle timeout
-/// common at providers' front doors (AWS's load balancers' default), so a
-/// connection is not reused just as the far side closes it (a reset on the
-/// first write: an avoidable retry). reqwest's default was 90 s. Each idle
-/// connection also holds its buffers: 64 of them after a burst at c=64
-/// were 2.3 MiB of hale's anonymous memory (issue 45).
-const POOL_IDLE: Duration = Duration::from_secs(50);
+/// How long an idle pooled connection may be reused: under the 60-s idle
+/// timeout common at providers' front doors (AWS's load balancers'
+/// default), so a connection is not reused just as the far side closes it
+/// (a reset on the first write: an avoidable retry). reqwest's default was
+/// 90 s. hyper-util checks it at checkout, but closes expired connections
+/// only when its reaper runs, once per this period: an idle connection
+/// goes 30–60 s after its last use. Each holds its buffers (~19 KiB, in
+/// blocks of 10 KiB, 8 KiB and 896 B read off mimalloc's pages): the 128 a
+/// burst at c=64 left were 2.3 MiB of hale's anonymous memory, still held a
+/// minute after the burst with 50 s (issue 45).
+const POOL_IDLE: Duration = Duration::from_secs(30);
 
 /// The proxy variables reqwest reads: its system proxy is hyper-util's
 /// `Matcher::from_system`, the environment alone without hyper-util's
