@@ -2669,9 +2669,9 @@ mod tests {
     fn a_reference_of_another_mode_or_fleet_is_refused() {
         use clap::Parser;
         let args = |extra: &[&str]| {
-            let mut a = vec!["chaos-hour", "--minutes", "3", "--seed", "5"];
+            let mut a = vec!["chaos-hour", "--minutes", "3"];
             a.extend_from_slice(extra);
-            HourArgs::parse_from(a)
+            HourArgs::try_parse_from(a).expect("valid arguments")
         };
         let dir = tempfile::tempdir().expect("a temp dir");
         let path = dir.path().join("ref.json");
