@@ -688,49 +688,49 @@ async fn a_fast_agent_leaves_in_seconds_a_slow_one_in_a_minute_and_a_turn_in_fli
 /// 256), a task leaves a second after its last turn ended, not a minute
 /// after — and one with a turn in flight stays. Fails with the uncrowded
 /// rule (nothing goes before a minute) and with turns in flight ignored.
+/// The calls through hale show a served call leaves its task sheddable; the
+/// crowd is made in-process (served turns, started and ended), so how fast
+/// the machine answers calls does not decide whether memory gets crowded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crowd_of_one_call_conversations_leaves_a_second_after_each_call() {
     let c = chaos().await;
     let mut cfg = config(vec![openai("primary", &c, "fine")]);
     cfg.memory.idle_tasks = 10;
     let h = Hale::start(cfg).await;
-    // Until memory is crowded (calls that took over a second in all are
-    // shed as more come, so it may take more calls than the bound), with a
-    // turn of another task started and not ended. Opening it may shed the
-    // crowd (a task's check sweeps while crowded): then more calls come.
+    for i in 0..20 {
+        // No X-Hale-Task: each first message is its own conversation.
+        h.openai(ROUTE)
+            .agent("one-shot")
+            .user(&format!("question {i}"))
+            .send()
+            .await
+            .assert_complete(&full());
+    }
     let req = hale_proto::parse_request(
         hale_proto::Dialect::OpenAi,
         serde_json::json!({
             "model": ROUTE,
-            "messages": [{"role": "user", "content": "still streaming"}],
+            "messages": [{"role": "user", "content": "a turn"}],
         }),
         &Default::default(),
     )
     .expect("a chat request");
+    // A turn of one task has started and not ended; then served turns of
+    // new tasks until memory is crowded (a task's check sweeps a crowded
+    // memory, so the count is read after each).
+    h.gw.tasks
+        .check_request("one-shot", "in-flight", &req)
+        .expect("no limit");
     let crowded = hale_core::memory::CROWDED_MIN_TASKS + 10;
     let mut i = 0;
-    let mut opened = false;
-    loop {
-        while h.gw.tasks.len() <= crowded {
-            assert!(i < 20 * crowded, "tasks never crowded memory");
-            // No X-Hale-Task: each first message is its own conversation.
-            h.openai(ROUTE)
-                .agent("one-shot")
-                .user(&format!("question {i}"))
-                .send()
-                .await
-                .assert_complete(&full());
-            i += 1;
-        }
-        if !opened {
-            h.gw.tasks
-                .check_request("one-shot", "in-flight", &req)
-                .expect("no limit");
-            opened = true;
-        }
-        if h.gw.tasks.len() > crowded {
-            break;
-        }
+    while h.gw.tasks.len() <= crowded {
+        assert!(i < 100 * crowded, "tasks never crowded memory");
+        let task = format!("served-{i}");
+        h.gw.tasks
+            .check_request("one-shot", &task, &req)
+            .expect("no limit");
+        h.gw.tasks.turn_ended("one-shot", &task);
+        i += 1;
     }
     let held = h.gw.tasks.len();
     let soon = std::time::Instant::now() + hale_core::memory::TASK_SHED_CROWDED;
@@ -741,10 +741,15 @@ async fn a_crowd_of_one_call_conversations_leaves_a_second_after_each_call() {
         "all but the 10 most recent and the open one"
     );
     assert_eq!(h.gw.tasks.len(), 11);
-    let open = h.gw.tasks.of_agent("one-shot");
+    let left = h.gw.tasks.of_agent("one-shot");
     assert!(
-        open.iter().any(|(t, ..)| t == "in-flight"),
+        left.iter().any(|(t, ..)| t == "in-flight"),
         "the open turn's task stays"
+    );
+    assert!(
+        left.iter().all(|(t, ..)| !t.starts_with("conv-")),
+        "the calls through hale ended their turns: {:?}",
+        left.iter().map(|(t, ..)| t).collect::<Vec<_>>()
     );
     h.stop().await;
 }
