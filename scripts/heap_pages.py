@@ -73,12 +73,12 @@ def main():
         tid = struct.unpack_from("<Q", e, 0)[0] & ~0x7
         return used, cap, reserved, bs, start, tid
 
+    def first_slice(u, bs, start):
+        """Whether slice `u`'s entry describes a page starting in it."""
+        return bs != 0 and lo + u * SLICE <= start < lo + (u + 1) * SLICE
+
     def explained(meta):
-        n = 0
-        for u in res:
-            _, _, _, bs, start, _ = page(meta, u)
-            n += bs != 0 and lo + u * SLICE <= start < lo + (u + 1) * SLICE
-        return n
+        return sum(first_slice(u, *page(meta, u)[3:5]) for u in res)
 
     head = rd(lo, 1024)
     cands = [p for (p,) in struct.iter_unpack("<Q", head) if lo < p < lo + (8 << 20)]
@@ -92,7 +92,7 @@ def main():
     by_thread = collections.defaultdict(lambda: [0, 0, 0])
     for u in res:
         used, _, reserved, bs, start, tid = page(meta, u)
-        if not (bs and lo + u * SLICE <= start < lo + (u + 1) * SLICE):
+        if not first_slice(u, bs, start):
             continue
         slices = max(1, -(-(start - (lo + u * SLICE) + reserved * bs) // SLICE))
         kib = sum(res.get(u + k, 0) for k in range(slices)) * 4

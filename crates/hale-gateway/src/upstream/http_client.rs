@@ -56,7 +56,7 @@ use std::time::Duration;
 /// only when its reaper runs, once per this period: an idle connection
 /// goes 30–60 s after its last use. Each holds its buffers (~19 KiB, in
 /// blocks of 10 KiB, 8 KiB and 896 B read off mimalloc's pages): the 128 a
-/// burst at c=64 left were 2.3 MiB of hale's anonymous memory, still held a
+/// burst at c=64 left were 2.4 MiB of hale's anonymous memory, still held a
 /// minute after the burst with 50 s (issue 45).
 const POOL_IDLE: Duration = Duration::from_secs(30);
 

@@ -4,10 +4,11 @@ Usage: genai_loop.py MODEL BASE_URL WORKDIR PROMPT
 
 BASE_URL is hale's root (the SDK adds `/v1beta/models/...`). Streams each
 model turn (`generate_content_stream`, automatic function calling off, the
-SDK's own retries off — `HttpRetryOptions(attempts=RETRIES + 1)`: the healing is
-hale's; with them on, a turn whose stream broke off is sent again), runs the function calls it asks for — `shell` (bash -c in
-WORKDIR) and `echo` (its arguments back as JSON) — and sends their outputs
-back as function responses, until a turn answers without a call (at most
+SDK's own retries off — `HttpRetryOptions(attempts=RETRIES + 1)`: the
+healing is hale's; with them on, a turn whose stream broke off is sent
+again), runs the function calls it asks for — `shell` (bash -c in WORKDIR)
+and `echo` (its arguments back as JSON) — and sends their outputs back as
+function responses, until a turn answers without a call (at most
 40 turns). Prints the same JSON object as task_loop.py: the final text, the
 calls made, the turns, hale's turn id of each answer (`x-hale-turn-id`,
 from the SDK's `sdk_http_response`), and on an error the failed turn's id
